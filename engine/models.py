@@ -1,0 +1,100 @@
+"""The engine's data at its boundaries (SDK, CLI JSON, HTTP, MCP, desktop bridge)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+Kind = Literal["fact", "episodic", "procedural"]
+KINDS: tuple[str, ...] = ("fact", "episodic", "procedural")
+Actor = Literal["cli", "desktop", "api", "mcp", "engine", "consolidation", "sdk"]
+
+
+def iso(ts: float | None) -> str | None:
+    return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
+
+
+class Memory(BaseModel):
+    id: str
+    kind: Kind
+    text: str
+    project: str | None = None
+    importance: float
+    created_at: str
+    updated_at: str
+    at: str | None = Field(default=None, description="When it happened (event time), if given")
+    last_accessed_at: str | None = None
+    access_count: int = 0
+    archived: bool = False
+    source: str = "user"
+    conflict_with: str | None = None
+    embedded: bool = Field(default=False, description="Its vector is stored (semantic recall finds it)")
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+
+class RememberResult(BaseModel):
+    id: str
+    merged: bool = Field(description="True when it was a near-duplicate, merged into an existing memory")
+    memory: Memory
+
+
+class Hit(BaseModel):
+    """One recall result: a memory or a document chunk."""
+
+    id: str
+    kind: str  # fact | episodic | procedural | chunk
+    text: str
+    score: float
+    similarity: float = Field(description="Fused relevance in [0, 1] (lexical and semantic)")
+    cosine: float | None = Field(default=None, description="Cosine similarity to the query, if embedded")
+    importance: float
+    recency: float
+    project: str | None = None
+    at: str | None = None
+    created_at: str | None = None
+    archived: bool = False
+    conflict_with: str | None = None
+    conflict: str | None = Field(default=None, description="A sentence for people when this fact is contested")
+    document_id: str | None = None
+    document_title: str | None = None
+    document_path: str | None = None
+    locator: str | None = None
+    via: list[str] = Field(default_factory=list, description="Which indexes found it: fts, vector, graph")
+
+
+class ForgetResult(BaseModel):
+    id: str
+    type: Literal["memory", "document"]
+    removed: dict[str, int] = Field(default_factory=dict)
+
+
+class Stats(BaseModel):
+    store: str
+    schema_version: int
+    memories: int
+    by_kind: dict[str, int]
+    archived: int
+    conflicts: int
+    documents: int
+    chunks: int
+    nodes: int
+    edges: int
+    pending_embeddings: int
+    pending_extraction: int
+    pending_rollup: int
+    embedding_model: str
+    embedding_dimension: int | None
+    embedding_ready: bool
+    llm: str | None = None
+    notes: list[str] = Field(default_factory=list)
+
+
+class AuditEntry(BaseModel):
+    id: int
+    at: str
+    actor: str
+    action: str
+    target: str | None
+    detail: dict[str, Any]

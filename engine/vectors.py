@@ -1,0 +1,261 @@
+"""Vectors: stored in sqlite-vec `vec0` tables inside the encrypted file, searched exactly.
+
+The vec0 table is the durable copy (a derived index: it can always be rebuilt from the rows). Search runs
+over an in-process mirror of those vectors (a float32 matrix plus the few columns filters need), because
+a brute-force scan in numpy is ~8x faster than vec0's over the encrypted pages and gives the same, exact
+answer. The mirror follows writes made in this process row by row, and reloads when the store's vector
+epoch shows another process wrote. With the mirror off (settings.vector_cache = false) vec0 answers
+directly.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from .db import Connection
+
+log = logging.getLogger(__name__)
+
+KIND_CODES = {"fact": 0, "episodic": 1, "procedural": 2, "chunk": 3}
+EPOCH_KEY = "vector_epoch"
+
+# table -> how to read its filter columns next to the vectors
+_SOURCES = {
+    "memories": (
+        "SELECT m.id, m.kind, m.project, m.archived, coalesce(m.event_at, m.created_at), v.embedding "
+        "FROM vec_memories v JOIN memories m ON m.id = v.rowid"
+    ),
+    "chunks": (
+        "SELECT c.id, 'chunk', d.project, 0, d.created_at, v.embedding "
+        "FROM vec_chunks v JOIN chunks c ON c.id = v.rowid JOIN documents d ON d.id = c.document_id AND d.status = 'ready'"
+    ),
+}
+
+
+def read_epoch(con: Connection) -> int:
+    row = con.execute("SELECT value FROM state WHERE key = ?", (EPOCH_KEY,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def bump_epoch(con: Connection) -> int:
+    con.execute(
+        "INSERT INTO state(key, value) VALUES (?, '1') "
+        "ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1",
+        (EPOCH_KEY,),
+    )
+    return read_epoch(con)
+
+
+def create_tables(con: Connection, dim: int) -> None:
+    """vec0 tables for memories and chunks, and triggers so a deleted row never keeps its vector."""
+    for table in ("memories", "chunks"):
+        con.execute(
+            f"CREATE VIRTUAL TABLE IF NOT EXISTS vec_{table} USING vec0(embedding float[{dim}] distance_metric=cosine)"
+        )
+        con.execute(
+            f"CREATE TRIGGER IF NOT EXISTS {table}_vec_ad AFTER DELETE ON {table} BEGIN "
+            f"DELETE FROM vec_{table} WHERE rowid = old.id; END"
+        )
+
+
+def drop_tables(con: Connection) -> None:
+    for table in ("memories", "chunks"):
+        con.execute(f"DROP TRIGGER IF EXISTS {table}_vec_ad")
+        con.execute(f"DROP TABLE IF EXISTS vec_{table}")
+
+
+def put(con: Connection, table: str, ids: list[int], vecs: np.ndarray) -> None:
+    con.executemany(f"DELETE FROM vec_{table} WHERE rowid = ?", [(i,) for i in ids])
+    con.executemany(
+        f"INSERT INTO vec_{table}(rowid, embedding) VALUES (?, ?)",
+        [(i, np.asarray(v, dtype=np.float32).tobytes()) for i, v in zip(ids, vecs, strict=True)],
+    )
+
+
+@dataclass
+class Filter:
+    """What a search may return. `projects`: None = any project; else these (None inside = unscoped)."""
+
+    projects: set[str | None] | None = None
+    kinds: set[str] | None = None
+    include_archived: bool = False
+    since: float | None = None
+    until: float | None = None
+
+
+class _Mirror:
+    """A growable float32 matrix of one table's vectors plus filter columns; deleted rows are tombstoned."""
+
+    def __init__(self, dim: int):
+        self.dim = dim
+        self.n = 0
+        self.ids = np.zeros(0, dtype=np.int64)
+        self.mat = np.zeros((0, dim), dtype=np.float32)
+        self.kind = np.zeros(0, dtype=np.int8)
+        self.proj = np.zeros(0, dtype=np.int32)  # code into self.projects; 0 = no project
+        self.archived = np.zeros(0, dtype=bool)
+        self.t = np.zeros(0, dtype=np.float64)
+        self.alive = np.zeros(0, dtype=bool)
+        self.pos: dict[int, int] = {}
+        self.projects: dict[str | None, int] = {None: 0}
+        self.dead = 0
+
+    def _grow(self, need: int) -> None:
+        cap = len(self.ids)
+        if self.n + need <= cap:
+            return
+        new = max(1024, cap * 2, self.n + need)
+        for name in ("ids", "kind", "proj", "archived", "t", "alive"):
+            old = getattr(self, name)
+            arr = np.zeros(new, dtype=old.dtype)
+            arr[: self.n] = old[: self.n]
+            setattr(self, name, arr)
+        mat = np.zeros((new, self.dim), dtype=np.float32)
+        mat[: self.n] = self.mat[: self.n]
+        self.mat = mat
+
+    def remove(self, rid: int) -> None:
+        p = self.pos.pop(rid, None)
+        if p is not None:
+            self.alive[p] = False
+            self.dead += 1
+
+    def add(self, rows: list[tuple]) -> None:
+        for r in rows:
+            self.remove(r[0])
+        self._grow(len(rows))
+        for rid, kind, project, archived, t, blob in rows:
+            p = self.n
+            self.ids[p] = rid
+            self.mat[p] = np.frombuffer(blob, dtype=np.float32)
+            self.kind[p] = KIND_CODES[kind]
+            self.proj[p] = self.projects.setdefault(project, len(self.projects))
+            self.archived[p] = bool(archived)
+            self.t[p] = t or 0.0
+            self.alive[p] = True
+            self.pos[rid] = p
+            self.n += 1
+
+    def search(self, q: np.ndarray, k: int, f: Filter) -> list[tuple[int, float]]:
+        n = self.n
+        if n == 0 or k <= 0:
+            return []
+        scores = self.mat[:n] @ q
+        mask = self.alive[:n].copy()
+        if f.projects is not None:
+            codes = [self.projects[p] for p in f.projects if p in self.projects]
+            mask &= np.isin(self.proj[:n], codes)
+        if f.kinds is not None:
+            mask &= np.isin(self.kind[:n], [KIND_CODES[x] for x in f.kinds])
+        if not f.include_archived:
+            mask &= ~self.archived[:n]
+        if f.since is not None:
+            mask &= self.t[:n] >= f.since
+        if f.until is not None:
+            mask &= self.t[:n] <= f.until
+        idx = np.flatnonzero(mask)
+        if idx.size == 0:
+            return []
+        s = scores[idx]
+        if idx.size > k:
+            top = np.argpartition(-s, k - 1)[:k]
+        else:
+            top = np.arange(idx.size)
+        top = top[np.lexsort((self.ids[idx[top]], -s[top]))]  # by score, ties by id: deterministic
+        return [(int(self.ids[idx[i]]), float(s[i])) for i in top]
+
+
+class VectorIndex:
+    """Exact cosine search over one table (memories or chunks) with filters."""
+
+    def __init__(self, table: str, dim: int, *, mirror: bool = True):
+        self.table = table
+        self.dim = dim
+        self.use_mirror = mirror
+        self._mirror: _Mirror | None = None
+        self._epoch = -1
+        self._lock = threading.Lock()
+
+    def invalidate(self) -> None:
+        with self._lock:
+            self._mirror = None
+            self._epoch = -1
+
+    def _load(self, con: Connection) -> _Mirror:
+        m = _Mirror(self.dim)
+        rows = con.execute(_SOURCES[self.table]).fetchall()
+        m.add(rows)
+        log.info("vector mirror %s loaded: %d rows", self.table, len(rows))
+        return m
+
+    def after_write(self, con: Connection, epoch_before: int, epoch_after: int, ids: set[int]) -> None:
+        """Apply this process's committed write to the mirror, or drop it if another process wrote too."""
+        with self._lock:
+            if self._mirror is None:
+                return
+            if self._epoch != epoch_before:
+                self._mirror = None
+                return
+            self._apply(con, ids)
+            self._epoch = epoch_after
+
+    def _apply(self, con: Connection, ids: set[int]) -> None:
+        m = self._mirror
+        assert m is not None
+        if not ids:
+            return
+        id_list = sorted(ids)
+        found: list[tuple] = []
+        key = "m.id" if self.table == "memories" else "c.id"
+        for i in range(0, len(id_list), 500):
+            part = id_list[i : i + 500]
+            q = _SOURCES[self.table] + f" WHERE {key} IN ({','.join('?' * len(part))})"
+            found.extend(con.execute(q, part).fetchall())
+        present = {r[0] for r in found}
+        for rid in ids - present:
+            m.remove(rid)
+        m.add(found)
+        if m.dead > 1024 and m.dead > m.n // 4:
+            self._mirror = None  # compact by reloading on next search
+
+    def search(self, con: Connection, q: np.ndarray, k: int, f: Filter) -> list[tuple[int, float]]:
+        """[(row id, cosine)] best first, exactly the top k under the filter."""
+        if not self.use_mirror:
+            return self._search_vec0(con, q, k, f)
+        epoch = read_epoch(con)
+        with self._lock:
+            if self._mirror is None or self._epoch != epoch:
+                self._mirror = self._load(con)
+                self._epoch = epoch
+            return self._mirror.search(np.asarray(q, dtype=np.float32), k, f)
+
+    def _search_vec0(self, con: Connection, q: np.ndarray, k: int, f: Filter) -> list[tuple[int, float]]:
+        """vec0's own KNN, widened until k rows pass the filter (exact, slower)."""
+        total = con.execute(f"SELECT count(*) FROM vec_{self.table}").fetchone()[0]
+        want = k
+        while True:
+            want = min(max(want, k), total)
+            if want == 0:
+                return []
+            rows = con.execute(
+                f"SELECT rowid, distance FROM vec_{self.table} WHERE embedding MATCH ? AND k = ? ORDER BY distance",
+                (np.asarray(q, dtype=np.float32).tobytes(), want),
+            ).fetchall()
+            ids = [r[0] for r in rows]
+            m = _Mirror(self.dim)
+            meta = {}
+            key = "m.id" if self.table == "memories" else "c.id"
+            for i in range(0, len(ids), 500):
+                part = ids[i : i + 500]
+                sql = _SOURCES[self.table] + f" WHERE {key} IN ({','.join('?' * len(part))})"
+                for r in con.execute(sql, part).fetchall():
+                    meta[r[0]] = r
+            m.add([meta[i] for i in ids if i in meta])
+            hits = m.search(np.asarray(q, dtype=np.float32), k, f)
+            if len(hits) >= k or want >= total:
+                return hits
+            want *= 4

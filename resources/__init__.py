@@ -1,0 +1,1 @@
+"""Files the running app loads: icons, themes and prompt templates."""
