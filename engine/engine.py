@@ -20,13 +20,18 @@ from typing import Any
 import numpy as np
 
 from . import ranking, retrieval, vectors
+from .ask import AskMixin
 from .config import STORE_FILE, Settings, home_dir, load_settings
+from .consolidation import ConsolidationMixin
 from .db import Connection, Store
 from .embeddings import Embedder, EmbeddingUnavailable, NoEmbedder
 from .errors import KeyMissing, NotFound, UserError
+from .graph import GraphMixin
+from .ingest import IngestMixin
 from .keys import Profile, key_pragma, keychain_token, new_profile, read_profile
 from .migrations import SCHEMA_VERSION, migrate
 from .models import KINDS, AuditEntry, ForgetResult, Hit, Memory, RememberResult, Stats, iso
+from .transfer import TransferMixin
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +82,7 @@ class _Touched:
     chunks: set[int] = field(default_factory=set)
 
 
-class Engine:
+class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixin):
     """An open memory store. Use `Engine.open()`; close it (or use `with`) when done."""
 
     def __init__(self, store: Store, profile: Profile, settings: Settings, home: Path, *, actor: str = "sdk",

@@ -1,0 +1,41 @@
+"""Logging setup for composition roots (CLI, API, MCP, desktop): a rotating file under the user log dir.
+
+Modules only call `logging.getLogger(__name__)`; they log ids, counts and timings — never memory text,
+prompts or keys.
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import os
+import warnings
+
+from .config import log_dir
+
+_configured = False
+
+
+def setup_logging(name: str = "personal-llm", level: int = logging.INFO) -> None:
+    global _configured
+    if _configured:
+        return
+    _configured = True
+    root = logging.getLogger()
+    root.setLevel(level)
+    try:
+        d = log_dir()
+        d.mkdir(parents=True, exist_ok=True)
+        handler: logging.Handler = logging.handlers.RotatingFileHandler(
+            d / f"{name}.log", maxBytes=2_000_000, backupCount=3, encoding="utf-8"
+        )
+    except OSError:
+        handler = logging.NullHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(handler)
+    # third-party chatter stays out of the user's terminal
+    for noisy in ("httpx", "httpcore", "sentence_transformers", "transformers", "urllib3", "filelock"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=UserWarning, module="torch")

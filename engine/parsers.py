@@ -1,0 +1,779 @@
+"""Turn files on disk into structured text: a title plus sections that carry page and heading context.
+
+Every reader returns the same shape, :class:`ParsedDocument`, so the chunker never needs to know the
+format. Failures the user can act on (encrypted, damaged, empty, too big, not text, unknown type)
+raise :class:`DocumentError` or :class:`UnsupportedDocument` with a message written for people.
+Document text is never logged.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import hashlib
+import io
+import json
+import logging
+import re
+import unicodedata
+import zipfile
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import UserError
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "SUPPORTED_EXTENSIONS",
+    "DocumentError",
+    "ParsedDocument",
+    "Section",
+    "UnsupportedDocument",
+    "content_hash",
+    "parse_file",
+    "parse_text",
+]
+
+
+class DocumentError(UserError):
+    """A document could not be read (damaged, empty, too big, ...)."""
+
+
+class UnsupportedDocument(DocumentError):
+    """A document is of a kind the engine cannot read (unknown type, encrypted, binary, scanned)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """A run of text that shares one location: a PDF page, a heading, a code block.
+
+    ``page`` is 1-based. ``heading_path`` runs from the outermost heading inwards, e.g.
+    ``["Setup", "Linux"]``. ``first_line`` is the 1-based line of the source file on which ``text``
+    starts; it is set only for line-oriented formats (plain text, code, CSV, JSON Lines), where the
+    chunker can then cite line numbers.
+    """
+
+    text: str
+    page: int | None = None
+    heading_path: list[str] = field(default_factory=list)
+    first_line: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedDocument:
+    title: str
+    mime: str
+    sections: list[Section]
+
+
+_TEXT_EXTENSIONS = frozenset({".txt", ".text", ".log", ".rst"})
+_MARKDOWN_EXTENSIONS = frozenset({".md", ".markdown"})
+_HTML_EXTENSIONS = frozenset({".html", ".htm"})
+_CSV_EXTENSIONS = frozenset({".csv", ".tsv"})
+_CODE_MIME = {
+    ".py": "text/x-python",
+    ".js": "text/javascript",
+    ".ts": "text/x-typescript",
+    ".java": "text/x-java",
+    ".c": "text/x-c",
+    ".cpp": "text/x-c++",
+    ".h": "text/x-c",
+    ".go": "text/x-go",
+    ".rs": "text/x-rust",
+    ".rb": "text/x-ruby",
+    ".sh": "text/x-shellscript",
+    ".sql": "application/sql",
+    ".toml": "application/toml",
+    ".yaml": "application/yaml",
+    ".yml": "application/yaml",
+    ".ini": "text/plain",
+    ".cfg": "text/plain",
+    ".css": "text/css",
+}
+_MIME: dict[str, str] = {
+    **dict.fromkeys(_TEXT_EXTENSIONS, "text/plain"),
+    ".rst": "text/x-rst",
+    **dict.fromkeys(_MARKDOWN_EXTENSIONS, "text/markdown"),
+    **dict.fromkeys(_HTML_EXTENSIONS, "text/html"),
+    ".csv": "text/csv",
+    ".tsv": "text/tab-separated-values",
+    ".json": "application/json",
+    ".jsonl": "application/jsonl",
+    ".pdf": "application/pdf",
+    ".docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    ".odt": "application/vnd.oasis.opendocument.text",
+    ".epub": "application/epub+zip",
+    **_CODE_MIME,
+}
+
+SUPPORTED_EXTENSIONS: frozenset[str] = frozenset(_MIME)
+"""Lower-case file suffixes (with the dot) that :func:`parse_file` can read."""
+
+
+# ---------------------------------------------------------------------------------------------------
+# Public entry points
+# ---------------------------------------------------------------------------------------------------
+
+
+def parse_file(path: Path, *, max_bytes: int) -> ParsedDocument:
+    """Read ``path`` into a :class:`ParsedDocument`.
+
+    Raises :class:`UnsupportedDocument` for unknown types, encrypted, scanned or binary files and
+    :class:`DocumentError` for missing, empty, oversized or damaged ones.
+    """
+    path = Path(path)
+    name = path.name
+    ext = path.suffix.lower()
+    if ext not in SUPPORTED_EXTENSIONS:
+        kind = f"{ext} files aren't" if ext else "Files without an extension aren't"
+        raise UnsupportedDocument(
+            f"{name}: {kind} supported. Supported types: {', '.join(sorted(SUPPORTED_EXTENSIONS))}"
+        )
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise DocumentError(f"{name} doesn't exist (was it moved or deleted?)") from None
+    except OSError as e:
+        raise DocumentError(f"{name} can't be read: {e.strerror or e}") from None
+    if not path.is_file():
+        raise DocumentError(f"{name} is not a file")
+    if size == 0:
+        raise DocumentError(f"{name} is empty")
+    if size > max_bytes:
+        raise DocumentError(
+            f"{name} is too big ({_megabytes(size)} MB); the limit is {_megabytes(max_bytes)} MB"
+        )
+
+    reader = _READERS.get(ext, _read_code)
+    try:
+        doc = reader(path)
+    except DocumentError:
+        raise
+    except OSError as e:
+        raise DocumentError(f"{name} can't be read: {e.strerror or e}") from None
+    except Exception as e:  # third-party parsers raise anything on malformed input
+        log.warning("parsing %s failed: %s", ext, type(e).__name__, exc_info=log.isEnabledFor(logging.DEBUG))
+        raise DocumentError(f"{name} is damaged or not a valid {_KIND_NAMES.get(ext, ext)} file") from None
+
+    sections = [s for s in doc.sections if s.text.strip()]
+    if not sections:
+        raise DocumentError(f"{name} has no text to remember")
+    log.debug("parsed %s: %d sections", ext, len(sections))
+    return ParsedDocument(title=doc.title, mime=_MIME[ext], sections=sections)
+
+
+def parse_text(text: str, title: str) -> ParsedDocument:
+    """Parse raw text (pasted or uploaded) as Markdown; plain text is valid Markdown."""
+    cleaned = _clean_text(text)
+    if not cleaned.strip():
+        raise DocumentError(f"{title or 'The text'} is empty")
+    md_title, sections = _markdown_sections(cleaned)
+    return ParsedDocument(title=title or md_title or "Untitled", mime="text/markdown", sections=sections)
+
+
+def content_hash(path: Path) -> str:
+    """Hex SHA-256 of the file's bytes, read in blocks so large files don't fill memory."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Shared helpers
+# ---------------------------------------------------------------------------------------------------
+
+
+def _megabytes(n: int) -> str:
+    mb = n / (1024 * 1024)
+    return f"{mb:.0f}" if mb >= 10 or mb == int(mb) else f"{mb:.1f}"
+
+
+_KIND_NAMES = {
+    ".pdf": "PDF",
+    ".docx": "Word (.docx)",
+    ".odt": "OpenDocument (.odt)",
+    ".epub": "EPUB",
+    ".json": "JSON",
+    ".jsonl": "JSON Lines",
+    ".csv": "CSV",
+    ".tsv": "TSV",
+}
+
+# Newline-like characters become "\n"; other control and invisible formatting characters are dropped
+# (the embedding model's tokenizer drops them too, so keeping them would only confuse token counts).
+_NEWLINES = "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+_CLEAN_TABLE = {
+    **{c: None for c in [*range(0x00, 0x09), *range(0x0E, 0x20), *range(0x7F, 0xA0)]},
+    **dict.fromkeys(map(ord, _NEWLINES), "\n"),
+    0x00AD: None,  # soft hyphen
+    0x200B: None,  # zero-width space
+    0xFEFF: None,  # byte-order mark / zero-width no-break space
+}
+_LIGATURES = str.maketrans({"ﬀ": "ff", "ﬁ": "fi", "ﬂ": "fl", "ﬃ": "ffi", "ﬄ": "ffl", "ﬅ": "st", "ﬆ": "st"})
+
+
+def _clean_text(text: str) -> str:
+    """Normalise newlines and Unicode composition; remove control characters."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return unicodedata.normalize("NFC", text.translate(_CLEAN_TABLE))
+
+
+_BOMS = (
+    (b"\xef\xbb\xbf", "utf-8-sig"),
+    (b"\xff\xfe\x00\x00", "utf-32"),
+    (b"\x00\x00\xfe\xff", "utf-32"),
+    (b"\xff\xfe", "utf-16"),
+    (b"\xfe\xff", "utf-16"),
+)
+
+
+def _read_text(path: Path) -> str:
+    """Decode a text file: BOM, then strict UTF-8, then charset-normalizer; refuse binary data."""
+    data = path.read_bytes()
+    text = _decode(data)
+    if text is None:
+        raise UnsupportedDocument(f"{path.name} looks like a binary file, not text")
+    sample = text[:8192]
+    controls = sum(1 for c in sample if c < " " and c not in "\t\n\r\f")
+    if controls > max(2, len(sample) // 100):
+        raise UnsupportedDocument(f"{path.name} looks like a binary file, not text")
+    return _clean_text(text)
+
+
+def _decode(data: bytes) -> str | None:
+    for bom, encoding in _BOMS:
+        if data.startswith(bom):
+            try:
+                return data.decode(encoding)
+            except UnicodeDecodeError:
+                return None
+    if b"\x00" in data:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+
+    import charset_normalizer
+
+    matches = list(charset_normalizer.from_bytes(data))
+    if not matches:
+        return None
+    best = matches[0]
+    # charset-normalizer often ranks a sibling code page (cp1250, cp1257) above cp1252 for Western
+    # European text; cp1252 is by far the most common legacy encoding, so prefer it when it is about
+    # as plausible as the winner.
+    for m in matches:
+        if m.encoding == "cp1252" and m.chaos <= best.chaos + 0.1 and m.coherence >= best.coherence - 0.05:
+            best = m
+            break
+    log.debug("detected legacy encoding %s", best.encoding)
+    return str(best)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Plain text, Markdown, code
+# ---------------------------------------------------------------------------------------------------
+
+
+def _read_plain(path: Path) -> ParsedDocument:
+    return ParsedDocument(path.name, "", [Section(_read_text(path), first_line=1)])
+
+
+def _read_markdown(path: Path) -> ParsedDocument:
+    title, sections = _markdown_sections(_read_text(path))
+    return ParsedDocument(title or path.name, "", sections)
+
+
+_ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))??(?:[ \t]+#+)?[ \t]*$")
+_SETEXT = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?\n)(?:---|\.\.\.)[ \t]*(?:\n|\Z)", re.DOTALL)
+_FRONT_MATTER_TITLE = re.compile(r"^title:[ \t]*['\"]?(.*?)['\"]?[ \t]*$", re.MULTILINE)
+
+
+def _markdown_sections(text: str) -> tuple[str, list[Section]]:
+    """Split Markdown at ATX/setext headings (ignoring fenced code); return (first H1 or '', sections)."""
+    title = ""
+    if fm := _FRONT_MATTER.match(text):
+        if t := _FRONT_MATTER_TITLE.search(fm.group(1)):
+            title = t.group(1).strip()
+        text = text[fm.end():]
+
+    builder = _SectionBuilder()
+    fence: str | None = None
+    body: list[str] = []  # lines of the current section
+
+    for line in text.split("\n"):
+        if fence is not None:
+            body.append(line)
+            if line.strip().startswith(fence):
+                fence = None
+            continue
+        if m := _FENCE.match(line):
+            fence = m.group(1)
+            body.append(line)
+            continue
+        level, heading = 0, ""
+        if m := _ATX.match(line):
+            level, heading = len(m.group(1)), (m.group(2) or "").strip()
+        elif (m := _SETEXT.match(line)) and body and body[-1].strip() and not _ATX.match(body[-1]):
+            level, heading = (1 if m.group(1)[0] == "=" else 2), body.pop().strip()
+        if level:
+            builder.add("\n".join(body))
+            body = []
+            builder.heading(level, heading)
+            if level == 1 and not title and heading:
+                title = heading
+        else:
+            body.append(line)
+    builder.add("\n".join(body))
+    return title, builder.sections
+
+
+def _read_code(path: Path) -> ParsedDocument:
+    text = _read_text(path)
+    sections = _python_sections(text) if path.suffix.lower() == ".py" else None
+    return ParsedDocument(path.name, "", sections or [Section(text, first_line=1)])
+
+
+def _python_sections(source: str) -> list[Section] | None:
+    """One section per top-level def/class (decorators and preceding comments included)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    lines = source.split("\n")
+    cuts: list[tuple[int, list[str]]] = []  # (0-based first line, heading path) in file order
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            start = min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
+            floor = cuts[-1][0] if cuts else 0
+            while start > floor and lines[start - 1].lstrip().startswith("#"):
+                start -= 1  # keep the comment block that introduces a definition with it
+            kind = "class" if isinstance(node, ast.ClassDef) else "def"
+            cuts.append((start, [f"{kind} {node.name}"]))
+            cuts.append((node.end_lineno or node.lineno, []))
+    if not cuts:
+        return None
+    bounds = [(0, []), *cuts, (len(lines), [])]
+    sections = []
+    for (start, heading), (end, _) in zip(bounds, bounds[1:], strict=False):
+        chunk = "\n".join(lines[start:end])
+        if chunk.strip():
+            sections.append(Section(chunk, heading_path=heading, first_line=start + 1))
+    return sections
+
+
+# ---------------------------------------------------------------------------------------------------
+# Structured text: CSV, JSON, JSON Lines
+# ---------------------------------------------------------------------------------------------------
+
+
+def _read_csv(path: Path) -> ParsedDocument:
+    text = _read_text(path)
+    sample = text[:65536]
+    dialect: type[csv.Dialect] | csv.Dialect
+    if path.suffix.lower() == ".tsv":
+        dialect = csv.excel_tab
+    else:
+        try:
+            dialect = csv.Sniffer().sniff(sample, delimiters=",;\t|")
+        except csv.Error:
+            dialect = csv.excel
+    rows = [[_one_line(c) for c in row] for row in csv.reader(io.StringIO(text), dialect)]
+    rows = [row for row in rows if any(row)]
+    if not rows:
+        return ParsedDocument(path.name, "", [])
+    header = rows[0] if _looks_like_header(rows) else None
+    lines = []
+    for row in rows[1:] if header else rows:
+        if header:
+            cells = [f"{h}: {v}" for h, v in zip(header, row, strict=False) if v]
+            cells += [v for v in row[len(header):] if v]
+        else:
+            cells = [v for v in row if v]
+        lines.append("; ".join(cells))
+    return ParsedDocument(path.name, "", [Section("\n".join(lines), first_line=2 if header else 1)])
+
+
+def _one_line(s: str) -> str:
+    return " ".join(s.split())
+
+
+def _looks_like_header(rows: list[list[str]]) -> bool:
+    first = rows[0]
+    if len(rows) < 2 or not all(first) or len(set(first)) != len(first):
+        return False
+    return not any(_is_number(c) for c in first)
+
+
+def _is_number(s: str) -> bool:
+    try:
+        float(s.replace(",", ""))
+    except ValueError:
+        return False
+    return True
+
+
+def _read_json(path: Path) -> ParsedDocument:
+    text = _read_text(path)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DocumentError(f"{path.name} is not valid JSON (line {e.lineno}, column {e.colno})") from None
+    if isinstance(data, dict) and data:
+        sections = [Section("\n".join(_flatten(value, "")) or "(empty)", heading_path=[str(key)])
+                    for key, value in data.items()]
+    elif isinstance(data, list):
+        sections = [Section("\n\n".join("\n".join(_flatten(item, "")) for item in data))]
+    else:
+        sections = [Section("\n".join(_flatten(data, "")))]
+    return ParsedDocument(path.name, "", sections)
+
+
+def _read_jsonl(path: Path) -> ParsedDocument:
+    lines = []
+    for n, line in enumerate(_read_text(path).split("\n"), start=1):
+        if not line.strip():
+            lines.append("")
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            raise DocumentError(f"{path.name} is not valid JSON Lines (line {n})") from None
+        lines.append("; ".join(_flatten(record, "")))
+    return ParsedDocument(path.name, "", [Section("\n".join(lines), first_line=1)])
+
+
+def _flatten(value: Any, prefix: str) -> Iterator[str]:
+    """Yield ``path: value`` lines; lists of scalars stay on one line."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _flatten(v, f"{prefix}.{k}" if prefix else str(k))
+    elif isinstance(value, list) and any(isinstance(v, dict | list) for v in value):
+        for i, v in enumerate(value):
+            yield from _flatten(v, f"{prefix}[{i}]")
+    else:
+        if isinstance(value, list):
+            rendered = ", ".join(_scalar(v) for v in value)
+        else:
+            rendered = _scalar(value)
+        yield f"{prefix}: {rendered}" if prefix else rendered
+
+
+def _scalar(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return _clean_text(str(v))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Section assembly shared by the structured readers
+# ---------------------------------------------------------------------------------------------------
+
+
+class _SectionBuilder:
+    """Collects paragraphs under a heading stack and emits a Section whenever the heading changes."""
+
+    def __init__(self, base_path: Iterable[str] = (), page: int | None = None) -> None:
+        self._base = list(base_path)
+        self._stack: list[tuple[int, str]] = []
+        self._paragraphs: list[str] = []
+        self._page = page
+        self.sections: list[Section] = []
+
+    @property
+    def heading_path(self) -> list[str]:
+        return [*self._base, *(h for _, h in self._stack)]
+
+    def add(self, paragraph: str) -> None:
+        if paragraph.strip():
+            self._paragraphs.append(paragraph.strip("\n"))
+
+    def heading(self, level: int, text: str) -> None:
+        self.flush()
+        while self._stack and self._stack[-1][0] >= level:
+            self._stack.pop()
+        text = _one_line(text)
+        if text:
+            self._stack.append((level, text))
+
+    def flush(self) -> None:
+        if self._paragraphs:
+            self.sections.append(Section("\n\n".join(self._paragraphs), self._page, self.heading_path))
+            self._paragraphs = []
+
+
+def _table_text(rows: list[list[str]]) -> str:
+    """Render a table as lines; with a header row, each line reads ``column: value; column: value``."""
+    rows = [[_one_line(c) for c in row] for row in rows]
+    rows = [row for row in rows if any(row)]
+    if not rows:
+        return ""
+    if _looks_like_header(rows):
+        header, body = rows[0], rows[1:]
+        return "\n".join(
+            "; ".join(f"{h}: {v}" for h, v in zip(header, row, strict=False) if v) for row in body
+        )
+    return "\n".join(" | ".join(c for c in row if c) for row in rows)
+
+
+# ---------------------------------------------------------------------------------------------------
+# PDF
+# ---------------------------------------------------------------------------------------------------
+
+
+def _read_pdf(path: Path) -> ParsedDocument:
+    import pypdf
+    from pypdf.constants import PasswordType
+
+    reader = pypdf.PdfReader(path)
+    if reader.is_encrypted:
+        try:
+            opened = reader.decrypt("") != PasswordType.NOT_DECRYPTED
+        except Exception as e:  # e.g. DependencyError when an AES backend is missing
+            log.info("opening an encrypted PDF with an empty password failed: %s", type(e).__name__)
+            opened = False
+        if not opened:
+            raise UnsupportedDocument(f"{path.name} is encrypted: remove the password and try again")
+
+    sections = []
+    for number, page in enumerate(reader.pages, start=1):
+        text = _clean_text((page.extract_text() or "").translate(_LIGATURES))
+        if text.strip():
+            sections.append(Section(text, page=number))
+    if not sections:
+        raise UnsupportedDocument(
+            f"{path.name} has no text layer (scanned?): run it through OCR first, then add it again"
+        )
+    title = ""
+    try:
+        title = str((reader.metadata or {}).get("/Title") or "").strip()
+    except Exception:  # broken metadata must not cost us the text
+        log.info("unreadable PDF metadata ignored")
+    return ParsedDocument(title or path.name, "", sections)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Word processor formats
+# ---------------------------------------------------------------------------------------------------
+
+_HEADING_STYLE = re.compile(r"^heading\s*([1-9])$", re.IGNORECASE)
+
+
+def _read_docx(path: Path) -> ParsedDocument:
+    import docx
+    from docx.table import Table
+
+    document = docx.Document(str(path))
+    builder = _SectionBuilder()
+    title = (document.core_properties.title or "").strip()
+    for block in document.iter_inner_content():
+        if isinstance(block, Table):
+            builder.add(_table_text([[cell.text for cell in row.cells] for row in block.rows]))
+            continue
+        text = _clean_text(block.text)
+        style = block.style
+        names = (style.name or "", style.style_id or "") if style is not None else ()
+        level = next((int(m.group(1)) for n in names if (m := _HEADING_STYLE.match(n))), 0)
+        if level:
+            builder.heading(level, text)
+        elif "Title" in names and text.strip():
+            title = title or _one_line(text)
+        else:
+            builder.add(text)
+    builder.flush()
+    return ParsedDocument(title or path.name, "", builder.sections)
+
+
+def _read_odt(path: Path) -> ParsedDocument:
+    from odf import teletype
+    from odf.namespaces import DCNS, TABLENS, TEXTNS
+    from odf.opendocument import load
+    from odf.table import TableRow
+
+    document = load(str(path))
+    builder = _SectionBuilder()
+
+    def walk(node: Any) -> None:
+        for child in node.childNodes:
+            if child.nodeType != child.ELEMENT_NODE:
+                continue
+            qname = child.qname
+            if qname == (TEXTNS, "h"):
+                level = child.getAttrNS(TEXTNS, "outline-level")
+                builder.heading(int(level) if level and str(level).isdigit() else 1,
+                                _clean_text(teletype.extractText(child)))
+            elif qname == (TEXTNS, "p"):
+                builder.add(_clean_text(teletype.extractText(child)))
+            elif qname == (TABLENS, "table"):
+                rows = [
+                    [_clean_text(teletype.extractText(cell)) for cell in row.childNodes
+                     if getattr(cell, "qname", None) == (TABLENS, "table-cell")]
+                    for row in child.getElementsByType(TableRow)
+                ]
+                builder.add(_table_text(rows))
+            else:
+                walk(child)
+
+    walk(document.text)
+    builder.flush()
+    titles = [n for n in document.meta.childNodes if getattr(n, "qname", None) == (DCNS, "title")]
+    title = _one_line(teletype.extractText(titles[0])) if titles else ""
+    return ParsedDocument(title or path.name, "", builder.sections)
+
+
+# ---------------------------------------------------------------------------------------------------
+# HTML and EPUB
+# ---------------------------------------------------------------------------------------------------
+
+_SKIP_TAGS = frozenset({
+    "script", "style", "noscript", "template", "nav", "button",
+    "iframe", "svg", "canvas", "select", "head", "title", "meta", "link", "aside", "form",
+})
+_SKIP_ROLES = frozenset({"navigation", "banner", "contentinfo", "complementary", "search"})
+_BLOCK_TAGS = frozenset({
+    "p", "div", "section", "article", "main", "li", "ul", "ol", "dl", "dt", "dd", "blockquote", "pre",
+    "table", "tr", "figure", "figcaption", "address", "details", "summary", "hr", "body",
+})
+_HEADINGS = {f"h{i}": i for i in range(1, 7)}
+
+
+def _read_html(path: Path) -> ParsedDocument:
+    import lxml.html
+
+    markup = _read_text(path)
+    tree = lxml.html.document_fromstring(markup)
+    title = _one_line(tree.findtext(".//title") or "")
+    return ParsedDocument(title or path.name, "", _html_sections(markup, tree))
+
+
+def _html_sections(markup: str, tree: Any) -> list[Section]:
+    """Main text of a web page with its heading structure.
+
+    trafilatura removes boilerplate best, but on short pages it falls back to a mode that drops
+    headings; then walking the page's own structure (minus navigation) gives better sections.
+    """
+    import trafilatura
+
+    extracted = trafilatura.extract(
+        markup, output_format="markdown", include_tables=True, include_links=False,
+        include_images=False, include_comments=False, include_formatting=False,
+    )
+    has_headings = tree.find(".//h1") is not None or any(tree.iter("h2", "h3", "h4", "h5", "h6"))
+    if extracted and (not has_headings or re.search(r"^#{1,6} ", extracted, re.MULTILINE)):
+        return _markdown_sections(_clean_text(extracted))[1]
+    root = next(iter(tree.iter("main", "article")), None)
+    return _walk_html(root if root is not None else tree.body if tree.find("body") is not None else tree)
+
+
+def _walk_html(root: Any, base_path: Iterable[str] = ()) -> list[Section]:
+    """Sections from an lxml HTML element: h1..h6 start sections, navigation and scripts are skipped."""
+    builder = _SectionBuilder(base_path)
+    buffer: list[str] = []
+
+    def end_block() -> None:
+        text = _clean_text("".join(buffer))
+        buffer.clear()
+        builder.add("\n".join(" ".join(line.split()) for line in text.split("\n") if line.strip()))
+
+    def walk(el: Any) -> None:
+        tag = el.tag.rsplit("}", 1)[-1].lower() if isinstance(el.tag, str) else ""
+        if not tag or tag in _SKIP_TAGS or el.get("role") in _SKIP_ROLES or el.get("hidden") is not None:
+            return
+        if tag in ("header", "footer") and not any(el.iter(*_HEADINGS)):
+            return  # page chrome; an article's own <header> usually holds its title
+        if tag in _HEADINGS:
+            end_block()
+            builder.heading(_HEADINGS[tag], _clean_text(el.text_content()))
+            return
+        if tag == "tr":
+            cells = [c.text_content() for c in el if isinstance(c.tag, str) and c.tag.lower() in ("td", "th")]
+            buffer.append(" | ".join(_one_line(c) for c in cells if c.strip()) + "\n")
+            return
+        if tag in _BLOCK_TAGS:
+            end_block()
+        if tag == "br":
+            buffer.append("\n")
+        if el.text:
+            buffer.append(el.text)
+        for child in el:
+            walk(child)
+            if child.tail:
+                buffer.append(child.tail)
+        if tag in _BLOCK_TAGS:
+            end_block()
+
+    walk(root)
+    end_block()
+    builder.flush()
+    return builder.sections
+
+
+def _read_epub(path: Path) -> ParsedDocument:
+    import ebooklib
+    import lxml.html
+    from ebooklib import epub
+
+    with zipfile.ZipFile(path) as z:  # a clear "damaged" error before ebooklib's less helpful ones
+        if z.testzip() is not None:
+            raise DocumentError(f"{path.name} is damaged or not a valid EPUB file")
+    book = epub.read_epub(str(path), options={"ignore_ncx": True})
+    toc_titles: dict[str, str] = {}
+    for href, label in _epub_toc(book.toc):
+        toc_titles.setdefault(href, label)
+    sections: list[Section] = []
+    for idref, _linear in book.spine:
+        item = book.get_item_with_id(idref)
+        if item is None or item.get_type() != ebooklib.ITEM_DOCUMENT:
+            continue
+        content = item.get_content()
+        if not content or not content.strip():
+            continue
+        tree = lxml.html.document_fromstring(content)
+        body = tree.find("body")
+        root = body if body is not None else tree
+        chapter = toc_titles.get(item.get_name()) or _first_heading(root) or _one_line(tree.findtext(".//title") or "")
+        for s in _walk_html(root):
+            path_ = s.heading_path if s.heading_path[:1] == [chapter] or not chapter else [chapter, *s.heading_path]
+            sections.append(Section(s.text, None, path_))
+    titles = book.get_metadata("DC", "title")
+    title = _one_line(str(titles[0][0])) if titles else ""
+    return ParsedDocument(title or path.name, "", sections)
+
+
+def _epub_toc(entries: Any) -> Iterator[tuple[str, str]]:
+    """(file name, title) pairs from ebooklib's nested table of contents, in reading order."""
+    for entry in entries:
+        if isinstance(entry, tuple | list):
+            head, children = entry[0], entry[1]
+            yield from _epub_toc([head])
+            yield from _epub_toc(children)
+        elif getattr(entry, "href", None) and getattr(entry, "title", None):
+            yield entry.href.split("#", 1)[0], _one_line(entry.title)
+
+
+def _first_heading(root: Any) -> str:
+    for el in root.iter("h1", "h2", "h3"):
+        if text := _one_line(el.text_content()):
+            return text
+    return ""
+
+
+_READERS: dict[str, Callable[[Path], ParsedDocument]] = {
+    **dict.fromkeys(_TEXT_EXTENSIONS, _read_plain),
+    **dict.fromkeys(_MARKDOWN_EXTENSIONS, _read_markdown),
+    **dict.fromkeys(_HTML_EXTENSIONS, _read_html),
+    **dict.fromkeys(_CSV_EXTENSIONS, _read_csv),
+    ".json": _read_json,
+    ".jsonl": _read_jsonl,
+    ".pdf": _read_pdf,
+    ".docx": _read_docx,
+    ".odt": _read_odt,
+    ".epub": _read_epub,
+}
