@@ -14,10 +14,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal, TypeVar
 
@@ -29,8 +30,8 @@ from .errors import UserError
 
 log = logging.getLogger(__name__)
 
-DEFAULT_OLLAMA_HOST = "http://127.0.0.1:11434"
-DEFAULT_OPENAI_HOST = "http://127.0.0.1:8080"  # llama.cpp's server
+DEFAULT_OLLAMA_PORT = 11434
+DEFAULT_OPENAI_PORT = 8080  # llama.cpp's server
 HEALTH_OK_TTL = 300.0  # a healthy server is rechecked rarely; a failed request forgets it at once
 HEALTH_FAILED_TTL = 30.0  # so that starting Ollama after the app is noticed soon
 CONNECT_TIMEOUT = 5.0  # an unreachable host fails fast even when answers may take a minute
@@ -114,15 +115,27 @@ class LLMConfig(BaseModel):
     @property
     def base_url(self) -> str:
         """The server address in use, with defaults applied and no trailing slash."""
-        if self.host:
-            host = self.host
-        elif self.provider == "openai":
-            host = DEFAULT_OPENAI_HOST
-        else:
-            host = os.environ.get("OLLAMA_HOST") or DEFAULT_OLLAMA_HOST
-        if "://" not in host:
-            host = f"http://{host}"
-        return host.rstrip("/")
+        port = DEFAULT_OPENAI_PORT if self.provider == "openai" else DEFAULT_OLLAMA_PORT
+        host = self.host or (os.environ.get("OLLAMA_HOST") if self.provider == "ollama" else None)
+        return _as_url(host or "127.0.0.1", port)
+
+
+_PORT = re.compile(r":\d+$")
+_BIND_ALL = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]"}  # a server's "every interface" is "this machine"
+
+
+def _as_url(host: str, default_port: int) -> str:
+    """Read `host`, `host:port` or a URL the way Ollama's client reads OLLAMA_HOST: without a scheme,
+    http and the provider's port are implied. A bind-all address (0.0.0.0) means this machine."""
+    scheme, sep, rest = host.strip().rstrip("/").partition("://")
+    if not sep:
+        scheme, rest = "http", scheme
+    address, slash, path = rest.partition("/")
+    if match := _PORT.search(address):
+        name, port = address[: match.start()], match.group()
+    else:
+        name, port = address, "" if sep else f":{default_port}"
+    return f"{scheme}://{_BIND_ALL.get(name, name)}{port}{slash}{path}"
 
 
 # -- providers -------------------------------------------------------------------------------------
@@ -141,7 +154,7 @@ class _Backend(ABC):
     """What the router needs from a provider. Methods raise `_Transient` or `LLMError` only."""
 
     name: str  # "ollama" / "openai"
-    label: str  # how messages name the server
+    label: str  # how messages name the server, mid-sentence
 
     def __init__(self, config: LLMConfig) -> None:
         self.config = config
@@ -152,7 +165,7 @@ class _Backend(ABC):
         """The whole answer; with `schema` (a JSON schema), constrained to it."""
 
     @abstractmethod
-    def stream(self, messages: Sequence[Message], temperature: float) -> Iterator[str]:
+    def stream(self, messages: Sequence[Message], temperature: float) -> Generator[str, None, None]:
         """The answer in non-empty pieces."""
 
     @abstractmethod
@@ -171,12 +184,17 @@ class _Backend(ABC):
     def model_missing(self) -> LLMModelMissing:
         """The error for a configured model the server does not have."""
 
+    @property
+    def subject(self) -> str:
+        """The label at the start of a sentence."""
+        return self.label[:1].upper() + self.label[1:]
+
     def has_model(self, models: Sequence[str]) -> bool:
         return self.config.model in models
 
     def unreadable(self) -> LLMError:
         return LLMError(
-            f"{self.label} at {self.host} sent a reply this app cannot read. Is it the right kind of "
+            f"{self.subject} at {self.host} sent a reply this app cannot read. Is it the right kind of "
             "server for the provider chosen in settings?"
         )
 
@@ -186,15 +204,15 @@ class _Backend(ABC):
         if status == 429 or status >= 500:
             verb = "is busy" if status == 429 else "failed to answer"
             return _Transient(
-                LLMError(f"{self.label} {verb} (HTTP {status}: {detail}). Try again in a moment."),
+                LLMError(f"{self.subject} {verb} (HTTP {status}: {detail}). Try again in a moment."),
                 f"HTTP {status}",
             )
         if status in (401, 403):
             return LLMError(
-                f"{self.label} at {self.host} refused the request (HTTP {status}: {detail}). "
+                f"{self.subject} at {self.host} refused the request (HTTP {status}: {detail}). "
                 "Check the API key in settings."
             )
-        return LLMError(f"{self.label} rejected the request (HTTP {status}: {detail}).")
+        return LLMError(f"{self.subject} rejected the request (HTTP {status}: {detail}).")
 
     @contextmanager
     def transport_errors(self) -> Iterator[None]:
@@ -205,7 +223,7 @@ class _Backend(ABC):
             raise _Transient(self.unavailable(), type(e).__name__) from None
         except httpx.TimeoutException as e:
             error = LLMError(
-                f"{self.label} did not answer within {self.config.timeout:g} seconds. The model may still "
+                f"{self.subject} did not answer within {self.config.timeout:g} seconds. The model may still "
                 "be loading: try again, or allow more time in settings."
             )
             raise _Transient(error, type(e).__name__) from None
@@ -278,7 +296,7 @@ class _OllamaBackend(_Backend):
             reply = self._client.chat(**self._request(messages, temperature), format=schema, stream=False)
             return reply.message.content or ""
 
-    def stream(self, messages: Sequence[Message], temperature: float) -> Iterator[str]:
+    def stream(self, messages: Sequence[Message], temperature: float) -> Generator[str, None, None]:
         with self._errors():
             for part in self._client.chat(**self._request(messages, temperature), stream=True):
                 if part.message.content:
@@ -291,7 +309,7 @@ class _OllamaBackend(_Backend):
 
 class _OpenAIBackend(_Backend):
     name = "openai"
-    label = "The language model server"
+    label = "the language model server"
 
     def __init__(self, config: LLMConfig) -> None:
         super().__init__(config)
@@ -347,7 +365,12 @@ class _OpenAIBackend(_Backend):
         raise self.from_status(response.status_code, detail)
 
     def _request(
-        self, messages: Sequence[Message], temperature: float, *, stream: bool, schema: dict[str, Any] | None = None
+        self,
+        messages: Sequence[Message],
+        temperature: float,
+        *,
+        stream: bool,
+        schema: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.config.model,
@@ -375,7 +398,7 @@ class _OpenAIBackend(_Backend):
             raise self.unreadable()
         return content or ""
 
-    def stream(self, messages: Sequence[Message], temperature: float) -> Iterator[str]:
+    def stream(self, messages: Sequence[Message], temperature: float) -> Generator[str, None, None]:
         body = self._request(messages, temperature, stream=True)
         with self._errors(), self._client.stream("POST", "/v1/chat/completions", json=body) as response:
             self._check(response)
@@ -391,7 +414,7 @@ class _OpenAIBackend(_Backend):
                 if chunk.get("error"):
                     error = chunk["error"]
                     message = error.get("message") if isinstance(error, dict) else error
-                    raise LLMError(f"{self.label} stopped with an error: {_short(str(message))}")
+                    raise LLMError(f"{self.subject} stopped with an error: {_short(str(message))}")
                 for choice in chunk.get("choices") or ():
                     piece = choice.get("delta", {}).get("content") if isinstance(choice, dict) else None
                     if isinstance(piece, str) and piece:
@@ -416,8 +439,7 @@ NO_PROVIDER = (
     "answers written for you."
 )
 BAD_OUTPUT = (
-    "The language model returned an answer that does not fit the expected format (twice). "
-    "Try another model."
+    "The language model returned an answer that does not fit the expected format (twice). Try another model."
 )
 
 
@@ -477,19 +499,24 @@ class LLMRouter:
             try:
                 parsed = schema.model_validate_json(_strip_code_fence(text))
             except ValidationError:
-                log.warning("llm %s/%s: answer does not fit %s (try %d/2)", backend.name,
-                            self.config.model, schema.__name__, attempt)
+                log.warning(
+                    "llm %s/%s: answer does not fit %s (try %d/2)",
+                    backend.name,
+                    self.config.model,
+                    schema.__name__,
+                    attempt,
+                )
                 continue
             return self._completion(text, parsed)
         raise LLMBadOutput(BAD_OUTPUT)
 
-    def stream(self, messages: Sequence[Message], *, temperature: float = 0.0) -> Iterator[str]:
+    def stream(self, messages: Sequence[Message], *, temperature: float = 0.0) -> Generator[str, None, None]:
         """The answer in pieces as the model writes them. Failures before the first piece are retried;
         once text has been handed out, a failure raises (the caller keeps what it has)."""
         backend = self._require_backend()
         started = self._clock()
 
-        def first_piece() -> tuple[Iterator[str], str | None]:
+        def first_piece() -> tuple[Generator[str, None, None], str | None]:
             pieces = backend.stream(messages, temperature)
             return pieces, next(pieces, None)
 
@@ -524,8 +551,15 @@ class LLMRouter:
             try:
                 result = call()
             except _Transient as failure:
-                log.warning("llm %s/%s %s: attempt %d/%d failed (%s)", provider, model, what, attempt,
-                            attempts, failure.reason)
+                log.warning(
+                    "llm %s/%s %s: attempt %d/%d failed (%s)",
+                    provider,
+                    model,
+                    what,
+                    attempt,
+                    attempts,
+                    failure.reason,
+                )
                 if attempt >= attempts:
                     if isinstance(failure.error, LLMUnavailable):
                         self._forget_health()
@@ -582,15 +616,23 @@ class LLMRouter:
         except LLMError as error:
             log.info("llm %s health: unusable (%s)", backend.name, type(error).__name__)
             return Health(ok=False, provider=config.provider, model=config.model, detail=str(error))
-        log.info("llm %s health: %d models listed in %.2fs", backend.name, len(models), self._clock() - started)
+        log.info(
+            "llm %s health: %d models listed in %.2fs", backend.name, len(models), self._clock() - started
+        )
         if not backend.has_model(models):
             return Health(
-                ok=False, provider=config.provider, model=config.model,
-                detail=str(backend.model_missing()), models=tuple(models),
+                ok=False,
+                provider=config.provider,
+                model=config.model,
+                detail=str(backend.model_missing()),
+                models=tuple(models),
             )
         return Health(
-            ok=True, provider=config.provider, model=config.model,
-            detail=f"{backend.label} at {backend.host} is ready with {config.model}.", models=tuple(models),
+            ok=True,
+            provider=config.provider,
+            model=config.model,
+            detail=f"{backend.subject} at {backend.host} is ready with {config.model}.",
+            models=tuple(models),
         )
 
 
