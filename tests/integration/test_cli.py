@@ -1,0 +1,79 @@
+"""The CLI contract, run as a user would: the installed `personal-llm` command in a fresh profile."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CLI = shutil.which("personal-llm", path=str(Path(sys.executable).parent)) or "personal-llm"
+
+
+def run(*args: str, input: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([CLI, *args], capture_output=True, text=True, input=input, timeout=300,
+                          env={**os.environ, **(env or {})})
+
+
+def ok_json(*args: str):
+    p = run(*args, "--json")
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def test_contract_in_a_fresh_profile(profile_home: Path):
+    assert not profile_home.exists()
+    a = ok_json("remember", "My sister Alice lives in Lisbon.", "--project", "family")
+    assert a["id"].startswith("mem_") and a["project"] == "family"
+    b = ok_json("remember", "Dentist appointment moved to Friday.", "--kind", "episodic", "--at", "2026-11-20T09:00")
+    assert b["kind"] == "episodic" and b["at"].startswith("2026-11-20")
+    hits = ok_json("recall", "Which city is my sibling based in?", "-k", "1")
+    assert hits[0]["id"] == a["id"]
+    assert {"id", "kind", "text", "score"} <= hits[0].keys()
+    assert ok_json("recall", "sibling city", "--project", "work") == []
+    stats = ok_json("stats")
+    assert stats["memories"] == 2 and stats["by_kind"]["episodic"] == 1
+    assert stats["embedding_model"] == "all-MiniLM-L6-v2" and "documents" in stats and "chunks" in stats
+    assert {"nodes", "edges"} <= stats.keys()
+    gone = ok_json("forget", a["id"])
+    assert gone["id"] == a["id"]
+    assert all(h["id"] != a["id"] for h in ok_json("recall", "Alice Lisbon sister"))
+
+
+def test_human_output_is_a_table_not_a_dump(profile_home: Path):
+    assert run("remember", "The garage code is 4321.").returncode == 0
+    p = run("recall", "garage code")
+    assert p.returncode == 0 and "garage code" in p.stdout and "{" not in p.stdout
+    assert "memories" in run("stats").stdout
+
+
+def test_errors_are_clear_with_nonzero_exit_and_no_traceback(profile_home: Path):
+    for args in (("forget", "mem_doesnotexist"), ("remember", ""), ("remember", "x", "--at", "someday"),
+                 ("recall", "x", "-k", "0")):
+        p = run(*args)
+        assert p.returncode != 0, args
+        assert p.stderr.startswith("error: ") and "Traceback" not in p.stderr, p.stderr
+    p = run("remember", "x", "--kind", "dream")
+    assert p.returncode == 2 and "invalid choice" in p.stderr
+
+
+def test_missing_key_is_a_clear_refusal(profile_home: Path):
+    assert run("remember", "keep me").returncode == 0
+    import keyring
+
+    from engine.keys import SERVICE, read_profile
+
+    keyring.delete_password(SERVICE, read_profile(profile_home).key_account)
+    p = run("stats")
+    assert p.returncode == 1 and "not in the keychain" in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("cmd", ["remember", "recall", "forget", "stats"])
+def test_every_contract_command_is_documented(cmd: str):
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    assert f"personal-llm {cmd}" in readme
+    assert run(cmd, "--help").returncode == 0
