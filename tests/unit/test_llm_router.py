@@ -34,15 +34,37 @@ def closed_port_url() -> str:
 def test_config_defaults_to_local_ollama(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OLLAMA_HOST", raising=False)
     config = LLMConfig()
-    assert (config.provider, config.model, config.timeout, config.max_retries) == ("ollama", "llama3.2", 60.0, 3)
+    assert (config.provider, config.model, config.timeout, config.max_retries) == (
+        "ollama",
+        "llama3.2",
+        60.0,
+        3,
+    )
     assert config.base_url == "http://127.0.0.1:11434"
 
 
-def test_config_host_comes_from_ollama_host_then_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_config_host_comes_from_settings_then_ollama_host(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OLLAMA_HOST", "10.0.0.5:11434")
     assert LLMConfig().base_url == "http://10.0.0.5:11434"
     assert LLMConfig(host="https://ollama.example/").base_url == "https://ollama.example"
-    assert LLMConfig(provider="openai").base_url == "http://127.0.0.1:8080"
+    assert LLMConfig(provider="openai").base_url == "http://127.0.0.1:8080"  # OLLAMA_HOST is Ollama's
+
+
+@pytest.mark.parametrize(
+    ("host", "url"),
+    [
+        ("0.0.0.0", "http://127.0.0.1:11434"),  # a common OLLAMA_HOST: the server binds everywhere
+        ("0.0.0.0:9000", "http://127.0.0.1:9000"),
+        ("gpu-box", "http://gpu-box:11434"),
+        ("gpu-box:80/ollama/", "http://gpu-box:80/ollama"),
+        ("[::1]", "http://[::1]:11434"),
+        ("http://gpu-box", "http://gpu-box"),
+    ],
+)
+def test_bare_hosts_read_like_ollama_reads_them(monkeypatch: pytest.MonkeyPatch, host: str, url: str) -> None:
+    monkeypatch.setenv("OLLAMA_HOST", host)
+    assert LLMConfig().base_url == url
+    assert LLMConfig(provider="openai", host=host).base_url == url.replace(":11434", ":8080")
 
 
 def test_config_reads_the_user_settings_and_hides_the_key() -> None:
