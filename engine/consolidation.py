@@ -1,7 +1,442 @@
-"""Consolidation: decay, archive, contradictions, episodic roll-up."""
+"""Consolidation: decay, archive, contradictions, episodic roll-up.
+
+- Decay follows elapsed time, not the number of runs: a memory unused for `decay_after_days` loses
+  importance by a fixed factor per further idle day, counted from where the last run stopped
+  (`memories.decayed_at`), so running twice at the same moment changes nothing.
+- Archive, never delete: unused memories below `archive_floor` after `archive_after_days` leave default
+  recall and can be restored. Only `forget` (the user's explicit request) deletes.
+- Contradictions: candidate pairs of facts (same subject and relation in the graph, or close in meaning,
+  same project) are judged by the language model; a contradiction flags both (`conflict_with`) and the
+  user resolves it. Every judged pair is remembered (`fact_checks`) so it is not asked again.
+- Roll-up: a window of unprocessed episodic memories in one scope (a conversation, else a project) is
+  summarised into facts. Facts, their `derivations` and the `rollups` row (keyed by a hash over the
+  window's source ids) are written in one transaction; only then are the sources marked processed and
+  the scope's watermark advanced. A crash in between is resumed from the `rollups` row, never repeated.
+  An empty answer ("SUMMARY: NONE") is a valid outcome that still advances the watermark.
+
+Without a language model, decay and archive run and the rest waits (the report says so).
+"""
 
 from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from . import vectors
+from .db import Connection
+from .errors import NotFound, UserError
+from .graph import ExtractionReport, batched, load_prompt, untrusted
+from .llm import LLMBadOutput, LLMError, LLMRouter, Message
+from .models import Memory, iso
+
+log = logging.getLogger(__name__)
+
+DAY = 86_400.0
+DECAY_PER_30_DAYS = 0.8  # importance kept per 30 idle days past decay_after_days
+ROLLUP_MIN_BATCH = 8  # unprocessed episodic memories a scope needs before it is rolled up
+ROLLUP_MAX_BATCH = 30  # events per summarised window
+MAX_ROLLUP_FACTS = 10
+MAX_FACT_CHARS = 500
+MAX_PAIR_CHECKS = 50  # language-model comparisons per run; the rest wait for the next run
+SIMILAR_FACTS = 5  # nearest facts considered for each fact
+CONFLICT_COSINE = 0.6  # how close in meaning two facts must be to be compared
+_SUMMARY_NONE = re.compile(r"^\W*summary\s*:\s*none\W*$", re.IGNORECASE)
+
+
+class ContradictionVerdict(BaseModel):
+    contradicts: bool
+
+
+class RollupFacts(BaseModel):
+    facts: list[str] = Field(default_factory=list)
+
+
+class RollupReport(BaseModel):
+    windows: int = Field(default=0, description="Windows summarised now")
+    facts: int = Field(default=0, description="Facts written (or merged into existing ones)")
+    sources: int = Field(default=0, description="Episodic memories marked processed")
+    empty: int = Field(default=0, description="Windows with nothing durable (SUMMARY: NONE)")
+    resumed: int = Field(default=0, description="Windows finished after an interrupted run")
+    note: str | None = None
+
+
+class ConsolidationReport(BaseModel):
+    decayed: int = Field(default=0, description="Memories whose importance decayed")
+    archived: list[str] = Field(default_factory=list, description="Ids archived now")
+    rollup: RollupReport = Field(default_factory=RollupReport)
+    extraction: ExtractionReport = Field(default_factory=ExtractionReport)
+    pairs_checked: int = Field(default=0, description="Pairs of facts compared by the language model")
+    conflicts: list[tuple[str, str]] = Field(default_factory=list, description="Pairs flagged now")
+    waiting: list[str] = Field(default_factory=list, description="Steps that wait for a language model")
+    notes: list[str] = Field(default_factory=list)
+    cancelled: bool = False
+
+
+class ConflictPair(BaseModel):
+    """Two facts that disagree: `a` is the older statement."""
+
+    a: Memory
+    b: Memory
+
+
+class Resolution(BaseModel):
+    kept: list[str]
+    archived: list[str]
+
+
+def _pair_hash(hash_a: str, hash_b: str) -> str:
+    return hashlib.sha256(f"{hash_a}:{hash_b}".encode()).hexdigest()
+
+
+def _window_hash(scope: str, ids: list[int]) -> str:
+    return hashlib.sha256(f"{scope}|{','.join(map(str, ids))}".encode()).hexdigest()
 
 
 class ConsolidationMixin:
     """Engine methods for this area (mixed into engine.Engine)."""
+
+    def consolidate(self, now: float | datetime | None = None, progress: Callable[[int, int], None] | None = None,
+                    cancel: threading.Event | None = None) -> ConsolidationReport:
+        """Decay, archive, roll up, extract triples, check contradictions; audited; see the module doc."""
+        now_ts = time.time() if now is None else now.timestamp() if isinstance(now, datetime) else float(now)
+        report = ConsolidationReport()
+        steps = 4
+
+        def step(done: int) -> bool:
+            if progress is not None:
+                progress(done, steps)
+            report.cancelled = cancel is not None and cancel.is_set()
+            return not report.cancelled
+
+        report.decayed, report.archived = self._decay_and_archive(now_ts)
+        if step(1):
+            router, why = self._llm_ready()
+            if router is None:
+                report.waiting = ["roll-up", "graph extraction", "contradiction checks"]
+                report.extraction = ExtractionReport(remaining=self._pending_extraction(self.con), waiting=True)
+                report.notes.append(f"Roll-up, graph extraction and contradiction checks wait for a language "
+                                    f"model. {why}")
+            else:
+                report.rollup = self._rollup(router, now_ts, cancel)
+                if step(2):
+                    report.extraction = self.extract_pending(cancel=cancel)
+                    if step(3):
+                        self._check_contradictions(router, report, now_ts, cancel)
+                        step(4)
+            report.notes += [n for n in (report.rollup.note, report.extraction.note) if n]
+        with self.store.write() as con:
+            self.audit("consolidate", None, {
+                "decayed": report.decayed, "archived": len(report.archived), "rollup_facts": report.rollup.facts,
+                "rollup_sources": report.rollup.sources, "edges": report.extraction.edges,
+                "pairs_checked": report.pairs_checked, "conflicts": len(report.conflicts),
+                "waiting": bool(report.waiting), "cancelled": report.cancelled,
+            }, con=con, actor="consolidation")
+        self._notify("consolidate", graph=bool(report.extraction.edges))
+        log.info("consolidation: %d decayed, %d archived, %d facts rolled up, %d conflicts", report.decayed,
+                 len(report.archived), report.rollup.facts, len(report.conflicts))
+        return report
+
+    # -- decay and archive ---------------------------------------------------------------------------
+
+    def _decay_and_archive(self, now: float) -> tuple[int, list[str]]:
+        decay_after = self.settings.decay_after_days * DAY
+        rate = DECAY_PER_30_DAYS ** (1 / 30)
+        last_use = "max(coalesce(event_at, created_at), coalesce(last_accessed_at, 0))"
+        with self.mutation() as (con, touched):
+            updates = []
+            for rid, importance, used, decayed_at in con.execute(
+                f"SELECT id, importance, {last_use}, decayed_at FROM memories WHERE archived = 0 AND {last_use} < ?",
+                (now - decay_after,),
+            ).fetchall():
+                start = max(used + decay_after, decayed_at or 0.0)
+                if now > start:
+                    updates.append((importance * rate ** ((now - start) / DAY), now, rid))
+            con.executemany("UPDATE memories SET importance = ?, decayed_at = ? WHERE id = ?", updates)
+            stale = con.execute(
+                f"SELECT id, uid FROM memories WHERE archived = 0 AND importance < ? AND {last_use} < ? ORDER BY id",
+                (self.settings.archive_floor, now - self.settings.archive_after_days * DAY),
+            ).fetchall()
+            con.executemany("UPDATE memories SET archived = 1, archived_at = ? WHERE id = ?",
+                            [(now, rid) for rid, _ in stale])
+            touched.memories.update(rid for rid, _ in stale)
+            if updates:
+                self.audit("decay", None, {"count": len(updates), "after_days": self.settings.decay_after_days},
+                           con=con, actor="consolidation")
+            if stale:
+                self.audit("archive", None, {"count": len(stale), "ids": [uid for _, uid in stale],
+                                             "floor": self.settings.archive_floor}, con=con, actor="consolidation")
+        archived = [uid for _, uid in stale]
+        if archived:
+            self._notify("archive", memories=archived)
+        return len(updates), archived
+
+    def restore(self, uid: str) -> Memory:
+        """Bring an archived memory back into recall; it counts as used now (decay starts over)."""
+        now = time.time()
+        with self.mutation() as (con, touched):
+            row = self._row_by_uid(con, uid)
+            if not row[11]:
+                raise UserError(f"{uid} is not archived.")
+            con.execute(
+                "UPDATE memories SET archived = 0, archived_at = NULL, decayed_at = NULL, last_accessed_at = ?, "
+                "updated_at = ? WHERE id = ?",
+                (now, now, row[0]),
+            )
+            touched.memories.add(row[0])
+            self.audit("restore", uid, {}, con=con)
+            mem = self._memory(self._row_by_uid(con, uid))
+        self._notify("restore", memories=[uid])
+        return mem
+
+    # -- contradictions ------------------------------------------------------------------------------
+
+    def _contradiction_candidates(self, con: Connection) -> list[tuple[int, int]]:
+        """Unflagged fact pairs in one project worth comparing: same subject and relation with another
+        object in the graph first, then pairs close in meaning (closest first)."""
+        facts = {r[0]: r[1] for r in con.execute(
+            "SELECT id, project FROM memories WHERE kind = 'fact' AND archived = 0 AND conflict_with IS NULL"
+        ).fetchall()}
+        pairs: dict[tuple[int, int], None] = {}
+        for a, b in con.execute(
+            "SELECT DISTINCT e1.memory_id, e2.memory_id FROM edges e1 JOIN edges e2 ON e1.src = e2.src "
+            "AND e1.rel = e2.rel AND e1.dst <> e2.dst AND e1.memory_id < e2.memory_id ORDER BY 1, 2"
+        ).fetchall():
+            if a in facts and b in facts and facts[a] == facts[b]:
+                pairs.setdefault((a, b))
+        if self._ensure_space() and facts:
+            close: dict[tuple[int, int], float] = {}
+            index = self._index["memories"]
+            stored = []
+            for part in batched(sorted(facts)):
+                stored += con.execute(
+                    f"SELECT rowid, embedding FROM vec_memories WHERE rowid IN ({','.join('?' * len(part))})", part
+                ).fetchall()
+            for rid, blob in stored:
+                query = np.frombuffer(blob, dtype=np.float32)
+                f = vectors.Filter(projects={facts[rid]}, kinds={"fact"})
+                for other, cos in index.search(con, query, SIMILAR_FACTS + 1, f):
+                    if other != rid and other in facts and cos >= CONFLICT_COSINE:
+                        key = (min(rid, other), max(rid, other))
+                        close[key] = max(close.get(key, 0.0), cos)
+            for key in sorted(close, key=lambda k: (-close[k], k)):
+                pairs.setdefault(key)
+        return list(pairs)
+
+    def _check_contradictions(self, router: LLMRouter, report: ConsolidationReport, now: float,
+                              cancel: threading.Event | None) -> None:
+        if self.embeddings_available():
+            self.embed_pending(cancel=cancel)  # facts rolled up just now get their vectors
+        con = self.con
+        system = Message(role="system", content=load_prompt("contradiction"))
+        for a, b in self._contradiction_candidates(con):
+            if report.pairs_checked >= MAX_PAIR_CHECKS or (cancel is not None and cancel.is_set()):
+                break
+            rows = con.execute(
+                "SELECT id, uid, text, content_hash, coalesce(event_at, created_at) FROM memories "
+                "WHERE id IN (?, ?) ORDER BY id", (a, b)).fetchall()
+            if len(rows) != 2:
+                continue
+            pair_hash = _pair_hash(rows[0][3], rows[1][3])
+            seen = con.execute("SELECT pair_hash FROM fact_checks WHERE a = ? AND b = ?", (a, b)).fetchone()
+            if seen is not None and seen[0] == pair_hash:
+                continue
+            statements = "\n".join(f"Statement {label} (recorded {iso(r[4])[:10]}): {r[2]}"
+                                   for label, r in zip("AB", rows, strict=True))
+            try:
+                verdict = router.complete([system, Message(role="user", content=untrusted(statements))],
+                                          schema=ContradictionVerdict).parsed
+            except LLMBadOutput:
+                continue
+            except LLMError as e:
+                report.notes.append(f"Contradiction checks stopped: {e}")
+                break
+            report.pairs_checked += 1
+            if self._record_verdict(rows, pair_hash, verdict.contradicts, now):
+                report.conflicts.append((rows[0][1], rows[1][1]))
+
+    def _record_verdict(self, rows: list[tuple], pair_hash: str, contradicts: bool, now: float) -> bool:
+        """Store the judgement; flag both facts when they contradict. True when flagged now."""
+        (a, a_uid, *_), (b, b_uid, *_) = rows
+        with self.store.write() as con:
+            current = con.execute(
+                "SELECT count(*) FROM memories WHERE id IN (?, ?) AND archived = 0 AND conflict_with IS NULL "
+                "AND content_hash IN (?, ?)", (a, b, rows[0][3], rows[1][3])).fetchone()[0]
+            if current != 2:
+                return False  # changed meanwhile (edited, archived, flagged by another pair): judge again later
+            self._remember_check(con, a, b, pair_hash, "conflict" if contradicts else "consistent", now)
+            if not contradicts:
+                return False
+            con.execute("UPDATE memories SET conflict_with = ? WHERE id = ?", (b_uid, a))
+            con.execute("UPDATE memories SET conflict_with = ? WHERE id = ?", (a_uid, b))
+            self.audit("conflict_flagged", a_uid, {"with": b_uid}, con=con, actor="consolidation")
+        self._notify("conflict", memories=[a_uid, b_uid])
+        return True
+
+    @staticmethod
+    def _remember_check(con: Connection, a: int, b: int, pair_hash: str, verdict: str, now: float) -> None:
+        con.execute(
+            "INSERT INTO fact_checks(a, b, pair_hash, verdict, checked_at) VALUES (?,?,?,?,?) "
+            "ON CONFLICT(a, b) DO UPDATE SET pair_hash = excluded.pair_hash, verdict = excluded.verdict, "
+            "checked_at = excluded.checked_at",
+            (min(a, b), max(a, b), pair_hash, verdict, now),
+        )
+
+    def conflicts(self) -> list[ConflictPair]:
+        """Pairs of facts flagged as contradicting each other, for the user to resolve."""
+        con = self.con
+        pairs: list[ConflictPair] = []
+        seen: set[str] = set()
+        for row in con.execute(
+            f"SELECT {self._MEMORY_COLS} FROM memories WHERE conflict_with IS NOT NULL ORDER BY id"
+        ).fetchall():
+            other = con.execute(f"SELECT {self._MEMORY_COLS} FROM memories WHERE uid = ?", (row[13],)).fetchone()
+            if other is None or row[1] in seen:
+                continue
+            seen.update((row[1], other[1]))
+            pairs.append(ConflictPair(a=self._memory(row), b=self._memory(other)))
+        return pairs
+
+    def resolve(self, uid: str, keep: str) -> Resolution:
+        """Resolve a flagged pair: keep one (the other is archived, not deleted) or `both` (not a
+        conflict; the pair is remembered so it is not flagged again)."""
+        keep = (keep or "").strip()
+        now = time.time()
+        with self.mutation() as (con, touched):
+            row = self._row_by_uid(con, uid)
+            if row[13] is None:
+                raise UserError(f"{uid} is not flagged as contradicting another memory.")
+            try:
+                other = self._row_by_uid(con, row[13])
+            except NotFound:
+                raise UserError(f"The memory {uid} contradicted is gone; nothing to resolve.") from None
+            if keep not in ("both", row[1], other[1]):
+                raise UserError(f"Choose what to keep: {row[1]}, {other[1]} or both.")
+            con.execute("UPDATE memories SET conflict_with = NULL, updated_at = ? WHERE id IN (?, ?)",
+                        (now, row[0], other[0]))
+            dropped = [] if keep == "both" else [other if keep == row[1] else row]
+            for d in dropped:
+                con.execute("UPDATE memories SET archived = 1, archived_at = ? WHERE id = ?", (now, d[0]))
+                touched.memories.add(d[0])
+            self._remember_check(con, row[0], other[0], _pair_hash(*(r[15] for r in sorted((row, other)))),
+                                 "not_conflict" if keep == "both" else "resolved", now)
+            result = Resolution(kept=[r[1] for r in (row, other) if r not in dropped], archived=[d[1] for d in dropped])
+            self.audit("resolve_conflict", uid, {"with": other[1], "keep": keep, "archived": result.archived}, con=con)
+        self._notify("resolve", memories=[row[1], other[1]])
+        return result
+
+    # -- episodic roll-up ----------------------------------------------------------------------------
+
+    def _rollup_scopes(self, con: Connection) -> dict[str, tuple[int | None, str | None]]:
+        """Scopes with unprocessed episodic memories: scope key -> (conversation row id, project)."""
+        scopes: dict[str, tuple[int | None, str | None]] = {}
+        for conv_id, conv_uid, conv_project, project in con.execute(
+            "SELECT DISTINCT m.conversation_id, c.uid, c.project, m.project FROM memories m "
+            "LEFT JOIN conversations c ON c.id = m.conversation_id "
+            "WHERE m.kind = 'episodic' AND m.processed = 0 AND m.archived = 0 ORDER BY 1, 4"
+        ).fetchall():
+            if conv_id is not None:
+                scopes.setdefault(f"conversation:{conv_uid}", (conv_id, conv_project if conv_project else project))
+            else:
+                scopes.setdefault(f"project:{project or ''}", (None, project))
+        return scopes
+
+    @staticmethod
+    def _scope_sql(conv_id: int | None, project: str | None) -> tuple[str, tuple]:
+        if conv_id is not None:
+            return "conversation_id = ?", (conv_id,)
+        return "conversation_id IS NULL AND project IS ?", (project,)
+
+    @staticmethod
+    def _watermark(con: Connection, scope: str) -> int:
+        row = con.execute("SELECT last_id FROM watermarks WHERE scope = ?", (scope,)).fetchone()
+        return row[0] if row else 0
+
+    def _rollup(self, router: LLMRouter, now: float, cancel: threading.Event | None,
+                min_batch: int = ROLLUP_MIN_BATCH, max_batch: int = ROLLUP_MAX_BATCH) -> RollupReport:
+        report = RollupReport()
+        con = self.con
+        system = Message(role="system", content=load_prompt("rollup"))
+        for scope, (conv_id, project) in self._rollup_scopes(con).items():
+            where, args = self._scope_sql(conv_id, project)
+            pending = ("SELECT id FROM memories WHERE kind = 'episodic' AND processed = 0 AND archived = 0 "
+                       f"AND {where} AND id > ?")
+            mark = self._watermark(con, scope)
+            interrupted = con.execute("SELECT max(last_id) FROM rollups WHERE scope = ? AND last_id > ?",
+                                      (scope, mark)).fetchone()[0]
+            if interrupted is not None:  # written before a crash, never marked: finish it, don't redo it
+                ids = [r[0] for r in con.execute(pending + " AND id <= ? ORDER BY id", (*args, mark, interrupted))]
+                self._mark_rolled_up(scope, ids, interrupted, now)
+                report.resumed += 1
+                report.sources += len(ids)
+            while not (cancel is not None and cancel.is_set()):
+                mark = self._watermark(con, scope)
+                ids = [r[0] for r in con.execute(pending + " ORDER BY id LIMIT ?", (*args, mark, max_batch))]
+                if len(ids) < min_batch:
+                    break
+                source_hash = _window_hash(scope, ids)
+                if con.execute("SELECT 1 FROM rollups WHERE source_hash = ?", (source_hash,)).fetchone() is None:
+                    try:
+                        facts = self._summarise(router, system, ids)
+                    except LLMBadOutput:
+                        report.note = "Roll-up: the language model's summary did not fit; it is tried again next time."
+                        break
+                    except LLMError as e:
+                        report.note = f"Roll-up stopped: {e}"
+                        return report
+                    report.facts += self._write_rollup(scope, conv_id, project, ids, source_hash, facts, now)
+                    report.windows += 1
+                    report.empty += not facts
+                self._mark_rolled_up(scope, ids, ids[-1], now)
+                report.sources += len(ids)
+        return report
+
+    def _summarise(self, router: LLMRouter, system: Message, ids: list[int]) -> list[str]:
+        rows = self.con.execute(
+            f"SELECT text, coalesce(event_at, created_at) FROM memories WHERE id IN ({','.join('?' * len(ids))}) "
+            "ORDER BY coalesce(event_at, created_at), id", ids).fetchall()
+        events = "\n".join(f"{i}. [{iso(at)[:16].replace('T', ' ')}] {text}" for i, (text, at) in enumerate(rows, 1))
+        answer = router.complete([system, Message(role="user", content=untrusted(events))], schema=RollupFacts)
+        facts: dict[str, None] = {}
+        for fact in answer.parsed.facts:
+            fact = " ".join(fact.split())
+            if fact and not _SUMMARY_NONE.match(fact) and len(fact) <= MAX_FACT_CHARS:
+                facts.setdefault(fact)
+        return list(facts)[:MAX_ROLLUP_FACTS]
+
+    def _write_rollup(self, scope: str, conv_id: int | None, project: str | None, ids: list[int],
+                      source_hash: str, facts: list[str], now: float) -> int:
+        """Facts, their derivations and the rollups row: one transaction. Returns the facts written."""
+        written: list[str] = []
+        with self.mutation() as (con, _):
+            for text in facts:
+                result = self.remember(text, kind="fact", project=project, source="rollup",
+                                       conversation_id=conv_id, embed="background")
+                rid, source = con.execute("SELECT id, source FROM memories WHERE uid = ?", (result.id,)).fetchone()
+                if result.merged and source != "rollup":
+                    continue  # already known on its own: not derived from these events alone
+                con.executemany("INSERT OR IGNORE INTO derivations(derived_id, source_id) VALUES (?, ?)",
+                                [(rid, sid) for sid in ids])
+                written.append(result.id)
+            con.execute("INSERT INTO rollups(scope, source_hash, fact_count, created_at, last_id) VALUES (?,?,?,?,?)",
+                        (scope, source_hash, len(written), now, ids[-1]))
+            self.audit("rollup", None, {"scope": scope.split(":", 1)[0], "sources": len(ids), "facts": written},
+                       con=con, actor="consolidation")
+        return len(written)
+
+    def _mark_rolled_up(self, scope: str, ids: list[int], last_id: int, now: float) -> None:
+        """After the facts are written: mark the window's sources processed and advance the watermark."""
+        with self.store.write() as con:
+            con.executemany("UPDATE memories SET processed = 1 WHERE id = ?", [(i,) for i in ids])
+            con.execute(
+                "INSERT INTO watermarks(scope, last_id, updated_at) VALUES (?,?,?) ON CONFLICT(scope) "
+                "DO UPDATE SET last_id = max(last_id, excluded.last_id), updated_at = excluded.updated_at",
+                (scope, last_id, now),
+            )

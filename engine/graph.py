@@ -1,7 +1,446 @@
-"""Knowledge graph: triples with provenance, admission policy, traversal."""
+"""Knowledge graph: triples with provenance, admission policy, traversal.
+
+A language model reads memories and document chunks and proposes (entity, relation, entity) triples.
+Each candidate passes `admission.admit` before anything is written (refusals are counted by reason),
+entities are resolved to existing nodes, and every edge records the memory or chunk it came from, so
+forgetting that source removes the edge (and nodes left without edges) in the same transaction.
+
+Traversal builds a networkx `DiGraph` of the neighbourhood on demand, walking edges in both directions.
+"""
 
 from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+import unicodedata
+from collections.abc import Callable, Iterable, Iterator
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, Field
+
+from .admission import admit, clean
+from .db import Connection
+from .errors import NotFound, UserError
+from .llm import LLMBadOutput, LLMError, LLMModelMissing, LLMRouter, LLMUnavailable, Message
+
+if TYPE_CHECKING:
+    import networkx as nx
+
+log = logging.getLogger(__name__)
+
+MAX_TRIPLES_PER_ITEM = 20
+MAX_ALIAS_TOKENS = 3  # "Alice" may stand for "Alice Smith", not for "Alice Springs Regional Hospital"
+CONTEXT_FACTS = 30
+_POSSESSIVE = re.compile(r"['’]s\b")
+_NON_WORD = re.compile(r"[\W_]+")
+_UNTRUSTED_TAG = re.compile(r"</?\s*untrusted_content\s*>", re.IGNORECASE)
+
+
+# -- helpers shared with consolidation ----------------------------------------------------------------
+
+
+def load_prompt(name: str) -> str:
+    """A prompt template shipped in resources/prompts."""
+    return (resources.files("resources") / "prompts" / f"{name}.txt").read_text(encoding="utf-8")
+
+
+def untrusted(text: str) -> str:
+    """Wrap stored text for a prompt; tags inside the text cannot close the wrapper early."""
+    return f"<untrusted_content>\n{_UNTRUSTED_TAG.sub(' ', text)}\n</untrusted_content>"
+
+
+def norm_name(name: str) -> str:
+    """How entity names are compared: case, punctuation, spacing and a possessive 's don't matter."""
+    text = _POSSESSIVE.sub("", unicodedata.normalize("NFKC", name).casefold())
+    return " ".join(_NON_WORD.sub(" ", text).split())
+
+
+def _norm_type(value: str | None) -> str | None:
+    text = norm_name(value or "")
+    return text if text and len(text) <= 30 and " " not in text else None
+
+
+def _placeholders(items: list[Any]) -> str:
+    return ",".join("?" * len(items))
+
+
+def batched(items: list[int], size: int = 400) -> Iterator[list[int]]:
+    """Slices small enough for SQLite's limit on bound parameters."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+# -- data ---------------------------------------------------------------------------------------------
+
+
+class ExtractedTriple(BaseModel):
+    """One fact proposed by the model (structured output)."""
+
+    subject: str
+    relation: str
+    object: str
+    subject_type: str | None = None
+    object_type: str | None = None
+
+
+class TripleExtraction(BaseModel):
+    triples: list[ExtractedTriple] = Field(default_factory=list)
+
+
+class ExtractionReport(BaseModel):
+    processed: int = Field(default=0, description="Memories and chunks read by the model")
+    edges: int = Field(default=0, description="Edges added")
+    nodes: int = Field(default=0, description="Entities added")
+    rejected: dict[str, int] = Field(default_factory=dict, description="Refused candidates by reason")
+    failed: int = Field(default=0, description="Items whose answer never fit the schema (skipped)")
+    remaining: int = Field(default=0, description="Items still waiting for extraction")
+    waiting: bool = Field(default=False, description="No language model answered; the rest waits")
+    cancelled: bool = False
+    note: str | None = None
+
+
+class GraphNode(BaseModel):
+    id: int
+    name: str
+    type: str | None = None
+    hops: int = Field(description="Distance from the entity asked about")
+
+
+class GraphEdge(BaseModel):
+    src: int
+    rel: str
+    dst: int
+    text: str = Field(description='The fact for people, e.g. "Alice —works at→ Acme"')
+    sources: list[str] = Field(description="Ids of the memories (mem_…) and chunks (chk_…) it came from")
+
+
+class GraphView(BaseModel):
+    entity: str
+    hops: int
+    nodes: list[GraphNode]
+    edges: list[GraphEdge]
+
+
+def fact_text(src: str, rel: str, dst: str) -> str:
+    return f"{src} —{rel}→ {dst}"
 
 
 class GraphMixin:
     """Engine methods for this area (mixed into engine.Engine)."""
+
+    def _notify(self, action: str, *, memories: Iterable[str] = (), graph: bool = False) -> None:
+        """Tell the views what changed (after the transaction committed)."""
+        from .engine import Changes
+
+        self._emit(Changes(action, memories=set(memories), graph=graph))
+
+    # -- the language model --------------------------------------------------------------------------
+
+    def _llm_ready(self) -> tuple[LLMRouter | None, str]:
+        """The engine's router (AskMixin.llm) when its model can answer now (health is cached), else None
+        and why not."""
+        router = self.llm
+        health = router.health()
+        return (router if health.ok else None), health.detail
+
+    def graph_notes(self) -> list[str]:
+        """For stats: what waits for a language model (empty when one answers or nothing waits)."""
+        con = self.con
+        extract = self._pending_extraction(con)
+        rollup = con.execute(
+            "SELECT count(*) FROM memories WHERE kind = 'episodic' AND processed = 0 AND archived = 0"
+        ).fetchone()[0]
+        facts = con.execute("SELECT count(*) FROM memories WHERE kind = 'fact' AND archived = 0").fetchone()[0]
+        if not (extract or rollup or facts > 1):
+            return []
+        router, why = self._llm_ready()
+        if router is not None:
+            return []
+        return [
+            f"Graph extraction ({extract} waiting), contradiction checks and episodic roll-up ({rollup} "
+            f"waiting) wait for a language model. {why}"
+        ]
+
+    # -- extraction ----------------------------------------------------------------------------------
+
+    @staticmethod
+    def _pending_extraction(con: Connection) -> int:
+        return con.execute(
+            "SELECT (SELECT count(*) FROM memories WHERE extracted = 0 AND archived = 0) + "
+            "(SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.document_id AND d.status = 'ready' "
+            "WHERE c.extracted = 0)"
+        ).fetchone()[0]
+
+    def extract_pending(self, limit: int | None = None, progress: Callable[[int, int], None] | None = None,
+                        cancel: threading.Event | None = None) -> ExtractionReport:
+        """Extract triples from memories and chunks not read yet (memories first, oldest first).
+
+        Without a language model nothing changes and the report says the work waits. An item whose answer
+        never fits the schema is marked read (so it cannot block the queue) and counted as failed.
+        """
+        con = self.con
+        report = ExtractionReport(remaining=self._pending_extraction(con))
+        if report.remaining == 0 or (limit is not None and limit <= 0):
+            return report
+        router, why = self._llm_ready()
+        if router is None:
+            report.waiting, report.note = True, f"Graph extraction waits for a language model. {why}"
+            return report
+        items = con.execute(
+            "SELECT * FROM (SELECT 0, id, uid, text, content_hash FROM memories WHERE extracted = 0 AND archived = 0 "
+            "UNION ALL SELECT 1, c.id, c.uid, c.text, c.content_hash FROM chunks c "
+            "JOIN documents d ON d.id = c.document_id AND d.status = 'ready' WHERE c.extracted = 0) "
+            "ORDER BY 1, 2 LIMIT ?",
+            (-1 if limit is None else limit,),
+        ).fetchall()
+        system = Message(role="system", content=load_prompt("extract_triples"))
+        for done, (is_chunk, rid, uid, text, chash) in enumerate(items, start=1):
+            if cancel is not None and cancel.is_set():
+                report.cancelled = True
+                break
+            try:
+                answer = router.complete([system, Message(role="user", content=untrusted(text))],
+                                         schema=TripleExtraction)
+                triples: list[ExtractedTriple] | None = answer.parsed.triples[:MAX_TRIPLES_PER_ITEM]
+            except LLMBadOutput:
+                triples = None
+            except LLMError as e:  # server gone, model missing, refused: stop here, the rest waits
+                report.waiting = isinstance(e, LLMUnavailable | LLMModelMissing)
+                report.note = f"Graph extraction stopped: {e}"
+                break
+            self._store_triples("chunks" if is_chunk else "memories", rid, uid, chash, triples, report)
+            if progress is not None:
+                progress(done, len(items))
+        report.remaining = self._pending_extraction(con)
+        if report.edges:
+            self._notify("extract", graph=True)
+        log.info("graph extraction: %d read, %d edges, %d refused, %d failed", report.processed, report.edges,
+                 sum(report.rejected.values()), report.failed)
+        return report
+
+    def _store_triples(self, table: str, rid: int, uid: str, chash: str, triples: list[ExtractedTriple] | None,
+                       report: ExtractionReport) -> None:
+        """Admit, resolve and write one item's triples and mark it read, in one transaction."""
+        now = time.time()
+        edges = nodes = 0
+        rejected: dict[str, int] = {}
+        with self.store.write() as con:
+            row = con.execute(f"SELECT content_hash, extracted FROM {table} WHERE id = ?", (rid,)).fetchone()
+            if row is None or row[0] != chash or row[1]:
+                return  # forgotten, edited or done meanwhile: its current text is handled on its own turn
+            for t in triples or ():
+                verdict = admit(t.subject, t.relation, t.object)
+                if not verdict.ok:
+                    assert verdict.reason is not None
+                    rejected[verdict.reason] = rejected.get(verdict.reason, 0) + 1
+                    continue
+                src, new_src = self._resolve_node(con, t.subject, t.subject_type, now)
+                dst, new_dst = self._resolve_node(con, t.object, t.object_type, now)
+                nodes += new_src + new_dst
+                if src == dst:  # two names of one entity ("Alice" and "Alice Smith")
+                    rejected["self_loop"] = rejected.get("self_loop", 0) + 1
+                    continue
+                rel = " ".join(clean(t.relation).casefold().split())
+                col = "memory_id" if table == "memories" else "chunk_id"
+                if con.execute(
+                    f"SELECT 1 FROM edges WHERE src = ? AND rel = ? AND dst = ? AND {col} = ?", (src, rel, dst, rid)
+                ).fetchone():
+                    continue
+                con.execute(f"INSERT INTO edges(src, rel, dst, {col}, created_at) VALUES (?,?,?,?,?)",
+                            (src, rel, dst, rid, now))
+                edges += 1
+            con.executemany(
+                "INSERT INTO admission_rejections(reason, count) VALUES (?, ?) "
+                "ON CONFLICT(reason) DO UPDATE SET count = count + excluded.count",
+                sorted(rejected.items()),
+            )
+            con.execute(f"UPDATE {table} SET extracted = 1 WHERE id = ?", (rid,))
+            self.audit("extract_triples", uid, {"edges": edges, "nodes": nodes, "rejected": sum(rejected.values()),
+                                                "failed": triples is None}, con=con)
+        report.processed += 1
+        report.edges += edges
+        report.nodes += nodes
+        report.failed += triples is None
+        for reason, n in rejected.items():
+            report.rejected[reason] = report.rejected.get(reason, 0) + n
+
+    @staticmethod
+    def _resolve_node(con: Connection, name: str, type_: str | None, now: float) -> tuple[int, bool]:
+        """The node this name means, created when there is none: (id, created).
+
+        Same normalised name, else a recorded alias, else an unambiguous short form ("Alice" and "Alice
+        Smith": one name a single first word of the other, of compatible type) which is then recorded as
+        an alias.
+        """
+        display, norm, kind = clean(name), norm_name(name), _norm_type(type_)
+        row = con.execute("SELECT id, type FROM nodes WHERE norm_name = ?", (norm,)).fetchone()
+        if row is None:
+            aliased = [rid for rid, aliases in GraphMixin._aliased(con) if norm in aliases]
+            if len(aliased) == 1:
+                row = con.execute("SELECT id, type FROM nodes WHERE id = ?", (aliased[0],)).fetchone()
+        if row is None:
+            tokens = norm.split()
+            like = tokens[0].replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + " %"
+            matches = []
+            for rid, other, other_type in con.execute(
+                "SELECT id, norm_name, type FROM nodes WHERE norm_name = ? OR norm_name LIKE ? ESCAPE '\\'",
+                (tokens[0], like),
+            ).fetchall():
+                short, long_ = sorted((tokens, other.split()), key=len)
+                if (len(short) == 1 and 1 < len(long_) <= MAX_ALIAS_TOKENS
+                        and (kind is None or other_type is None or kind == other_type)):
+                    matches.append((rid, other_type))
+            if len(matches) == 1:
+                row = matches[0]
+                aliases = json.loads(con.execute("SELECT aliases FROM nodes WHERE id = ?", (row[0],)).fetchone()[0])
+                con.execute("UPDATE nodes SET aliases = ? WHERE id = ?", (json.dumps([*aliases, display]), row[0]))
+        if row is not None:
+            if row[1] is None and kind is not None:
+                con.execute("UPDATE nodes SET type = ? WHERE id = ?", (kind, row[0]))
+            return row[0], False
+        cur = con.execute("INSERT INTO nodes(name, norm_name, type, created_at) VALUES (?,?,?,?)",
+                          (display, norm, kind, now))
+        return cur.lastrowid, True
+
+    @staticmethod
+    def _aliased(con: Connection) -> list[tuple[int, set[str]]]:
+        """Nodes with aliases: (id, normalised aliases)."""
+        return [(rid, {norm_name(a) for a in json.loads(aliases)}) for rid, aliases in con.execute(
+            "SELECT id, aliases FROM nodes WHERE aliases <> '[]'").fetchall()]
+
+    def admission_rejections(self) -> dict[str, int]:
+        """How many extracted candidates the admission policy refused, by reason."""
+        return dict(self.con.execute("SELECT reason, count FROM admission_rejections ORDER BY reason").fetchall())
+
+    # -- traversal -----------------------------------------------------------------------------------
+
+    def _nodes_in(self, con: Connection, text: str) -> list[int]:
+        """The nodes named (by name or alias, as whole words) in a piece of text, longest names first."""
+        padded = f" {norm_name(text)} "
+        found = {rid: len(norm) for rid, norm in con.execute(
+            "SELECT id, norm_name FROM nodes WHERE instr(?, ' ' || norm_name || ' ') > 0", (padded,)).fetchall()}
+        for rid, aliases in self._aliased(con):
+            for alias in aliases:
+                if alias and f" {alias} " in padded:
+                    found[rid] = max(found.get(rid, 0), len(alias))
+        return sorted(found, key=lambda rid: (-found[rid], rid))
+
+    def _find_node(self, con: Connection, entity: str) -> int:
+        norm = norm_name(entity)
+        if not norm:
+            raise UserError("Name an entity to look up in the graph.")
+        row = con.execute("SELECT id FROM nodes WHERE norm_name = ?", (norm,)).fetchone()
+        if row is not None:
+            return row[0]
+        named = self._nodes_in(con, entity)
+        if not named:
+            raise NotFound(f"Nothing in the knowledge graph is called '{entity}'.")
+        return named[0]
+
+    def _neighbourhood(self, con: Connection, seeds: list[int], hops: int,
+                       project: str | None = None) -> nx.DiGraph:
+        """The graph within `hops` of the seeds (edges followed both ways). Edges from archived memories,
+        documents not ready, or (with `project`) other projects are left out. Each edge carries
+        `facts`: {relation: [("m"|"c", row id, uid)]} and `order`: (hops, first edge id)."""
+        import networkx as nx
+
+        g = nx.DiGraph()
+        g.add_nodes_from(seeds, hops=0)
+        frontier, seen_edges = set(seeds), set()
+        for depth in range(1, hops + 1):
+            if not frontier:
+                break
+            rows = []
+            for part in batched(sorted(frontier)):
+                marks = _placeholders(part)
+                rows += con.execute(
+                    "SELECT e.id, e.src, e.rel, e.dst, e.memory_id, m.uid, e.chunk_id, c.uid FROM edges e "
+                    "LEFT JOIN memories m ON m.id = e.memory_id "
+                    "LEFT JOIN chunks c ON c.id = e.chunk_id LEFT JOIN documents d ON d.id = c.document_id "
+                    f"WHERE (e.src IN ({marks}) OR e.dst IN ({marks})) "
+                    "AND (e.memory_id IS NULL OR m.archived = 0) AND (e.chunk_id IS NULL OR d.status = 'ready') "
+                    "AND (? IS NULL OR coalesce(m.project, d.project) IS ?)",
+                    (*part, *part, project, project),
+                ).fetchall()
+            nxt: set[int] = set()
+            for eid, src, rel, dst, mid, muid, cid, cuid in sorted(rows):
+                if eid in seen_edges:
+                    continue
+                seen_edges.add(eid)
+                for n in (src, dst):
+                    if n not in g:
+                        g.add_node(n, hops=depth)
+                        nxt.add(n)
+                if not g.has_edge(src, dst):
+                    g.add_edge(src, dst, facts={}, order=(depth, eid))
+                source = ("m", mid, muid) if mid is not None else ("c", cid, cuid)
+                g.edges[src, dst]["facts"].setdefault(rel, []).append(source)
+            frontier = nxt
+        for part in batched(list(g.nodes)):
+            for rid, name, type_ in con.execute(
+                f"SELECT id, name, type FROM nodes WHERE id IN ({_placeholders(part)})", part
+            ).fetchall():
+                g.nodes[rid].update(name=name, type=type_)
+        return g
+
+    @staticmethod
+    def _check_hops(hops: int) -> int:
+        if hops not in (1, 2):
+            raise UserError("hops must be 1 or 2.")
+        return hops
+
+    def neighbours(self, entity: str, hops: int = 1) -> GraphView:
+        """An entity and what is within 1 or 2 hops of it, each fact with the ids it came from."""
+        self._check_hops(hops)
+        with self.store.read() as con:
+            center = self._find_node(con, entity)
+            g = self._neighbourhood(con, [center], hops)
+        nodes = sorted(g.nodes(data=True), key=lambda n: (n[1]["hops"], n[1]["name"].casefold()))
+        edges = []
+        for src, dst, data in sorted(g.edges(data=True), key=lambda e: e[2]["order"]):
+            for rel, sources in data["facts"].items():
+                edges.append(GraphEdge(src=src, rel=rel, dst=dst,
+                                       text=fact_text(g.nodes[src]["name"], rel, g.nodes[dst]["name"]),
+                                       sources=sorted({uid for _, _, uid in sources})))
+        return GraphView(entity=g.nodes[center]["name"], hops=hops,
+                         nodes=[GraphNode(id=n, name=d["name"], type=d["type"], hops=d["hops"]) for n, d in nodes],
+                         edges=edges)
+
+    def _query_graph(self, query: str, hops: int, project: str | None) -> nx.DiGraph | None:
+        self._check_hops(hops)
+        with self.store.read() as con:
+            seeds = self._nodes_in(con, query)
+            return self._neighbourhood(con, seeds, hops, project) if seeds else None
+
+    def graph_context(self, query: str, hops: int = 2, *, project: str | None = None,
+                      limit: int = CONTEXT_FACTS) -> list[str]:
+        """Facts ("Alice —works at→ Acme") around the entities named in the query, nearest first."""
+        g = self._query_graph(query, hops, project)
+        if g is None:
+            return []
+        facts: list[str] = []
+        for src, dst, data in sorted(g.edges(data=True), key=lambda e: e[2]["order"]):
+            for rel in data["facts"]:
+                facts.append(fact_text(g.nodes[src]["name"], rel, g.nodes[dst]["name"]))
+        return facts[:limit]
+
+    def graph_keys(self, query: str, hops: int = 2, *, project: str | None = None) -> list[tuple[str, int]]:
+        """The memories ("m", row id) and chunks ("c", row id) behind the facts around the entities named
+        in the query, nearest first: a ranked list recall can fuse with its lexical and vector lists."""
+        g = self._query_graph(query, hops, project)
+        if g is None:
+            return []
+        keys: dict[tuple[str, int], None] = {}
+        for _, _, data in sorted(g.edges(data=True), key=lambda e: e[2]["order"]):
+            for sources in data["facts"].values():
+                for table, rid, _ in sources:
+                    keys.setdefault((table, rid))
+        return list(keys)
+
+    def graph_memory_ids(self, query: str, hops: int = 2, *, project: str | None = None) -> list[int]:
+        """Row ids of the memories linked through the graph to the entities named in the query."""
+        return [rid for table, rid in self.graph_keys(query, hops, project=project) if table == "m"]

@@ -230,8 +230,34 @@ def m001_initial(con: Connection) -> None:
     )
 
 
+def m002_consolidation(con: Connection) -> None:
+    """Decay clock, crash-safe roll-up resume, and remembered contradiction checks."""
+    run_script(
+        con,
+        """
+        -- importance decay has been applied up to this time (so decay follows elapsed time, not runs)
+        ALTER TABLE memories ADD COLUMN decayed_at REAL;
+        -- newest source id of a summarised window: a crash before marking resumes from here
+        ALTER TABLE rollups ADD COLUMN last_id INTEGER;
+
+        -- pairs of facts the language model (or the user) already judged; a <> b, a < b
+        CREATE TABLE fact_checks(
+            a INTEGER NOT NULL REFERENCES memories(id) ON DELETE CASCADE,
+            b INTEGER NOT NULL REFERENCES memories(id) ON DELETE CASCADE,
+            pair_hash TEXT NOT NULL,        -- over both content hashes: an edit makes the pair new again
+            verdict TEXT NOT NULL CHECK(verdict IN ('consistent','conflict','not_conflict','resolved')),
+            checked_at REAL NOT NULL,
+            PRIMARY KEY(a, b),
+            CHECK(a < b)
+        );
+        CREATE INDEX fact_checks_b ON fact_checks(b);
+        """,
+    )
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     m001_initial,
+    m002_consolidation,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

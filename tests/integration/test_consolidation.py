@@ -1,0 +1,249 @@
+"""Consolidation on a real encrypted store: decay and archive by elapsed time, contradictions found by a
+model and resolved by the user, and the crash-safe episodic roll-up. The model is the real `ollama`
+client talking to tests/ollama_server.py, which answers with structured JSON."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from engine import Engine, UserError
+from engine.consolidation import DECAY_PER_30_DAYS
+from engine.graph import ExtractedTriple
+from tests.ollama_server import OllamaTestServer, Reply
+
+DAY = 86_400.0
+TRIPLES = {
+    "Alice lives in Lisbon.": ExtractedTriple(subject="Alice", relation="lives in", object="Lisbon"),
+    "Alice lives in Porto.": ExtractedTriple(subject="Alice", relation="lives in", object="Porto"),
+}
+TRIP = [f"Day {i} of planning: we talked about the Japan trip in May." for i in range(1, 10)]
+TRIP_FACT = "The user plans a trip to Japan in May."
+
+
+class Model:
+    """The scripted model: answers by the schema it is asked for; `rollup` is the next roll-up answer."""
+
+    def __init__(self) -> None:
+        self.rollup: dict[str, Any] = {"facts": [TRIP_FACT]}
+        self.asked: list[str] = []
+
+    def __call__(self, request: dict[str, Any]) -> Reply:
+        title = request["format"]["title"]
+        self.asked.append(title)
+        prompt = request["messages"][-1]["content"]
+        if title == "TripleExtraction":
+            return Reply(json={"triples": [t.model_dump() for text, t in TRIPLES.items() if text in prompt]})
+        if title == "ContradictionVerdict":
+            return Reply(json={"contradicts": "Lisbon" in prompt and "Porto" in prompt})
+        assert title == "RollupFacts"
+        return Reply(json=self.rollup)
+
+
+@pytest.fixture
+def model() -> Model:
+    return Model()
+
+
+@pytest.fixture
+def server(model: Model) -> Iterator[OllamaTestServer]:
+    with OllamaTestServer(models=["llama3.2"], reply_fn=model) as s:
+        yield s
+
+
+@pytest.fixture
+def llm_eng(eng: Engine, server: OllamaTestServer) -> Engine:
+    eng.settings.llm.provider = "ollama"
+    eng.settings.llm.host = server.url
+    return eng
+
+
+def importance(eng: Engine, uid: str) -> float:
+    return eng.con.execute("SELECT importance FROM memories WHERE uid = ?", (uid,)).fetchone()[0]
+
+
+def actions(eng: Engine) -> list[str]:
+    return [e.action for e in eng.audit_log(limit=1000)]
+
+
+# -- decay and archive ----------------------------------------------------------------------------------
+
+
+def test_decay_follows_elapsed_time_not_runs_and_archive_never_deletes(eng: Engine) -> None:
+    eng.settings.llm.provider = "none"
+    now = time.time()
+    old = eng.remember("Had coffee with Bob at the station.", kind="episodic", at=now - 400 * DAY,
+                       importance=0.15).id
+    idle = eng.remember("The spare key is under the blue pot.", importance=0.8, at=now - 60 * DAY).id
+    fresh = eng.remember("The garage code is 4321.", importance=0.8).id
+
+    first = eng.consolidate(now=now)
+    assert first.decayed == 2 and first.archived == [old]
+    expected = 0.8 * DECAY_PER_30_DAYS ** (30 / 30)  # 60 idle days, decay starts after 30
+    assert importance(eng, idle) == pytest.approx(expected)
+    assert importance(eng, fresh) == 0.8
+
+    again = eng.consolidate(now=now)  # the same moment again: nothing more to decay
+    assert again.decayed == 0 and again.archived == []
+    assert importance(eng, idle) == pytest.approx(expected)
+    eng.consolidate(now=now + 10 * DAY)
+    eng.consolidate(now=now + 30 * DAY)  # two runs over 30 days = one run at the end
+    assert importance(eng, idle) == pytest.approx(0.8 * DECAY_PER_30_DAYS ** 2)
+
+    archived = eng.get(old)  # archived, not deleted
+    assert archived.archived
+    assert all(h.id != old for h in eng.recall("coffee with Bob at the station"))
+    assert old in [h.id for h in eng.recall("coffee with Bob at the station", include_archived=True)]
+    assert [m.id for m in eng.list_memories(archived=True)] == [old]
+    archive_audit = next(e for e in eng.audit_log() if e.action == "archive")
+    assert archive_audit.detail["ids"] == [old] and archive_audit.actor == "consolidation"
+    assert "coffee" not in json.dumps([e.detail for e in eng.audit_log()])
+
+    restored = eng.restore(old)
+    assert not restored.archived
+    assert old in [h.id for h in eng.recall("coffee with Bob at the station")]
+    assert eng.consolidate(now=now + 31 * DAY).archived == []  # restoring counts as use
+    assert "restore" in actions(eng)
+    with pytest.raises(UserError, match="not archived"):
+        eng.restore(old)
+
+
+def test_without_a_language_model_decay_and_archive_run_and_the_rest_waits(eng: Engine) -> None:
+    eng.settings.llm.provider = "none"
+    now = time.time()
+    old = eng.remember("Lunch at the canteen.", kind="episodic", at=now - 400 * DAY, importance=0.1).id
+    for text in TRIP:
+        eng.remember(text, kind="episodic")
+    eng.remember("Alice lives in Lisbon.")
+
+    report = eng.consolidate(now=now)
+
+    assert report.archived == [old]
+    assert report.waiting == ["roll-up", "graph extraction", "contradiction checks"]
+    assert any("wait for a language model" in n for n in report.notes)
+    assert report.extraction.waiting and report.extraction.remaining == len(TRIP) + 1
+    stats = eng.stats()
+    assert stats.pending_rollup == len(TRIP) + 1 and stats.pending_extraction == len(TRIP) + 1
+    assert eng.list_memories(kind="fact")[0].text == "Alice lives in Lisbon."  # no roll-up facts
+    assert eng.graph_notes()
+
+
+# -- contradictions -------------------------------------------------------------------------------------
+
+
+def test_a_contradiction_is_flagged_surfaced_in_recall_and_resolved(llm_eng: Engine, model: Model) -> None:
+    said = [datetime.now(UTC) - timedelta(days=days) for days in (20, 5)]
+    lisbon = llm_eng.remember("Alice lives in Lisbon.", at=said[0]).id
+    porto = llm_eng.remember("Alice lives in Porto.", at=said[1]).id
+    llm_eng.remember("The garage code is 4321.")
+
+    report = llm_eng.consolidate()
+
+    assert report.conflicts == [(lisbon, porto)]
+    assert llm_eng.get(lisbon).conflict_with == porto and llm_eng.get(porto).conflict_with == lisbon
+    hits = {h.id: h for h in llm_eng.recall("Where does Alice live?")}
+    assert lisbon in hits and porto in hits  # both kept: recall shows the disagreement, picks neither
+    assert all(f"{day:%Y-%m-%d}" in hits[lisbon].conflict for day in said)
+    (pair,) = llm_eng.conflicts()
+    assert (pair.a.id, pair.b.id) == (lisbon, porto)
+    assert llm_eng.stats().conflicts == 2
+
+    asked = model.asked.count("ContradictionVerdict")
+    llm_eng.consolidate()
+    assert model.asked.count("ContradictionVerdict") == asked  # judged pairs are not asked again
+
+    with pytest.raises(UserError, match="Choose what to keep"):
+        llm_eng.resolve(lisbon, "mem_other")
+    result = llm_eng.resolve(lisbon, keep=porto)
+
+    assert result.kept == [porto] and result.archived == [lisbon]
+    assert llm_eng.conflicts() == []
+    assert llm_eng.get(lisbon).archived and llm_eng.get(porto).conflict_with is None  # archived, not deleted
+    assert [h.id for h in llm_eng.recall("Where does Alice live?", k=1)] == [porto]
+    resolution = next(e for e in llm_eng.audit_log() if e.action == "resolve_conflict")
+    assert resolution.target == lisbon and resolution.detail == {"with": porto, "keep": porto, "archived": [lisbon]}
+    assert "conflict_flagged" in actions(llm_eng)
+
+
+def test_keeping_both_clears_the_flags_for_good(llm_eng: Engine, model: Model) -> None:
+    lisbon = llm_eng.remember("Alice lives in Lisbon.").id
+    porto = llm_eng.remember("Alice lives in Porto.").id
+    llm_eng.consolidate()
+    assert len(llm_eng.conflicts()) == 1
+
+    result = llm_eng.resolve(porto, keep="both")
+
+    assert sorted(result.kept) == sorted([lisbon, porto]) and result.archived == []
+    asked = model.asked.count("ContradictionVerdict")
+    assert llm_eng.consolidate().conflicts == []
+    assert model.asked.count("ContradictionVerdict") == asked and llm_eng.conflicts() == []
+    with pytest.raises(UserError, match="not flagged"):
+        llm_eng.resolve(porto, keep="both")
+
+
+# -- episodic roll-up -----------------------------------------------------------------------------------
+
+
+def test_rollup_is_idempotent_across_a_crash_between_write_and_mark(llm_eng: Engine, model: Model,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    sources = [llm_eng.remember(t, kind="episodic", project="travel").id for t in TRIP]
+
+    def crash(*args: object) -> None:
+        raise RuntimeError("power cut")
+
+    monkeypatch.setattr(llm_eng, "_mark_rolled_up", crash)
+    with pytest.raises(RuntimeError, match="power cut"):
+        llm_eng.consolidate()
+    facts = llm_eng.list_memories(kind="fact")
+    assert [f.text for f in facts] == [TRIP_FACT] and facts[0].source == "rollup" and facts[0].project == "travel"
+    assert llm_eng.stats().pending_rollup == len(TRIP)  # sources not marked: the write came first
+
+    monkeypatch.undo()
+    report = llm_eng.consolidate()
+
+    assert report.rollup.resumed == 1 and report.rollup.windows == 0 and report.rollup.sources == len(TRIP)
+    assert model.asked.count("RollupFacts") == 1  # not summarised twice
+    assert [f.text for f in llm_eng.list_memories(kind="fact")] == [TRIP_FACT]  # no duplicate
+    assert llm_eng.stats().pending_rollup == 0
+    con = llm_eng.con
+    last = con.execute("SELECT max(id) FROM memories WHERE kind = 'episodic'").fetchone()[0]
+    assert con.execute("SELECT last_id FROM watermarks WHERE scope = 'project:travel'").fetchone()[0] == last
+    assert con.execute("SELECT count(*) FROM derivations").fetchone()[0] == len(TRIP)
+    assert "rollup" in actions(llm_eng)
+
+    # the fact links back to its sources: forgetting some keeps it, forgetting all forgets it
+    for uid in sources[:-1]:
+        llm_eng.forget(uid)
+    assert [f.text for f in llm_eng.list_memories(kind="fact")] == [TRIP_FACT]
+    assert llm_eng.forget(sources[-1]).removed["derived"] == 1
+    assert llm_eng.list_memories(kind="fact") == []
+
+
+def test_summary_none_advances_the_watermark_without_facts(llm_eng: Engine, model: Model) -> None:
+    now = time.time()
+    with llm_eng.store.write() as con:
+        conv = con.execute("INSERT INTO conversations(uid, created_at, updated_at) VALUES ('cnv_1', ?, ?)",
+                           (now, now)).lastrowid
+    greetings = ["Hi!", "Hello again.", "Thanks.", "Bye.", "Good morning.", "Cheers.", "Ok.", "See you."]
+    for text in greetings:
+        llm_eng.remember(text, kind="episodic", source="chat", conversation_id=conv)
+    model.rollup = {"facts": ["SUMMARY: NONE"]}
+
+    report = llm_eng.consolidate()
+
+    assert report.rollup.windows == 1 and report.rollup.empty == 1 and report.rollup.facts == 0
+    assert llm_eng.list_memories(kind="fact") == [] and llm_eng.stats().pending_rollup == 0
+    con = llm_eng.con
+    last = con.execute("SELECT max(id) FROM memories").fetchone()[0]
+    assert con.execute("SELECT last_id FROM watermarks WHERE scope = 'conversation:cnv_1'").fetchone()[0] == last
+    assert con.execute("SELECT fact_count FROM rollups").fetchone()[0] == 0
+
+    for text in greetings[:7]:  # fewer than a window's worth: nothing is summarised
+        llm_eng.remember(f"{text} (later)", kind="episodic", source="chat", conversation_id=conv)
+    llm_eng.consolidate()
+    assert model.asked.count("RollupFacts") == 1 and llm_eng.stats().pending_rollup == 7
