@@ -54,6 +54,7 @@ class Settings(BaseModel):
     vector_cache: bool = True  # keep an in-memory mirror of the vectors for exact, fast search
     api_port: int = 8765
     api_allowed_origins: list[str] = Field(default_factory=list)
+    api_max_body_mb: float = 10.0
     decay_after_days: int = 30
     archive_after_days: int = 180
     archive_floor: float = 0.1

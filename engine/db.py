@@ -64,7 +64,7 @@ class Store:
         self.path = path
         self._key_pragma = key_pragma
         self._local = threading.local()
-        self._all: list[Connection] = []
+        self._all: list[tuple[threading.Thread, Connection]] = []
         self._all_lock = threading.Lock()
         self.write_lock = threading.RLock()
         _ = self.con  # open now so a wrong key fails at once
@@ -76,8 +76,20 @@ class Store:
             con = connect(self.path, self._key_pragma)
             self._local.con = con
             with self._all_lock:
-                self._all.append(con)
+                self._close_orphans()
+                self._all.append((threading.current_thread(), con))
         return con
+
+    def _close_orphans(self) -> None:
+        """Close the connections of threads that have ended (thread pools come and go)."""
+        alive = []
+        for thread, con in self._all:
+            if thread.is_alive():
+                alive.append((thread, con))
+            else:
+                with contextlib.suppress(Exception):
+                    con.close()
+        self._all = alive
 
     @contextlib.contextmanager
     def write(self) -> Iterator[Connection]:
@@ -117,7 +129,7 @@ class Store:
 
     def close(self) -> None:
         with self._all_lock:
-            for con in self._all:
+            for _, con in self._all:
                 with contextlib.suppress(Exception):
                     con.close()
             self._all.clear()

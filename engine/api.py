@@ -1,0 +1,469 @@
+"""The loopback HTTP API: FastAPI over the engine facade, for scripts and other local programs.
+
+`create_app(engine, token, allowed_origins)` builds the app (tests and the desktop can mount it);
+`serve(port)` is the composition root behind `personal-llm serve`.
+
+Security, outermost first:
+  1. Host guard: only loopback Host headers (localhost, 127.0.0.1, [::1]) — defeats DNS rebinding.
+  2. CORS: answered only for the origins the user allowed in settings (none by default).
+  3. API guard: bearer token on every route except the schema pages, a request-body size limit, a catch-all
+     that turns any unexpected error into a generic JSON 500 (traceback to the log, never request text).
+Engine calls run on a small fixed pool of worker threads, so the event loop never blocks and each worker
+keeps its one SQLite connection for the life of the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hmac
+import json
+import logging
+import os
+import socket
+import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+from fastapi import FastAPI, HTTPException, Query, Request, Security
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPBearer
+from pydantic import BaseModel, Field, field_validator, model_validator
+from starlette.middleware.cors import CORSMiddleware
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .ask import AskResult
+from .errors import EngineError, NotFound, StoreLocked, UserError
+from .ingest import IngestResult
+from .models import ForgetResult, Hit, Memory, RememberResult, Stats
+
+log = logging.getLogger(__name__)
+
+HOST = "127.0.0.1"
+DEFAULT_MAX_BODY_BYTES = 10 * 1024 * 1024
+MAX_QUERY_CHARS = 10_000
+MAX_MEMORY_CHARS = 100_000  # the engine's own limit (engine.MAX_TEXT_CHARS), checked here as a 422
+WORKERS = 4
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+# Schema pages carry no user data; the Swagger UI has an "Authorize" button for the token.
+PUBLIC_PATHS = frozenset({"/docs", "/docs/oauth2-redirect", "/openapi.json", "/redoc"})
+
+T = TypeVar("T")
+
+
+# ---------------------------------------------------------------------------------------------------
+# request bodies (responses are the engine's models)
+# ---------------------------------------------------------------------------------------------------
+class RememberRequest(BaseModel):
+    text: str = Field(min_length=1, max_length=MAX_MEMORY_CHARS, description="What to remember")
+    kind: Literal["fact", "episodic", "procedural"] = "fact"
+    project: str | None = Field(default=None, max_length=200)
+    importance: float | None = Field(default=None, ge=0.0, le=1.0, description="0..1; default from kind")
+    at: datetime | None = Field(default=None, description="When it happened (ISO 8601); naive means local")
+
+    @field_validator("at")
+    @classmethod
+    def _representable(cls, value: datetime | None) -> datetime | None:
+        if value is not None:
+            epoch(value)
+        return value
+
+
+def epoch(value: datetime) -> float:
+    """Seconds since the epoch; ValueError for times the platform cannot represent (year 1, year 9999)."""
+    try:
+        return value.timestamp()
+    except (OverflowError, OSError, ValueError) as e:
+        raise ValueError("this time is out of the supported range") from e
+
+
+def _query_epoch(name: str, value: datetime | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        return epoch(value)
+    except ValueError as e:
+        raise HTTPException(status_code=422, detail=[{"loc": ["query", name], "msg": str(e),
+                                                      "type": "value_error"}]) from e
+
+
+class IngestRequest(BaseModel):
+    """Either files/folders on this machine (absolute paths) or a text to store as a document."""
+
+    paths: list[str] = Field(default_factory=list, max_length=1000, description="Absolute paths on this machine")
+    text: str | None = Field(default=None, min_length=1, description="Text to store as a document")
+    title: str | None = Field(default=None, max_length=500, description="Title of the text (with `text`)")
+    project: str | None = Field(default=None, max_length=200)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> IngestRequest:
+        if bool(self.paths) == (self.text is not None):
+            raise ValueError("give either `paths` or `text` (with an optional `title`), not both or neither")
+        for p in self.paths:
+            if "\x00" in p or not Path(p).is_absolute():
+                raise ValueError(f"paths must be absolute paths on this machine: {p!r}")
+        return self
+
+
+class AskRequest(BaseModel):
+    question: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
+    project: str | None = Field(default=None, max_length=200)
+    verify: bool = Field(default=False, description="Check the answer against its sources (slower)")
+    conversation_id: str | None = Field(default=None, max_length=100,
+                                        description="Continue this conversation (from an earlier answer)")
+
+
+class ErrorBody(BaseModel):
+    detail: str | list[dict[str, Any]]
+
+
+# ---------------------------------------------------------------------------------------------------
+# middleware (pure ASGI: runs before routing, so no route can forget it)
+# ---------------------------------------------------------------------------------------------------
+async def _send_json(send: Send, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+    data = json.dumps(body).encode("utf-8")
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    raw += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": data})
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for k, v in scope.get("headers", []):
+        if k == name:
+            return v.decode("latin-1")
+    return None
+
+
+def host_is_loopback(host: str | None) -> bool:
+    """True for localhost, 127.0.0.1 and [::1], with or without a port."""
+    if not host:
+        return False
+    host = host.strip().lower()
+    if host.startswith("["):  # [::1]:8765
+        name, _, rest = host[1:].partition("]")
+        if rest and not (rest.startswith(":") and rest[1:].isdigit()):
+            return False
+    else:
+        name, sep, port = host.partition(":")
+        if sep and not port.isdigit():
+            return False
+    return name.rstrip(".") in LOOPBACK_HOSTS
+
+
+class HostGuard:
+    """Refuse requests whose Host is not a loopback name (a DNS-rebinding page would send its own)."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket") and not host_is_loopback(_header(scope, b"host")):
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 1008})
+                return
+            await _send_json(send, 403, {"detail": "This API only answers requests addressed to localhost."})
+            return
+        await self.app(scope, receive, send)
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+class ApiGuard:
+    """Bearer token, body-size limit, access log (no query strings) and the last-resort error handler."""
+
+    def __init__(self, app: ASGIApp, *, token: str, max_body_bytes: int):
+        self.app = app
+        self.token = token.encode("utf-8")
+        self.max_body = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        t0 = time.perf_counter()
+        status = {"code": 0}
+
+        async def send_tracked(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        try:
+            await self._handle(scope, receive, send_tracked)
+        except Exception as e:
+            # Type and frames only: an exception's message can quote the request (a memory's text).
+            log.error("%s %s failed: %s\n%s", scope["method"], scope["path"], type(e).__name__,
+                      "".join(traceback.format_tb(e.__traceback__)))
+            if status["code"] == 0:
+                await _send_json(send_tracked, 500, {"detail": "Internal error; details are in the server log."})
+        finally:
+            log.info("%s %s %s %.0fms", scope["method"], scope["path"], status["code"],
+                     (time.perf_counter() - t0) * 1000)
+
+    async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["path"] not in PUBLIC_PATHS and not self._authorized(scope):
+            await _send_json(send, 401, {"detail": "Missing or wrong API token. Send 'Authorization: Bearer "
+                                                   "<token>'; `personal-llm token` prints it."},
+                             {"WWW-Authenticate": "Bearer"})
+            return
+        declared = _header(scope, b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_body):
+            await self._too_large(send)
+            return
+        try:
+            body = await self._read_body(receive)
+        except _BodyTooLarge:
+            await self._too_large(send)
+            return
+        await self.app(scope, self._replay(body, receive), send)
+
+    def _authorized(self, scope: Scope) -> bool:
+        value = _header(scope, b"authorization") or ""
+        scheme, _, given = value.partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode("utf-8"), self.token)
+
+    async def _too_large(self, send: Send) -> None:
+        mb = self.max_body / (1024 * 1024)
+        await _send_json(send, 413, {"detail": f"The request body is larger than the limit of {mb:g} MB. "
+                                               "Ingest big files by path instead of uploading them."})
+
+    async def _read_body(self, receive: Receive) -> bytes:
+        """Read the whole body (at most max_body bytes), so an oversized chunked upload is refused too."""
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                raise _BodyTooLarge
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks)
+
+    @staticmethod
+    def _replay(body: bytes, receive: Receive) -> Receive:
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()  # later: wait for the disconnect
+
+        return replay
+
+
+# ---------------------------------------------------------------------------------------------------
+# errors: the engine's exceptions as clear JSON
+# ---------------------------------------------------------------------------------------------------
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        # loc/msg/type only: `input` would echo (possibly huge, private) request text back.
+        errors = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
+                  for e in exc.errors()]
+        return JSONResponse(status_code=422, content={"detail": errors})
+
+    @app.exception_handler(NotFound)
+    async def not_found(_: Request, exc: NotFound) -> JSONResponse:
+        return JSONResponse(status_code=404, content={"detail": str(exc)})
+
+    @app.exception_handler(StoreLocked)
+    async def locked(_: Request, exc: StoreLocked) -> JSONResponse:
+        return JSONResponse(status_code=503, content={"detail": str(exc)}, headers={"Retry-After": "1"})
+
+    from .llm import LLMError
+
+    @app.exception_handler(LLMError)
+    async def llm_error(request: Request, exc: LLMError) -> JSONResponse:
+        """The language model was reached but failed: a bad gateway, with whatever can still be shown."""
+        log.info("%s %s: language model failed: %s", request.method, request.url.path, type(exc).__name__)
+        content: dict[str, Any] = {"detail": str(exc)}
+        sources = getattr(exc, "sources", None)
+        if sources:
+            content["sources"] = [s.model_dump(mode="json") if isinstance(s, BaseModel) else s for s in sources]
+        return JSONResponse(status_code=502, content=content)
+
+    @app.exception_handler(UserError)
+    async def user_error(request: Request, exc: UserError) -> JSONResponse:
+        log.info("%s %s refused: %s", request.method, request.url.path, type(exc).__name__)
+        return JSONResponse(status_code=400, content={"detail": str(exc)})
+
+    @app.exception_handler(EngineError)
+    async def engine_error(request: Request, exc: EngineError) -> JSONResponse:
+        log.error("%s %s engine error: %s\n%s", request.method, request.url.path, type(exc).__name__,
+                  "".join(traceback.format_tb(exc.__traceback__)))
+        return JSONResponse(status_code=500, content={"detail": "Internal error; details are in the server log."})
+
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorBody, "description": "The engine refused the request (message says why)"},
+    401: {"model": ErrorBody, "description": "Missing or wrong bearer token"},
+    413: {"model": ErrorBody, "description": "Request body too large"},
+    422: {"model": ErrorBody, "description": "Invalid input"},
+    503: {"model": ErrorBody, "description": "The store is busy in another program; retry"},
+}
+
+
+# ---------------------------------------------------------------------------------------------------
+# the app
+# ---------------------------------------------------------------------------------------------------
+def create_app(engine: Any, token: str, allowed_origins: list[str] | None = None, *,
+               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, workers: int = WORKERS) -> FastAPI:
+    """The HTTP API over one open engine. The caller owns the engine (and closes it)."""
+    if not token:
+        raise ValueError("the API needs a token")
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="api-engine")
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        try:
+            yield
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    async def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run an engine call on the worker pool (the engine is synchronous and thread-safe)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(pool, functools.partial(fn, *args, **kwargs))
+
+    from . import __version__
+
+    app = FastAPI(
+        title="Personal LLM",
+        version=__version__,
+        description="Your local memory over HTTP (127.0.0.1 only). Every route needs "
+                    "`Authorization: Bearer <token>`; `personal-llm token` prints the token.",
+        lifespan=lifespan,
+        dependencies=[Security(HTTPBearer(auto_error=False, description="`personal-llm token`"))],
+        responses=_ERRORS,
+    )
+    _install_error_handlers(app)
+    _add_routes(app, engine, call)
+    app.add_middleware(ApiGuard, token=token, max_body_bytes=max_body_bytes)  # type: ignore[arg-type]
+    if allowed_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=list(allowed_origins),  # type: ignore[arg-type]
+                           allow_methods=["GET", "POST", "DELETE"],
+                           allow_headers=["Authorization", "Content-Type"], max_age=600)
+    app.add_middleware(HostGuard)  # type: ignore[arg-type]
+    return app
+
+
+def _add_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
+    @app.post("/ingest", response_model=list[IngestResult], tags=["documents"],
+              summary="Ingest files or folders on this machine, or a text (one result per file)")
+    async def ingest(body: IngestRequest) -> list[IngestResult]:
+        if body.text is not None:
+            result = await call(eng.ingest_text, body.text, body.title or "Untitled", project=body.project)
+            return [result]
+        return await call(eng.ingest, [Path(p) for p in body.paths], project=body.project)
+
+    @app.post("/ask", response_model=AskResult, tags=["ask"],
+              summary="A grounded answer from memory, with numbered sources")
+    async def ask(body: AskRequest) -> AskResult:
+        extra = {"conversation_id": body.conversation_id} if body.conversation_id else {}
+        return await call(eng.ask, body.question, project=body.project, verify=body.verify, **extra)
+
+    @app.post("/memory/remember", response_model=RememberResult, tags=["memory"], summary="Store a memory")
+    async def remember(body: RememberRequest) -> RememberResult:
+        return await call(eng.remember, body.text, kind=body.kind, project=body.project,
+                          importance=body.importance, at=epoch(body.at) if body.at else None, embed="auto")
+
+    @app.get("/memory/recall", response_model=list[Hit], tags=["memory"],
+             summary="Search memory by words and meaning")
+    async def recall(
+        q: Annotated[str, Query(min_length=1, max_length=MAX_QUERY_CHARS, description="What to look for")],
+        k: Annotated[int, Query(ge=1, le=100, description="How many results")] = 10,
+        project: Annotated[str | None, Query(max_length=200, description="Only this project")] = None,
+        kind: Literal["fact", "episodic", "procedural", "chunk"] | None = None,
+        since: Annotated[datetime | None, Query(description="Only things from this time on (ISO 8601)")] = None,
+        until: Annotated[datetime | None, Query(description="Only things up to this time (ISO 8601)")] = None,
+    ) -> list[Hit]:
+        return await call(eng.recall, q, k=k, project=project, kind=kind,
+                          since=_query_epoch("since", since), until=_query_epoch("until", until))
+
+    @app.get("/memory/{id}", response_model=Memory, tags=["memory"], summary="One memory",
+             responses={404: {"model": ErrorBody, "description": "No such memory"}})
+    async def get_memory(id: str) -> Memory:
+        return await call(eng.get, id)
+
+    @app.delete("/memory/{id}", response_model=ForgetResult, tags=["memory"],
+                summary="Forget a memory (mem_…) or a document (doc_…) and everything derived from it",
+                responses={404: {"model": ErrorBody, "description": "No such memory or document"}})
+    async def forget(id: str) -> ForgetResult:
+        return await call(eng.forget, id)
+
+    @app.get("/stats", response_model=Stats, tags=["memory"], summary="Counts and model status")
+    async def stats() -> Stats:
+        return await call(eng.stats)
+
+
+# ---------------------------------------------------------------------------------------------------
+# composition root
+# ---------------------------------------------------------------------------------------------------
+def bind_socket(port: int, host: str = HOST) -> socket.socket:
+    """A listening socket on loopback (port 0 picks a free port)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise UserError(f"Port {port} on {host} is not available ({e.strerror}); choose another with --port.") from e
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _max_body_mb(settings: Any) -> float:
+    """$PERSONAL_LLM_API_MAX_BODY_MB, else settings.api_max_body_mb (when the setting exists), else 10."""
+    raw = os.environ.get("PERSONAL_LLM_API_MAX_BODY_MB")
+    if raw:
+        try:
+            return float(raw)
+        except ValueError as e:
+            raise UserError(f"PERSONAL_LLM_API_MAX_BODY_MB must be a number of megabytes, not {raw!r}.") from e
+    return float(getattr(settings, "api_max_body_mb", DEFAULT_MAX_BODY_BYTES / 2**20))
+
+
+def serve(port: int | None = None, *, max_body_mb: float | None = None,
+          announce: Callable[[str], None] | None = None) -> None:
+    """Open the profile and serve the API on 127.0.0.1 until interrupted (`personal-llm serve`)."""
+    import uvicorn
+
+    from .engine import Engine
+    from .logs import setup_logging
+
+    setup_logging("api")
+    with Engine.open(actor="api") as eng:
+        settings = eng.settings
+        port = settings.api_port if port is None else port
+        if max_body_mb is None:
+            max_body_mb = _max_body_mb(settings)
+        app = create_app(eng, eng.api_token(), settings.api_allowed_origins,
+                         max_body_bytes=int(max_body_mb * 1024 * 1024))
+        sock = bind_socket(port)
+        eng.start_background()  # load the embedding model off-thread; backfill vectors
+        url = f"http://{HOST}:{sock.getsockname()[1]}"
+        log.info("serving the API on %s", url)
+        if announce:
+            announce(url)
+        config = uvicorn.Config(app, access_log=False, log_level="warning", server_header=False,
+                                proxy_headers=False, timeout_graceful_shutdown=10)
+        try:
+            uvicorn.Server(config).run(sockets=[sock])
+        finally:
+            sock.close()

@@ -1,0 +1,186 @@
+"""The MCP server: other AI assistants use the user's memory through four tools and a stats resource.
+
+`personal-llm mcp` (or `python -m engine.mcp`) speaks MCP over stdio with the official SDK. Tools:
+`remember`, `recall`, `ask`, and `forget` — destructive (annotated so clients ask the user) and refused
+unless its `confirm` argument repeats the id or says "forget". Resources: `memory://stats`.
+
+Nothing here logs memory text: tool failures are returned to the client, and only their type is logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver import MCPServer
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, Field
+
+from .errors import UserError
+from .models import ForgetResult, Hit
+
+log = logging.getLogger(__name__)
+
+SERVER_NAME = "personal-llm"
+INSTRUCTIONS = (
+    "The user's personal, local memory. Use `recall` before answering questions about the user, their "
+    "projects, people or past events; use `remember` when the user states a fact, preference or event "
+    "worth keeping; `ask` returns an answer grounded in memory with sources. `forget` deletes for good: "
+    "only call it when the user asked, with confirm set to the id (or the word 'forget')."
+)
+
+
+class RememberOutput(BaseModel):
+    id: str
+    merged: bool = Field(description="True when it was already known and merged into an existing memory")
+    kind: str
+    project: str | None = None
+
+
+class RecallOutput(BaseModel):
+    hits: list[Hit]
+
+
+class AskOutput(BaseModel):
+    answer: str
+    grounded: bool = Field(description="False when memory did not hold the answer")
+    sources: list[dict[str, Any]] = Field(default_factory=list)
+    llm_available: bool = True
+    notice: str | None = Field(default=None, description="Why the answer is limited, if it is")
+
+
+def _refusal(message: str) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
+
+
+def _guarded(name: str, fn: Callable[[], BaseModel]) -> CallToolResult:
+    """Run a tool body: its model becomes structured content (and JSON text for older clients); a user
+    error goes back to the client as a tool error, logged by type only (its message may quote the text)."""
+    try:
+        out = fn()
+    except UserError as e:
+        log.info("mcp tool %s refused: %s", name, type(e).__name__)
+        return _refusal(str(e))
+    return CallToolResult(content=[TextContent(type="text", text=out.model_dump_json())],
+                          structured_content=out.model_dump(mode="json"))
+
+
+def _audit(eng: Any, action: str, target: str | None, detail: dict[str, Any]) -> None:
+    """Record a tool call that is not itself a write (ids and counts only)."""
+    with eng.store.write() as con:
+        eng.audit(action, target, detail, con=con)
+
+
+def _dump(obj: Any) -> dict[str, Any]:
+    return obj.model_dump(mode="json") if isinstance(obj, BaseModel) else dict(obj)
+
+
+def create_server(eng: Any, pool: ThreadPoolExecutor | None = None) -> MCPServer:
+    """An MCP server over one open engine (the caller owns and closes the engine and the pool).
+
+    Engine calls run on `pool`: a few long-lived threads, so each keeps its one store connection (the
+    SDK's own worker threads come and go, and every new thread would open another connection).
+    """
+    from . import __version__
+
+    workers = pool or ThreadPoolExecutor(max_workers=2, thread_name_prefix="mcp-engine")
+
+    async def off(name: str, fn: Callable[[], BaseModel]) -> CallToolResult:
+        return await asyncio.get_running_loop().run_in_executor(workers, _guarded, name, fn)
+
+    server: MCPServer = MCPServer(SERVER_NAME, title="Personal LLM memory", instructions=INSTRUCTIONS,
+                                  version=__version__, log_level="WARNING")
+
+    @server.tool(annotations=ToolAnnotations(title="Remember", read_only_hint=False, destructive_hint=False,
+                                            idempotent_hint=True, open_world_hint=False))
+    async def remember(text: str, kind: Literal["fact", "episodic", "procedural"] = "fact", project: str | None = None,
+                 importance: Annotated[float | None, Field(ge=0.0, le=1.0)] = None,
+                 at: Annotated[str | None, Field(description="When it happened, ISO 8601")] = None) -> Annotated[CallToolResult, RememberOutput]:
+        """Store something in the user's memory: a fact or preference (kind "fact"), an event ("episodic",
+        with `at` = when it happened, ISO 8601) or a how-to ("procedural"). Near-duplicates are merged."""
+
+        def run() -> RememberOutput:
+            r = eng.remember(text, kind=kind, project=project, importance=importance, at=at, embed="auto")
+            return RememberOutput(id=r.id, merged=r.merged, kind=r.memory.kind, project=r.memory.project)
+
+        return await off("remember", run)
+
+    @server.tool(annotations=ToolAnnotations(title="Recall", read_only_hint=True, open_world_hint=False))
+    async def recall(query: str, k: int = 8, project: str | None = None,
+               kind: Literal["fact", "episodic", "procedural", "chunk"] | None = None,
+               since: str | None = None, until: str | None = None) -> Annotated[CallToolResult, RecallOutput]:
+        """Search the user's memory (memories and document passages) by words and meaning, best first.
+        Filter by project, kind, or a time range (`since`/`until`, ISO 8601)."""
+        def run() -> RecallOutput:
+            hits = eng.recall(query, k=k, project=project, kind=kind, since=since, until=until)
+            _audit(eng, "mcp_recall", None, {"hits": len(hits), "project": bool(project)})
+            return RecallOutput(hits=hits)
+
+        return await off("recall", run)
+
+    @server.tool(annotations=ToolAnnotations(title="Ask memory", read_only_hint=True, open_world_hint=False))
+    async def ask(question: str, project: str | None = None) -> Annotated[CallToolResult, AskOutput]:
+        """Answer a question from the user's memory with numbered sources. `grounded` is false when memory
+        does not hold the answer — then say so instead of guessing."""
+
+        def run() -> AskOutput:
+            r = eng.ask(question, project=project)
+            return AskOutput(answer=r.answer, grounded=r.grounded, sources=[_dump(s) for s in r.sources],
+                             llm_available=r.llm_available, notice=r.notice)
+
+        return await off("ask", run)
+
+    @server.tool(annotations=ToolAnnotations(title="Forget (delete for good)", read_only_hint=False,
+                                            destructive_hint=True, idempotent_hint=True, open_world_hint=False))
+    async def forget(id: Annotated[str, Field(description="The memory (mem_…) or document (doc_…) id")],
+                     confirm: Annotated[str, Field(description='The same id again, or "forget", once the user '
+                                                               "agreed to delete it")]) -> Annotated[CallToolResult, ForgetResult]:
+        """Delete a memory (mem_…) or document (doc_…) and everything derived from it, permanently. Only
+        when the user asked for it: `confirm` must repeat the id or be the word "forget"."""
+        if confirm.strip() not in (id, "forget"):
+            await asyncio.get_running_loop().run_in_executor(
+                workers, _audit, eng, "mcp_forget_refused", id, {"reason": "not confirmed"})
+            return _refusal('Not deleted: set confirm to the id being forgotten (or "forget") once the user '
+                            "has agreed.")
+        return await off("forget", lambda: eng.forget(id))
+
+    @server.resource("memory://stats", name="stats", title="Memory statistics", mime_type="application/json",
+                     description="Counts by kind, documents, chunks, graph size and the embedding model")
+    async def stats() -> str:
+        result = await asyncio.get_running_loop().run_in_executor(workers, eng.stats)
+        return str(result.model_dump_json(indent=2))
+
+    return server
+
+
+def run(home: str | None = None) -> None:
+    """Composition root of `personal-llm mcp`: open the profile and serve MCP on stdio until EOF."""
+    from .engine import Engine
+    from .logs import setup_logging
+
+    setup_logging("mcp")  # a file under the log dir; stdout is the protocol
+    with Engine.open(home, actor="mcp") as eng, ThreadPoolExecutor(2, thread_name_prefix="mcp-engine") as pool:
+        eng.start_background()
+        server = create_server(eng, pool)
+        log.info("MCP server ready on stdio")
+        server.run("stdio")
+
+
+def main() -> int:
+    import sys
+
+    try:
+        run()
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

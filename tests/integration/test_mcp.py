@@ -1,0 +1,122 @@
+"""The MCP server as an assistant's client sees it: the SDK's stdio client launches `python -m engine.mcp`."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+from engine import Engine
+
+PRIVATE = "The spare key is hidden under the blue flowerpot."
+
+
+def server_params(home: Path) -> StdioServerParameters:
+    env = {k: v for k, v in os.environ.items() if k != "OLLAMA_HOST"}
+    env["PERSONAL_LLM_HOME"] = str(home)
+    return StdioServerParameters(command=sys.executable, args=["-m", "engine.mcp"], env=env,
+                                 cwd=str(Path(__file__).resolve().parents[2]))
+
+
+async def call(session: ClientSession, tool: str, **arguments: Any) -> Any:
+    result = await session.call_tool(tool, arguments)
+    assert result.structured_content is not None or result.is_error, result
+    return result
+
+
+def test_tools_over_stdio(profile_home: Path, tmp_path: Path):
+    errlog_path = tmp_path / "mcp-stderr.txt"
+
+    async def scenario() -> None:
+        with open(errlog_path, "w") as errlog:
+            async with stdio_client(server_params(profile_home), errlog=errlog) as (read, write):
+                async with ClientSession(read, write) as session:
+                    init = await session.initialize()
+                    assert init.server_info.name == "personal-llm"
+
+                    tools = {t.name: t for t in (await session.list_tools()).tools}
+                    assert set(tools) == {"remember", "recall", "ask", "forget"}
+                    assert tools["forget"].annotations.destructive_hint is True
+                    assert "confirm" in tools["forget"].input_schema["required"]
+                    for name in ("recall", "ask"):
+                        assert tools[name].annotations.read_only_hint is True
+                    assert not tools["remember"].annotations.destructive_hint
+
+                    r = await call(session, "remember", text=PRIVATE, project="home")
+                    mem_id = r.structured_content["id"]
+                    assert mem_id.startswith("mem_") and r.structured_content["merged"] is False
+                    await call(session, "remember", text="Dinner with Priya in Porto.", kind="episodic",
+                               at="2024-09-14T20:00")
+
+                    # words at once; meaning as soon as the server's model has loaded
+                    r = await call(session, "recall", query="the spare key", k=3)
+                    hits = r.structured_content["hits"]
+                    assert hits[0]["id"] == mem_id and hits[0]["text"] == PRIVATE
+                    assert json.loads(r.content[0].text)["hits"][0]["id"] == mem_id  # for text-only clients
+
+                    r = await call(session, "ask", question="Where is the spare key?")
+                    assert mem_id in [s["id"] for s in r.structured_content["sources"]]
+
+                    bad = await call(session, "remember", text="x", at="someday")
+                    assert bad.is_error and "date" in bad.content[0].text
+
+                    refused = await call(session, "forget", id=mem_id, confirm="yes")
+                    assert refused.is_error and "confirm" in refused.content[0].text
+                    missing = await call(session, "forget", id="mem_doesnotexist", confirm="forget")
+                    assert missing.is_error and "mem_doesnotexist" in missing.content[0].text
+                    gone = await call(session, "forget", id=mem_id, confirm=mem_id)
+                    assert not gone.is_error and gone.structured_content["id"] == mem_id
+
+                    r = await call(session, "recall", query="spare key flowerpot", k=5)
+                    assert mem_id not in [h["id"] for h in r.structured_content["hits"]]
+
+                    resources = (await session.list_resources()).resources
+                    assert [str(x.uri) for x in resources] == ["memory://stats"]
+                    stats = json.loads((await session.read_resource("memory://stats")).contents[0].text)
+                    assert stats["memories"] == 1 and stats["by_kind"]["episodic"] == 1
+
+    anyio.run(scenario)
+
+    # what the server wrote outside the protocol never holds memory text
+    logs = errlog_path.read_text(errors="replace")
+    for f in (profile_home / "logs").glob("*.log*"):
+        logs += f.read_text(errors="replace")
+    assert "flowerpot" not in logs and "Priya" not in logs
+
+    # the memories are in the user's store, written by the MCP actor
+    with Engine.open(profile_home) as eng:
+        assert [m.text for m in eng.list_memories()] == ["Dinner with Priya in Porto."]
+        audit = eng.audit_log()
+        assert {e.actor for e in audit if e.action in ("remember", "forget", "mcp_recall")} == {"mcp"}
+        assert [e.target for e in audit if e.action == "mcp_forget_refused"] == [mem_id_of(audit)]
+        assert sum(e.action == "mcp_recall" for e in audit) == 2
+
+
+def mem_id_of(audit: list) -> str:
+    return next(e.target for e in audit if e.action == "forget")
+
+
+def test_console_script_serves_mcp(profile_home: Path):
+    """`personal-llm mcp` is the command users put in their client's config."""
+    exe = Path(sys.executable).parent / "personal-llm"
+    if not exe.exists():
+        pytest.fail("the personal-llm console script is not installed in this environment")
+    params = server_params(profile_home)
+    params = StdioServerParameters(command=str(exe), args=["mcp"], env=params.env)
+
+    async def scenario() -> None:
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                assert len((await session.list_tools()).tools) == 4
+                stats = json.loads((await session.read_resource("memory://stats")).contents[0].text)
+                assert stats["memories"] == 0
+
+    anyio.run(scenario)
