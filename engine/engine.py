@@ -110,8 +110,13 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
     # ------------------------------------------------------------------------------------------------
     @classmethod
     def open(cls, home: Path | str | None = None, *, actor: str = "sdk", create: bool = True,
-             settings: Settings | None = None, embedder: Embedder | None = None) -> Engine:
-        """Open the profile's store, creating key and store on first use. Never replaces an existing file."""
+             settings: Settings | None = None, embedder: Embedder | None = None,
+             passphrase: str | None = None) -> Engine:
+        """Open the profile's store, creating key and store on first use. Never replaces an existing file.
+
+        `passphrase` is used only for stores protected by a passphrase (no keychain); without it the
+        passphrase comes from PERSONAL_LLM_PASSPHRASE or a terminal prompt.
+        """
         home = Path(home).expanduser().resolve() if home else home_dir()
         path = home / STORE_FILE
         exists = path.exists() and path.stat().st_size > 0
@@ -128,7 +133,7 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
             if profile is None:
                 profile = new_profile(home)
         assert profile is not None
-        pragma = key_pragma(profile, creating=not exists)
+        pragma = key_pragma(profile, creating=not exists, passphrase=passphrase)
         store = Store(path, pragma)
         try:
             migrate(store.con)
@@ -143,6 +148,7 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
 
     def close(self) -> None:
         self.stop_background()
+        self.reset_llm()
         self.store.close()
 
     def __enter__(self) -> Engine:
@@ -335,7 +341,8 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
         self._bg_stop.set()
         self._bg_wake.set()
         if self._bg_thread is not None:
-            self._bg_thread.join(timeout=30)
+            # a model still loading cannot be interrupted; the thread is a daemon, so don't wait long
+            self._bg_thread.join(timeout=2)
             self._bg_thread = None
 
     # ------------------------------------------------------------------------------------------------
@@ -624,7 +631,9 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
                since: str | float | None = None, until: str | float | None = None,
                include_archived: bool = False, include_unscoped: bool = False, include_chunks: bool = True,
                record_access: bool = True, candidates: int = 50) -> list[Hit]:
-        """Hybrid recall: BM25 and exact vector search fused by RRF, then ranked by the engine's formula.
+        """Hybrid recall: BM25 and exact vector search, combined into a calibrated similarity (with the turns
+        around a conversation turn as context), then ranked by the engine's formula. Hits below the minimum
+        relevance are dropped: a question about nothing in memory returns nothing. docs/retrieval.md.
 
         With a project, only that project's memories and documents are searched (plus memories with no
         project when include_unscoped). Works by words alone when the embedding model is unavailable.
@@ -644,25 +653,43 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
             since=parse_time(since),
             until=parse_time(until),
         )
+        from .relevance import MIN_HIT_RELEVANCE
+
         n = max(candidates, k)
         qvec = self._query_vector(query)
         con = self.con
         with self.store.read():
-            lists: dict[str, list[int]] = {}
-            cos: dict[tuple[str, int], float] = {}
             lex_m = retrieval.lexical_memories(con, query, n, f) if kind != "chunk" else []
             lex_c = retrieval.lexical_chunks(con, query, n, f) if include_chunks else []
-            lists["lex"] = self._merge_lexical(lex_m, lex_c)
-            dense: list[tuple[str, int]] = []
+            lex = self._merge_lexical(con, query, lex_m, lex_c)
+            cos: dict[tuple[str, int], float] = {}
+            dense: set[tuple[str, int]] = set()
             if qvec is not None:
                 dm = self._index["memories"].search(con, qvec, n, f) if kind != "chunk" else []
                 dc = (self._index["chunks"].search(con, qvec, n, f)
                       if include_chunks and (kind is None or kind == "chunk") else [])
                 merged = sorted([(s, "m", i) for i, s in dm] + [(s, "c", i) for i, s in dc], key=lambda x: -x[0])
-                dense = [(t, i) for _, t, i in merged[:n]]
-                cos.update({(t, i): s for s, t, i in merged})
-            fused = ranking.rrf([lists["lex"], dense])
-            hits = self._hydrate(con, fused, cos, {key for key in lists["lex"]}, set(dense), qvec)
+                cos.update({(t, i): s for s, t, i in merged[:n]})
+                dense = set(cos)
+            keys = list(dict.fromkeys([*lex, *dense]))
+            # conversation context: turns next to a candidate join it (their own signals are looked up)
+            near = retrieval.neighbours(con, [i for t, i in keys if t == "m"], f)
+            nb: dict[tuple[str, int], dict[int, tuple[str, int]]] = {}
+            for i, d in near.items():
+                for off, j in d.items():
+                    nb.setdefault(("m", i), {})[off] = ("m", j)
+                    nb.setdefault(("m", j), {})[-off] = ("m", i)
+            keys.extend(key for key in nb if key not in lex and key not in cos)
+            if qvec is not None:
+                missing = [key for key in keys if key not in cos]
+                cos.update(self._fill_cosine(con, missing, qvec))
+            sims = ranking.hybrid_similarity(
+                keys, lex, cos, neighbours=nb,
+                use_lexical=retrieval.match_expression(query) is not None, use_dense=qvec is not None,
+            )
+            sims = {key: s for key, s in sims.items() if s >= MIN_HIT_RELEVANCE}
+            pool = sorted(sims, key=lambda key: -sims[key])[: max(3 * k, 30)]
+            hits = self._hydrate(con, {key: sims[key] for key in pool}, cos, set(lex), dense)
         hits.sort(key=lambda h: (-h.score, h.id))
         hits = hits[:k]
         if record_access:
@@ -670,10 +697,15 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
         return hits
 
     @staticmethod
-    def _merge_lexical(lex_m: list[tuple[int, float]], lex_c: list[tuple[int, float]]) -> list[tuple[str, int]]:
-        both = [(s, "m", i) for i, s in lex_m] + [(s, "c", i) for i, s in lex_c]
-        both.sort(key=lambda x: -x[0])
-        return [(t, i) for _, t, i in both]
+    def _merge_lexical(con: Connection, query: str, lex_m: list[tuple[int, float]],
+                       lex_c: list[tuple[int, float]]) -> dict[tuple[str, int], float]:
+        """{key: BM25 over the query's IDF sum in its own table}: memories and chunks on one scale."""
+        out: dict[tuple[str, int], float] = {}
+        for t, fts, lst in (("m", "memories_fts", lex_m), ("c", "chunks_fts", lex_c)):
+            if lst:
+                idf = retrieval.idf_sum(con, fts, query)
+                out.update({(t, i): ranking.lexical_ratio(s, idf) for i, s in lst})
+        return out
 
     def _query_vector(self, query: str) -> np.ndarray | None:
         if not self._ensure_space():
@@ -689,7 +721,8 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
             return None
 
     def _hydrate(self, con: Connection, fused: dict[tuple[str, int], float], cos: dict[tuple[str, int], float],
-                 lex: set, dense: set, qvec: np.ndarray | None) -> list[Hit]:
+                 lex: set, dense: set) -> list[Hit]:
+        """Hits for these keys; `fused` holds each key's similarity."""
         now = time.time()
         mids = [i for (t, i) in fused if t == "m"]
         cids = [i for (t, i) in fused if t == "c"]
@@ -708,7 +741,7 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
                     similarity=round(sim, 4), cosine=None if key not in cos else round(cos[key], 4),
                     score=round(ranking.final_score(sim, r[5], rec), 6), at=iso(r[8]), created_at=iso(r[6]),
                     archived=bool(r[11]), conflict_with=r[13],
-                    via=[v for v, s in (("fts", lex), ("vector", dense)) if key in s],
+                    via=[v for v, s in (("fts", lex), ("vector", dense)) if key in s] or ["context"],
                 ))
         if cids:
             rows = con.execute(
@@ -726,23 +759,23 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
                     similarity=round(sim, 4), cosine=None if key not in cos else round(cos[key], 4),
                     score=round(ranking.final_score(sim, imp, rec), 6), created_at=iso(r[4]),
                     document_id=r[5], document_title=r[6], document_path=r[7], locator=r[8] or None,
-                    via=[v for v, s in (("fts", lex), ("vector", dense)) if key in s],
+                    via=[v for v, s in (("fts", lex), ("vector", dense)) if key in s] or ["context"],
                 ))
-        if qvec is not None:  # cosine for lexical-only hits too: the relevance floor reads it
-            missing = [h for h in hits if h.cosine is None]
-            if missing:
-                self._fill_cosine(con, missing, qvec)
         self._describe_conflicts(con, hits)
         return hits
 
-    def _fill_cosine(self, con: Connection, hits: list[Hit], qvec: np.ndarray) -> None:
-        for h in hits:
-            table, col = ("chunks", "uid") if h.kind == "chunk" else ("memories", "uid")
-            row = con.execute(
-                f"SELECT v.embedding FROM vec_{table} v JOIN {table} t ON t.id = v.rowid WHERE t.{col} = ?", (h.id,)
-            ).fetchone()
-            if row is not None:
-                h.cosine = round(float(np.frombuffer(row[0], dtype=np.float32) @ qvec), 4)
+    def _fill_cosine(self, con: Connection, keys: list[tuple[str, int]], qvec: np.ndarray) -> dict[tuple[str, int], float]:
+        """Cosine to the query for candidates the vector search did not return (one read per table)."""
+        out: dict[tuple[str, int], float] = {}
+        for t, table in (("m", "memories"), ("c", "chunks")):
+            ids = [i for tt, i in keys if tt == t]
+            for p in range(0, len(ids), 500):
+                part = ids[p : p + 500]
+                for rid, blob in con.execute(
+                    f"SELECT rowid, embedding FROM vec_{table} WHERE rowid IN ({','.join('?' * len(part))})", part
+                ).fetchall():
+                    out[(t, rid)] = float(np.frombuffer(blob, dtype=np.float32) @ qvec)
+        return out
 
     def _describe_conflicts(self, con: Connection, hits: list[Hit]) -> None:
         for h in hits:
@@ -758,7 +791,7 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
             ).fetchone()
             h.conflict = (
                 f'You said "{h.text}" on {iso(mine[0])[:10]} and "{other[0]}" on {iso(other[1])[:10]}; '
-                f"these disagree (resolve with: personal-llm resolve {h.id} --keep …)."
+                "these disagree."
             )
 
     def _record_access(self, uids: list[str]) -> None:
@@ -794,6 +827,7 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
         notes: list[str] = []
         if self.embedder.failed is not None:
             notes.append(str(self.embedder.failed))
+        notes += self.graph_notes()
         return Stats(
             store=str(self.store.path),
             schema_version=SCHEMA_VERSION,
@@ -827,6 +861,14 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
         ).fetchall()
         return [AuditEntry(id=r[0], at=iso(r[1]), actor=r[2], action=r[3], target=r[4], detail=json.loads(r[5]))
                 for r in rows]
+
+    def apply_settings(self, settings: Settings) -> None:
+        """Save new settings and use them from now on (the language model is reconnected)."""
+        from .config import save_settings
+
+        save_settings(settings, self.home)
+        self.settings = settings
+        self.reset_llm()
 
     # ------------------------------------------------------------------------------------------------
     # secrets kept for interfaces

@@ -118,7 +118,7 @@ def _passphrase(confirm: bool) -> str:
     return first
 
 
-def key_pragma(profile: Profile, *, creating: bool) -> str:
+def key_pragma(profile: Profile, *, creating: bool, passphrase: str | None = None) -> str:
     """The `PRAGMA key` statement that opens this profile's store (never logged)."""
     if profile.key_source == "keychain":
         if not keychain_usable():
@@ -140,7 +140,7 @@ def key_pragma(profile: Profile, *, creating: bool) -> str:
         if len(hexkey) != 64 or any(c not in "0123456789abcdefABCDEF" for c in hexkey):
             raise KeyMissing("The keychain entry for this store is not a valid key; the store was left untouched.")
         return f"PRAGMA key = \"x'{hexkey}'\""
-    phrase = _passphrase(confirm=creating)
+    phrase = passphrase or _passphrase(confirm=creating)
     return "PRAGMA key = '" + phrase.replace("'", "''") + "'"
 
 

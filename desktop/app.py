@@ -1,0 +1,292 @@
+"""The desktop app's composition root and the `personal-llm-desktop` entry point.
+
+    personal-llm-desktop             open the window (or bring the running one to the front)
+    personal-llm-desktop --capture   open the running instance's quick-capture box (bind this on Wayland)
+    personal-llm-desktop --hidden    start in the tray
+    personal-llm-desktop --self-test run the engine's self-test and exit with its code
+
+The window appears first; the engine opens on the bridge's writer thread right after the first paint,
+and the embedding model loads in the background after that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
+from PySide6.QtWidgets import QApplication, QInputDialog, QLineEdit, QMessageBox
+
+from . import startup_report
+from .bridge import Bridge, EngineInfo, HealthReport
+from .hotkey import GlobalHotkey, HotkeyStatus
+from .main_window import MainWindow
+from .profile import profile_home
+from .quick_capture import QuickCapture
+from .single_instance import SingleInstance
+from .theme import Theme
+from .tray import Tray
+
+log = logging.getLogger(__name__)
+
+CONSOLIDATE_EVERY_MS = 6 * 3600 * 1000  # scheduled tidy-up while the app runs (first one 10 min after start)
+CONSOLIDATE_FIRST_MS = 10 * 60 * 1000
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="personal-llm-desktop", description="Personal LLM desktop app")
+    parser.add_argument("--capture", action="store_true", help="open the quick-capture box")
+    parser.add_argument("--hidden", action="store_true", help="start in the tray, without the window")
+    parser.add_argument("--self-test", action="store_true", help="run the engine self-test and exit")
+    return parser.parse_args(argv)
+
+
+class DesktopApp(QObject):
+    """Builds and connects the pieces; owns the quit sequence."""
+
+    quitted = Signal(int)
+
+    def __init__(self, home: Path, *, single: SingleInstance | None = None, hidden: bool = False, embedder: Any = None, undo_seconds: float = 5.0,
+                 use_tray: bool = True, use_hotkey: bool = True, start_background: bool = True) -> None:
+        super().__init__()
+        self.home = home
+        self.bridge = Bridge(home, embedder=embedder, start_background=start_background)
+        self.window = MainWindow(self.bridge, undo_seconds=undo_seconds)
+        self.capture = QuickCapture()
+        self.tray = Tray(self) if use_tray and Tray.available() else None
+        self.hotkey = GlobalHotkey(self) if use_hotkey else None
+        self.single = single
+        self._quitting = False
+        self._info: EngineInfo | None = None
+        self._wire()
+        self._tidy_timer = QTimer(self)
+        self._tidy_timer.setInterval(CONSOLIDATE_EVERY_MS)
+        self._tidy_timer.timeout.connect(self._scheduled_consolidation)
+        if self.tray is not None:
+            self.tray.show()
+            self.window.close_to_tray = True
+        startup_report.mark("tray", available=self.tray is not None)
+        if hidden and self.tray is not None:
+            self._open_engine()
+        else:
+            self.window.first_painted.connect(self._first_paint, Qt.ConnectionType.SingleShotConnection)
+            self.window.show()
+
+    # ------------------------------------------------------------------------------------------------
+    def handle_arguments(self, args: list[str]) -> None:
+        """Arguments from a second launch (or this one's own flags)."""
+        ns = parse_args([a for a in args if a.startswith("--")])
+        if ns.capture:
+            self.open_capture()
+        elif not ns.hidden:
+            self.window.bring_to_front()
+
+    def open_capture(self) -> None:
+        self.capture.open_box()
+        startup_report.mark("capture_opened")
+
+    def quit(self, code: int = 0) -> None:
+        if self._quitting:
+            return
+        self._quitting = True
+        log.info("quitting")
+        if self.single is not None:
+            self.single.close()  # a new launch now starts afresh instead of talking to this one
+        self.capture.hide()
+        self.window.hide()
+        try:
+            self.window.memories.flush_deletes()
+        except Exception:
+            log.exception("pending deletes could not be carried out at quit")
+        self._tidy_timer.stop()
+        if self.hotkey is not None:
+            self.hotkey.stop()
+        try:
+            self.bridge.close()
+        except Exception:
+            log.exception("closing the engine failed")
+        if self.tray is not None:
+            self.tray.hide()
+        self.quitted.emit(code)
+
+    # ------------------------------------------------------------------------------------------------
+    def _wire(self) -> None:
+        b, w = self.bridge, self.window
+        b.opened.connect(self._opened)
+        b.open_failed.connect(self._open_failed)
+        b.model_state_changed.connect(self._model_state)
+        w.quit_requested.connect(self.quit)
+        w.capture_requested.connect(self.open_capture)
+        w.hidden_to_tray.connect(self._hidden_to_tray)
+        w.pages_built.connect(self._wire_pages)
+        self.capture.capture_submitted.connect(self._capture_submitted)
+        self.capture.files_dropped.connect(self._capture_files)
+        if self.tray is not None:
+            t = self.tray
+            t.capture_requested.connect(self.open_capture)
+            t.open_requested.connect(w.bring_to_front)
+            t.ask_requested.connect(w.open_ask)
+            t.pause_toggled.connect(b.set_paused)
+            b.paused_changed.connect(t.set_paused)
+            t.quit_requested.connect(self.quit)
+        if self.hotkey is not None:
+            self.hotkey.activated.connect(self.open_capture)
+            self.hotkey.status_changed.connect(self._hotkey_status)
+
+    def _wire_pages(self) -> None:
+        self.window.settings.hotkey_changed.connect(self._start_hotkey)
+        self.window.settings.saved.connect(self._settings_saved)
+        if self.hotkey is not None:
+            self.window.settings.set_hotkey_status(self.hotkey.status)
+
+    def _first_paint(self) -> None:
+        startup_report.mark("window_painted")
+        QTimer.singleShot(0, self._open_engine)
+
+    def _open_engine(self) -> None:
+        self.window.build_pages()  # every screen listens before the engine reports in
+        self.bridge.open()
+
+    def _opened(self, info: EngineInfo) -> None:
+        self._info = info
+        startup_report.mark("engine_opened")
+        self._start_hotkey(info.settings.hotkey)
+        self.bridge.projects(self.capture.set_projects)
+        self.bridge.health(self._health_checked)
+        self._tidy_timer.start()
+        QTimer.singleShot(CONSOLIDATE_FIRST_MS, self._scheduled_consolidation)
+        if info.created:
+            self.window.show_first_run(info, None)
+
+    def _scheduled_consolidation(self) -> None:
+        if self._quitting or self.bridge.paused or self.bridge.busy:
+            return  # paused by the user, or busy: the next tick tries again
+        self.bridge.consolidate(lambda report: log.info("scheduled consolidation done"),
+                                lambda message: log.info("scheduled consolidation failed"))
+
+    def _health_checked(self, health: HealthReport) -> None:
+        self.window.status.set_llm(health.llm_ok, health.llm_detail)
+        if self._info is not None and self._info.created:
+            self.window.show_first_run(self._info, health)
+
+    def _model_state(self, state: str, detail: str) -> None:
+        if state == "ready":
+            startup_report.mark("model_ready")
+        if self._info is not None and self._info.created and self.window.first_run.isVisible():
+            self.bridge.health(self._health_checked)
+
+    def _open_failed(self, message: str, needs_passphrase: bool) -> None:
+        if needs_passphrase:
+            phrase, ok = QInputDialog.getText(
+                self.window, "Unlock your memory",
+                "No keychain is available on this computer, so your memory is protected by a passphrase.\n"
+                "Enter it to open (or choose one, the first time):", QLineEdit.EchoMode.Password)
+            if ok and phrase:
+                self.bridge.open(passphrase=phrase)
+                return
+        else:
+            QMessageBox.critical(self.window, "Personal LLM could not open your memory", message)
+        self.quit(1)
+
+    def _start_hotkey(self, shortcut: str) -> None:
+        if self.hotkey is not None:
+            self.hotkey.start(shortcut)
+        if self.tray is not None:
+            self.tray.set_hotkey_hint(shortcut if self.hotkey and self.hotkey.status.active else None)
+
+    def _hotkey_status(self, status: HotkeyStatus) -> None:
+        startup_report.mark("hotkey", state=status.state)
+        if self.window.is_built:
+            self.window.settings.set_hotkey_status(status)
+        if self.tray is not None and self._info is not None:
+            self.tray.set_hotkey_hint(self._info.settings.hotkey if status.active else None)
+
+    def _settings_saved(self, settings: Any) -> None:
+        if self._info is not None:
+            from dataclasses import replace
+
+            self._info = replace(self._info, settings=settings)
+        self.bridge.health(self._health_checked)
+
+    def _capture_submitted(self, text: str, kind: str, project: str) -> None:
+        self.bridge.remember(text, kind=kind, project=project or None, embed="background",
+                             done=self._captured, failed=self.capture.mark_failed)
+
+    def _captured(self, result: Any) -> None:
+        startup_report.mark("captured")
+        self.capture.mark_saved(result)
+        self.window.status.post("Merged with a memory you already had." if result.merged else "Memory saved.")
+
+    def _capture_files(self, paths: list[str]) -> None:
+        self.window.build_pages()
+        if self.window.documents.ingest(paths):
+            if self.tray is None or self.window.isVisible():
+                self.window.show_page("documents")
+        else:
+            self.capture.show_message("Adding documents isn't available in this version yet.")
+
+    def _hidden_to_tray(self) -> None:
+        if self.tray is None or self._info is None or self._info.settings.tray_notice_shown:
+            return
+        hotkey = self._info.settings.hotkey if self.hotkey and self.hotkey.status.active else None
+        self.tray.notify("Personal LLM is still running",
+                         (f"Press {hotkey} to capture a memory. " if hotkey else "")
+                         + "Use the tray icon to open it again or to quit.")
+        settings = self._info.settings.model_copy(deep=True)
+        settings.tray_notice_shown = True
+        self.bridge.save_settings(settings, self._settings_saved)
+
+
+def run_self_test() -> int:
+    import importlib
+    import importlib.util
+
+    if importlib.util.find_spec("engine.selftest") is None:
+        print("The self-test is not part of this build (engine.selftest is missing).", file=sys.stderr)
+        return 2
+    module = importlib.import_module("engine.selftest")
+    code = module.main([])
+    return int(code or 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.self_test:
+        return run_self_test()
+    import qasync
+
+    QApplication.setApplicationName("Personal LLM")
+    QApplication.setOrganizationName("personal-llm")
+    QApplication.setDesktopFileName("personal-llm-desktop")
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setQuitOnLastWindowClosed(False)
+    home = profile_home()
+    single = SingleInstance(home)
+    forwarded = [a for a in ("--capture", "--hidden") if getattr(args, a[2:])]
+    if single.forward(forwarded):
+        return 0
+    single.listen()
+    Theme(app)
+    from .icons import app_icon
+
+    app.setWindowIcon(app_icon())
+    loop = qasync.QEventLoop(app)
+    asyncio.set_event_loop(loop)
+    finished: asyncio.Future[int] = loop.create_future()
+    desktop = DesktopApp(home, single=single, hidden=args.hidden)
+    single.arguments_received.connect(desktop.handle_arguments)
+    desktop.quitted.connect(lambda code: finished.done() or finished.set_result(code))
+    if args.capture:
+        desktop.open_capture()
+    with loop:
+        code = loop.run_until_complete(finished)
+    single.close()
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,261 @@
+"""The main window: a sidebar of screens (Memories, Ask, Documents, Activity, Settings) and a status bar.
+
+Files and folders dropped anywhere on the window are ingested (progress shows in Documents). Closing the
+window hides it to the tray when a tray exists (the app decides; see `close_to_tray`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import QEvent, QSize, Signal
+from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence, QShortcut
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QListWidget,
+    QListWidgetItem,
+    QMainWindow,
+    QMessageBox,
+    QStackedWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from . import drops, formatting, icons, theme
+from .ask_panel import AskPanel
+from .audit_view import AuditView
+from .bridge import Bridge, EngineInfo, HealthReport
+from .documents_view import DocumentsView
+from .first_run import FirstRunCard
+from .memory_browser import MemoryBrowser
+from .settings_view import SettingsView
+from .status_bar import StatusBar
+
+PAGES = (("Memories", "memories"), ("Ask", "ask"), ("Documents", "documents"), ("Activity", "activity"),
+         ("Settings", "settings"))
+
+
+class MainWindow(QMainWindow):
+    first_painted = Signal()
+    hidden_to_tray = Signal()
+    capture_requested = Signal()
+    quit_requested = Signal()
+    pages_built = Signal()
+
+    def __init__(self, bridge: Bridge, *, undo_seconds: float = 5.0, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.bridge = bridge
+        self.close_to_tray = False
+        self._painted = False
+        self.setWindowTitle("Personal LLM")
+        self.setWindowIcon(icons.app_icon())
+        self.resize(1080, 700)
+        self.setMinimumSize(760, 480)
+        self.setAcceptDrops(True)
+
+        # Only the first screen is built before the first paint; the others follow right after it
+        # (build_pages), which keeps the window's first appearance fast.
+        self.memories = MemoryBrowser(bridge, undo_seconds=undo_seconds)
+        self.pages = QStackedWidget()
+        self.pages.addWidget(self.memories)
+        self._built = False
+
+        self.sidebar = QListWidget()
+        self.sidebar.setObjectName("Sidebar")
+        self.sidebar.setFixedWidth(184)
+        self.sidebar.setIconSize(QSize(20, 20))
+        self.sidebar.setFrameShape(QListWidget.Shape.NoFrame)
+        self.sidebar.currentRowChanged.connect(self._page_selected)
+        self._build_sidebar()
+
+        self.first_run = FirstRunCard()
+        right = QWidget()
+        rl = QVBoxLayout(right)
+        rl.setContentsMargins(0, 0, 0, 0)
+        rl.setSpacing(0)
+        card_box = QWidget()
+        cb = QVBoxLayout(card_box)
+        cb.setContentsMargins(20, 12, 20, 0)
+        cb.addWidget(self.first_run)
+        rl.addWidget(card_box)
+        rl.addWidget(self.pages, 1)
+        self._card_box = card_box
+        card_box.hide()
+        self.first_run.dismissed.connect(card_box.hide)
+
+        central = QWidget()
+        layout = QHBoxLayout(central)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(0)
+        layout.addWidget(self.sidebar)
+        layout.addWidget(right, 1)
+        self.setCentralWidget(central)
+        self.status = StatusBar()
+        self.setStatusBar(self.status)
+
+        self._wire()
+        self._shortcuts()
+        self.sidebar.setCurrentRow(0)
+
+    # ------------------------------------------------------------------------------------------------
+    def build_pages(self) -> None:
+        """Build Ask, Documents, Activity and Settings (idempotent; before the engine opens)."""
+        if self._built:
+            return
+        self._built = True
+        b = self.bridge
+        self.ask = AskPanel(b)
+        self.documents = DocumentsView(b)
+        self.activity = AuditView(b)
+        self.settings = SettingsView(b)
+        for page in (self.ask, self.documents, self.activity, self.settings):
+            self.pages.addWidget(page)
+        b.ingest_progressed.connect(
+            lambda p: self.status.set_work(f"Adding documents… {p.files_done}/{p.files_total}"))
+        b.ingest_finished.connect(lambda _r: self.status.set_work(""))
+        self.documents.status_posted.connect(self.status.post)
+        self.ask.memory_opened.connect(self._reveal_memory)
+        self._page_selected(self.sidebar.currentRow())
+        self.pages_built.emit()
+
+    @property
+    def is_built(self) -> bool:
+        return self._built
+
+    def show_page(self, name: str) -> None:
+        index = [key for _label, key in PAGES].index(name)
+        self.sidebar.setCurrentRow(index)
+
+    def bring_to_front(self) -> None:
+        if self.isMinimized():
+            self.showNormal()
+        self.show()
+        self.raise_()
+        self.activateWindow()
+
+    def open_ask(self) -> None:
+        self.bring_to_front()
+        self.show_page("ask")
+        self.ask.focus_question()
+
+    def ingest(self, paths: list[str]) -> None:
+        self.build_pages()
+        if self.documents.ingest(paths):
+            self.show_page("documents")
+
+    def show_first_run(self, info: EngineInfo, health: HealthReport | None) -> None:
+        self.first_run.show_report(info, health)
+        self._card_box.show()
+
+    def show_error(self, message: str) -> None:
+        QMessageBox.warning(self, "Personal LLM", message)
+
+    # ------------------------------------------------------------------------------------------------
+    def _build_sidebar(self) -> None:
+        self.sidebar.clear()
+        color = theme.text_color()
+        for i, (label, icon) in enumerate(PAGES):
+            item = QListWidgetItem(icons.line_icon(icon, color), label)
+            item.setToolTip(f"{label} (Ctrl+{i + 1})")
+            self.sidebar.addItem(item)
+
+    def _wire(self) -> None:
+        b = self.bridge
+        b.opened.connect(self._opened)
+        b.changed.connect(self._engine_changed)
+        b.model_state_changed.connect(self.status.set_model_state)
+        b.failed.connect(self.show_error)
+        self.memories.status_posted.connect(self.status.post)
+
+    def _shortcuts(self) -> None:
+        for i in range(len(PAGES)):
+            QShortcut(QKeySequence(f"Ctrl+{i + 1}"), self, activated=lambda i=i: self.sidebar.setCurrentRow(i))
+        QShortcut(QKeySequence("Ctrl+N"), self, activated=self.capture_requested.emit)
+        QShortcut(QKeySequence("Ctrl+K"), self, activated=self.open_ask)
+        QShortcut(QKeySequence.StandardKey.Find, self,
+                  activated=lambda: (self.show_page("memories"), self.memories.focus_search()))
+        QShortcut(QKeySequence.StandardKey.Quit, self, activated=self.quit_requested.emit)
+        QShortcut(QKeySequence.StandardKey.Close, self, activated=self.close)
+
+    def _page_selected(self, row: int) -> None:
+        if row > 0:
+            self.build_pages()
+        if 0 <= row < self.pages.count():
+            self.pages.setCurrentIndex(row)
+
+    def _opened(self, _info: EngineInfo) -> None:
+        self._refresh_projects()
+        self._refresh_counts()
+
+    def _engine_changed(self, changes: Any) -> None:
+        if changes.memories or changes.documents:
+            self._refresh_projects()
+            self._refresh_counts()
+
+    def _refresh_projects(self) -> None:
+        def done(projects: list[str]) -> None:
+            self.memories.set_projects(projects)
+            if self._built:
+                self.ask.set_projects(projects)
+
+        self.bridge.projects(done)
+
+    def _refresh_counts(self) -> None:
+        def done(stats: Any) -> None:
+            parts = [formatting.plural(stats.memories, "memory").replace("memorys", "memories")]
+            if stats.documents:
+                parts.append(formatting.plural(stats.documents, "document"))
+            if stats.conflicts:
+                parts.append(f"{stats.conflicts} to resolve")
+            self.status.set_count(" · ".join(parts))
+
+        self.bridge.stats(done)
+
+    def _reveal_memory(self, uid: str) -> None:
+        self.show_page("memories")
+        self.memories.reveal(uid)
+
+    # ------------------------------------------------------------------------------------------------
+    # Qt overrides
+    # ------------------------------------------------------------------------------------------------
+    def event(self, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.PaletteChange:
+            self._build_sidebar_icons()
+        return super().event(event)
+
+    def _build_sidebar_icons(self) -> None:
+        color = theme.text_color()
+        for i, (_label, icon) in enumerate(PAGES):
+            item = self.sidebar.item(i)
+            if item is not None:
+                item.setIcon(icons.line_icon(icon, color))
+
+    def paintEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().paintEvent(event)
+        if not self._painted:
+            self._painted = True
+            self.first_painted.emit()
+
+    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
+        if self.close_to_tray:
+            event.ignore()
+            self.hide()
+            self.hidden_to_tray.emit()
+        else:
+            event.accept()
+            self.quit_requested.emit()
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802 - Qt override
+        if drops.local_paths(event.mimeData()):
+            event.acceptProposedAction()
+
+    def dragMoveEvent(self, event) -> None:  # noqa: N802 - Qt override
+        if drops.local_paths(event.mimeData()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802 - Qt override
+        paths = drops.local_paths(event.mimeData())
+        if paths:
+            event.acceptProposedAction()
+            self.ingest(paths)
+

@@ -1,0 +1,535 @@
+"""The memory browser: search as you type, filter by kind/project/time/state, edit, delete with undo."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QKeySequence, QShortcut
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QHBoxLayout,
+    QHeaderView,
+    QLineEdit,
+    QMessageBox,
+    QPlainTextEdit,
+    QSplitter,
+    QStackedWidget,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from . import formatting, icons, theme
+from .bridge import Bridge
+from .pending_deletes import PendingDeletes
+from .widgets import Banner, EmptyState, UndoBar, button, muted, page_title
+
+SEARCH_DEBOUNCE_MS = 180
+TIME_FILTERS = (("Any time", None), ("Today", 1), ("Past 7 days", 7), ("Past 30 days", 30), ("Past year", 365))
+SHOW_FILTERS = (("Active", "active"), ("Archived", "archived"), ("Conflicts", "conflicts"), ("All", "all"))
+KIND_FILTERS = (("All kinds", None), ("Facts", "fact"), ("Events", "episodic"), ("How-tos", "procedural"))
+ALL_PROJECTS = "All projects"
+NO_PROJECT = "No project"
+
+
+@dataclass(frozen=True)
+class Row:
+    id: str
+    kind: str
+    text: str
+    project: str | None
+    when: str | None
+    created_at: str | None
+    archived: bool
+    conflict_with: str | None
+    importance: float = 0.5
+    conflict: str | None = None
+
+    @classmethod
+    def of(cls, item: Any) -> Row:
+        """From an engine Memory or Hit."""
+        return cls(id=item.id, kind=item.kind, text=item.text, project=item.project,
+                   when=item.at or item.created_at, created_at=item.created_at,
+                   archived=bool(item.archived), conflict_with=item.conflict_with,
+                   importance=float(item.importance), conflict=getattr(item, "conflict", None))
+
+
+class MemoryBrowser(QWidget):
+    count_changed = Signal(int)
+    status_posted = Signal(str)
+
+    def __init__(self, bridge: Bridge, undo_seconds: float = 5.0, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.bridge = bridge
+        self.pending = PendingDeletes(undo_seconds, self)
+        self.pending.expired.connect(self._forget)
+        self._generation = 0
+        self._rows: dict[str, Row] = {}
+        self._reveal: str | None = None
+        self._current: Row | None = None
+        self._loaded = False
+
+        self.search = SearchField()
+        self.search.setPlaceholderText("Search your memories…  (Ctrl+F)")
+        self.search.setClearButtonEnabled(True)
+        self.search.addAction(icons.line_icon("search", theme.muted_color()), QLineEdit.ActionPosition.LeadingPosition)
+        self.search.textChanged.connect(self._search_changed)
+        self._debounce = QTimer(self)
+        self._debounce.setSingleShot(True)
+        self._debounce.setInterval(SEARCH_DEBOUNCE_MS)
+        self._debounce.timeout.connect(self.refresh)
+
+        self.kind = self._combo(KIND_FILTERS)
+        self.project = QComboBox()
+        self.project.addItem(ALL_PROJECTS, None)
+        self.project.currentIndexChanged.connect(lambda _i: self.refresh())
+        self.period = self._combo(TIME_FILTERS)
+        self.show_filter = self._combo(SHOW_FILTERS)
+        filters = QHBoxLayout()
+        filters.setSpacing(8)
+        for w in (self.kind, self.project, self.period, self.show_filter):
+            filters.addWidget(w)
+        filters.addStretch(1)
+        self.count = muted("")
+        filters.addWidget(self.count)
+
+        self.tree = QTreeWidget()
+        self.tree.setHeaderLabels(["Memory", "Kind", "Project", "When"])
+        self.tree.setRootIsDecorated(False)
+        self.tree.setUniformRowHeights(True)
+        self.tree.setAlternatingRowColors(False)
+        self.tree.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        header = self.tree.header()
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        for col, width in ((1, 84), (2, 96), (3, 104)):
+            header.setSectionResizeMode(col, QHeaderView.ResizeMode.Interactive)
+            header.resizeSection(col, width)
+        header.setStretchLastSection(False)
+        self.tree.itemSelectionChanged.connect(self._selection_changed)
+        self.empty = EmptyState()
+        self.list_stack = QStackedWidget()
+        self.list_stack.addWidget(self.tree)
+        self.list_stack.addWidget(self.empty)
+
+        self.editor = MemoryEditor()
+        self.editor.save_clicked.connect(self._save)
+        self.editor.delete_clicked.connect(self.delete_selected)
+        self.editor.keep_clicked.connect(self._keep)
+
+        splitter = QSplitter(Qt.Orientation.Horizontal)
+        splitter.addWidget(self.list_stack)
+        splitter.addWidget(self.editor)
+        splitter.setStretchFactor(0, 3)
+        splitter.setStretchFactor(1, 2)
+        self.editor.setMinimumWidth(250)
+        splitter.setSizes([700, 300])
+        splitter.setChildrenCollapsible(False)
+
+        self.undo_bar = UndoBar()
+        self.undo_bar.undo_clicked.connect(self.undo_delete)
+        self.banner = Banner()
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(20, 16, 20, 12)
+        layout.setSpacing(10)
+        layout.addWidget(page_title("Memories"))
+        layout.addWidget(self.banner)
+        layout.addWidget(self.search)
+        layout.addLayout(filters)
+        layout.addWidget(splitter, 1)
+        layout.addWidget(self.undo_bar)
+
+        QShortcut(QKeySequence.StandardKey.Find, self, activated=self.focus_search)
+        QShortcut(QKeySequence.StandardKey.Delete, self.tree, activated=self.delete_selected,
+                  context=Qt.ShortcutContext.WidgetShortcut)
+
+        bridge.opened.connect(lambda _info: self.refresh())
+        bridge.changed.connect(self._engine_changed)
+        self._show_empty("Opening your memory…", "")
+
+    # ------------------------------------------------------------------------------------------------
+    # public
+    # ------------------------------------------------------------------------------------------------
+    def focus_search(self) -> None:
+        self.search.setFocus()
+        self.search.selectAll()
+
+    def reveal(self, uid: str) -> None:
+        """Show one memory (from a clicked source): clear filters, select it, open it in the editor."""
+        self._reveal = uid
+        for combo in (self.kind, self.project, self.period):
+            combo.blockSignals(True)
+            combo.setCurrentIndex(0)
+            combo.blockSignals(False)
+        self.show_filter.blockSignals(True)
+        self.show_filter.setCurrentIndex(3)  # All: it may be archived
+        self.show_filter.blockSignals(False)
+        self.search.blockSignals(True)
+        self.search.clear()
+        self.search.blockSignals(False)
+        self.refresh()
+
+    def visible_ids(self) -> list[str]:
+        return [self.tree.topLevelItem(i).data(0, Qt.ItemDataRole.UserRole)
+                for i in range(self.tree.topLevelItemCount())]
+
+    def select(self, uid: str) -> bool:
+        for i in range(self.tree.topLevelItemCount()):
+            item = self.tree.topLevelItem(i)
+            if item.data(0, Qt.ItemDataRole.UserRole) == uid:
+                self.tree.setCurrentItem(item)
+                self.tree.scrollToItem(item)
+                return True
+        return False
+
+    def set_projects(self, projects: list[str]) -> None:
+        current = self.project.currentData()
+        self.project.blockSignals(True)
+        self.project.clear()
+        self.project.addItem(ALL_PROJECTS, None)
+        self.project.addItem(NO_PROJECT, "")
+        for p in projects:
+            self.project.addItem(p, p)
+        index = self.project.findData(current)
+        self.project.setCurrentIndex(max(index, 0))
+        self.project.blockSignals(False)
+        self.editor.set_projects(projects)
+
+    def refresh(self) -> None:
+        if self.bridge.info is None:
+            return
+        self._generation += 1
+        generation = self._generation
+        query = self.search.text().strip()
+        kind = self.kind.currentData()
+        project = self.project.currentData()
+        days = self.period.currentData()
+        since = time.time() - days * 86400 if days else None
+        show = self.show_filter.currentData()
+
+        def done(items: list[Any]) -> None:
+            if generation != self._generation:
+                return  # a newer search is on its way
+            rows = [Row.of(i) for i in items]
+            rows = [r for r in rows if self._wanted(r, show, since, project)]
+            self._populate(rows, query)
+
+        if query:
+            self.bridge.recall(query, done, k=100, project=project or None, kind=kind, since=since,
+                               include_archived=show in ("archived", "all", "conflicts"),
+                               failed=self._search_failed)
+        else:
+            archived = {"active": False, "archived": True, "conflicts": None, "all": None}[show]
+            self.bridge.list_memories(done, kind=kind, project=project, archived=archived,
+                                      conflicts_only=show == "conflicts", limit=1000)
+
+    def delete_selected(self) -> None:
+        rows = [self._rows[uid] for uid in self._selected_ids() if uid in self._rows]
+        if not rows:
+            return
+        if len(rows) == 1:
+            question = f"Delete this memory?\n\n“{formatting.one_line(rows[0].text, 200)}”"
+        else:
+            question = f"Delete {len(rows)} memories?"
+        if not self.confirm("Delete memory", question,
+                            "Anything derived from it (links in the knowledge graph) goes too. "
+                            f"You can undo for {self.pending.seconds:g} seconds."):
+            return
+        self.delete_now([r.id for r in rows])
+
+    def confirm(self, title: str, question: str, detail: str) -> bool:
+        box = QMessageBox(QMessageBox.Icon.Question, title, question, QMessageBox.StandardButton.Cancel, self)
+        box.setInformativeText(detail)
+        delete = box.addButton("Delete", QMessageBox.ButtonRole.DestructiveRole)
+        box.setDefaultButton(delete)
+        box.exec()
+        return box.clickedButton() is delete
+
+    def delete_now(self, uids: list[str]) -> None:
+        """Hide at once, forget when the undo window closes."""
+        for uid in uids:
+            self.pending.schedule(uid)
+        self._hide_ids(set(uids))
+        what = "Memory deleted." if len(uids) == 1 else f"{len(uids)} memories deleted."
+        self.undo_bar.show_for(what, self.pending.seconds)
+
+    def undo_delete(self) -> None:
+        restored: list[str] = []
+        while self.pending.uids:
+            restored += self.pending.undo()
+        self.undo_bar.hide()
+        if restored:
+            self.status_posted.emit("Delete undone.")
+            self.refresh()
+
+    def flush_deletes(self) -> None:
+        """At quit: carry out the deletes still waiting in their undo window (blocking, bounded)."""
+        uids = self.pending.take_all()
+        if uids:
+            self.bridge.forget_now(uids)
+
+    # ------------------------------------------------------------------------------------------------
+    # internals
+    # ------------------------------------------------------------------------------------------------
+    def _combo(self, options: tuple[tuple[str, Any], ...]) -> QComboBox:
+        combo = QComboBox()
+        for label, value in options:
+            combo.addItem(label, value)
+        combo.currentIndexChanged.connect(lambda _i: self.refresh())
+        return combo
+
+    def _wanted(self, row: Row, show: str, since: float | None, project: str | None) -> bool:
+        if row.id in self.pending:
+            return False
+        if show == "active" and row.archived:
+            return False
+        if show == "archived" and not row.archived:
+            return False
+        if show == "conflicts" and not row.conflict_with:
+            return False
+        if project == "" and row.project:
+            return False
+        if since is not None:
+            moment = formatting.parse_iso(row.when)
+            if moment is not None and moment.timestamp() < since:
+                return False
+        return True
+
+    def _populate(self, rows: list[Row], query: str) -> None:
+        self._loaded = True
+        selected = self._reveal or (self._current.id if self._current else None)
+        self.tree.blockSignals(True)
+        self.tree.clear()
+        self._rows = {r.id: r for r in rows}
+        warn = QColor("#D97706")
+        for r in rows:
+            item = QTreeWidgetItem([formatting.one_line(r.text), formatting.kind_label(r.kind), r.project or "",
+                                    formatting.when(r.when)])
+            item.setData(0, Qt.ItemDataRole.UserRole, r.id)
+            item.setToolTip(0, r.conflict or r.text[:1000])
+            if r.conflict_with:
+                item.setText(1, "⚠ Conflict")
+                item.setForeground(1, warn)
+            elif r.archived:
+                item.setText(1, "Archived")
+                item.setForeground(0, theme.muted_color())
+                item.setForeground(1, theme.muted_color())
+            self.tree.addTopLevelItem(item)
+        self.tree.blockSignals(False)
+        self.count.setText(formatting.plural(len(rows), "memory").replace("memorys", "memories"))
+        self.count_changed.emit(len(rows))
+        if rows:
+            self.list_stack.setCurrentWidget(self.tree)
+        elif query:
+            self._show_empty(f"No memories match “{query}”.", "Try fewer or different words, or clear the filters.")
+        elif self.show_filter.currentData() == "conflicts":
+            self._show_empty("No conflicting memories.", "When two facts disagree, both show up here to resolve.")
+        elif self.show_filter.currentData() == "archived":
+            self._show_empty("Nothing archived.", "Memories you don't use fade and are archived, never deleted.")
+        elif any(c.currentIndex() for c in (self.kind, self.project, self.period)):
+            self._show_empty("No memories match these filters.", "")
+        else:
+            self._show_empty("Nothing remembered yet.",
+                             "Press the capture shortcut anywhere (Ctrl+Shift+Space) or use Quick capture "
+                             "in the tray menu to store a fact. Drop documents on this window to add them.")
+        if selected and not self.select(selected) and self._reveal:
+            self.bridge.get(selected, lambda m: self.editor.load(Row.of(m)))
+        elif not selected or selected not in self._rows:
+            self.editor.clear()
+            self._current = None
+        self._reveal = None
+
+    def _show_empty(self, title: str, hint: str) -> None:
+        self.empty.set_text(title, hint)
+        self.list_stack.setCurrentWidget(self.empty)
+
+    def _hide_ids(self, uids: set[str]) -> None:
+        for i in reversed(range(self.tree.topLevelItemCount())):
+            if self.tree.topLevelItem(i).data(0, Qt.ItemDataRole.UserRole) in uids:
+                self.tree.takeTopLevelItem(i)
+        for uid in uids:
+            self._rows.pop(uid, None)
+        if self._current and self._current.id in uids:
+            self._current = None
+            self.editor.clear()
+        if not self._rows:
+            self._show_empty("Nothing to show.", "")
+
+    def _selected_ids(self) -> list[str]:
+        return [item.data(0, Qt.ItemDataRole.UserRole) for item in self.tree.selectedItems()]
+
+    def _selection_changed(self) -> None:
+        ids = self._selected_ids()
+        row = self._rows.get(ids[0]) if len(ids) == 1 else None
+        self._current = row
+        if row is None:
+            self.editor.clear(multiple=len(ids) > 1)
+        else:
+            self.editor.load(row, can_resolve=self.bridge.capabilities.resolve)
+
+    def _search_changed(self, _text: str) -> None:
+        self._debounce.start()
+
+    def _search_failed(self, message: str) -> None:
+        self._show_empty(message, "")
+
+    def _engine_changed(self, changes: Any) -> None:
+        if changes.memories or changes.action in ("consolidate", "resolve", "import"):
+            self._debounce.start()
+
+    def _save(self, fields: dict[str, Any]) -> None:
+        if self._current is None:
+            return
+        self.bridge.update(self._current.id, done=lambda _m: self.editor.saved(),
+                           failed=self.editor.failed, **fields)
+
+    def _keep(self) -> None:
+        if self._current is None or not self._current.conflict_with:
+            return
+        self.bridge.resolve(self._current.id, keep=self._current.id,
+                            done=lambda _r: self.status_posted.emit("Conflict resolved."))
+
+    def _forget(self, uid: str) -> None:
+        self.bridge.forget(uid, failed=lambda message: self.banner.set(message, "error"))
+
+
+class SearchField(QLineEdit):
+    """The search box; Esc clears it."""
+
+    def keyPressEvent(self, event) -> None:  # noqa: N802 - Qt override
+        if event.key() == Qt.Key.Key_Escape and self.text():
+            self.clear()
+            return
+        super().keyPressEvent(event)
+
+
+class MemoryEditor(QWidget):
+    """The right-hand pane: one memory's text and fields, Save, Delete."""
+
+    save_clicked = Signal(dict)
+    delete_clicked = Signal()
+    keep_clicked = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.placeholder = EmptyState("Select a memory", "Its text, kind, project and date appear here to edit.")
+        self.text = QPlainTextEdit()
+        self.text.setPlaceholderText("What to remember")
+        self.kind = QComboBox()
+        for value in ("fact", "episodic", "procedural"):
+            self.kind.addItem(formatting.kind_label(value), value)
+        self.project = QComboBox()
+        self.project.setEditable(True)
+        self.at = QLineEdit()
+        self.at.setPlaceholderText("Optional, e.g. 2024-05-01")
+        self.at.setToolTip("When it happened, for events: a date, or a date and time")
+        self.importance = QDoubleSpinBox()
+        self.importance.setRange(0.0, 1.0)
+        self.importance.setSingleStep(0.05)
+        self.importance.setDecimals(2)
+        self.archived = QCheckBox("Archived")
+        self.archived.setToolTip("Archived memories are kept but left out of search and answers")
+        self.meta = muted("")
+        self.conflict = Banner(tone="warn")
+        self.keep = button("Keep this one")
+        self.keep.clicked.connect(self.keep_clicked.emit)
+        self.save = button("&Save", primary=True, shortcut="Ctrl+S")
+        self.save.clicked.connect(self._emit_save)
+        self.delete = button("&Delete…", danger=True)
+        self.delete.clicked.connect(self.delete_clicked.emit)
+        self.feedback = muted("")
+
+        form = QFormLayout()
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        form.addRow("Kind", self.kind)
+        form.addRow("Project", self.project)
+        form.addRow("When", self.at)
+        form.addRow("Importance", self.importance)
+        form.addRow("", self.archived)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.delete)
+        buttons.addStretch(1)
+        buttons.addWidget(self.feedback)
+        buttons.addWidget(self.save)
+
+        self.form_widget = QWidget()
+        fl = QVBoxLayout(self.form_widget)
+        fl.setContentsMargins(0, 0, 0, 0)
+        fl.addWidget(self.conflict)
+        fl.addWidget(self.keep, 0, Qt.AlignmentFlag.AlignLeft)
+        fl.addWidget(self.text, 1)
+        fl.addLayout(form)
+        fl.addWidget(self.meta)
+        fl.addLayout(buttons)
+        self.stack = QStackedWidget()
+        self.stack.addWidget(self.placeholder)
+        self.stack.addWidget(self.form_widget)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(8, 0, 0, 0)
+        layout.addWidget(self.stack)
+        self.row: Row | None = None
+        self.clear()
+
+    def set_projects(self, projects: list[str]) -> None:
+        current = self.project.currentText()
+        self.project.clear()
+        self.project.addItem("")
+        self.project.addItems(projects)
+        self.project.setCurrentText(current)
+
+    def load(self, row: Row, can_resolve: bool = False) -> None:
+        self.row = row
+        self.text.setPlainText(row.text)
+        self.kind.setCurrentIndex(max(self.kind.findData(row.kind), 0))
+        self.project.setCurrentText(row.project or "")
+        self.at.setText(row.when if row.when and row.when != row.created_at else "")
+        self.archived.setChecked(row.archived)
+        self.importance.setValue(row.importance)
+        self.meta.setText(f"{row.id} · created {formatting.when(row.created_at)}")
+        self.conflict.set(row.conflict or (f"This disagrees with {row.conflict_with}." if row.conflict_with else ""),
+                          "warn")
+        self.keep.setVisible(bool(row.conflict_with) and can_resolve)
+        self.feedback.setText("")
+        self.stack.setCurrentWidget(self.form_widget)
+
+    def clear(self, multiple: bool = False) -> None:
+        self.row = None
+        if multiple:
+            self.placeholder.set_text("Several memories selected", "Press Delete to delete them all.")
+        else:
+            self.placeholder.set_text("Select a memory", "Its text, kind, project and date appear here to edit.")
+        self.stack.setCurrentWidget(self.placeholder)
+
+    def saved(self) -> None:
+        self.feedback.setText("Saved ✓")
+
+    def failed(self, message: str) -> None:
+        self.feedback.setText("")
+        QMessageBox.warning(self, "Could not save", message)
+
+    def _emit_save(self) -> None:
+        if self.row is None:
+            return
+        fields: dict[str, Any] = {
+            "text": self.text.toPlainText(),
+            "kind": self.kind.currentData(),
+            "project": self.project.currentText().strip() or None,
+            "archived": self.archived.isChecked(),
+        }
+        if abs(self.importance.value() - self.row.importance) > 0.004:
+            fields["importance"] = round(self.importance.value(), 2)
+        at = self.at.text().strip()
+        if at != (self.row.when if self.row.when != self.row.created_at else ""):
+            fields["at"] = at or None
+        self.feedback.setText("Saving…")
+        self.save_clicked.emit(fields)
+
+

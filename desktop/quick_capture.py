@@ -1,0 +1,200 @@
+"""The quick-capture box: a small frameless window at the front. Type a fact, Enter stores it, Esc cancels.
+
+Text dropped on it becomes a memory; files and folders dropped on it are ingested.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QPoint, Qt, QTimer, Signal
+from PySide6.QtGui import QCursor, QDragEnterEvent, QDropEvent, QGuiApplication, QKeyEvent, QShowEvent
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QVBoxLayout,
+    QWidget,
+)
+
+from . import drops, icons
+
+KINDS = (("Fact", "fact"), ("Event", "episodic"), ("How-to", "procedural"))
+NO_PROJECT = "No project"
+
+
+class _CaptureInput(QLineEdit):
+    """The text field; Esc anywhere in the box cancels (the box is rarely the OS's active window)."""
+
+    escaped = Signal()
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 - Qt override
+        if event.key() == Qt.Key.Key_Escape:
+            self.escaped.emit()
+            return
+        super().keyPressEvent(event)
+
+
+class QuickCapture(QWidget):
+    capture_submitted = Signal(str, str, str)  # text, kind, project ("" for none)
+    files_dropped = Signal(list)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent, Qt.WindowType.Tool | Qt.WindowType.FramelessWindowHint
+                         | Qt.WindowType.WindowStaysOnTopHint)
+        self.setObjectName("QuickCapture")
+        self.setWindowTitle("Quick capture — Personal LLM")
+        self.setAcceptDrops(True)
+        self.resize(600, 112)
+
+        # Opaque on purpose: without a compositing window manager a translucent window shows black corners.
+        panel = QFrame(self)
+        panel.setObjectName("CapturePanel")
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(panel)
+
+        self.icon = QLabel()
+        self.icon.setPixmap(icons.app_icon().pixmap(28, 28))
+        self.input = _CaptureInput()
+        self.input.escaped.connect(self.cancel)
+        self.input.setObjectName("CaptureInput")
+        self.input.setPlaceholderText("Remember that…")
+        self.input.returnPressed.connect(self.submit)
+        top = QHBoxLayout()
+        top.setSpacing(10)
+        top.addWidget(self.icon)
+        top.addWidget(self.input, 1)
+
+        self.kind = QComboBox()
+        for label, value in KINDS:
+            self.kind.addItem(label, value)
+        self.kind.setToolTip("What kind of memory this is")
+        self.project = QComboBox()
+        self.project.setEditable(True)
+        self.project.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
+        self.project.addItem(NO_PROJECT)
+        self.project.setToolTip("Project (type a new name to start one)")
+        self.project.setMinimumWidth(160)
+        self.status = QLabel("Enter to save · Esc to cancel · drop files to add them")
+        self.status.setObjectName("Muted")
+        bottom = QHBoxLayout()
+        bottom.setSpacing(8)
+        bottom.addWidget(self.kind)
+        bottom.addWidget(self.project)
+        bottom.addStretch(1)
+        bottom.addWidget(self.status)
+
+        inner = QVBoxLayout(panel)
+        inner.setContentsMargins(16, 12, 16, 12)
+        inner.setSpacing(8)
+        inner.addLayout(top)
+        inner.addLayout(bottom)
+
+        self._saving = False
+
+    # ------------------------------------------------------------------------------------------------
+    def open_box(self) -> None:
+        """Show at the front, centred in the upper third of the screen under the mouse."""
+        screen = QGuiApplication.screenAt(QCursor.pos()) or QGuiApplication.primaryScreen()
+        if screen is not None:
+            area = screen.availableGeometry()
+            self.move(area.center().x() - self.width() // 2, area.top() + area.height() // 4)
+        self._set_status("Enter to save · Esc to cancel · drop files to add them")
+        self.input.setEnabled(True)
+        self.show()
+        self.raise_()
+        self.activateWindow()
+        self.input.setFocus(Qt.FocusReason.ActiveWindowFocusReason)
+
+    def set_projects(self, projects: list[str]) -> None:
+        current = self.project.currentText()
+        self.project.blockSignals(True)
+        self.project.clear()
+        self.project.addItem(NO_PROJECT)
+        self.project.addItems(projects)
+        self.project.setCurrentText(current or NO_PROJECT)
+        self.project.blockSignals(False)
+
+    def submit(self) -> None:
+        text = self.input.text().strip()
+        if not text or self._saving:
+            return
+        self._saving = True
+        self.input.setEnabled(False)
+        self._set_status("Saving…")
+        self.capture_submitted.emit(text, self.kind.currentData(), self._project())
+
+    def mark_saved(self, _result: object = None) -> None:
+        self._saving = False
+        self.input.clear()
+        self.input.setEnabled(True)
+        self._set_status("Saved ✓")
+        QTimer.singleShot(700, self._hide_if_idle)
+
+    def mark_failed(self, message: str) -> None:
+        self._saving = False
+        self.input.setEnabled(True)
+        self.input.setFocus()
+        self._set_status(message, error=True)
+
+    def show_message(self, message: str) -> None:
+        self._set_status(message)
+
+    # ------------------------------------------------------------------------------------------------
+    def _project(self) -> str:
+        text = self.project.currentText().strip()
+        return "" if text in ("", NO_PROJECT) else text
+
+    def _set_status(self, text: str, error: bool = False) -> None:
+        self.status.setText(text)
+        self.status.setStyleSheet("color: #DC2626;" if error else "")
+        self.status.setToolTip(text)
+
+    def _hide_if_idle(self) -> None:
+        if not self._saving and not self.input.text():
+            self.hide()
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 - Qt override
+        if event.key() == Qt.Key.Key_Escape:
+            self.cancel()
+            return
+        super().keyPressEvent(event)
+
+    def cancel(self) -> None:
+        self.input.clear()
+        self.hide()
+
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 - Qt override
+        super().showEvent(event)
+        self.input.setFocus()
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802 - Qt override
+        if drops.local_paths(event.mimeData()) or drops.dropped_text(event.mimeData()):
+            event.acceptProposedAction()
+
+    def dragMoveEvent(self, event) -> None:  # noqa: N802 - Qt override
+        event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802 - Qt override
+        mime = event.mimeData()
+        paths = drops.local_paths(mime)
+        if paths:
+            event.acceptProposedAction()
+            self._set_status(f"Adding {len(paths)} item{'s' if len(paths) != 1 else ''}… (progress in Documents)")
+            self.files_dropped.emit(paths)
+            return
+        text = drops.dropped_text(mime)
+        if text:
+            event.acceptProposedAction()
+            self.input.setText(text)
+            self.submit()
+
+    def mousePressEvent(self, event) -> None:  # noqa: N802 - Qt override: drag the frameless box around
+        self._drag_from = event.globalPosition().toPoint() - self.frameGeometry().topLeft()
+
+    def mouseMoveEvent(self, event) -> None:  # noqa: N802 - Qt override
+        origin: QPoint | None = getattr(self, "_drag_from", None)
+        if origin is not None and event.buttons() & Qt.MouseButton.LeftButton:
+            self.move(event.globalPosition().toPoint() - origin)
+

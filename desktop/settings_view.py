@@ -1,0 +1,243 @@
+"""Settings: language model (with a connection test), capture shortcut, data location, encryption, appearance."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import Qt, QUrl, Signal
+from PySide6.QtGui import QDesktopServices, QKeySequence
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QKeySequenceEdit,
+    QLabel,
+    QLineEdit,
+    QScrollArea,
+    QVBoxLayout,
+    QWidget,
+)
+
+from .bridge import Bridge, EngineInfo
+from .hotkey import HotkeyStatus
+from .widgets import Banner, button, muted, page_title
+
+PROVIDERS = (("Ollama (local)", "ollama"), ("OpenAI-compatible server", "openai"), ("None — sources only", "none"))
+
+
+class SettingsView(QWidget):
+    hotkey_changed = Signal(str)
+    saved = Signal(object)  # Settings
+
+    def __init__(self, bridge: Bridge, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.bridge = bridge
+
+        # --- language model
+        self.provider = QComboBox()
+        for label, value in PROVIDERS:
+            self.provider.addItem(label, value)
+        self.host = QLineEdit()
+        self.host.setPlaceholderText("http://127.0.0.1:11434 (default)")
+        self.model = QComboBox()
+        self.model.setEditable(True)
+        self.test_button = button("Test connection")
+        self.test_button.clicked.connect(self.test_connection)
+        self.test_result = Banner()
+        llm = QGroupBox("Language model")
+        lf = QFormLayout(llm)
+        lf.addRow("Provider", self.provider)
+        lf.addRow("Server", self.host)
+        lf.addRow("Model", self.model)
+        test_row = QHBoxLayout()
+        test_row.addWidget(self.test_button)
+        test_row.addStretch(1)
+        lf.addRow("", test_row)
+        lf.addRow("", self.test_result)
+
+        # --- capture shortcut
+        self.hotkey = QKeySequenceEdit()
+        self.hotkey.setMaximumSequenceLength(1)
+        self.hotkey_status = Banner()
+        capture = QGroupBox("Quick capture")
+        cf = QFormLayout(capture)
+        cf.addRow("Global shortcut", self.hotkey)
+        cf.addRow("", self.hotkey_status)
+
+        # --- data and security
+        self.location = QLabel("…")
+        self.location.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.location.setWordWrap(True)
+        self.open_folder = button("Open folder")
+        self.open_folder.clicked.connect(self._open_folder)
+        self.encryption = QLabel("…")
+        self.encryption.setWordWrap(True)
+        self.embedding = QLabel("…")
+        self.embedding.setWordWrap(True)
+        self.logs = QLabel("…")
+        self.logs.setWordWrap(True)
+        self.logs.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        data = QGroupBox("Your data")
+        df = QFormLayout(data)
+        loc_row = QHBoxLayout()
+        loc_row.addWidget(self.location, 1)
+        loc_row.addWidget(self.open_folder)
+        df.addRow("Location", loc_row)
+        df.addRow("Encryption", self.encryption)
+        df.addRow("Search model", self.embedding)
+        df.addRow("Logs", self.logs)
+
+        self.tidy_button = button("Tidy up now")
+        self.tidy_button.setToolTip("Fade unused memories, archive stale ones, roll events up into facts and "
+                                    "look for facts that disagree (also runs by itself every few hours)")
+        self.tidy_button.clicked.connect(self.tidy_up)
+        self.tidy_result = muted("Runs by itself every few hours while the app is open.")
+        maintenance = QGroupBox("Maintenance")
+        mf = QHBoxLayout(maintenance)
+        mf.addWidget(self.tidy_result, 1)
+        mf.addWidget(self.tidy_button)
+
+        appearance = QGroupBox("Appearance")
+        af = QVBoxLayout(appearance)
+        af.addWidget(muted("Personal LLM follows your system's light or dark mode automatically."))
+
+        self.save_button = button("Save settings", primary=True, shortcut="Ctrl+S")
+        self.save_button.clicked.connect(self.save)
+        self.feedback = muted("")
+        bottom = QHBoxLayout()
+        bottom.addStretch(1)
+        bottom.addWidget(self.feedback)
+        bottom.addWidget(self.save_button)
+
+        body = QWidget()
+        bl = QVBoxLayout(body)
+        bl.setContentsMargins(20, 16, 20, 12)
+        bl.setSpacing(14)
+        bl.addWidget(page_title("Settings"))
+        for box in (llm, capture, data, maintenance, appearance):
+            bl.addWidget(box)
+        bl.addLayout(bottom)
+        bl.addStretch(1)
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        scroll.setWidget(body)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(scroll)
+
+        self._settings: Any = None
+        bridge.opened.connect(self.load)
+        bridge.model_state_changed.connect(self.set_model_state)
+        self.setEnabled(False)
+
+    # ------------------------------------------------------------------------------------------------
+    def load(self, info: EngineInfo) -> None:
+        self.setEnabled(True)
+        s = info.settings
+        self._settings = s
+        self.provider.setCurrentIndex(max(self.provider.findData(s.llm.provider), 0))
+        self.host.setText(s.llm.host or "")
+        self.model.setCurrentText(s.llm.model)
+        self.hotkey.setKeySequence(QKeySequence(s.hotkey))
+        self.location.setText(str(info.store))
+        if info.key_source == "keychain":
+            self.encryption.setText("Encrypted (SQLCipher, AES-256). The key is kept in your system keychain.")
+        else:
+            self.encryption.setText("Encrypted (SQLCipher, AES-256) with your passphrase. No keychain was available, "
+                                    "so you are asked for it when the app starts.")
+        self.logs.setText(f"{info.log_dir} (never contains what you stored)")
+
+    def set_model_state(self, state: str, detail: str) -> None:
+        self.embedding.setText(detail)
+
+    def set_hotkey_status(self, status: HotkeyStatus) -> None:
+        tone = {"active": "ok", "clash": "error", "invalid": "error"}.get(status.state, "warn")
+        self.hotkey_status.set(status.message, tone)
+
+    def current_settings(self) -> Any:
+        if self._settings is None:
+            return None
+        s = self._settings.model_copy(deep=True)
+        s.llm.provider = self.provider.currentData()
+        s.llm.host = self.host.text().strip() or None
+        s.llm.model = self.model.currentText().strip() or s.llm.model
+        seq = self.hotkey.keySequence().toString(QKeySequence.SequenceFormat.PortableText)
+        s.hotkey = seq or s.hotkey
+        return s
+
+    def tidy_up(self) -> None:
+        self.tidy_button.setEnabled(False)
+        self.tidy_result.setText("Tidying up…")
+
+        def done(report: Any) -> None:
+            self.tidy_button.setEnabled(True)
+            self.tidy_result.setText(describe_consolidation(report))
+
+        def failed(message: str) -> None:
+            self.tidy_button.setEnabled(True)
+            self.tidy_result.setText(message)
+
+        if not self.bridge.consolidate(done, failed):
+            self.tidy_button.setEnabled(True)
+            self.tidy_result.setText("Tidying up isn't available in this version yet.")
+
+    def test_connection(self) -> None:
+        s = self.current_settings()
+        if s is None:
+            return
+        self.test_button.setEnabled(False)
+        self.test_result.set("Checking…", "info")
+        self.bridge.test_connection(s.llm, self._tested)
+
+    def save(self) -> None:
+        s = self.current_settings()
+        if s is None:
+            return
+        old_hotkey = self._settings.hotkey
+        self.feedback.setText("Saving…")
+
+        def done(saved: Any) -> None:
+            self._settings = saved
+            self.feedback.setText("Saved ✓")
+            self.saved.emit(saved)
+            if saved.hotkey != old_hotkey:
+                self.hotkey_changed.emit(saved.hotkey)
+
+        self.bridge.save_settings(s, done, lambda message: (self.feedback.setText(""),
+                                                              self.test_result.set(message, "error")))
+
+    # ------------------------------------------------------------------------------------------------
+    def _tested(self, health: Any) -> None:
+        self.test_button.setEnabled(True)
+        models = list(getattr(health, "models", ()) or ())
+        if models:
+            current = self.model.currentText()
+            self.model.clear()
+            self.model.addItems(models)
+            self.model.setCurrentText(current)
+        if health.ok:
+            self.test_result.set(f"✓ {health.detail}", "ok")
+        else:
+            self.test_result.set(health.detail, "error")
+
+    def _open_folder(self) -> None:
+        if self.bridge.info is not None:
+            QDesktopServices.openUrl(QUrl.fromLocalFile(str(self.bridge.info.home)))
+
+
+def describe_consolidation(report: Any) -> str:
+    if report is None or getattr(report, "cancelled", False):
+        return "Stopped."
+    parts = []
+    if report.archived:
+        parts.append(f"{len(report.archived)} archived")
+    if report.decayed:
+        parts.append(f"{report.decayed} faded")
+    if report.conflicts:
+        parts.append(f"{len(report.conflicts)} disagreement(s) to resolve in Memories → Conflicts")
+    text = "Done: " + (", ".join(parts) if parts else "nothing needed tidying") + "."
+    if report.waiting:
+        text += " Some steps wait for a language model."
+    return text

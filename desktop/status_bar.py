@@ -1,0 +1,48 @@
+"""The status bar: search model state, memory count, background work, and short messages."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QLabel, QStatusBar, QWidget
+
+MODEL_TEXT = {"ready": "● Semantic search ready", "loading": "◌ Loading search model…",
+              "failed": "● Word search only", "off": "● Word search only"}
+MODEL_COLOR = {"ready": "#10B981", "loading": "#9DA0AA", "failed": "#D97706", "off": "#9DA0AA"}
+
+
+class StatusBar(QStatusBar):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setSizeGripEnabled(False)
+        self.model = QLabel("◌ Opening your memory…")
+        self.work = QLabel("")
+        self.count = QLabel("")
+        self.llm = QLabel("")
+        self.addPermanentWidget(self.work)
+        self.addPermanentWidget(self.count)
+        self.addPermanentWidget(self.llm)
+        self.addPermanentWidget(self.model)
+        self.model_state = "opening"
+
+    def set_model_state(self, state: str, detail: str) -> None:
+        self.model_state = state
+        self.model.setText(MODEL_TEXT.get(state, state))
+        self.model.setStyleSheet(f"color: {MODEL_COLOR.get(state, '#9DA0AA')};")
+        self.model.setToolTip(detail)
+
+    def set_llm(self, ok: bool | None, detail: str) -> None:
+        if ok:
+            self.llm.setText("● Answers ready")
+            self.llm.setStyleSheet("color: #10B981;")
+        else:
+            self.llm.setText("● Sources only (no language model)")
+            self.llm.setStyleSheet("color: #D97706;")
+        self.llm.setToolTip(detail)
+
+    def set_count(self, text: str) -> None:
+        self.count.setText(text)
+
+    def set_work(self, text: str) -> None:
+        self.work.setText(text)
+
+    def post(self, message: str, seconds: float = 4.0) -> None:
+        self.showMessage(message, int(seconds * 1000))

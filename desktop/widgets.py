@@ -1,0 +1,104 @@
+"""Small shared widgets: page header, empty state, banner, undo bar."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+
+
+def page_title(text: str) -> QLabel:
+    label = QLabel(text)
+    label.setObjectName("PageTitle")
+    return label
+
+
+def muted(text: str) -> QLabel:
+    label = QLabel(text)
+    label.setObjectName("Muted")
+    label.setWordWrap(True)
+    return label
+
+
+def button(text: str, *, primary: bool = False, danger: bool = False, shortcut: str | None = None) -> QPushButton:
+    b = QPushButton(text)
+    if primary:
+        b.setProperty("primary", True)
+    if danger:
+        b.setProperty("danger", True)
+    if shortcut:
+        b.setShortcut(shortcut)
+        b.setToolTip(f"{text.replace('&', '')} ({shortcut})")
+    return b
+
+
+class EmptyState(QWidget):
+    """A friendly line (and a hint) where a list has nothing to show."""
+
+    def __init__(self, title: str = "", hint: str = "", parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.title = QLabel(title)
+        self.title.setObjectName("EmptyState")
+        self.title.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.title.setWordWrap(True)
+        self.hint = muted(hint)
+        self.hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        layout = QVBoxLayout(self)
+        layout.addStretch(1)
+        layout.addWidget(self.title)
+        layout.addWidget(self.hint)
+        layout.addStretch(2)
+
+    def set_text(self, title: str, hint: str = "") -> None:
+        self.title.setText(title)
+        self.hint.setText(hint)
+        self.hint.setVisible(bool(hint))
+
+
+class Banner(QFrame):
+    """An inline message: info, ok, warn or error."""
+
+    def __init__(self, text: str = "", tone: str = "info", parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("Banner")
+        self.label = QLabel(text)
+        self.label.setWordWrap(True)
+        self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextBrowserInteraction)
+        self.label.setOpenExternalLinks(True)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(12, 8, 12, 8)
+        layout.addWidget(self.label, 1)
+        self.set(text, tone)
+
+    def set(self, text: str, tone: str = "info") -> None:
+        self.label.setText(text)
+        self.setProperty("tone", tone)
+        self.style().unpolish(self)
+        self.style().polish(self)
+        self.setVisible(bool(text))
+
+
+class UndoBar(QFrame):
+    """'Memory deleted. [Undo]' for a few seconds."""
+
+    undo_clicked = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("Banner")
+        self.setProperty("tone", "info")
+        self.label = QLabel()
+        self.undo = button("&Undo", shortcut="Ctrl+Z")
+        self.undo.clicked.connect(self.undo_clicked.emit)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(12, 6, 8, 6)
+        layout.addWidget(self.label, 1)
+        layout.addWidget(self.undo)
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.timeout.connect(self.hide)
+        self.hide()
+
+    def show_for(self, text: str, seconds: float) -> None:
+        self.label.setText(text)
+        self.show()
+        self._timer.start(int(seconds * 1000))

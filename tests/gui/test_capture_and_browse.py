@@ -1,0 +1,99 @@
+"""Quick capture stores a fact at once; the browser shows it, searches it, edits it and deletes it."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QMimeData, QPointF, Qt
+from PySide6.QtGui import QDropEvent
+
+from .conftest import engine_of, wait_idle
+
+
+def capture(qtbot, desktop, text: str, project: str = "") -> None:
+    box = desktop.capture
+    box.open_box()
+    assert box.isVisible()
+    box.project.setCurrentText(project or "No project")
+    qtbot.keyClicks(box.input, text)
+    qtbot.keyClick(box.input, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: box.status.text() == "Saved ✓", timeout=10_000)
+
+
+def test_capture_box_stores_a_fact_that_shows_in_the_browser(qtbot, desktop):
+    capture(qtbot, desktop, "My sister Alice lives in Lisbon", project="family")
+    browser = desktop.window.memories
+    qtbot.waitUntil(lambda: len(browser.visible_ids()) == 1, timeout=10_000)
+    uid = browser.visible_ids()[0]
+    assert browser.tree.topLevelItem(0).text(0) == "My sister Alice lives in Lisbon"
+    assert browser.tree.topLevelItem(0).text(2) == "family"
+    memory = engine_of(desktop).get(uid)
+    assert memory.text == "My sister Alice lives in Lisbon" and memory.project == "family"
+    qtbot.waitUntil(lambda: not desktop.capture.isVisible(), timeout=3000)  # the box gets out of the way
+
+
+def test_capture_is_lexically_searchable_at_once(qtbot, desktop):
+    capture(qtbot, desktop, "The wifi password at the cabin is hunter2")
+    capture(qtbot, desktop, "Bob prefers tea over coffee")
+    browser = desktop.window.memories
+    qtbot.waitUntil(lambda: len(browser.visible_ids()) == 2, timeout=10_000)
+    qtbot.keyClicks(browser.search, "cabin wifi")
+    qtbot.waitUntil(lambda: len(browser.visible_ids()) == 1, timeout=10_000)
+    assert "hunter2" in browser.tree.topLevelItem(0).text(0)
+    browser.search.clear()
+    qtbot.keyClicks(browser.search, "zeppelin")
+    qtbot.waitUntil(lambda: browser.list_stack.currentWidget() is browser.empty, timeout=10_000)
+    assert "No memories match" in browser.empty.title.text()
+
+
+def test_escape_cancels_capture_without_storing(qtbot, desktop):
+    box = desktop.capture
+    box.open_box()
+    qtbot.keyClicks(box.input, "never mind")
+    qtbot.keyClick(box.input, Qt.Key.Key_Escape)
+    assert not box.isVisible()
+    wait_idle(qtbot, desktop)
+    assert engine_of(desktop).list_memories() == []
+
+
+def test_text_dropped_on_the_capture_box_becomes_a_memory(qtbot, desktop):
+    box = desktop.capture
+    box.open_box()
+    mime = QMimeData()
+    mime.setText("Dropped: the dentist is on Friday")
+    event = QDropEvent(QPointF(20, 20), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+                       Qt.KeyboardModifier.NoModifier)
+    box.dropEvent(event)
+    qtbot.waitUntil(lambda: box.status.text() == "Saved ✓", timeout=10_000)
+    assert [m.text for m in engine_of(desktop).list_memories()] == ["Dropped: the dentist is on Friday"]
+
+
+def test_empty_store_shows_a_helpful_line(qtbot, desktop):
+    browser = desktop.window.memories
+    qtbot.waitUntil(lambda: browser.list_stack.currentWidget() is browser.empty, timeout=10_000)
+    assert browser.empty.title.text() == "Nothing remembered yet."
+    assert "Ctrl+Shift+Space" in browser.empty.hint.text()
+
+
+def test_editing_a_memory_saves_it_in_the_store(qtbot, desktop):
+    capture(qtbot, desktop, "Meeting room is B12")
+    browser = desktop.window.memories
+    qtbot.waitUntil(lambda: len(browser.visible_ids()) == 1, timeout=10_000)
+    uid = browser.visible_ids()[0]
+    assert browser.select(uid)
+    browser.editor.text.setPlainText("Meeting room is C7")
+    browser.editor.save.click()
+    qtbot.waitUntil(lambda: browser.editor.feedback.text() == "Saved ✓", timeout=10_000)
+    assert engine_of(desktop).get(uid).text == "Meeting room is C7"
+    qtbot.waitUntil(lambda: browser.tree.topLevelItemCount() == 1
+                    and browser.tree.topLevelItem(0).text(0) == "Meeting room is C7", timeout=10_000)
+
+
+def test_archived_and_conflicting_memories_are_visible_with_a_badge(qtbot, desktop):
+    capture(qtbot, desktop, "Old phone number is 555-0100")
+    browser = desktop.window.memories
+    qtbot.waitUntil(lambda: len(browser.visible_ids()) == 1, timeout=10_000)
+    uid = browser.visible_ids()[0]
+    engine_of(desktop).update(uid, archived=True)  # as consolidation would
+    qtbot.waitUntil(lambda: browser.visible_ids() == [], timeout=10_000)  # active view hides it
+    browser.show_filter.setCurrentIndex(browser.show_filter.findData("archived"))
+    qtbot.waitUntil(lambda: browser.visible_ids() == [uid], timeout=10_000)
+    assert browser.tree.topLevelItem(0).text(1) == "Archived"

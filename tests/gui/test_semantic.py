@@ -1,0 +1,30 @@
+"""With the real embedding model: a captured fact is found by meaning moments later, and the status bar says
+when the model is ready."""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import engine_of, make_desktop
+
+
+@pytest.mark.slow
+def test_a_captured_fact_is_found_by_meaning_after_background_embedding(qtbot, qasync_loop, profile_home,
+                                                                        shared_embedder):
+    app = make_desktop(qtbot, profile_home, shared_embedder)
+    try:
+        qtbot.waitUntil(lambda: app.window.status.model_state == "ready", timeout=30_000)
+        assert "Semantic search ready" in app.window.status.model.text()
+        box = app.capture
+        box.open_box()
+        qtbot.keyClicks(box.input, "My sister Alice lives in Lisbon")
+        box.submit()
+        qtbot.waitUntil(lambda: box.status.text() == "Saved ✓", timeout=10_000)
+        eng = engine_of(app)
+        qtbot.waitUntil(lambda: all(m.embedded for m in eng.list_memories()), timeout=30_000)
+        browser = app.window.memories
+        qtbot.keyClicks(browser.search, "Which city is my sibling based in?")
+        qtbot.waitUntil(lambda: browser.visible_ids() != [] and
+                        "Lisbon" in browser.tree.topLevelItem(0).text(0), timeout=15_000)
+    finally:
+        app.quit()
