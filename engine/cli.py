@@ -325,7 +325,7 @@ def _load_command_modules() -> None:
         importlib.import_module(mod)
 
 
-EXTRA_COMMAND_MODULES: list[str] = []
+EXTRA_COMMAND_MODULES: list[str] = ["engine.cli_interfaces", "engine.cli_graph", "engine.cli_ask", "engine.cli_ingest"]
 
 
 def main(argv: list[str] | None = None) -> int:

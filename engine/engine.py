@@ -566,9 +566,24 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
         )
         con.execute(f"DELETE FROM memories WHERE id IN ({','.join('?' * len(seen))})", sorted(seen))
         nodes = self._drop_orphan_nodes(con)
+        answers = self._scrub_transcripts(con, uids)
         touched.memories.update(seen)
         return {"memories": len(seen), "derived": len(seen) - len(ids), "edges": edges, "nodes": nodes,
-                "_uids": uids}
+                "answers": answers, "_uids": uids}
+
+    @staticmethod
+    def _scrub_transcripts(con: Connection, uids: list[str]) -> int:
+        """Delete stored answers that cited any of these memories or chunks: they carry its text."""
+        doomed: set[int] = set()
+        for uid in uids:
+            for mid, meta in con.execute(
+                "SELECT id, meta FROM messages WHERE role = 'assistant' AND meta LIKE ?", (f'%"{uid}"%',)
+            ).fetchall():
+                if uid in json.loads(meta or "{}").get("sources", []):
+                    doomed.add(mid)
+        if doomed:
+            con.execute(f"DELETE FROM messages WHERE id IN ({','.join('?' * len(doomed))})", sorted(doomed))
+        return len(doomed)
 
     def _forget_document(self, uid: str) -> ForgetResult:
         with self.mutation() as (con, touched):
@@ -584,18 +599,21 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
                              keep_document: bool = False) -> dict[str, int]:
         """Remove a document's chunks (their vectors, FTS rows and edges by trigger/cascade) and the memories
         derived from it. With keep_document the document row stays (a changed file being replaced)."""
-        chunk_ids = [r[0] for r in con.execute("SELECT id FROM chunks WHERE document_id = ?", (doc_id,)).fetchall()]
+        chunk_rows = con.execute("SELECT id, uid FROM chunks WHERE document_id = ?", (doc_id,)).fetchall()
+        chunk_ids = [r[0] for r in chunk_rows]
         edges = con.execute(
             "SELECT count(*) FROM edges WHERE chunk_id IN (SELECT id FROM chunks WHERE document_id = ?)", (doc_id,)
         ).fetchone()[0]
         mem_ids = [r[0] for r in con.execute("SELECT id FROM memories WHERE document_id = ?", (doc_id,)).fetchall()]
         derived = self._delete_memories(con, mem_ids, touched) if mem_ids else {"memories": 0}
         con.execute("DELETE FROM chunks WHERE document_id = ?", (doc_id,))
+        answers = self._scrub_transcripts(con, [r[1] for r in chunk_rows])
         if not keep_document:
             con.execute("DELETE FROM documents WHERE id = ?", (doc_id,))
         nodes = self._drop_orphan_nodes(con)
         touched.chunks.update(chunk_ids)
-        return {"chunks": len(chunk_ids), "edges": edges, "memories": derived["memories"], "nodes": nodes}
+        return {"chunks": len(chunk_ids), "edges": edges, "memories": derived["memories"], "nodes": nodes,
+                "answers": answers + derived.get("answers", 0)}
 
     def list_memories(self, *, kind: str | None = None, project: str | None = None, archived: bool | None = False,
                       conflicts_only: bool = False, limit: int = 100, offset: int = 0) -> list[Memory]:

@@ -1,0 +1,121 @@
+"""`personal-llm ask` (grounded answers, streamed) and `personal-llm config` (the language model settings).
+
+`ask` in a terminal writes the answer as the model streams it, then the numbered sources; notices go to
+stderr. When the model fails after it was reached, the sources are still printed on stdout, then the
+error on stderr, exit 1. Without a model at all the best passages are the answer: exit 0 and a note.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from pydantic import ValidationError
+
+from .ask import AskFailed, AskResult, Source
+from .cli import Handler, add_json, command, open_engine, print_json, short
+from .config import LLMSettings, load_settings, save_settings
+from .errors import UserError
+from .llm import LLMConfig
+
+CONFIG_KEYS = ("llm.provider", "llm.host", "llm.model", "llm.timeout")
+
+
+def _write(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def _print_sources(sources: Sequence[Source]) -> None:
+    if not sources:
+        return
+    lines = ["", "Sources:"]
+    for s in sources:
+        where = " · ".join(x for x in (s.document_title, s.locator) if x)
+        lines.append(f"  [{s.n}] {s.id}  {s.kind}  " + (f"{where}: " if where else "") + short(s.text, 100))
+        if s.conflict:
+            lines.append(f"      conflict: {s.conflict}")
+    _write("\n".join(lines) + "\n")
+
+
+def _print_result(r: AskResult) -> None:
+    _write("\n")
+    _print_sources(r.sources)
+    v = r.verification
+    if v is not None:
+        if not v.checked:
+            print(f"note: {v.detail}", file=sys.stderr)
+        elif v.supported:
+            _write("\nVerified: every statement is supported by the sources.\n")
+        else:
+            _write("\nNot supported by the sources:\n" + "".join(f"  - {c}\n" for c in v.unsupported_claims))
+    if r.notice:
+        print(f"note: {r.notice}", file=sys.stderr)
+    _write(f"\n(conversation {r.conversation_id}: continue it with --conversation {r.conversation_id})\n")
+
+
+@command("ask", "answer a question from memory, with numbered sources")
+def _ask(p: argparse.ArgumentParser) -> Handler:
+    p.add_argument("question")
+    p.add_argument("--project", help="answer from this project's memories and documents only")
+    p.add_argument("-k", type=int, default=8, help="how many passages to answer from (default 8)")
+    p.add_argument("--verify", action="store_true", help="check the answer against its sources (a second call)")
+    p.add_argument("--conversation", metavar="ID", help="continue a conversation (its id is printed after an answer)")
+    add_json(p)
+
+    def run(a: argparse.Namespace) -> int:
+        with open_engine(a) as eng:
+            try:
+                r = eng.ask(a.question, project=a.project, k=a.k, verify=a.verify,
+                            conversation_id=a.conversation, on_token=None if a.json else _write)
+            except AskFailed as e:
+                if not a.json:  # the passages are still worth having; the error follows on stderr
+                    _write("\n" if e.partial else "")
+                    _print_sources(e.sources)
+                raise
+        if a.json:
+            print_json(r)
+        else:
+            _print_result(r)
+        return 0
+
+    return run
+
+
+@command("config", "show or change settings: config get [KEY], config set KEY VALUE")
+def _config(p: argparse.ArgumentParser) -> Handler:
+    sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    get = sub.add_parser("get", help="show a setting (or all of them)")
+    get.add_argument("key", nargs="?", choices=CONFIG_KEYS)
+    add_json(get)
+    put = sub.add_parser("set", help="change a setting (llm.host: '' means the default)")
+    put.add_argument("key", choices=CONFIG_KEYS)
+    put.add_argument("value")
+    add_json(put)
+
+    def run(a: argparse.Namespace) -> int:
+        settings = load_settings()
+        if a.action == "set":
+            field = a.key.removeprefix("llm.")
+            value = None if field == "host" and not a.value.strip() else a.value.strip()
+            data = {**settings.llm.model_dump(), field: value}
+            try:
+                LLMConfig.model_validate(data)  # what the router will accept
+            except ValidationError as e:
+                reason = e.errors()[0]["msg"]
+                raise UserError(f"'{a.value}' is not a valid value for {a.key}: {reason}.") from None
+            settings.llm = LLMSettings.model_validate(data)
+            save_settings(settings)
+        keys = [a.key] if a.key else list(CONFIG_KEYS)
+        values = {k: getattr(settings.llm, k.removeprefix("llm.")) for k in keys}
+        if a.json:
+            print_json(values)
+            return 0
+        default_host = LLMConfig.model_validate(settings.llm.model_dump()).base_url
+        for k, v in values.items():
+            shown = f"(not set: {default_host})" if k == "llm.host" and v is None else v
+            _write(f"{k} = {shown}\n")
+        return 0
+
+    return run

@@ -1,0 +1,50 @@
+"""A forgotten memory or document never comes back: not in recall, ask, the graph, nor old answers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine import Engine
+from engine.config import LLMSettings
+from tests.ollama_server import OllamaTestServer
+
+FACT = "The storage unit on Elm Street is number 117."
+
+
+def test_forgetting_a_memory_scrubs_answers_that_cited_it(eng: Engine):
+    with OllamaTestServer(models=["llama3.2"]) as server:
+        eng.settings.llm = LLMSettings(host=server.url, model="llama3.2")
+        eng.reset_llm()
+        server.reply_fn = lambda req: "Your storage unit is number 117 [1]."
+        mid = eng.remember(FACT, embed="sync").id
+        first = eng.ask("What number is my storage unit?")
+        assert first.grounded and [s.id for s in first.sources] == [mid]
+        stored = eng.con.execute("SELECT count(*) FROM messages WHERE content LIKE '%117%'").fetchone()[0]
+        assert stored == 1
+
+        asked = len(server.chat_requests)
+        removed = eng.forget(mid).removed
+        assert removed["answers"] == 1
+        assert eng.con.execute("SELECT count(*) FROM messages WHERE content LIKE '%117%'").fetchone()[0] == 0
+        again = eng.ask("What number is my storage unit?", conversation_id=first.conversation_id)
+        assert not again.grounded and again.sources == []
+        for req in server.chat_requests[asked:]:  # nothing sent after the forget carries the text
+            assert all("117" not in m["content"] for m in req["messages"])
+        assert all(h.id != mid for h in eng.recall("storage unit Elm Street number", k=50))
+
+
+def test_forgetting_a_document_scrubs_its_chunks_everywhere(eng: Engine, tmp_path: Path):
+    if not hasattr(eng, "ingest"):
+        raise AssertionError("ingest is part of the engine")
+    doc = tmp_path / "unit.md"
+    doc.write_text("# Storage\n\n" + FACT + "\n")
+    res = eng.ingest([doc])[0]
+    assert res.status == "added"
+    hits = eng.recall("storage unit Elm Street number")
+    assert any(h.document_id == res.document_id for h in hits)
+    eng.forget(res.document_id)
+    assert all(h.document_id != res.document_id for h in eng.recall("storage unit Elm Street number", k=50))
+    con = eng.con
+    assert con.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH 'elm'").fetchone()[0] == 0
+    assert con.execute("SELECT count(*) FROM vec_chunks").fetchone()[0] == 0
+    assert con.execute("SELECT count(*) FROM memories WHERE source = 'document'").fetchone()[0] == 0
