@@ -1,7 +1,625 @@
-"""Document ingest: files into chunks with provenance (see Engine.ingest)."""
+"""Document ingest: files into chunks with provenance (see Engine.ingest).
+
+How a file becomes a document, and what the rules are:
+
+- **Finding files.** Named files are taken as they are (an unsupported type fails with a readable error).
+  Folders are walked in name order, following links, skipping hidden entries and ``.git``,
+  ``node_modules``, ``__pycache__`` and ``.venv``; inside folders only supported types are taken. A link
+  back into a folder being walked (a symlink loop), a broken link, a pipe or an unreadable file is reported
+  as a ``failed`` result; the walk goes on. A file reached twice (through links) is ingested once.
+- **Identity.** A file document is keyed by its absolute path (links are not resolved: the path the user
+  sees) and the SHA-256 of its bytes; an uploaded text (``ingest_text``) by its title and hash.
+  * same path, same hash: ``unchanged`` (nothing is read beyond the hash, nothing written);
+  * same path, new hash: ``replaced`` — the old chunks and everything derived from them go and the new
+    ones come in one transaction; the document keeps its id. Vectors of chunks whose text did not change
+    are kept, so editing a long file re-embeds only what changed;
+  * new path, and a document with the same hash whose file no longer exists: the file was moved or
+    renamed; the document's path is updated and the result is ``unchanged`` (no re-embedding);
+  * the same content at two paths that both exist: two documents, because they are two files the user
+    can edit or delete independently.
+  The project is set when a document is added; re-ingesting an unchanged file into another project does
+  not move it.
+- **Crash safety.** The document row (status ``pending``) and all its chunks are written in one
+  transaction, then the chunks are embedded in batches (a batch may hold chunks of several small files:
+  the model is much faster on full batches), then the status flips to ``ready`` in a second
+  transaction that also records the ingest as an episodic memory ("Ingested report.pdf (42 chunks)",
+  tied to the document so it goes when the document goes). Recall, stats and ``list_documents`` see only
+  ``ready`` documents, so a crash never shows half a document. A ``pending`` document is finished by the
+  next ingest of the same file, or by :meth:`IngestMixin.resume_pending_documents` (for the app to call
+  after opening the store). Without an embedding model the document is ``ready`` at once and its
+  chunks are embedded later by the background backfill.
+- **Cancellation** (the ``cancel`` event, checked between files and between embedding batches) never
+  raises: files whose chunks were still waiting for vectors are rolled back (their pending rows are
+  removed; one that was replacing an older version is removed too, since its old chunks are already
+  gone), files already done stay, and the result list still has one entry per file found: the
+  interrupted files and those not reached are ``failed`` with the error ``"cancelled"``.
+- **Failures.** A file that cannot be read (too big, empty, damaged, encrypted, unsupported) is ``failed``
+  with a message written for people and changes nothing; the other files go on. An unexpected error
+  while embedding fails (and rolls back) the files with chunks in that batch; the others go on.
+
+Document text is never logged or audited; audit entries carry ids, counts and flags.
+"""
 
 from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import logging
+import os
+import stat
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from . import vectors
+from .chunking import ChunkDraft, chunk_document, make_token_counter
+from .db import Connection
+from .embeddings import EmbeddingUnavailable
+from .errors import NotFound
+from .models import iso
+from .parsers import SUPPORTED_EXTENSIONS, DocumentError, ParsedDocument, parse_file, parse_text
+
+log = logging.getLogger(__name__)
+
+EMBED_BATCH_SIZE = 64
+"""Chunks per model call while ingesting (see bench/ingest_throughput.py for the measurement)."""
+
+SKIP_DIRS = frozenset({".git", "node_modules", "__pycache__", ".venv"})
+CANCELLED = "cancelled"
+_MB = 1024 * 1024
+
+Stage = Literal["scanning", "parsing", "embedding", "done"]
+Status = Literal["added", "unchanged", "replaced", "failed"]
+
+
+class IngestProgress(BaseModel):
+    """Where an ingest is. Files and bytes count over the whole run; chunks over the current file."""
+
+    files_total: int
+    files_done: int = 0
+    chunks_done: int = Field(default=0, description="Chunks of the current file embedded (or stored) so far")
+    chunks_total: int | None = Field(default=None, description="Chunks of the current file, once it is parsed")
+    current_file: str | None = None
+    bytes_done: int = Field(default=0, description="Bytes of the files done, plus the embedded part of the current one")
+    bytes_total: int = 0
+    stage: Stage = "scanning"
+
+
+class IngestResult(BaseModel):
+    path: str | None = Field(description="Absolute path of the file; None for an uploaded text")
+    document_id: str | None = None
+    chunks: int = 0
+    status: Status
+    error: str | None = Field(default=None, description="Why it failed, written for people")
+
+
+class Document(BaseModel):
+    id: str
+    path: str | None
+    title: str
+    mime: str
+    chunks: int
+    size: int
+    project: str | None = None
+    created_at: str
+    updated_at: str
+
+
+# ---------------------------------------------------------------------------------------------------
+# finding files
+# ---------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Found:
+    """A file to ingest, or a path that failed before it could be read (``error`` set)."""
+
+    path: Path
+    size: int = 0
+    error: str | None = None
+
+
+def _os_error(path: Path, e: OSError) -> str:
+    if e.errno == errno.ELOOP:
+        return f"{path.name} is a symbolic link loop; skipped"
+    if isinstance(e, FileNotFoundError):
+        return f"{path.name} doesn't exist (was it moved or deleted?)"
+    return f"{path.name} can't be read: {e.strerror or e}"
+
+
+def _human_size(n: int) -> str:
+    return f"{n / _MB:.3g} MB" if n >= _MB else f"{max(1, round(n / 1024))} KB"
+
+
+def _file_problem(path: Path, st: os.stat_result, max_bytes: int) -> str | None:
+    """What stops this file from being read, checked before any byte is (a pipe would block)."""
+    name, ext = path.name, path.suffix.lower()
+    if ext not in SUPPORTED_EXTENSIONS:
+        kind = f"{ext} files aren't" if ext else "Files without an extension aren't"
+        return f"{name}: {kind} supported. Supported types: {', '.join(sorted(SUPPORTED_EXTENSIONS))}"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{name} is not a regular file (a pipe, device or socket); skipped"
+    if st.st_size == 0:
+        return f"{name} is empty"
+    if st.st_size > max_bytes:
+        return f"{name} is too big ({_human_size(st.st_size)}); the limit is {_human_size(max_bytes)}"
+    return None
+
+
+def scan(paths: Sequence[str | Path]) -> list[_Found]:
+    """Files named and files in folders named, in a stable order; problems are entries with an error."""
+    found: list[_Found] = []
+    seen_files: set[str] = set()
+    seen_dirs: set[tuple[int, int]] = set()
+
+    def add_file(path: Path, st: os.stat_result) -> None:
+        real = os.path.realpath(path)
+        if real not in seen_files:
+            seen_files.add(real)
+            found.append(_Found(path, st.st_size))
+
+    def walk(folder: Path, ancestors: frozenset[tuple[int, int]]) -> None:
+        try:
+            with os.scandir(folder) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as e:
+            found.append(_Found(folder, error=_os_error(folder, e)))
+            return
+        for entry in entries:
+            if entry.name.startswith(".") or entry.name in SKIP_DIRS:
+                continue
+            path = Path(entry.path)
+            supported = path.suffix.lower() in SUPPORTED_EXTENSIONS
+            try:
+                st = path.stat()
+            except OSError as e:
+                if e.errno == errno.ELOOP or supported:
+                    found.append(_Found(path, error=_os_error(path, e)))
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                key = (st.st_dev, st.st_ino)
+                if key in ancestors:
+                    found.append(_Found(path, error=f"{path.name} links back to a folder that contains it "
+                                                    "(a symbolic link loop); skipped"))
+                elif key not in seen_dirs:
+                    seen_dirs.add(key)
+                    walk(path, ancestors | {key})
+            elif supported:
+                if stat.S_ISREG(st.st_mode):
+                    add_file(path, st)
+                else:
+                    found.append(_Found(path, error=f"{path.name} is not a regular file (a pipe, device or "
+                                                    "socket); skipped"))
+
+    for raw in paths:
+        path = Path(os.path.abspath(Path(raw).expanduser()))
+        try:
+            st = path.stat()
+        except OSError as e:
+            found.append(_Found(path, error=_os_error(path, e)))
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            key = (st.st_dev, st.st_ino)
+            if key not in seen_dirs:
+                seen_dirs.add(key)
+                walk(path, frozenset({key}))
+        else:
+            add_file(path, st)  # named explicitly: its type is checked when it is ingested
+    return found
+
+
+# ---------------------------------------------------------------------------------------------------
+# progress
+# ---------------------------------------------------------------------------------------------------
+@dataclass
+class _Pending:
+    """A document whose rows are written and whose chunks wait for vectors before it becomes visible."""
+
+    index: int  # where its result goes
+    doc_id: int
+    uid: str
+    name: str  # file name (or title) for the ingest memory
+    path: str | None
+    action: Status
+    size: int
+    total: int  # chunks
+    done: int  # chunks with a vector (all of them when there is no model: the backfill embeds them later)
+
+
+class _Progress:
+    """Builds the IngestProgress sequence: monotonic, ending with stage 'done' and everything counted."""
+
+    def __init__(self, callback: Callable[[IngestProgress], None] | None, files_total: int, bytes_total: int):
+        self.callback = callback
+        self.state = IngestProgress(files_total=files_total, bytes_total=bytes_total)
+        self._finished_bytes = 0
+
+    def _send(self) -> None:
+        if self.callback is not None:
+            self.callback(self.state.model_copy())
+
+    def scanned(self) -> None:
+        self._send()
+
+    def reading(self, found: _Found) -> None:
+        self.state.stage = "parsing"
+        self.state.current_file = str(found.path)
+        self.state.chunks_done, self.state.chunks_total = 0, None
+        self._send()
+
+    def embedding(self, current: _Pending, queue: list[_Pending]) -> None:
+        self.state.stage = "embedding"
+        self.state.current_file = current.path or current.name
+        self.state.chunks_done, self.state.chunks_total = current.done, current.total
+        partial = sum(p.size * p.done // p.total for p in queue if p.total)
+        self.state.bytes_done = max(self.state.bytes_done, self._finished_bytes + partial)
+        self._send()
+
+    def finished(self, size: int) -> None:
+        self._finished_bytes += size
+        self.state.files_done += 1
+        self.state.bytes_done = max(self.state.bytes_done, self._finished_bytes)
+
+    def done(self) -> None:
+        self.state.stage = "done"
+        self.state.current_file = None
+        self.state.bytes_done = self.state.bytes_total
+        self._send()
+
+
+class _Cancelled(Exception):
+    """The cancel event was set while a file was being ingested."""
+
+
+def _action(meta: str) -> Status:
+    """What a pending document was doing when it was written: adding a file or replacing an older version."""
+    return "replaced" if json.loads(meta or "{}").get("action") == "replaced" else "added"
+
+
+def _sha256_file(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------------
+# the engine's methods
+# ---------------------------------------------------------------------------------------------------
+_DOC_COLS = "uid, path, title, mime, chunk_count, size, project, created_at, updated_at"
 
 
 class IngestMixin:
     """Engine methods for this area (mixed into engine.Engine)."""
+
+    def ingest(self, paths: Sequence[str | Path], *, project: str | None = None,
+               progress: Callable[[IngestProgress], None] | None = None,
+               cancel: threading.Event | None = None, max_mb: float | None = None) -> list[IngestResult]:
+        """Ingest files and folders; one result per file found, in order (see the module doc for the rules).
+
+        Files are read one by one, but their chunks are embedded in full batches that may span several
+        small files (the model is much faster that way); each document becomes visible as soon as all its
+        chunks have vectors. ``max_mb`` overrides ``settings.max_file_mb`` for this call. Never raises for
+        a bad file or a cancellation; those are results.
+        """
+        project = (project or "").strip() or None
+        max_bytes = int((self.settings.max_file_mb if max_mb is None else max_mb) * _MB)
+        files = scan(paths)
+        tracker = _Progress(progress, len(files), sum(f.size for f in files))
+        tracker.scanned()
+        results: list[IngestResult | None] = [None] * len(files)
+        queue: list[_Pending] = []
+        try:
+            for i, found in enumerate(files):
+                if cancel is not None and cancel.is_set():
+                    raise _Cancelled
+                tracker.reading(found)
+                out = self._prepare_file(i, found, project, max_bytes)
+                if isinstance(out, IngestResult):
+                    results[i] = out
+                    tracker.finished(found.size)
+                else:
+                    queue.append(out)
+                    self._drain(queue, results, tracker, cancel, full_batches_only=True)
+            self._drain(queue, results, tracker, cancel, full_batches_only=False)
+        except _Cancelled:
+            for p in queue:
+                self._discard(p.doc_id, p.uid, CANCELLED)
+        final = []
+        for found, r in zip(files, results, strict=True):
+            if r is None:
+                r = IngestResult(path=str(found.path), status="failed", error=CANCELLED)
+                tracker.finished(found.size)
+            final.append(r)
+        tracker.done()
+        return final
+
+    def ingest_text(self, text: str, title: str, *, project: str | None = None) -> IngestResult:
+        """Ingest pasted or uploaded text as a document without a path, keyed by title and content hash."""
+        title = " ".join((title or "").split()) or "Untitled"
+        project = (project or "").strip() or None
+        size = len((text or "").encode("utf-8"))
+        limit = int(self.settings.max_file_mb * _MB)
+        if size > limit:
+            return IngestResult(path=None, status="failed",
+                                error=f"{title} is too big ({_human_size(size)}); the limit is {_human_size(limit)}")
+        chash = _sha256_text(text or "")
+        existing = self.con.execute(
+            "SELECT id, uid, status, chunk_count, meta FROM documents WHERE path IS NULL AND title = ? "
+            "AND content_hash = ? ORDER BY id DESC LIMIT 1", (title, chash),
+        ).fetchone()
+        if existing is not None:
+            if existing[2] == "ready":
+                return IngestResult(path=None, document_id=existing[1], chunks=existing[3], status="unchanged")
+            pending = self._pending(0, existing[0], existing[1], title, None, _action(existing[4]), size)
+        else:
+            try:
+                parsed = parse_text(text, title)
+            except DocumentError as e:
+                return IngestResult(path=None, status="failed", error=str(e))
+            doc_id, uid = self._write_rows(None, None, parsed, chash, size, None, project, "added")
+            pending = self._pending(0, doc_id, uid, title, None, "added", size)
+        results: list[IngestResult | None] = [None]
+        self._drain([pending], results, _Progress(None, 1, size), None, full_batches_only=False)
+        assert results[0] is not None
+        return results[0]
+
+    def resume_pending_documents(self, *, cancel: threading.Event | None = None) -> list[IngestResult]:
+        """Finish documents a crash left half-ingested (embed what is missing, then mark them ready).
+
+        For the app to call after opening the store (off the UI thread). Cancelling leaves the rest pending.
+        """
+        rows = self.con.execute(
+            "SELECT id, uid, path, title, size, meta FROM documents WHERE status = 'pending' ORDER BY id"
+        ).fetchall()
+        queue = [self._pending(i, doc_id, uid, Path(path).name if path else title, path, _action(meta), size)
+                 for i, (doc_id, uid, path, title, size, meta) in enumerate(rows)]
+        results: list[IngestResult | None] = [None] * len(queue)
+        try:
+            self._drain(queue, results, _Progress(None, len(queue), 0), cancel, full_batches_only=False)
+        except _Cancelled:
+            pass
+        return [r for r in results if r is not None]
+
+    def list_documents(self, project: str | None = None) -> list[Document]:
+        """Documents that are ready (searchable), most recently added or updated first."""
+        sql = f"SELECT {_DOC_COLS} FROM documents WHERE status = 'ready'"
+        args: list[str | None] = []
+        if project is not None:
+            sql += " AND project IS ?"
+            args.append(project.strip() or None)
+        rows = self.con.execute(sql + " ORDER BY updated_at DESC, id DESC", args).fetchall()
+        return [_document(r) for r in rows]
+
+    def get_document(self, uid: str) -> Document:
+        row = self.con.execute(
+            f"SELECT {_DOC_COLS} FROM documents WHERE uid = ? AND status = 'ready'", (uid,)
+        ).fetchone()
+        if row is None:
+            raise NotFound(f"No document with id {uid}.")
+        return _document(row)
+
+    # --- one file --------------------------------------------------------------------------------------
+    def _prepare_file(self, index: int, found: _Found, project: str | None,
+                      max_bytes: int) -> IngestResult | _Pending:
+        """Settle a file at once (failed, unchanged, moved) or write its rows and return it to be embedded."""
+        path = found.path
+        failed = IngestResult(path=str(path), status="failed")
+        if found.error is not None:
+            return failed.model_copy(update={"error": found.error})
+        try:
+            st = path.stat()
+            problem = _file_problem(path, st, max_bytes)
+            if problem is not None:
+                return failed.model_copy(update={"error": problem})
+            chash = _sha256_file(path)
+        except OSError as e:
+            return failed.model_copy(update={"error": _os_error(path, e)})
+        existing = self.con.execute(
+            "SELECT id, uid, status, content_hash, chunk_count, meta FROM documents WHERE path = ? "
+            "ORDER BY id DESC LIMIT 1", (str(path),),
+        ).fetchone()
+        if existing is not None and existing[3] == chash:
+            if existing[2] == "ready":
+                return IngestResult(path=str(path), document_id=existing[1], chunks=existing[4], status="unchanged")
+            return self._pending(index, existing[0], existing[1], path.name, str(path), _action(existing[5]),
+                                 st.st_size)
+        if existing is None:
+            moved = self._find_moved(chash)
+            if moved is not None:
+                return self._move(moved, path, st)
+        try:
+            parsed = parse_file(path, max_bytes=max_bytes)
+        except DocumentError as e:
+            return failed.model_copy(update={"error": str(e)})
+        action: Status = "replaced" if existing is not None and (
+            existing[2] == "ready" or _action(existing[5]) == "replaced") else "added"
+        doc_id, uid = self._write_rows(existing[0] if existing else None, str(path), parsed, chash, st.st_size,
+                                       st.st_mtime, project, action)
+        return self._pending(index, doc_id, uid, path.name, str(path), action, st.st_size)
+
+    def _pending(self, index: int, doc_id: int, uid: str, name: str, path: str | None, action: Status,
+                 size: int) -> _Pending:
+        total, missing, status = self.con.execute(
+            "SELECT count(c.id), count(c.id) FILTER (WHERE c.embedded_hash IS NULL), d.status FROM documents d "
+            "LEFT JOIN chunks c ON c.document_id = d.id WHERE d.id = ?", (doc_id,),
+        ).fetchone()
+        done = total if status == "ready" else total - missing  # ready at once: no model when it was written
+        return _Pending(index, doc_id, uid, name, path, action, size, total, done)
+
+    def _find_moved(self, chash: str) -> tuple[int, str, str, int] | None:
+        for doc_id, uid, old, chunks in self.con.execute(
+            "SELECT id, uid, path, chunk_count FROM documents WHERE content_hash = ? AND status = 'ready' "
+            "AND path IS NOT NULL ORDER BY id", (chash,),
+        ).fetchall():
+            if not os.path.lexists(old):
+                return doc_id, uid, old, chunks
+        return None
+
+    def _move(self, moved: tuple[int, str, str, int], path: Path, st: os.stat_result) -> IngestResult:
+        from .engine import Changes
+
+        doc_id, uid, _, chunks = moved
+        with self.mutation() as (con, _touched):
+            con.execute("UPDATE documents SET path = ?, mtime = ?, updated_at = ? WHERE id = ?",
+                        (str(path), st.st_mtime, time.time(), doc_id))
+            self.audit("move_document", uid, {"chunks": chunks}, con=con)
+        self._emit(Changes("ingest", documents={uid}))
+        return IngestResult(path=str(path), document_id=uid, chunks=chunks, status="unchanged")
+
+    def _write_rows(self, doc_id: int | None, path: str | None, parsed: ParsedDocument, chash: str,
+                    size: int, mtime: float | None, project: str | None, action: Status) -> tuple[int, str]:
+        """Write the document (pending, or ready when there is no embedding model) and all its chunks in
+        one transaction; replacing, drop the old chunks and what was derived from them. (row id, uid)."""
+        from .engine import new_uid
+
+        drafts = chunk_document(parsed, count_tokens=make_token_counter())
+        hashes = [_sha256_text(d.text) for d in drafts]
+        embedding = self._ensure_space()
+        status = "pending" if embedding else "ready"
+        now = time.time()
+        meta = json.dumps({"action": action}) if embedding else "{}"
+        with self.mutation() as (con, touched):
+            kept = self._old_vectors(con, doc_id) if embedding and doc_id is not None else {}
+            if doc_id is None:
+                uid = new_uid("doc")
+                doc_id = con.execute(
+                    "INSERT INTO documents(uid, path, title, mime, content_hash, size, mtime, project, status, "
+                    "chunk_count, created_at, updated_at, meta) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (uid, path, parsed.title, parsed.mime, chash, size, mtime, project, status, len(drafts),
+                     now, now, meta),
+                ).lastrowid
+                assert doc_id is not None
+            else:
+                uid = con.execute("SELECT uid FROM documents WHERE id = ?", (doc_id,)).fetchone()[0]
+                self.delete_document_rows(con, doc_id, touched, keep_document=True)
+                con.execute(
+                    "UPDATE documents SET title = ?, mime = ?, content_hash = ?, size = ?, mtime = ?, status = ?, "
+                    "chunk_count = ?, updated_at = ?, meta = ? WHERE id = ?",
+                    (parsed.title, parsed.mime, chash, size, mtime, status, len(drafts), now, meta, doc_id),
+                )
+            ids = self._insert_chunks(con, doc_id, drafts, hashes)
+            reuse = [(i, kept[h]) for i, h in zip(ids, hashes, strict=True) if h in kept]
+            if reuse:
+                vectors.put(con, "chunks", [i for i, _ in reuse], np.stack([v for _, v in reuse]))
+                con.executemany("UPDATE chunks SET embedded_hash = content_hash WHERE id = ?",
+                                [(i,) for i, _ in reuse])
+            touched.chunks.update(ids)
+        return doc_id, uid
+
+    @staticmethod
+    def _old_vectors(con: Connection, doc_id: int) -> dict[str, np.ndarray]:
+        """Current vectors of a document's chunks by text hash, to keep across a replace."""
+        return {
+            h: np.frombuffer(blob, dtype=np.float32)
+            for h, blob in con.execute(
+                "SELECT c.content_hash, v.embedding FROM chunks c JOIN vec_chunks v ON v.rowid = c.id "
+                "WHERE c.document_id = ? AND c.embedded_hash = c.content_hash", (doc_id,),
+            ).fetchall()
+        }
+
+    @staticmethod
+    def _insert_chunks(con: Connection, doc_id: int, drafts: list[ChunkDraft], hashes: list[str]) -> list[int]:
+        from .engine import new_uid
+
+        con.executemany(
+            "INSERT INTO chunks(uid, document_id, position, text, content_hash, locator, page, heading, "
+            "token_count) VALUES (?,?,?,?,?,?,?,?,?)",
+            [(new_uid("chk"), doc_id, d.position, d.text, h, d.locator, d.page,
+              " › ".join(d.heading_path) or None, d.token_count) for d, h in zip(drafts, hashes, strict=True)],
+        )
+        return [r[0] for r in con.execute(
+            "SELECT id FROM chunks WHERE document_id = ? ORDER BY position", (doc_id,)).fetchall()]
+
+    def _drain(self, queue: list[_Pending], results: list[IngestResult | None], tracker: _Progress,
+               cancel: threading.Event | None, *, full_batches_only: bool) -> None:
+        """Embed the queued documents' chunks in batches of EMBED_BATCH_SIZE (across documents, in order)
+        and complete each document once all its chunks have vectors. With full_batches_only, stop when
+        less than a full batch waits (more files will fill it). Raises _Cancelled; the queue then holds
+        the documents not completed."""
+        while queue:
+            for p in [p for p in queue if p.done >= p.total]:
+                queue.remove(p)
+                results[p.index] = self._complete(p)
+                tracker.finished(p.size)
+            if not queue or (full_batches_only and sum(p.total - p.done for p in queue) < EMBED_BATCH_SIZE):
+                return
+            if cancel is not None and cancel.is_set():
+                raise _Cancelled
+            by_id = {p.doc_id: p for p in queue}
+            rows = self.con.execute(
+                "SELECT id, text, content_hash, document_id FROM chunks WHERE embedded_hash IS NULL AND "
+                f"document_id IN ({','.join('?' * len(by_id))}) ORDER BY id LIMIT ?", (*by_id, EMBED_BATCH_SIZE),
+            ).fetchall()
+            if not rows or not self._ensure_space():
+                for p in queue:
+                    p.done = p.total
+                continue
+            try:
+                vecs = self.embedder.encode([r[1] for r in rows], batch_size=EMBED_BATCH_SIZE)
+                self._store_vectors("chunks", [(r[0], r[2]) for r in rows], vecs)
+            except EmbeddingUnavailable:
+                for p in queue:  # lexical for now: the backfill embeds them once a model works
+                    p.done = p.total
+                continue
+            except Exception as e:
+                log.exception("embedding chunks failed (%s)", type(e).__name__)
+                for doc_id in dict.fromkeys(r[3] for r in rows):
+                    p = by_id[doc_id]
+                    queue.remove(p)
+                    self._discard(p.doc_id, p.uid, type(e).__name__)
+                    results[p.index] = IngestResult(
+                        path=p.path, status="failed",
+                        error=f"{p.name} could not be added ({type(e).__name__}); nothing was changed")
+                    tracker.finished(p.size)
+                continue
+            for r in rows:
+                by_id[r[3]].done += 1
+            tracker.embedding(by_id[rows[-1][3]], queue)
+
+    def _complete(self, p: _Pending) -> IngestResult:
+        """Make a fully embedded document visible (status 'ready') and record the ingest as an episodic
+        memory, in one transaction. An unexpected error removes the document instead."""
+        from .engine import Changes
+
+        try:
+            with self.mutation() as (con, touched):
+                flipped = con.execute(
+                    "UPDATE documents SET status = 'ready', meta = '{}', updated_at = ? WHERE id = ? "
+                    "AND status = 'pending'", (time.time(), p.doc_id),
+                ).rowcount
+                if flipped:
+                    touched.chunks.update(r[0] for r in con.execute(
+                        "SELECT id FROM chunks WHERE document_id = ?", (p.doc_id,)).fetchall())
+                verb = "Updated" if p.action == "replaced" else "Ingested"
+                project = con.execute("SELECT project FROM documents WHERE id = ?", (p.doc_id,)).fetchone()[0]
+                self.remember(f"{verb} {p.name} ({p.total} chunk{'s' if p.total != 1 else ''})", kind="episodic",
+                              source="document", document_id=p.doc_id, at=time.time(), embed="auto",
+                              project=project)
+                self.audit("ingest", p.uid, {"chunks": p.total, "status": p.action}, con=con)
+        except Exception as e:
+            log.exception("completing a document failed (%s)", type(e).__name__)
+            self._discard(p.doc_id, p.uid, type(e).__name__)
+            return IngestResult(path=p.path, status="failed",
+                                error=f"{p.name} could not be added ({type(e).__name__}); nothing was changed")
+        self._emit(Changes("ingest", documents={p.uid}))
+        return IngestResult(path=p.path, document_id=p.uid, chunks=p.total, status=p.action)
+
+    def _discard(self, doc_id: int, uid: str, reason: str) -> None:
+        """Remove a document that did not finish ingesting (it was never visible in this state)."""
+        with self.mutation() as (con, touched):
+            if con.execute("SELECT 1 FROM documents WHERE id = ? AND status = 'pending'", (doc_id,)).fetchone():
+                removed = self.delete_document_rows(con, doc_id, touched)
+                self.audit("ingest_abandoned", uid, {**removed, "reason": reason}, con=con)
+
+
+def _document(r: tuple) -> Document:
+    return Document(id=r[0], path=r[1], title=r[2], mime=r[3], chunks=r[4], size=r[5], project=r[6],
+                    created_at=iso(r[7]) or "", updated_at=iso(r[8]) or "")

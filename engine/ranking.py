@@ -1,21 +1,34 @@
-"""Ranking: reciprocal rank fusion of the lexical and semantic lists, then the engine's formula.
+"""Ranking: a hybrid relevance from the lexical and semantic signals, then the engine's formula.
 
     score = 0.6 * similarity + 0.2 * importance + 0.2 * recency
     recency = 0.5 ** (days since the memory's time or last use / 30)
 
-`similarity` is the fused relevance scaled to [0, 1]: 1.0 means first in every list that was searched.
+`similarity` is a calibrated relevance in [0, 1] (see `hybrid_similarity`): 1.0 means the memory holds
+every informative word of the question and is as close in meaning as a paraphrase; unrelated memories
+score near 0 however small the store is. docs/retrieval.md has the measurements behind the constants.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Hashable, Mapping
 
 W_SIMILARITY = 0.6
 W_IMPORTANCE = 0.2
 W_RECENCY = 0.2
 HALF_LIFE_DAYS = 30.0
 RRF_K = 60
+
+# Hybrid relevance: the weight of the lexical signal (the semantic one gets the rest).
+W_LEXICAL = 0.5
+# all-MiniLM-L6-v2 cosine: unrelated sentences sit below COS_NONE, paraphrases reach COS_FULL.
+COS_NONE = 0.15
+COS_FULL = 0.75
+# A hit's similarity may exceed its own absolute relevance by at most this much (see hybrid_similarity).
+ABSOLUTE_MARGIN = 0.1
+# Conversation context: a turn inherits this share of its best neighbour's relevance (offset -> weight).
+NEIGHBOUR_WEIGHTS = {1: 0.4, 2: 0.25}
 
 DAY = 86_400.0
 
@@ -28,15 +41,89 @@ def recency(t: float | None, now: float | None = None) -> float:
     return math.pow(0.5, days / HALF_LIFE_DAYS)
 
 
-def rrf(ranked_lists: list[list[int]], weights: list[float] | None = None, k: int = RRF_K) -> dict[int, float]:
-    """Reciprocal rank fusion scaled so that rank 1 in every list scores 1.0."""
+def rrf(ranked_lists: list[list], weights: list[float] | None = None, k: int = RRF_K) -> dict:
+    """Reciprocal rank fusion scaled so that rank 1 in every list scores 1.0 (kept for comparisons)."""
     weights = weights or [1.0] * len(ranked_lists)
     best = sum(w / (k + 1) for w, lst in zip(weights, ranked_lists, strict=True) if lst) or 1.0
-    fused: dict[int, float] = {}
+    fused: dict = {}
     for w, lst in zip(weights, ranked_lists, strict=True):
         for rank, key in enumerate(lst, start=1):
             fused[key] = fused.get(key, 0.0) + w / (k + rank)
     return {key: v / best for key, v in fused.items()}
+
+
+def bm25_idf(n_docs: int, doc_freq: int) -> float:
+    """FTS5's own IDF for a term (the weight bm25() gives one occurrence in an average-length row)."""
+    return max(1e-6, math.log((n_docs - doc_freq + 0.5) / (doc_freq + 0.5)))
+
+
+def lexical_ratio(bm25: float, idf_sum: float) -> float:
+    """BM25 over the most a row of average length holding each query term once would score: the
+    IDF-weighted share of the question's words the row holds (above 1 for short or repetitive rows)."""
+    return max(0.0, bm25) / idf_sum if idf_sum > 0 else 0.0
+
+
+def dense_strength(cosine: float | None) -> float:
+    """Cosine mapped onto [0, 1]: 0 at or below COS_NONE, 1 at or above COS_FULL."""
+    if cosine is None:
+        return 0.0
+    return min(1.0, max(0.0, (cosine - COS_NONE) / (COS_FULL - COS_NONE)))
+
+
+def min_max(values: Mapping[Hashable, float]) -> dict:
+    """Scale to [0, 1] across the candidates (all equal: all 1.0 when positive, else 0.0)."""
+    if not values:
+        return {}
+    lo, hi = min(values.values()), max(values.values())
+    if hi - lo <= 1e-12:
+        return {k: (1.0 if hi > 0 else 0.0) for k in values}
+    return {k: (v - lo) / (hi - lo) for k, v in values.items()}
+
+
+def with_context(scores: Mapping[Hashable, float], neighbours: Mapping[Hashable, Mapping[int, Hashable]],
+                 weights: Mapping[int, float] = NEIGHBOUR_WEIGHTS) -> dict:
+    """Each score plus the best weighted score among its neighbours (offset -> key, offsets +-1, +-2):
+    a reply like "Yes, last week!" inherits part of the relevance of the question it answers."""
+    out = dict(scores)
+    for key, near in neighbours.items():
+        best = 0.0
+        for off, other in near.items():
+            w = weights.get(abs(off), 0.0)
+            if w and other in scores:
+                best = max(best, w * scores[other])
+        if best:
+            out[key] = out.get(key, 0.0) + best
+    return out
+
+
+def hybrid_similarity(keys: list, lex_ratio: Mapping[Hashable, float], cosine: Mapping[Hashable, float], *,
+                      neighbours: Mapping[Hashable, Mapping[int, Hashable]] | None = None,
+                      use_lexical: bool = True, use_dense: bool = True) -> dict:
+    """Similarity in [0, 1] for each candidate key.
+
+    Order comes from a convex combination of per-query normalised signals (BM25 over the query's best,
+    cosine min-max over the candidates), plus conversation context. Level comes from absolute signals:
+    a hit's similarity is the order score scaled by the best absolute relevance of the query, and never
+    more than ABSOLUTE_MARGIN above its own absolute relevance (with context), so nothing looks relevant
+    only because the store is small.
+    """
+    if not keys:
+        return {}
+    w_lex = W_LEXICAL if (use_lexical and use_dense) else (1.0 if use_lexical else 0.0)
+    w_den = 1.0 - w_lex
+    top_lex = max((lex_ratio.get(k, 0.0) for k in keys), default=0.0)
+    d_rel = min_max({k: cosine[k] for k in keys if k in cosine})
+    rel = {k: w_lex * (lex_ratio.get(k, 0.0) / top_lex if top_lex > 0 else 0.0) + w_den * d_rel.get(k, 0.0)
+           for k in keys}
+    absolute = {k: w_lex * min(1.0, lex_ratio.get(k, 0.0)) + w_den * dense_strength(cosine.get(k)) for k in keys}
+    if neighbours:
+        rel = with_context(rel, neighbours)
+        absolute_ctx = with_context(absolute, neighbours)
+    else:
+        absolute_ctx = absolute
+    best_rel = max(rel.values()) or 1.0
+    best_abs = max(absolute.values())
+    return {k: min(best_abs * rel[k] / best_rel, min(1.0, absolute_ctx[k] + ABSOLUTE_MARGIN)) for k in keys}
 
 
 def final_score(similarity: float, importance: float, recency_value: float) -> float:

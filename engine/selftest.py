@@ -104,7 +104,9 @@ class SelfTest:
         except Exception as e:  # a crash is a failed check with its reason, never a traceback dump
             tb = traceback.extract_tb(e.__traceback__)
             where = f" at {Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else ""
-            detail, ok = f"{type(e).__name__}: {e}{where}", False
+            cause = e.__cause__ or e.__context__
+            why = f"; caused by {type(cause).__name__}: {cause}" if cause is not None else ""
+            detail, ok = f"{type(e).__name__}: {e}{where}{why}", False
         c = Check(name, ok, detail, round(time.perf_counter() - t0, 3))
         self.checks.append(c)
         self._say(f"{'PASS' if ok else 'FAIL'}  {name:<16} {detail} ({c.seconds:.2f}s)")
@@ -234,7 +236,7 @@ class SelfTest:
         return f"no remembered text in {len(files)} files of the profile ({size // 1024} KiB)"
 
     def _cleanup(self, tmp: Path) -> str:
-        removed = []
+        removed: list[str] = []
         if self.profile is not None and self.profile.key_source == "keychain":
             import keyring
             from keyring.errors import PasswordDeleteError
