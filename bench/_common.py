@@ -1,0 +1,147 @@
+"""Shared pieces of the retrieval benchmarks: a throwaway (or cached) profile, the two baselines, metrics.
+
+The baselines are computed in the same run, on the same texts and the same vectors the engine stores:
+- BM25: SQLite FTS5 alone (same tokenizer as the engine, question stopwords dropped by the engine's own
+  query-term extraction), in a plain in-memory database.
+- dense: all-MiniLM-L6-v2 cosine alone, brute force in numpy over the vectors read back from the store.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import sqlite3
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def prepare_home(cache_dir: str | None, key: str) -> tuple[Path, bool, str | None]:
+    """(profile dir, whether it already holds the data, temp dir to delete afterwards).
+
+    With a cache dir the profile lives at CACHE_DIR/KEY and is reused by later runs; otherwise a temp dir.
+    The keychain is a plaintext file inside the profile's folder: these are throwaway benchmark stores.
+    """
+    if cache_dir:
+        base = Path(cache_dir).expanduser().resolve() / key
+        ready = (base / "READY").exists()
+        if not ready and base.exists():
+            shutil.rmtree(base)
+        tmp = None
+    else:
+        tmp = tempfile.mkdtemp(prefix="pllm-bench-")
+        base = Path(tmp)
+        ready = False
+    base.mkdir(parents=True, exist_ok=True)
+    os.environ["PERSONAL_LLM_HOME"] = str(base / "profile")
+    os.environ["PYTHON_KEYRING_BACKEND"] = "keyrings.alt.file.PlaintextKeyring"
+    os.environ["XDG_DATA_HOME"] = str(base / "xdg-data")
+    os.environ.pop("PERSONAL_LLM_PASSPHRASE", None)
+    return base / "profile", ready, tmp
+
+
+def mark_ready(home: Path) -> None:
+    (home.parent / "READY").write_text(time.strftime("%Y-%m-%d %H:%M:%S"))
+
+
+def cleanup(tmp: str | None) -> None:
+    if tmp:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def stored_vectors(eng, project: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(memory row ids, unit vectors) as stored by the engine, for the dense baseline."""
+    sql = "SELECT m.id, v.embedding FROM vec_memories v JOIN memories m ON m.id = v.rowid"
+    args: list = []
+    if project is not None:
+        sql += " WHERE m.project = ?"
+        args.append(project)
+    rows = eng.con.execute(sql + " ORDER BY m.id", args).fetchall()
+    ids = np.array([r[0] for r in rows], dtype=np.int64)
+    mat = np.stack([np.frombuffer(r[1], dtype=np.float32) for r in rows]) if rows else np.zeros((0, 384), np.float32)
+    return ids, mat
+
+
+class BM25Baseline:
+    """FTS5 BM25 alone over (key, text) pairs, grouped by project, with the engine's tokenizer."""
+
+    def __init__(self, docs: Iterable[tuple[str, object, str]]):
+        self.db = sqlite3.connect(":memory:")
+        self.db.execute(
+            "CREATE VIRTUAL TABLE d USING fts5(text, project UNINDEXED, key UNINDEXED, "
+            "tokenize='porter unicode61 remove_diacritics 2')"
+        )
+        self.db.executemany("INSERT INTO d(project, key, text) VALUES (?,?,?)",
+                            [(p, str(k), t) for p, k, t in docs])
+
+    def search(self, query: str, k: int, project: str | None = None) -> list[str]:
+        from engine.retrieval import match_expression
+
+        expr = match_expression(query)
+        if expr is None:
+            return []
+        sql = "SELECT key FROM d WHERE d MATCH ?"
+        args: list = [expr]
+        if project is not None:
+            sql += " AND project = ?"
+            args.append(project)
+        return [r[0] for r in self.db.execute(sql + " ORDER BY bm25(d) LIMIT ?", [*args, k]).fetchall()]
+
+
+def dense_search(qvecs: np.ndarray, mat: np.ndarray, ids: np.ndarray, k: int) -> list[list[int]]:
+    out = []
+    if mat.shape[0] == 0:
+        return [[] for _ in range(len(qvecs))]
+    scores = qvecs @ mat.T
+    for row in scores:
+        kk = min(k, row.size)
+        top = np.argpartition(-row, kk - 1)[:kk]
+        top = top[np.argsort(-row[top], kind="stable")]
+        out.append([int(ids[i]) for i in top])
+    return out
+
+
+def ndcg_at_k(ranked: Sequence[str], rels: dict[str, int], k: int = 10) -> float:
+    """BEIR's nDCG@k (graded gains, log2 discounts)."""
+    dcg = sum(rels.get(d, 0) / math.log2(i + 2) for i, d in enumerate(ranked[:k]))
+    ideal = sorted(rels.values(), reverse=True)[:k]
+    idcg = sum(g / math.log2(i + 2) for i, g in enumerate(ideal))
+    return dcg / idcg if idcg > 0 else 0.0
+
+
+def best_threshold(pos: Sequence[float], neg: Sequence[float]) -> tuple[float, float, float]:
+    """The cut on a score that best separates `neg` (should fall below) from `pos` (should stay above):
+    maximises balanced accuracy. Returns (threshold, fraction of neg refused, fraction of pos refused)."""
+    cands = sorted(set(pos) | set(neg))
+    best = (0.0, 0.0, 0.0, -1.0)
+    for i, c in enumerate(cands):
+        t = c if i == 0 else (c + cands[i - 1]) / 2
+        neg_ok = sum(1 for x in neg if x < t) / max(1, len(neg))
+        pos_bad = sum(1 for x in pos if x < t) / max(1, len(pos))
+        bal = (neg_ok + (1 - pos_bad)) / 2
+        if bal > best[3] + 1e-12:
+            best = (t, neg_ok, pos_bad, bal)
+    return best[0], best[1], best[2]
+
+
+def fmt_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [[str(c) for c in header]] + [[f"{c:.3f}" if isinstance(c, float) else str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+
+    def line(r: list[str]) -> str:
+        return "| " + " | ".join(c.rjust(w) if j else c.ljust(w) for j, (c, w) in enumerate(zip(r, widths, strict=True)))
+    out = [line(cells[0]) + " |", "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    out += [line(r) + " |" for r in cells[1:]]
+    return "\n".join(out)

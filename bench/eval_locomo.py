@@ -1,0 +1,188 @@
+"""Evidence recall on LoCoMo (long-term conversational memory), through the engine's public interface.
+
+    .venv/bin/python bench/eval_locomo.py PATH_TO_LOCOMO_JSON [--out results.json] [--cache-dir DIR]
+
+Every turn becomes one episodic memory ("Speaker: text", plus the shared image's caption) timed at its
+session's date, one project per conversation. Every question is asked through `Engine.recall` (scoped to
+its conversation, record_access=False). Prints evidence recall@5/@10 — the fraction of the question's
+gold dia_ids among the top k — overall (categories 1-4) and per category, beside BM25 alone and dense
+cosine alone computed in the same run on the same turns and vectors; then the relevance floor's refusal
+rates on unanswerable (category 5) vs answerable questions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common as C  # noqa: E402
+
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "unanswerable"}
+_DIA = re.compile(r"^D(\d+):(\d+)$")
+KS = (5, 10)
+
+
+def parse_session_time(s: str) -> datetime | None:
+    s = " ".join((s or "").split())
+    for fmt in ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%d %B %Y", "%d %B, %Y"):
+        try:
+            return datetime.strptime(s, fmt)
+        except ValueError:
+            continue
+    return None
+
+
+def evidence_ids(ev) -> list[str]:
+    out = []
+    for item in ev or []:
+        for part in re.split(r"[;,\s]+", str(item)):
+            if _DIA.match(part) and part not in out:
+                out.append(part)
+    return out
+
+
+def turns_of(sample: dict) -> list[tuple[str, str, datetime | None]]:
+    """[(dia_id, memory text, session time)] in conversation order."""
+    conv = sample["conversation"]
+    sessions = sorted(
+        (int(m.group(1)), k) for k in conv if (m := re.fullmatch(r"session_(\d+)", k)) and isinstance(conv[k], list)
+    )
+    out = []
+    for n, key in sessions:
+        at = parse_session_time(conv.get(f"session_{n}_date_time", ""))
+        for turn in conv[key]:
+            text = f"{turn.get('speaker', '?')}: {turn.get('text', '')}".strip()
+            if turn.get("blip_caption"):
+                text += f" [shared an image: {turn['blip_caption']}]"
+            if turn.get("dia_id"):
+                out.append((turn["dia_id"], text, at))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("path", help="a LoCoMo-format JSON file")
+    ap.add_argument("--out", help="write per-question results and the summary as JSON here")
+    ap.add_argument("--cache-dir", help="keep the embedded store here and reuse it in later runs (tuning)")
+    args = ap.parse_args(argv)
+
+    data = json.loads(Path(args.path).read_text(encoding="utf-8"))
+    key = "locomo-" + re.sub(r"\W+", "_", Path(args.path).stem) + f"-{Path(args.path).stat().st_size}"
+    home, ready, tmp = C.prepare_home(args.cache_dir, key)
+    from engine import Engine, relevance
+
+    try:
+        eng = Engine.open(home)
+        uid_dias: dict[str, set[str]] = {}
+        t0 = time.perf_counter()
+        if not ready:
+            merged = 0
+            for sample in data:
+                for dia, text, at in turns_of(sample):
+                    r = eng.remember(text, kind="episodic", project=sample["sample_id"], at=at, source="chat",
+                                     meta={"dia_id": dia}, embed="background")
+                    uid_dias.setdefault(r.id, set()).add(dia)
+                    merged += r.merged
+            stored = time.perf_counter() - t0
+            eng.embed_pending(batch_size=64)
+            print(f"stored {sum(len(v) for v in uid_dias.values())} turns as {len(uid_dias)} memories "
+                  f"({merged} merged) in {stored:.1f}s, embedded in {time.perf_counter() - t0 - stored:.1f}s",
+                  flush=True)
+            if args.cache_dir:
+                (home.parent / "merges.json").write_text(json.dumps({k: sorted(v) for k, v in uid_dias.items()}))
+                C.mark_ready(home)
+        else:
+            uid_dias = {k: set(v) for k, v in json.loads((home.parent / "merges.json").read_text()).items()}
+            print(f"reusing the cached store at {home} ({len(uid_dias)} memories)", flush=True)
+
+        # the memories as stored, for the baselines
+        mems = {}
+        for sample in data:
+            for m in eng.list_memories(project=sample["sample_id"], limit=1_000_000):
+                mems[m.id] = m
+        bm25 = C.BM25Baseline((m.project, uid, m.text) for uid, m in mems.items())
+        row_uid = dict(eng.con.execute("SELECT id, uid FROM memories").fetchall())
+        vec_by_project = {s["sample_id"]: C.stored_vectors(eng, s["sample_id"]) for s in data}
+
+        questions = [(s["sample_id"], q) for s in data for q in s["qa"]]
+        qvecs = eng.embedder.encode([q["question"] for _, q in questions], batch_size=64)
+
+        kmax = max(KS)
+        results = []
+        lat = []
+        for (sid, q), qv in zip(questions, qvecs, strict=True):
+            gold = evidence_ids(q.get("evidence"))
+            t1 = time.perf_counter()
+            hits = eng.recall(q["question"], k=kmax, project=sid, record_access=False)
+            lat.append(time.perf_counter() - t1)
+            ids, mat = vec_by_project[sid]
+            runs = {
+                "ours": [h.id for h in hits],
+                "bm25": bm25.search(q["question"], kmax, sid),
+                "dense": [row_uid[i] for i in C.dense_search(qv[None, :], mat, ids, kmax)[0]],
+            }
+            rec = {"sample": sid, "category": q["category"], "question": q["question"], "gold": gold,
+                   "top": relevance.top_relevance(hits), "answerable": relevance.answerable(hits)}
+            for name, ranked in runs.items():
+                for k in KS:
+                    found = set().union(*(uid_dias.get(u, set()) for u in ranked[:k])) if ranked else set()
+                    rec[f"{name}@{k}"] = (len(found & set(gold)) / len(gold)) if gold else None
+            results.append(rec)
+
+        # ---- the table ------------------------------------------------------------------------------
+        names = ("ours", "bm25", "dense")
+
+        def mean(rows, col):
+            vals = [r[col] for r in rows if r[col] is not None]
+            return sum(vals) / len(vals) if vals else float("nan")
+
+        groups = [("answerable (1-4)", [r for r in results if r["category"] != 5])]
+        groups += [(f"{c} {CATEGORIES[c]}", [r for r in results if r["category"] == c]) for c in (1, 2, 3, 4)]
+        groups += [("5 unanswerable", [r for r in results if r["category"] == 5])]
+        header = ["questions", "n"] + [f"{n} R@{k}" for k in KS for n in names]
+        rows = []
+        for label, rs in groups:
+            n = sum(1 for r in rs if r["gold"])
+            rows.append([label, n] + [mean(rs, f"{nm}@{k}") for k in KS for nm in names])
+        print()
+        print(f"LoCoMo evidence recall ({args.path}: {len(data)} conversations, {len(mems)} memories, "
+              f"{len(results)} questions)")
+        print(C.fmt_table(header, rows))
+        lat_ms = sorted(x * 1000 for x in lat)
+        print(f"recall latency: median {lat_ms[len(lat_ms) // 2]:.1f} ms, p95 {lat_ms[int(len(lat_ms) * 0.95)]:.1f} ms")
+
+        # ---- the relevance floor ---------------------------------------------------------------------
+        pos = [r["top"] for r in results if r["category"] != 5]
+        neg = [r["top"] for r in results if r["category"] == 5]
+        refused_neg = sum(1 for r in results if r["category"] == 5 and not r["answerable"]) / max(1, len(neg))
+        refused_pos = sum(1 for r in results if r["category"] != 5 and not r["answerable"]) / max(1, len(pos))
+        t, n_ok, p_bad = C.best_threshold(pos, neg)
+        print()
+        print(f"relevance floor {relevance.ANSWER_FLOOR:.3f} (engine/relevance.py): refuses {refused_neg:.1%} of "
+              f"unanswerable (cat 5) questions and {refused_pos:.1%} of answerable ones")
+        print(f"  best separating threshold on this file: {t:.3f} (refuses {n_ok:.1%} of cat 5, "
+              f"{p_bad:.1%} of answerable); mean top relevance answerable {sum(pos) / max(1, len(pos)):.3f}, "
+              f"cat 5 {sum(neg) / max(1, len(neg)):.3f}")
+        cut = sorted(pos)[int(len(pos) * 0.02)] if pos else 0.0
+        print(f"  threshold that refuses at most 2% of answerable questions (how ANSWER_FLOOR was chosen): {cut:.3f} "
+              f"(refuses {sum(1 for x in neg if x < cut) / max(1, len(neg)):.1%} of cat 5)")
+        if args.out:
+            summary = {label: {h: v for h, v in zip(header, row, strict=True)} for (label, _), row in zip(groups, rows,
+                                                                                                         strict=True)}
+            Path(args.out).write_text(json.dumps({"summary": summary, "floor": {
+                "threshold": relevance.ANSWER_FLOOR, "refused_unanswerable": refused_neg,
+                "refused_answerable": refused_pos, "best_threshold": t}, "questions": results}, indent=1))
+        eng.close()
+    finally:
+        C.cleanup(tmp)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,65 @@
+"""Recall quality on a small store this test writes: the right memory comes first, conversation context
+lifts a terse reply, and a question about something absent is refused (real model, real encrypted file)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from engine import relevance
+
+FACTS = [
+    "My sister Anna lives in Lisbon and works as a marine biologist.",
+    "I am allergic to penicillin; the reaction was a rash in 2019.",
+    "Our wifi password at the cabin is written on the fridge.",
+    "I prefer aisle seats on long flights.",
+    "The dentist appointment is every March with Dr. Okafor.",
+]
+
+
+def test_the_right_fact_comes_first(eng):
+    for text in FACTS:
+        eng.remember(text, embed="sync")
+    cases = {
+        "Which antibiotic am I allergic to?": FACTS[1],
+        "Where does my sister live?": FACTS[0],
+        "What seat do I like on a plane?": FACTS[3],
+        "When do I see the dentist?": FACTS[4],
+    }
+    for question, want in cases.items():
+        hits = eng.recall(question, k=3, record_access=False)
+        assert hits and hits[0].text == want, question
+        assert relevance.answerable(hits), question
+
+
+def test_nothing_relevant_is_refused(eng):
+    for text in FACTS:
+        eng.remember(text, embed="sync")
+    for question in ("What is the capital of Mongolia's airport code?", "How do I compile a Rust crate for ARM?"):
+        hits = eng.recall(question, k=5, record_access=False)
+        assert not relevance.answerable(hits), (question, [(h.text, h.similarity) for h in hits])
+        assert all(h.similarity >= relevance.MIN_HIT_RELEVANCE for h in hits)
+
+
+def test_conversation_context_lifts_a_terse_reply(eng):
+    t0 = datetime(2024, 5, 8, 13, 56)
+    talk = [
+        ("Sam", "Did you end up adopting that grey kitten from the shelter?"),
+        ("Lee", "Yes! Brought her home on Saturday, she already owns the sofa."),
+        ("Sam", "Ha, lovely. How is the new job going?"),
+        ("Lee", "Busy, but the team is kind."),
+    ]
+    ids = [eng.remember(f"{who}: {text}", kind="episodic", project="chat", at=t0 + timedelta(minutes=i),
+                        embed="sync").id for i, (who, text) in enumerate(talk)]
+    for i in range(12):  # unrelated turns of another day
+        eng.remember(f"Lee: note {i} about groceries and the weather", kind="episodic", project="chat",
+                     at=t0 + timedelta(days=3, minutes=i), embed="sync")
+    hits = eng.recall("Did Lee adopt the kitten?", k=3, project="chat", record_access=False)
+    top = [h.id for h in hits]
+    assert ids[0] in top and ids[1] in top  # the reply says "Yes!" and "her", not "kitten"
+
+
+def test_project_scope_and_no_leak(eng):
+    eng.remember("The launch code name is Bluebird.", project="work", embed="sync")
+    eng.remember("Bluebird is the name of my neighbour's cat.", project="home", embed="sync")
+    hits = eng.recall("What is Bluebird?", project="work", record_access=False)
+    assert [h.project for h in hits] == ["work"]
