@@ -322,6 +322,10 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
                 self.embedder.load()
             except EmbeddingUnavailable:
                 return
+            try:
+                self.resume_pending_documents(cancel=self._bg_stop)  # finish ingests a crash interrupted
+            except Exception:
+                log.exception("resuming interrupted ingests failed")
             while not self._bg_stop.is_set():
                 if not self.paused:
                     try:
@@ -648,7 +652,7 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
     def recall(self, query: str, *, k: int = 10, project: str | None = None, kind: str | None = None,
                since: str | float | None = None, until: str | float | None = None,
                include_archived: bool = False, include_unscoped: bool = False, include_chunks: bool = True,
-               record_access: bool = True, candidates: int = 50) -> list[Hit]:
+               record_access: bool = True, candidates: int | None = None) -> list[Hit]:
         """Hybrid recall: BM25 and exact vector search, combined into a calibrated similarity (with the turns
         around a conversation turn as context), then ranked by the engine's formula. Hits below the minimum
         relevance are dropped: a question about nothing in memory returns nothing. docs/retrieval.md.
@@ -673,13 +677,11 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
         )
         from .relevance import MIN_HIT_RELEVANCE
 
-        n = max(candidates, k)
+        n = max(candidates or self._CANDIDATES, k)
         qvec = self._query_vector(query)
         con = self.con
         with self.store.read():
-            lex_m = retrieval.lexical_memories(con, query, n, f) if kind != "chunk" else []
-            lex_c = retrieval.lexical_chunks(con, query, n, f) if include_chunks else []
-            lex = self._merge_lexical(con, query, lex_m, lex_c)
+            lex = self._merge_lexical(con, query, n, f, memories=kind != "chunk", chunks=include_chunks)
             cos: dict[tuple[str, int], float] = {}
             dense: set[tuple[str, int]] = set()
             if qvec is not None:
@@ -689,7 +691,8 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
                 merged = sorted([(s, "m", i) for i, s in dm] + [(s, "c", i) for i, s in dc], key=lambda x: -x[0])
                 cos.update({(t, i): s for s, t, i in merged[:n]})
                 dense = set(cos)
-            keys = list(dict.fromkeys([*lex, *dense]))
+            graph = self._graph_candidates(con, query, f, project)
+            keys = list(dict.fromkeys([*lex, *dense, *graph]))
             # conversation context: turns next to a candidate join it (their own signals are looked up)
             near = retrieval.neighbours(con, [i for t, i in keys if t == "m"], f)
             nb: dict[tuple[str, int], dict[int, tuple[str, int]]] = {}
@@ -697,33 +700,60 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
                 for off, j in d.items():
                     nb.setdefault(("m", i), {})[off] = ("m", j)
                     nb.setdefault(("m", j), {})[-off] = ("m", i)
-            keys.extend(key for key in nb if key not in lex and key not in cos)
+            keys.extend(key for key in nb if key not in lex and key not in cos and key not in graph)
             if qvec is not None:
                 missing = [key for key in keys if key not in cos]
                 cos.update(self._fill_cosine(con, missing, qvec))
             sims = ranking.hybrid_similarity(
-                keys, lex, cos, neighbours=nb,
+                keys, lex, cos, neighbours=nb, graph=graph,
                 use_lexical=retrieval.match_expression(query) is not None, use_dense=qvec is not None,
             )
             sims = {key: s for key, s in sims.items() if s >= MIN_HIT_RELEVANCE}
             pool = sorted(sims, key=lambda key: -sims[key])[: max(3 * k, 30)]
-            hits = self._hydrate(con, {key: sims[key] for key in pool}, cos, set(lex), dense)
+            hits = self._hydrate(con, {key: sims[key] for key in pool}, cos, set(lex), dense, set(graph))
         hits.sort(key=lambda h: (-h.score, h.id))
         hits = hits[:k]
         if record_access:
             self._record_access([h.id for h in hits if not h.id.startswith("chk_")])
         return hits
 
-    @staticmethod
-    def _merge_lexical(con: Connection, query: str, lex_m: list[tuple[int, float]],
-                       lex_c: list[tuple[int, float]]) -> dict[tuple[str, int], float]:
-        """{key: BM25 over the query's IDF sum in its own table}: memories and chunks on one scale."""
+    def _merge_lexical(self, con: Connection, query: str, n: int, f: vectors.Filter, *, memories: bool,
+                       chunks: bool) -> dict[tuple[str, int], float]:
+        """{key: BM25 over the IDF sum of the terms searched in its own table}: memories and chunks on one
+        scale. Very common terms are left out of large tables (retrieval.plan); document frequencies come
+        from a per-process cache, so no per-query work scans a common term's whole posting list."""
+        cache = self.__dict__.get("_doc_freqs")
+        if cache is None:
+            cache = self.__dict__.setdefault("_doc_freqs", retrieval.DocFreqs())
         out: dict[tuple[str, int], float] = {}
-        for t, fts, lst in (("m", "memories_fts", lex_m), ("c", "chunks_fts", lex_c)):
-            if lst:
-                idf = retrieval.idf_sum(con, fts, query)
-                out.update({(t, i): ranking.lexical_ratio(s, idf) for i, s in lst})
+        for t, fts, wanted, search in (("m", "memories_fts", memories, retrieval.lexical_memories),
+                                       ("c", "chunks_fts", chunks, retrieval.lexical_chunks)):
+            if not wanted or (t == "c" and f.kinds is not None and "chunk" not in f.kinds):
+                continue
+            plan = retrieval.plan(con, fts, query, cache)
+            if plan.terms:
+                out.update({(t, i): ranking.lexical_ratio(s, plan.idf_sum) for i, s in search(con, plan.terms, n, f)})
         return out
+
+    # Candidates per list (BM25 memories, BM25 chunks, vectors) before context and ranking.
+    _CANDIDATES = 50
+
+    # How many of the knowledge graph's linked memories and chunks join the candidates (nearest first).
+    _GRAPH_CANDIDATES = 50
+
+    def _graph_candidates(self, con: Connection, query: str, f: vectors.Filter,
+                          project: str | None) -> dict[tuple[str, int], float]:
+        """{key: graph strength} for the memories and chunks the knowledge graph links to entities named in
+        the query (ranking.graph_strength), filtered like every other candidate. One indexed lookup while
+        the graph has no edges."""
+        if not con.execute("SELECT EXISTS(SELECT 1 FROM edges)").fetchone()[0]:
+            return {}
+        try:
+            keys = self.graph_keys(query, 2, project=project)
+        except Exception:  # the graph is an extra signal: recall works without it
+            log.warning("graph lookup failed during recall", exc_info=True)
+            return {}
+        return ranking.graph_strength(retrieval.passing(con, keys, f)[: self._GRAPH_CANDIDATES])
 
     def _query_vector(self, query: str) -> np.ndarray | None:
         if not self._ensure_space():
@@ -739,7 +769,7 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
             return None
 
     def _hydrate(self, con: Connection, fused: dict[tuple[str, int], float], cos: dict[tuple[str, int], float],
-                 lex: set, dense: set) -> list[Hit]:
+                 lex: set, dense: set, graph: set | frozenset = frozenset()) -> list[Hit]:
         """Hits for these keys; `fused` holds each key's similarity."""
         now = time.time()
         mids = [i for (t, i) in fused if t == "m"]
@@ -759,7 +789,7 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
                     similarity=round(sim, 4), cosine=None if key not in cos else round(cos[key], 4),
                     score=round(ranking.final_score(sim, r[5], rec), 6), at=iso(r[8]), created_at=iso(r[6]),
                     archived=bool(r[11]), conflict_with=r[13],
-                    via=[v for v, s in (("fts", lex), ("vector", dense)) if key in s] or ["context"],
+                    via=[v for v, s in (("fts", lex), ("vector", dense), ("graph", graph)) if key in s] or ["context"],
                 ))
         if cids:
             rows = con.execute(
@@ -777,7 +807,7 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
                     similarity=round(sim, 4), cosine=None if key not in cos else round(cos[key], 4),
                     score=round(ranking.final_score(sim, imp, rec), 6), created_at=iso(r[4]),
                     document_id=r[5], document_title=r[6], document_path=r[7], locator=r[8] or None,
-                    via=[v for v, s in (("fts", lex), ("vector", dense)) if key in s] or ["context"],
+                    via=[v for v, s in (("fts", lex), ("vector", dense), ("graph", graph)) if key in s] or ["context"],
                 ))
         self._describe_conflicts(con, hits)
         return hits

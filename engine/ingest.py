@@ -332,6 +332,7 @@ class IngestMixin:
         except _Cancelled:
             for p in queue:
                 self._discard(p.doc_id, p.uid, CANCELLED)
+        self._embed_ingest_memories(sum(r is not None and r.status in ("added", "replaced") for r in results))
         final = []
         for found, r in zip(files, results, strict=True):
             if r is None:
@@ -369,6 +370,7 @@ class IngestMixin:
         results: list[IngestResult | None] = [None]
         self._drain([pending], results, _Progress(None, 1, size), None, full_batches_only=False)
         assert results[0] is not None
+        self._embed_ingest_memories(int(results[0].status == "added"))
         return results[0]
 
     def resume_pending_documents(self, *, cancel: threading.Event | None = None) -> list[IngestResult]:
@@ -386,7 +388,9 @@ class IngestMixin:
             self._drain(queue, results, _Progress(None, len(queue), 0), cancel, full_batches_only=False)
         except _Cancelled:
             pass
-        return [r for r in results if r is not None]
+        done = [r for r in results if r is not None]
+        self._embed_ingest_memories(sum(r.status != "failed" for r in done))
+        return done
 
     def list_documents(self, project: str | None = None) -> list[Document]:
         """Documents that are ready (searchable), most recently added or updated first."""
@@ -584,6 +588,11 @@ class IngestMixin:
                 by_id[r[3]].done += 1
             tracker.embedding(by_id[rows[-1][3]], queue)
 
+    def _embed_ingest_memories(self, count: int) -> None:
+        """Embed the ingest memories in one batch (one model call per file would cost ~10% of the run)."""
+        if count and self.embedder.ready:
+            self.embed_pending(limit=count)
+
     def _complete(self, p: _Pending) -> IngestResult:
         """Make a fully embedded document visible (status 'ready') and record the ingest as an episodic
         memory, in one transaction. An unexpected error removes the document instead."""
@@ -601,7 +610,7 @@ class IngestMixin:
                 verb = "Updated" if p.action == "replaced" else "Ingested"
                 project = con.execute("SELECT project FROM documents WHERE id = ?", (p.doc_id,)).fetchone()[0]
                 self.remember(f"{verb} {p.name} ({p.total} chunk{'s' if p.total != 1 else ''})", kind="episodic",
-                              source="document", document_id=p.doc_id, at=time.time(), embed="auto",
+                              source="document", document_id=p.doc_id, at=time.time(), embed="background",
                               project=project)
                 self.audit("ingest", p.uid, {"chunks": p.total, "status": p.action}, con=con)
         except Exception as e:

@@ -1,0 +1,145 @@
+"""Ingest throughput against the raw embedding model, measured in the same run on the same chunk texts.
+
+    python bench/ingest_throughput.py [--files 200] [--mb 2] [--batch-sizes 32 64 128] [--sweep-chunks 512]
+
+It writes a corpus of realistic prose (Markdown with headings and plain text, paragraphs of sentences
+drawn from a Zipf-distributed vocabulary) into a temp folder, ingests the folder into a fresh encrypted
+store (a temp profile) through `Engine.ingest` and times it end to end: walking, hashing, parsing,
+chunking, writing rows and FTS, embedding, storing vectors, committing. Then it encodes exactly the
+chunk texts the engine stored with the bare model (`Embedder.encode`, the same batch size, one call per
+batch over the whole list) and prints both rates and their ratio (target: >= 0.9). The raw rate is
+measured before and after the ingest and averaged, because the machine may be shared.
+
+`--batch-sizes` also measures the raw model on `--sweep-chunks` of those texts at each batch size, which
+is how the engine's batch size (engine.ingest.EMBED_BATCH_SIZE) was chosen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import cleanup, prepare_home  # noqa: E402
+
+WORDS = (
+    "the of and to in is that for it as was with be by on not he this are or his from at which but have an "
+    "they you were her she there been one all we their has would when if more no out so said what up its "
+    "about into than them can only other new some could time these two may then do first any my now such "
+    "like our over man me even most made after also did many before must through back years where much "
+    "your way well down should because each just those people how too little state good very make world "
+    "still own see men work long get here between both life being under never day same another know while "
+    "last might us great old year off come since against go came right used take three garden river budget "
+    "meeting project report invoice harbour lighthouse kitchen village station winter summer letter "
+    "council market bridge engine library school doctor hospital museum forest mountain island orchard "
+    "weather harvest festival railway journey ledger contract supplier warehouse schedule committee"
+).split()
+HEADINGS = ("Overview", "Background", "Budget", "Schedule", "Risks", "Notes", "Results", "Next steps",
+            "Suppliers", "Appendix", "History", "Travel", "Maintenance", "Inventory", "Contacts")
+
+
+def sentence(rng: random.Random) -> str:
+    n = rng.randint(8, 24)
+    words = [WORDS[min(int(rng.paretovariate(1.1)) - 1, len(WORDS) - 1)] if rng.random() < 0.6
+             else rng.choice(WORDS) for _ in range(n)]
+    if rng.random() < 0.3:
+        words.insert(rng.randrange(n), str(rng.randint(2, 9999)))
+    text = " ".join(words)
+    return text[0].upper() + text[1:] + rng.choice(".....?!")
+
+
+def paragraph(rng: random.Random) -> str:
+    return " ".join(sentence(rng) for _ in range(rng.randint(3, 8)))
+
+
+def write_corpus(root: Path, files: int, total_bytes: int, seed: int = 7) -> int:
+    """`files` documents, half Markdown with headings and half plain text, about `total_bytes` in all."""
+    rng = random.Random(seed)
+    per_file = total_bytes // files
+    written = 0
+    for i in range(files):
+        folder = root / f"area-{i % 10}"
+        folder.mkdir(parents=True, exist_ok=True)
+        markdown = i % 2 == 0
+        parts = [f"# Document {i}: {rng.choice(HEADINGS)}\n"] if markdown else [f"Notes {i}\n"]
+        size = 0
+        while size < per_file:
+            if markdown and rng.random() < 0.25:
+                parts.append(f"\n{'#' * rng.randint(2, 3)} {rng.choice(HEADINGS)}\n")
+            para = paragraph(rng)
+            parts.append("\n" + para + "\n")
+            size += len(para) + 2
+        path = folder / f"doc-{i:04d}.{'md' if markdown else 'txt'}"
+        path.write_text("".join(parts), encoding="utf-8")
+        written += path.stat().st_size
+    return written
+
+
+def raw_rate(embedder, texts: list[str], batch_size: int) -> float:
+    """Chunks per second of the bare model over `texts`, one encode call per batch."""
+    t0 = time.perf_counter()
+    for i in range(0, len(texts), batch_size):
+        embedder.encode(texts[i:i + batch_size], batch_size=batch_size)
+    return len(texts) / (time.perf_counter() - t0)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--files", type=int, default=200)
+    ap.add_argument("--mb", type=float, default=2.0, help="total size of the corpus in MB")
+    ap.add_argument("--batch-sizes", type=int, nargs="*", default=[32, 64, 128],
+                    help="raw model sweep over these batch sizes (none: skip the sweep)")
+    ap.add_argument("--sweep-chunks", type=int, default=512, help="chunk texts used by the sweep")
+    args = ap.parse_args()
+
+    home, _, tmp = prepare_home(None, "ingest")
+    corpus = Path(tempfile.mkdtemp(prefix="pllm-corpus-"))
+    try:
+        from engine import Engine
+        from engine.ingest import EMBED_BATCH_SIZE
+
+        size = write_corpus(corpus, args.files, int(args.mb * 1024 * 1024))
+        print(f"corpus: {args.files} files, {size / 1024 / 1024:.2f} MB (Markdown + text)")
+        with Engine.open(home, actor="sdk") as eng:
+            eng.embedder.load()
+            eng.embedder.encode(["warm up the model"] * 8)
+            sample_texts = [" ".join(paragraph(random.Random(i)) for _ in range(2)) for i in range(64)]
+            raw_before = raw_rate(eng.embedder, sample_texts, EMBED_BATCH_SIZE)  # also warms up
+            t0 = time.perf_counter()
+            results = eng.ingest([corpus])
+            elapsed = time.perf_counter() - t0
+            failed = [r for r in results if r.status == "failed"]
+            if failed:
+                print(f"{len(failed)} files failed, e.g. {failed[0].error}")
+                return 1
+            texts = [r[0] for r in eng.con.execute("SELECT text FROM chunks ORDER BY id").fetchall()]
+            tokens = eng.con.execute("SELECT avg(token_count), max(token_count) FROM chunks").fetchone()
+            raw_a = raw_rate(eng.embedder, texts, EMBED_BATCH_SIZE)
+            if args.batch_sizes:
+                sweep = texts[: args.sweep_chunks]
+                print(f"raw model over {len(sweep)} chunk texts, by batch size:")
+                for bs in args.batch_sizes:
+                    print(f"  batch {bs:>4}: {raw_rate(eng.embedder, sweep, bs):7.1f} chunks/s")
+            raw_b = raw_rate(eng.embedder, texts, EMBED_BATCH_SIZE)
+        raw = (raw_a + raw_b) / 2
+        rate = len(texts) / elapsed
+        print(f"chunks: {len(texts)} (tokens per chunk: mean {tokens[0]:.0f}, max {tokens[1]}); "
+              f"batch size {EMBED_BATCH_SIZE}; sample rate before ingest {raw_before:.1f}/s")
+        print(f"ingest (end to end): {rate:7.1f} chunks/s  ({elapsed:.1f} s, {size / elapsed / 1024:.0f} KB/s)")
+        print(f"raw model.encode:    {raw:7.1f} chunks/s  (runs: {raw_a:.1f}, {raw_b:.1f})")
+        print(f"ratio ingest / raw:  {rate / raw:.2f}  (target >= 0.90)")
+        return 0
+    finally:
+        import shutil
+
+        shutil.rmtree(corpus, ignore_errors=True)
+        cleanup(tmp)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""`personal-llm ingest` as a user runs it: JSON results, exit codes, limits, then forget end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.fixtures_docs import MARKDOWN, make_bad
+from tests.integration.test_cli import run
+
+
+def ingest_json(*args: str) -> tuple[int, list[dict]]:
+    p = run("ingest", *args, "--json")
+    assert "Traceback" not in p.stderr, p.stderr
+    return p.returncode, json.loads(p.stdout)
+
+
+def test_ingest_reports_every_file_and_exits_1_when_any_failed(profile_home: Path, tmp_path: Path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "handbook.md").write_text(MARKDOWN, encoding="utf-8")
+    (docs / "notes.txt").write_text("The CLI fact: the canoe is stored under the porch.", encoding="utf-8")
+    bad = make_bad(docs / "bad")
+    code, results = ingest_json(str(docs), "--project", "house")
+    assert code == 1
+    assert all(r.keys() == {"path", "document_id", "chunks", "status", "error"} for r in results)
+    by_name = {Path(r["path"]).name: r for r in results}
+    assert by_name["handbook.md"]["status"] == by_name["notes.txt"]["status"] == "added"
+    assert by_name["handbook.md"]["document_id"].startswith("doc_") and by_name["handbook.md"]["chunks"] > 1
+    assert by_name["report.pdf"]["status"] == "failed" and "not a valid PDF" in by_name["report.pdf"]["error"]
+    assert by_name["empty.md"] == {"path": str(bad["empty"]), "document_id": None, "chunks": 0,
+                                   "status": "failed", "error": "empty.md is empty"}
+    assert "archive.xyz" not in by_name  # unsupported types inside folders are not candidates
+
+    # unchanged files and a file over --max-mb, in human form: a table, exit 1 for the one that failed
+    big = tmp_path / "big.txt"
+    big.write_text("A line of a large file.\n" * 5000, encoding="utf-8")
+    p = run("ingest", str(docs / "handbook.md"), str(docs / "notes.txt"), str(big), "--max-mb", "0.05")
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    assert "unchanged" in p.stdout and "too big" in p.stdout and "{" not in p.stdout
+    assert "2 unchanged, 1 failed" in p.stdout
+
+    code, again = ingest_json(str(docs / "handbook.md"), str(docs / "notes.txt"))
+    assert code == 0 and [r["status"] for r in again] == ["unchanged", "unchanged"]
+    p = run("ingest", str(docs / "notes.txt"), "--max-mb", "0")
+    assert p.returncode == 1 and p.stderr.startswith("error: --max-mb must be a positive")
+
+    stats = json.loads(run("stats", "--json").stdout)
+    assert stats["documents"] == 2 and stats["chunks"] == by_name["handbook.md"]["chunks"] + 1
+
+    # forget a document by id: its chunks, vectors, FTS rows and ingest memory leave recall
+    doc_id = by_name["notes.txt"]["document_id"]
+    gone = json.loads(run("forget", doc_id, "--json").stdout)
+    assert gone["type"] == "document" and gone["removed"]["chunks"] == 1 and gone["removed"]["memories"] == 1
+    hits = json.loads(run("recall", "where is the canoe stored", "--json").stdout)
+    assert all("canoe" not in h["text"] and "notes.txt" not in h["text"] for h in hits)
+    assert any(h["kind"] == "chunk" and h["document_id"] == by_name["handbook.md"]["document_id"]
+               and h["locator"] for h in json.loads(run("recall", "frob config file on Linux", "--json").stdout))
+    stats = json.loads(run("stats", "--json").stdout)
+    assert stats["documents"] == 1 and stats["chunks"] == by_name["handbook.md"]["chunks"]
+    assert run("forget", doc_id).returncode == 1
