@@ -325,7 +325,9 @@ def _load_command_modules() -> None:
         importlib.import_module(mod)
 
 
-EXTRA_COMMAND_MODULES: list[str] = ["engine.cli_interfaces", "engine.cli_graph", "engine.cli_ask", "engine.cli_ingest"]
+EXTRA_COMMAND_MODULES: list[str] = [
+    "engine.cli_ingest", "engine.cli_ask", "engine.cli_graph", "engine.cli_interfaces", "engine.selftest",
+]
 
 
 def main(argv: list[str] | None = None) -> int:

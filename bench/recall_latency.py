@@ -1,0 +1,199 @@
+"""Recall latency at 10k and 100k memories, next to a numpy brute-force floor measured in the same run.
+
+    python bench/recall_latency.py [--sizes 10000 100000] [--queries 50] [--vectors model|random] [--cache-dir DIR]
+
+For each size it fills a fresh encrypted store (a temp profile) through the engine, then times
+`Engine.recall()` end to end (query embedding, BM25, exact vector search, fusion, ranking, row fetch) and
+the floor: the same query embedding plus a numpy brute-force top-k over the same vectors. It prints the
+median and p95 of both and their ratio, the vector stage alone against numpy, and checks that the
+engine's vector search returns exactly the floor's top k.
+
+`--vectors model` (default) embeds every memory with the real model (100k take several minutes on two
+cores); `--vectors random` stores random unit vectors instead, which is fine for timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+COMMON = (
+    "alice bob carol dave erin frank grace heidi ivan judy lisbon berlin paris tokyo oslo lima cairo "
+    "garden kitchen office car bike train flight hotel dentist doctor meeting report budget invoice "
+    "password key wallet phone laptop charger book movie song recipe pasta coffee tea wine birthday "
+    "anniversary vacation hiking running swimming yoga guitar piano painting project deadline friday"
+).split()
+VERBS = "likes visited bought lost found booked moved called paid fixed planned cooked read watched".split()
+SYLLABLES = "ka lo mi ne su ra to vi be da fe go hu ji ke la mo ni po qu re sa ti vo wu xe yo zu".split()
+
+
+def vocabulary(rng: random.Random, size: int = 20_000) -> list[str]:
+    """Made-up words: a personal store's long tail of names, places and topics."""
+    words = set()
+    while len(words) < size:
+        words.add("".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 4))))
+    return sorted(words)
+
+
+VOCAB = vocabulary(random.Random(7))
+ZIPF = np.cumsum(1.0 / np.arange(1, len(VOCAB) + 1))
+ZIPF /= ZIPF[-1]
+
+
+def word(rng: random.Random) -> str:
+    return VOCAB[int(np.searchsorted(ZIPF, rng.random()))]
+
+
+def sentence(rng: random.Random) -> str:
+    """A note-like sentence: a few common words and a Zipf-distributed long tail."""
+    filler = ("the", "with", "at", "on", "for", "to", "from", "by")
+    parts = [rng.choice(COMMON).title(), rng.choice(VERBS)]
+    for _ in range(rng.randint(3, 6)):
+        parts += [rng.choice(filler), word(rng) if rng.random() < 0.7 else rng.choice(COMMON)]
+    return " ".join(parts) + "."
+
+
+def percentile(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p * (len(xs) - 1))))]
+
+
+def fill(eng, n: int, mode: str, rng: random.Random) -> None:
+    from engine import vectors
+
+    t0 = time.perf_counter()
+    batch = 2000
+    for start in range(0, n, batch):
+        with eng.store.write():
+            for _ in range(min(batch, n - start)):
+                eng.remember(sentence(rng), kind=rng.choice(["fact", "episodic", "procedural"]),
+                             embed="background", importance=rng.random())
+    t_rows = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    if mode == "model":
+        eng.embed_pending(batch_size=128)
+    else:
+        eng._ensure_space()
+        ids = [r[0] for r in eng.con.execute("SELECT id FROM memories ORDER BY id").fetchall()]
+        nrng = np.random.default_rng(0)
+        for s in range(0, len(ids), 5000):
+            part = ids[s : s + 5000]
+            v = nrng.standard_normal((len(part), 384)).astype(np.float32)
+            v /= np.linalg.norm(v, axis=1, keepdims=True)
+            with eng.mutation() as (con, touched):
+                vectors.put(con, "memories", part, v)
+                con.executemany("UPDATE memories SET embedded_hash = content_hash WHERE id = ?", [(i,) for i in part])
+    print(f"  filled {n:,} rows in {t_rows:.1f}s, vectors ({mode}) in {time.perf_counter() - t0:.1f}s", flush=True)
+
+
+def run_size(n: int, queries: int, mode: str, k: int, cache_dir: str | None = None) -> dict:
+    from engine import Engine
+    from engine.vectors import Filter
+
+    rng = random.Random(n)
+    if cache_dir:
+        home = Path(cache_dir).expanduser().resolve() / f"latency-{n}-{mode}"
+        ready = (home / "READY").exists()
+        if not ready and home.exists():
+            shutil.rmtree(home)
+        home.mkdir(parents=True, exist_ok=True)
+    else:
+        home, ready = Path(tempfile.mkdtemp(prefix=f"pllm-bench-{n}-")), False
+    os.environ["PERSONAL_LLM_HOME"] = str(home)
+    eng = Engine.open(home, actor="sdk")
+    eng.embedder.load()
+    if ready:
+        print(f"  reusing the filled store at {home}", flush=True)
+        for _ in range(n):  # the fill's draws, so the queries are the same as in a fresh run
+            sentence(rng), rng.choice(["fact", "episodic", "procedural"]), rng.random()
+    else:
+        fill(eng, n, mode, rng)
+        if cache_dir:
+            (home / "READY").write_text(time.strftime("%Y-%m-%d %H:%M:%S"))
+    con = eng.con
+    rows = con.execute("SELECT rowid, embedding FROM vec_memories ORDER BY rowid").fetchall()
+    ids = np.array([r[0] for r in rows], dtype=np.int64)
+    mat = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
+    qs = [sentence(rng).replace(".", "?") for _ in range(queries)]
+
+    t0 = time.perf_counter()
+    eng.recall(qs[0], k=k, record_access=False)  # loads the vector mirror: reported as the cold query
+    cold = time.perf_counter() - t0
+
+    engine_t, floor_t, vec_t, np_t, exact = [], [], [], [], 0
+    for q in qs:
+        t0 = time.perf_counter()
+        eng.recall(q, k=k, record_access=False)
+        engine_t.append(time.perf_counter() - t0)
+
+        t0 = time.perf_counter()
+        qv = eng.embedder.encode_one(q)
+        s = mat @ qv
+        top = np.argpartition(-s, k)[:k]
+        top = top[np.argsort(-s[top])]
+        floor_ids = ids[top]
+        floor_t.append(time.perf_counter() - t0)
+
+        t0 = time.perf_counter()
+        s = mat @ qv
+        top = np.argpartition(-s, k)[:k]
+        top = top[np.argsort(-s[top])]
+        np_t.append(time.perf_counter() - t0)
+
+        t0 = time.perf_counter()
+        ours = eng._index["memories"].search(con, qv, k, Filter())
+        vec_t.append(time.perf_counter() - t0)
+        exact += [i for i, _ in ours] == floor_ids.tolist()
+    eng.close()
+    ms = lambda xs: statistics.median(xs) * 1000  # noqa: E731
+    return {
+        "n": n, "cold_ms": cold * 1000,
+        "recall_med": ms(engine_t), "recall_p95": percentile(engine_t, 0.95) * 1000,
+        "floor_med": ms(floor_t), "floor_p95": percentile(floor_t, 0.95) * 1000,
+        "vec_med": ms(vec_t), "np_med": ms(np_t), "exact": exact / len(qs),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    ap.add_argument("--queries", type=int, default=50)
+    ap.add_argument("--vectors", choices=["model", "random"], default="model")
+    ap.add_argument("-k", type=int, default=10)
+    ap.add_argument("--cache-dir", help="keep the filled stores here and reuse them in later runs (tuning)")
+    a = ap.parse_args()
+    os.environ.setdefault("PYTHON_KEYRING_BACKEND", "keyrings.alt.file.PlaintextKeyring")
+    if a.cache_dir:
+        keys = Path(a.cache_dir).expanduser().resolve() / "latency-keys"
+        keys.mkdir(parents=True, exist_ok=True)
+        os.environ["XDG_DATA_HOME"] = str(keys)
+    os.environ.setdefault("XDG_DATA_HOME", tempfile.mkdtemp(prefix="pllm-bench-keys-"))
+    results = []
+    for n in a.sizes:
+        print(f"size {n:,}:", flush=True)
+        results.append(run_size(n, a.queries, a.vectors, a.k, a.cache_dir))
+    print()
+    print(f"{'memories':>9} | {'recall med':>10} {'p95':>7} | {'floor med':>9} {'p95':>7} | {'ratio':>5} | "
+          f"{'vector stage':>12} {'numpy':>6} {'ratio':>5} | {'exact':>5} | {'cold':>7}")
+    for r in results:
+        print(f"{r['n']:>9,} | {r['recall_med']:>8.1f}ms {r['recall_p95']:>5.1f}ms | {r['floor_med']:>7.1f}ms "
+              f"{r['floor_p95']:>5.1f}ms | {r['recall_med'] / r['floor_med']:>5.2f} | {r['vec_med']:>10.1f}ms "
+              f"{r['np_med']:>4.1f}ms {r['vec_med'] / r['np_med']:>5.2f} | {r['exact']:>5.0%} | {r['cold_ms']:>5.0f}ms")
+    print("\nrecall = Engine.recall end to end (query embedding, BM25, vector search, fusion, ranking, rows);")
+    print("floor = the same query embedding + numpy brute-force top-k over the same vectors.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
