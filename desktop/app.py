@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
 
     QApplication.setApplicationName("Personal LLM")
     QApplication.setOrganizationName("personal-llm")
-    QApplication.setDesktopFileName("personal-llm-desktop")
+    QApplication.setDesktopFileName("personal-llm")
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setQuitOnLastWindowClosed(False)
     home = profile_home()

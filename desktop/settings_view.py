@@ -7,6 +7,7 @@ from typing import Any
 from PySide6.QtCore import Qt, QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QKeySequence
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QFormLayout,
     QGroupBox,
@@ -19,6 +20,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from . import autostart
 from .bridge import Bridge, EngineInfo
 from .hotkey import HotkeyStatus
 from .widgets import Banner, button, muted, page_title
@@ -64,6 +66,8 @@ class SettingsView(QWidget):
         cf = QFormLayout(capture)
         cf.addRow("Global shortcut", self.hotkey)
         cf.addRow("", self.hotkey_status)
+        self.autostart = QCheckBox("Start Personal LLM in the tray when I log in")
+        cf.addRow("", self.autostart)
 
         # --- data and security
         self.location = QLabel("…")
@@ -141,6 +145,7 @@ class SettingsView(QWidget):
         self.host.setText(s.llm.host or "")
         self.model.setCurrentText(s.llm.model)
         self.hotkey.setKeySequence(QKeySequence(s.hotkey))
+        self.autostart.setChecked(autostart.is_enabled())
         self.location.setText(str(info.store))
         if info.key_source == "keychain":
             self.encryption.setText("Encrypted (SQLCipher, AES-256). The key is kept in your system keychain.")
@@ -165,6 +170,7 @@ class SettingsView(QWidget):
         s.llm.model = self.model.currentText().strip() or s.llm.model
         seq = self.hotkey.keySequence().toString(QKeySequence.SequenceFormat.PortableText)
         s.hotkey = seq or s.hotkey
+        s.autostart = self.autostart.isChecked()
         return s
 
     def tidy_up(self) -> None:
@@ -196,6 +202,13 @@ class SettingsView(QWidget):
         if s is None:
             return
         old_hotkey = self._settings.hotkey
+        if s.autostart != autostart.is_enabled():
+            try:
+                autostart.set_enabled(s.autostart)
+            except OSError as e:
+                self.test_result.set(f"Could not change start at login: {e.strerror or e}", "error")
+                s.autostart = autostart.is_enabled()
+                self.autostart.setChecked(s.autostart)
         self.feedback.setText("Saving…")
 
         def done(saved: Any) -> None:

@@ -168,6 +168,19 @@ def test_saving_settings_persists_them(qtbot, desktop):
     assert load_settings(desktop.home).llm.host == "http://127.0.0.1:11500"
 
 
+def test_start_at_login_writes_and_removes_the_autostart_entry(qtbot, desktop, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    entry = tmp_path / "config" / "autostart" / "personal-llm.desktop"
+    settings = desktop.window.settings
+    settings.autostart.setChecked(True)
+    settings.save_button.click()
+    qtbot.waitUntil(lambda: settings.feedback.text() == "Saved ✓", timeout=10_000)
+    assert entry.is_file() and "--hidden" in entry.read_text()
+    settings.autostart.setChecked(False)
+    settings.save_button.click()
+    qtbot.waitUntil(lambda: not entry.exists(), timeout=10_000)
+
+
 def test_encryption_status_is_shown(qtbot, desktop):
     assert "keychain" in desktop.window.settings.encryption.text()
     assert str(Path(desktop.bridge.info.store)) in desktop.window.settings.location.text()
@@ -176,8 +189,6 @@ def test_encryption_status_is_shown(qtbot, desktop):
 def test_self_test_flag_runs_the_engine_self_test():
     import importlib.util
 
-    if importlib.util.find_spec("engine.selftest") is None:
-        pytest.skip("engine.selftest has not landed yet")
     proc = subprocess.run([sys.executable, "-c", "import sys; from desktop.app import main; "
                            "sys.exit(main(['--self-test']))"],
                           capture_output=True, text=True, timeout=300)
