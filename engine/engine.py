@@ -710,9 +710,10 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
             )
             sims = {key: s for key, s in sims.items() if s >= MIN_HIT_RELEVANCE}
             pool = sorted(sims, key=lambda key: -sims[key])[: max(3 * k, 30)]
-            hits = self._hydrate(con, {key: sims[key] for key in pool}, cos, set(lex), dense, set(graph))
+            key_of: dict[str, tuple[str, int]] = {}
+            hits = self._hydrate(con, {key: sims[key] for key in pool}, cos, set(lex), dense, set(graph), key_of)
         hits.sort(key=lambda h: (-h.score, h.id))
-        hits = hits[:k]
+        hits = self._diversify(hits, key_of, nb)[:k]
         if record_access:
             self._record_access([h.id for h in hits if not h.id.startswith("chk_")])
         return hits
@@ -730,7 +731,7 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
                                        ("c", "chunks_fts", chunks, retrieval.lexical_chunks)):
             if not wanted or (t == "c" and f.kinds is not None and "chunk" not in f.kinds):
                 continue
-            plan = retrieval.plan(con, fts, query, cache)
+            plan = retrieval.plan(con, fts, query, cache, f.projects)
             if plan.terms:
                 out.update({(t, i): ranking.lexical_ratio(s, plan.idf_sum) for i, s in search(con, plan.terms, n, f)})
         return out
@@ -768,9 +769,33 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
         except EmbeddingUnavailable:
             return None
 
+    # A hit next to (within two turns of) a better hit of the same conversation ranks as if its score were
+    # this much lower: the top k should cover several places in memory, not one exchange and its context.
+    _DIVERSITY = 0.0
+
+    def _diversify(self, hits: list[Hit], key_of: dict[str, tuple[str, int]],
+                   nb: dict[tuple[str, int], dict[int, tuple[str, int]]]) -> list[Hit]:
+        """Hits (sorted by score) reordered greedily: a hit adjacent to one already placed is demoted by
+        _DIVERSITY of its score. Scores are unchanged; only the order moves."""
+        if self._DIVERSITY <= 0 or len(hits) < 2 or not nb:
+            return hits
+        left = list(hits)
+        placed: set[tuple[str, int]] = set()
+        out: list[Hit] = []
+        while left:
+            def eff(h: Hit) -> float:
+                near = nb.get(key_of.get(h.id, ("", 0)), {})
+                return h.score * (1 - self._DIVERSITY) if any(v in placed for v in near.values()) else h.score
+            best = max(range(len(left)), key=lambda i: (eff(left[i]), -i))
+            h = left.pop(best)
+            out.append(h)
+            placed.add(key_of.get(h.id, ("", 0)))
+        return out
+
     def _hydrate(self, con: Connection, fused: dict[tuple[str, int], float], cos: dict[tuple[str, int], float],
-                 lex: set, dense: set, graph: set | frozenset = frozenset()) -> list[Hit]:
-        """Hits for these keys; `fused` holds each key's similarity."""
+                 lex: set, dense: set, graph: set | frozenset = frozenset(),
+                 key_of: dict[str, tuple[str, int]] | None = None) -> list[Hit]:
+        """Hits for these keys; `fused` holds each key's similarity (`key_of`, if given, gets uid -> key)."""
         now = time.time()
         mids = [i for (t, i) in fused if t == "m"]
         cids = [i for (t, i) in fused if t == "c"]
@@ -781,6 +806,8 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
             ).fetchall()
             for r in rows:
                 key = ("m", r[0])
+                if key_of is not None:
+                    key_of[r[1]] = key
                 t_ref = max(r[8] or r[6], r[9] or 0.0)
                 rec = ranking.recency(t_ref, now)
                 sim = fused[key]
@@ -799,6 +826,8 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
             ).fetchall()
             for r in rows:
                 key = ("c", r[0])
+                if key_of is not None:
+                    key_of[r[1]] = key
                 rec = ranking.recency(r[4], now)
                 sim = fused[key]
                 imp = IMPORTANCE_BY_SOURCE["document"]

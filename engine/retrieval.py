@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import time
+from dataclasses import dataclass
 
 from . import ranking
 from .db import Connection
@@ -35,9 +37,10 @@ def terms(query: str) -> list[str]:
     return out
 
 
-def match_expression(query: str) -> str | None:
-    """An FTS5 MATCH string: any of the terms (BM25 rewards documents with more of them)."""
-    ts = terms(query)
+def match_expression(query: str | list[str]) -> str | None:
+    """An FTS5 MATCH string: any of the terms (BM25 rewards documents with more of them). Takes the query or
+    the terms to search (see `LexicalPlan`)."""
+    ts = terms(query) if isinstance(query, str) else query
     if not ts:
         return None
     return " OR ".join('"' + t.replace('"', '""') + '"' for t in ts)
@@ -69,8 +72,8 @@ def _filter_sql(f: Filter, alias: str, *, time_col: str, kind_col: str | None, a
     return where, args
 
 
-def lexical_memories(con: Connection, query: str, limit: int, f: Filter) -> list[tuple[int, float]]:
-    """[(memory row id, bm25)] best first."""
+def lexical_memories(con: Connection, query: str | list[str], limit: int, f: Filter) -> list[tuple[int, float]]:
+    """[(memory row id, bm25)] best first (`query`: the question, or the terms to search)."""
     expr = match_expression(query)
     if expr is None or limit <= 0:
         return []
@@ -84,8 +87,8 @@ def lexical_memories(con: Connection, query: str, limit: int, f: Filter) -> list
     return [(r[0], -r[1]) for r in con.execute(sql, [expr, *args, limit]).fetchall()]
 
 
-def lexical_chunks(con: Connection, query: str, limit: int, f: Filter) -> list[tuple[int, float]]:
-    """[(chunk row id, bm25)] best first."""
+def lexical_chunks(con: Connection, query: str | list[str], limit: int, f: Filter) -> list[tuple[int, float]]:
+    """[(chunk row id, bm25)] best first (`query`: the question, or the terms to search)."""
     expr = match_expression(query)
     if expr is None or limit <= 0:
         return []
@@ -126,6 +129,11 @@ def indexed_rows(con: Connection, fts: str) -> int:
     return con.execute(f"SELECT count(*) FROM {fts}").fetchone()[0]
 
 
+def _doc_freq(con: Connection, fts: str, term: str) -> int:
+    return con.execute(f"SELECT count(*) FROM {fts} WHERE {fts} MATCH ?", ('"' + term.replace('"', '""') + '"',)
+                       ).fetchone()[0]
+
+
 def idf_sum(con: Connection, fts: str, query: str) -> float:
     """The sum of FTS5's IDF over the query's terms in one table: the BM25 a row of average length holding
     each term once would score, so BM25 / idf_sum is an absolute measure of lexical match."""
@@ -133,12 +141,141 @@ def idf_sum(con: Connection, fts: str, query: str) -> float:
     if not ts:
         return 0.0
     n = indexed_rows(con, fts)
-    total = 0.0
-    for t in ts:
-        df = con.execute(f"SELECT count(*) FROM {fts} WHERE {fts} MATCH ?", ('"' + t.replace('"', '""') + '"',)
-                         ).fetchone()[0]
-        total += ranking.bm25_idf(n, df)
-    return total
+    return sum(ranking.bm25_idf(n, _doc_freq(con, fts, t)) for t in ts)
+
+
+# Document frequencies are cached per (table, term) while the table's row count stays within this share of
+# the count they were measured at: an IDF barely moves meanwhile, and counting a common term's rows costs a
+# scan of its whole posting list (tens of ms at 100k rows).
+DF_DRIFT = 0.02
+# Pruning very common terms out of the FTS5 OR-query (while at least one rarer term remains):
+# - for cost: a term in more than PRUNE_SHARE of a table's rows and more than PRUNE_MIN_DF rows. Its IDF is
+#   below log(9) ~ 2.2 against 7-10 for a rare word, so it barely moves BM25, but OR-ing it in costs a scan
+#   of a posting list that grows with the store.
+# - for relevance: a term in more than SCOPE_SHARE of the rows of the projects searched. FTS5's IDF is the
+#   whole table's, so a word in half of one project's rows (the name of the person a conversation is with,
+#   a project's own name) still weighs like an informative word there, and floods the candidates with rows
+#   that share only that word. The semantic signal still sees it.
+PRUNE_SHARE = 0.1
+PRUNE_MIN_DF = 2000
+SCOPE_SHARE = 0.2
+DF_MAX_AGE = 600.0  # seconds; also bounds how stale a count can get when deletes balance inserts
+
+
+def _scope_sql(fts: str, projects: frozenset) -> tuple[str, str, list]:
+    """(join, where, args) restricting rows of `fts` to the projects (None inside = no project)."""
+    if fts == "memories_fts":
+        join, col = "JOIN memories s ON s.id = {fts}.rowid", "s.project"
+    else:
+        join, col = "JOIN chunks c ON c.id = {fts}.rowid JOIN documents s ON s.id = c.document_id", "s.project"
+    named = sorted(p for p in projects if p is not None)
+    parts = [f"{col} IN ({','.join('?' * len(named))})"] if named else []
+    if None in projects:
+        parts.append(f"{col} IS NULL")
+    return join.format(fts=fts), "(" + (" OR ".join(parts) or "0") + ")", named
+
+
+def _scope_doc_freq(con: Connection, fts: str, term: str, projects: frozenset) -> int:
+    join, where, args = _scope_sql(fts, projects)
+    return con.execute(f"SELECT count(*) FROM {fts} {join} WHERE {fts} MATCH ? AND {where}",
+                       ('"' + term.replace('"', '""') + '"', *args)).fetchone()[0]
+
+
+def _scope_rows(con: Connection, fts: str, projects: frozenset) -> int:
+    _, where, args = _scope_sql(fts, projects)
+    if fts == "memories_fts":
+        return con.execute(f"SELECT count(*) FROM memories s WHERE {where}", args).fetchone()[0]
+    return con.execute(f"SELECT count(*) FROM chunks c JOIN documents s ON s.id = c.document_id WHERE {where}",
+                       args).fetchone()[0]
+
+
+class DocFreqs:
+    """Per-process cache of FTS5 document frequencies, in a whole table or in some of its projects (see
+    DF_DRIFT, DF_MAX_AGE). Thread-safe enough: entries are replaced whole, and a stale read only means a
+    slightly older IDF."""
+
+    def __init__(self) -> None:
+        self._df: dict[tuple, tuple[int, int, float]] = {}
+
+    def clear(self) -> None:
+        self._df.clear()
+
+    def _get(self, key: tuple, n: int, count) -> int:
+        now = time.monotonic()
+        hit = self._df.get(key)
+        if hit is not None and abs(n - hit[1]) <= DF_DRIFT * hit[1] and now - hit[2] < DF_MAX_AGE:
+            return hit[0]
+        value = count()
+        if len(self._df) > 50_000:
+            self._df.clear()
+        self._df[key] = (value, n, now)
+        return value
+
+    def get(self, con: Connection, fts: str, term: str, n: int, projects: frozenset | None = None) -> int:
+        """Rows of `fts` (n of them in all) holding the term, in the projects if given."""
+        if projects is None:
+            return self._get((fts, term), n, lambda: _doc_freq(con, fts, term))
+        return self._get((fts, term, projects), n, lambda: _scope_doc_freq(con, fts, term, projects))
+
+    def rows(self, con: Connection, fts: str, n: int, projects: frozenset) -> int:
+        """Rows of `fts` (n of them in all) in the projects."""
+        return self._get((fts, None, projects), n, lambda: _scope_rows(con, fts, projects))
+
+
+@dataclass
+class LexicalPlan:
+    """What to search in one FTS5 table: the terms kept (very common ones pruned) and their IDF sum."""
+
+    terms: list[str]
+    idf_sum: float
+    pruned: list[str]
+
+
+def plan(con: Connection, fts: str, query: str, cache: DocFreqs | None = None,
+         projects: set | frozenset | None = None) -> LexicalPlan:
+    """The query's terms to search in `fts`, very common ones dropped while at least one rarer term remains
+    (PRUNE_SHARE / PRUNE_MIN_DF in the table, SCOPE_SHARE in the projects searched), and their IDF sum."""
+    ts = terms(query)
+    if not ts:
+        return LexicalPlan([], 0.0, [])
+    cache = cache if cache is not None else DocFreqs()
+    n = indexed_rows(con, fts)
+    dfs = {t: cache.get(con, fts, t, n) for t in ts}
+    limit = max(PRUNE_MIN_DF, PRUNE_SHARE * n)
+    common = {t for t in ts if dfs[t] > limit}
+    if projects is None:
+        common |= {t for t in ts if dfs[t] > SCOPE_SHARE * n}
+    else:
+        scope = frozenset(projects)
+        in_scope = cache.rows(con, fts, n, scope)
+        common |= {t for t in ts if t not in common and dfs[t] > SCOPE_SHARE * in_scope
+                   and cache.get(con, fts, t, n, scope) > SCOPE_SHARE * in_scope}
+    kept = [t for t in ts if t not in common] or [min(ts, key=lambda t: (dfs[t], ts.index(t)))]
+    return LexicalPlan(kept, sum(ranking.bm25_idf(n, dfs[t]) for t in kept), [t for t in ts if t not in kept])
+
+
+def passing(con: Connection, keys: list[tuple[str, int]], f: Filter) -> list[tuple[str, int]]:
+    """The keys ("m"/"c", row id) whose memory or chunk passes the filter, in the given order."""
+    ok: set[tuple[str, int]] = set()
+    mids = [i for t, i in keys if t == "m"]
+    cids = [i for t, i in keys if t == "c"] if f.kinds is None or "chunk" in f.kinds else []
+    where, args = _filter_sql(
+        f, "m", time_col="coalesce(m.event_at, m.created_at)", kind_col="m.kind", archived_col="m.archived"
+    )
+    for p in range(0, len(mids), 500):
+        part = mids[p : p + 500]
+        ok.update(("m", r[0]) for r in con.execute(
+            f"SELECT m.id FROM memories m WHERE m.id IN ({','.join('?' * len(part))})"
+            + "".join(" AND " + w for w in where), [*part, *args]).fetchall())
+    g = Filter(projects=f.projects, since=f.since, until=f.until, include_archived=True)
+    where, args = _filter_sql(g, "d", time_col="d.created_at", kind_col=None, archived_col=None)
+    for p in range(0, len(cids), 500):
+        part = cids[p : p + 500]
+        ok.update(("c", r[0]) for r in con.execute(
+            "SELECT c.id FROM chunks c JOIN documents d ON d.id = c.document_id AND d.status = 'ready' "
+            f"WHERE c.id IN ({','.join('?' * len(part))})" + "".join(" AND " + w for w in where),
+            [*part, *args]).fetchall())
+    return [key for key in keys if key in ok]
 
 
 # Two episodic memories are turns of one conversation when stored one after the other in the same project

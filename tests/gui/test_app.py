@@ -187,7 +187,6 @@ def test_encryption_status_is_shown(qtbot, desktop):
 
 
 def test_self_test_flag_runs_the_engine_self_test():
-    import importlib.util
 
     proc = subprocess.run([sys.executable, "-c", "import sys; from desktop.app import main; "
                            "sys.exit(main(['--self-test']))"],

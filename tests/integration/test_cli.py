@@ -9,8 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 CLI = shutil.which("personal-llm", path=str(Path(sys.executable).parent)) or "personal-llm"
 
 
