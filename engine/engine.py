@@ -710,10 +710,9 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
             )
             sims = {key: s for key, s in sims.items() if s >= MIN_HIT_RELEVANCE}
             pool = sorted(sims, key=lambda key: -sims[key])[: max(3 * k, 30)]
-            key_of: dict[str, tuple[str, int]] = {}
-            hits = self._hydrate(con, {key: sims[key] for key in pool}, cos, set(lex), dense, set(graph), key_of)
+            hits = self._hydrate(con, {key: sims[key] for key in pool}, cos, set(lex), dense, set(graph))
         hits.sort(key=lambda h: (-h.score, h.id))
-        hits = self._diversify(hits, key_of, nb)[:k]
+        hits = hits[:k]
         if record_access:
             self._record_access([h.id for h in hits if not h.id.startswith("chk_")])
         return hits
@@ -721,8 +720,9 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
     def _merge_lexical(self, con: Connection, query: str, n: int, f: vectors.Filter, *, memories: bool,
                        chunks: bool) -> dict[tuple[str, int], float]:
         """{key: BM25 over the IDF sum of the terms searched in its own table}: memories and chunks on one
-        scale. Very common terms are left out of large tables (retrieval.plan); document frequencies come
-        from a per-process cache, so no per-query work scans a common term's whole posting list."""
+        scale. Terms very common in the projects searched, or costly in a large table, are left out
+        (retrieval.plan); document frequencies come from a per-process cache, so no per-query work scans a
+        common term's whole posting list."""
         cache = self.__dict__.get("_doc_freqs")
         if cache is None:
             cache = self.__dict__.setdefault("_doc_freqs", retrieval.DocFreqs())
@@ -769,33 +769,9 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
         except EmbeddingUnavailable:
             return None
 
-    # A hit next to (within two turns of) a better hit of the same conversation ranks as if its score were
-    # this much lower: the top k should cover several places in memory, not one exchange and its context.
-    _DIVERSITY = 0.0
-
-    def _diversify(self, hits: list[Hit], key_of: dict[str, tuple[str, int]],
-                   nb: dict[tuple[str, int], dict[int, tuple[str, int]]]) -> list[Hit]:
-        """Hits (sorted by score) reordered greedily: a hit adjacent to one already placed is demoted by
-        _DIVERSITY of its score. Scores are unchanged; only the order moves."""
-        if self._DIVERSITY <= 0 or len(hits) < 2 or not nb:
-            return hits
-        left = list(hits)
-        placed: set[tuple[str, int]] = set()
-        out: list[Hit] = []
-        while left:
-            def eff(h: Hit) -> float:
-                near = nb.get(key_of.get(h.id, ("", 0)), {})
-                return h.score * (1 - self._DIVERSITY) if any(v in placed for v in near.values()) else h.score
-            best = max(range(len(left)), key=lambda i: (eff(left[i]), -i))
-            h = left.pop(best)
-            out.append(h)
-            placed.add(key_of.get(h.id, ("", 0)))
-        return out
-
     def _hydrate(self, con: Connection, fused: dict[tuple[str, int], float], cos: dict[tuple[str, int], float],
-                 lex: set, dense: set, graph: set | frozenset = frozenset(),
-                 key_of: dict[str, tuple[str, int]] | None = None) -> list[Hit]:
-        """Hits for these keys; `fused` holds each key's similarity (`key_of`, if given, gets uid -> key)."""
+                 lex: set, dense: set, graph: set | frozenset = frozenset()) -> list[Hit]:
+        """Hits for these keys; `fused` holds each key's similarity."""
         now = time.time()
         mids = [i for (t, i) in fused if t == "m"]
         cids = [i for (t, i) in fused if t == "c"]
@@ -806,8 +782,6 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
             ).fetchall()
             for r in rows:
                 key = ("m", r[0])
-                if key_of is not None:
-                    key_of[r[1]] = key
                 t_ref = max(r[8] or r[6], r[9] or 0.0)
                 rec = ranking.recency(t_ref, now)
                 sim = fused[key]
@@ -826,8 +800,6 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
             ).fetchall()
             for r in rows:
                 key = ("c", r[0])
-                if key_of is not None:
-                    key_of[r[1]] = key
                 rec = ranking.recency(r[4], now)
                 sim = fused[key]
                 imp = IMPORTANCE_BY_SOURCE["document"]
@@ -842,16 +814,12 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
         return hits
 
     def _fill_cosine(self, con: Connection, keys: list[tuple[str, int]], qvec: np.ndarray) -> dict[tuple[str, int], float]:
-        """Cosine to the query for candidates the vector search did not return (one read per table)."""
+        """Cosine to the query for candidates the vector search did not return (from the vector mirror)."""
         out: dict[tuple[str, int], float] = {}
         for t, table in (("m", "memories"), ("c", "chunks")):
             ids = [i for tt, i in keys if tt == t]
-            for p in range(0, len(ids), 500):
-                part = ids[p : p + 500]
-                for rid, blob in con.execute(
-                    f"SELECT rowid, embedding FROM vec_{table} WHERE rowid IN ({','.join('?' * len(part))})", part
-                ).fetchall():
-                    out[(t, rid)] = float(np.frombuffer(blob, dtype=np.float32) @ qvec)
+            if ids and table in self._index:
+                out.update({(t, i): v for i, v in self._index[table].cosines(con, ids, qvec).items()})
         return out
 
     def _describe_conflicts(self, con: Connection, hits: list[Hit]) -> None:

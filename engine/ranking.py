@@ -27,14 +27,11 @@ COS_NONE = 0.15
 COS_FULL = 0.75
 # A hit's similarity may exceed its own absolute relevance by at most this much (see hybrid_similarity).
 ABSOLUTE_MARGIN = 0.1
-# Conversation context: a turn inherits this share of its best neighbour's relevance (offset -> weight; a
-# signed offset, -1 = the turn before, takes precedence over its absolute value).
+# Conversation context: a turn inherits this share of its best neighbour's relevance (offset -> weight).
 NEIGHBOUR_WEIGHTS = {1: 0.4, 2: 0.25}
-# Per-query normalisation of each signal for the order: "minmax" or "zscore" (z_shift).
-NORMALISE = "minmax"
-Z_SCALE = 4.0
-# Knowledge graph: a memory linked to an entity named in the question gains up to this much order score
-# (modest: the graph is extracted by a language model, and the link says "about that entity", not "answers").
+# Knowledge graph: a memory linked to an entity named in the question gains up to this much, in order and in
+# absolute relevance (modest: the graph is extracted by a language model, and a link says "about that
+# entity", not "answers the question"; alone it stays below relevance.ANSWER_FLOOR).
 W_GRAPH = 0.15
 
 DAY = 86_400.0
@@ -87,19 +84,6 @@ def min_max(values: Mapping[Hashable, float]) -> dict:
     return {k: (v - lo) / (hi - lo) for k, v in values.items()}
 
 
-def z_shift(values: Mapping[Hashable, float]) -> dict:
-    """Distance above the lowest value in standard deviations across the candidates (all equal: 0)."""
-    if not values:
-        return {}
-    vals = list(values.values())
-    mean = sum(vals) / len(vals)
-    sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / len(vals))
-    lo = min(vals)
-    if sd <= 1e-12:
-        return {k: 0.0 for k in values}
-    return {k: (v - lo) / sd / Z_SCALE for k, v in values.items()}
-
-
 def with_context(scores: Mapping[Hashable, float], neighbours: Mapping[Hashable, Mapping[int, Hashable]],
                  weights: Mapping[int, float] = NEIGHBOUR_WEIGHTS) -> dict:
     """Each score plus the best weighted score among its neighbours (offset -> key, offsets +-1, +-2):
@@ -108,7 +92,7 @@ def with_context(scores: Mapping[Hashable, float], neighbours: Mapping[Hashable,
     for key, near in neighbours.items():
         best = 0.0
         for off, other in near.items():
-            w = weights.get(off, weights.get(abs(off), 0.0))
+            w = weights.get(abs(off), 0.0)
             if w and other in scores:
                 best = max(best, w * scores[other])
         if best:
@@ -138,16 +122,14 @@ def hybrid_similarity(keys: list, lex_ratio: Mapping[Hashable, float], cosine: M
     w_lex = W_LEXICAL if (use_lexical and use_dense) else (1.0 if use_lexical else 0.0)
     w_den = 1.0 - w_lex
     top_lex = max((lex_ratio.get(k, 0.0) for k in keys), default=0.0)
-    if NORMALISE == "zscore":
-        l_rel = z_shift({k: lex_ratio.get(k, 0.0) for k in keys})
-        d_rel = z_shift({k: cosine[k] for k in keys if k in cosine})
-    else:
-        l_rel = {k: lex_ratio.get(k, 0.0) / top_lex if top_lex > 0 else 0.0 for k in keys}
-        d_rel = min_max({k: cosine[k] for k in keys if k in cosine})
+    l_rel = {k: lex_ratio.get(k, 0.0) / top_lex if top_lex > 0 else 0.0 for k in keys}
+    d_rel = min_max({k: cosine[k] for k in keys if k in cosine})
     rel = {k: w_lex * l_rel.get(k, 0.0) + w_den * d_rel.get(k, 0.0) for k in keys}
     if graph:
         rel = {k: v + W_GRAPH * graph.get(k, 0.0) for k, v in rel.items()}
     absolute = {k: w_lex * min(1.0, lex_ratio.get(k, 0.0)) + w_den * dense_strength(cosine.get(k)) for k in keys}
+    if graph:  # linked to an entity the question names: a hit, though not enough to answer from on its own
+        absolute = {k: min(1.0, v + W_GRAPH * graph.get(k, 0.0)) for k, v in absolute.items()}
     if neighbours:
         rel = with_context(rel, neighbours)
         absolute_ctx = with_context(absolute, neighbours)

@@ -149,16 +149,19 @@ def idf_sum(con: Connection, fts: str, query: str) -> float:
 # scan of its whole posting list (tens of ms at 100k rows).
 DF_DRIFT = 0.02
 # Pruning very common terms out of the FTS5 OR-query (while at least one rarer term remains):
-# - for cost: a term in more than PRUNE_SHARE of a table's rows and more than PRUNE_MIN_DF rows. Its IDF is
-#   below log(9) ~ 2.2 against 7-10 for a rare word, so it barely moves BM25, but OR-ing it in costs a scan
-#   of a posting list that grows with the store.
-# - for relevance: a term in more than SCOPE_SHARE of the rows of the projects searched. FTS5's IDF is the
+# - for cost: a term in more than PRUNE_MIN_DF rows and more than PRUNE_SHARE of them. FTS5 reads a term's
+#   whole posting list for an OR query (and again for bm25()'s IDF), so six such terms cost ~45 ms at 100k
+#   rows against ~3 ms without them; their IDF (below log(49) ~ 3.9 at 2%) is the lowest of the query, and
+#   the semantic signal still sees them. Small stores (< 2,000 rows per term) are never pruned for cost.
+# - for relevance: a term in more than SCOPE_SHARE of the rows of the projects searched (and more than
+#   SCOPE_MIN_DF of them). FTS5's IDF is the
 #   whole table's, so a word in half of one project's rows (the name of the person a conversation is with,
 #   a project's own name) still weighs like an informative word there, and floods the candidates with rows
 #   that share only that word. The semantic signal still sees it.
-PRUNE_SHARE = 0.1
+PRUNE_SHARE = 0.02
 PRUNE_MIN_DF = 2000
-SCOPE_SHARE = 0.2
+SCOPE_SHARE = 0.25
+SCOPE_MIN_DF = 20  # in a small store every word is in a large share of the rows: nothing is pruned there
 DF_MAX_AGE = 600.0  # seconds; also bounds how stale a count can get when deletes balance inserts
 
 
@@ -233,24 +236,26 @@ class LexicalPlan:
 
 def plan(con: Connection, fts: str, query: str, cache: DocFreqs | None = None,
          projects: set | frozenset | None = None) -> LexicalPlan:
-    """The query's terms to search in `fts`, very common ones dropped while at least one rarer term remains
-    (PRUNE_SHARE / PRUNE_MIN_DF in the table, SCOPE_SHARE in the projects searched), and their IDF sum."""
+    """The query's terms to search in `fts`, very common ones dropped (PRUNE_SHARE / PRUNE_MIN_DF in the table,
+    SCOPE_SHARE / SCOPE_MIN_DF in the projects searched) while a kept term occurs in the table, and their IDF
+    sum."""
     ts = terms(query)
     if not ts:
         return LexicalPlan([], 0.0, [])
     cache = cache if cache is not None else DocFreqs()
     n = indexed_rows(con, fts)
     dfs = {t: cache.get(con, fts, t, n) for t in ts}
-    limit = max(PRUNE_MIN_DF, PRUNE_SHARE * n)
-    common = {t for t in ts if dfs[t] > limit}
+    common = {t for t in ts if dfs[t] > max(PRUNE_MIN_DF, PRUNE_SHARE * n)}
     if projects is None:
-        common |= {t for t in ts if dfs[t] > SCOPE_SHARE * n}
+        common |= {t for t in ts if dfs[t] > max(SCOPE_MIN_DF, SCOPE_SHARE * n)}
     else:
         scope = frozenset(projects)
-        in_scope = cache.rows(con, fts, n, scope)
-        common |= {t for t in ts if t not in common and dfs[t] > SCOPE_SHARE * in_scope
-                   and cache.get(con, fts, t, n, scope) > SCOPE_SHARE * in_scope}
-    kept = [t for t in ts if t not in common] or [min(ts, key=lambda t: (dfs[t], ts.index(t)))]
+        limit = max(SCOPE_MIN_DF, SCOPE_SHARE * cache.rows(con, fts, n, scope))
+        common |= {t for t in ts if t not in common and dfs[t] > limit and cache.get(con, fts, t, n, scope) > limit}
+    kept = [t for t in ts if t not in common]
+    if common and not any(dfs[t] for t in kept):  # nothing left that occurs: keep the least common of the pruned terms
+        kept.append(min(common, key=lambda t: (dfs[t], ts.index(t))))
+        kept.sort(key=ts.index)
     return LexicalPlan(kept, sum(ranking.bm25_idf(n, dfs[t]) for t in kept), [t for t in ts if t not in kept])
 
 

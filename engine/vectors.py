@@ -222,6 +222,29 @@ class VectorIndex:
         if m.dead > 1024 and m.dead > m.n // 4:
             self._mirror = None  # compact by reloading on next search
 
+    def cosines(self, con: Connection, ids: list[int], q: np.ndarray) -> dict[int, float]:
+        """Cosine to q for these rows (those without a vector are left out): from the mirror when it is
+        current, else one vec0 read per 500 rows (a vec0 rowid lookup costs ~0.5 ms a row at 100k rows)."""
+        out: dict[int, float] = {}
+        q = np.asarray(q, dtype=np.float32)
+        rest = ids
+        if self.use_mirror:
+            with self._lock:
+                m = self._mirror
+                if m is not None and self._epoch == read_epoch(con):
+                    found = [(i, m.pos[i]) for i in ids if i in m.pos]
+                    if found:
+                        scores = m.mat[[p for _, p in found]] @ q
+                        out.update({i: float(v) for (i, _), v in zip(found, scores, strict=True)})
+                    rest = [i for i in ids if i not in m.pos]
+        for p in range(0, len(rest), 500):
+            part = rest[p : p + 500]
+            for rid, blob in con.execute(
+                f"SELECT rowid, embedding FROM vec_{self.table} WHERE rowid IN ({','.join('?' * len(part))})", part
+            ).fetchall():
+                out[rid] = float(np.frombuffer(blob, dtype=np.float32) @ q)
+        return out
+
     def search(self, con: Connection, q: np.ndarray, k: int, f: Filter) -> list[tuple[int, float]]:
         """[(row id, cosine)] best first, exactly the top k under the filter."""
         if not self.use_mirror:

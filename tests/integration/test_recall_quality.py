@@ -63,3 +63,27 @@ def test_project_scope_and_no_leak(eng):
     eng.remember("Bluebird is the name of my neighbour's cat.", project="home", embed="sync")
     hits = eng.recall("What is Bluebird?", project="work", record_access=False)
     assert [h.project for h in hits] == ["work"]
+
+
+def test_graph_signal_joins_recall_only_when_the_graph_has_edges(eng, monkeypatch):
+    a = eng.remember("Alice works at Acme.", embed="sync")
+    b = eng.remember("Acme is based in Berlin.", embed="sync")
+    eng.remember("The cabin wifi password is on the fridge.", embed="sync")
+    calls = []
+    monkeypatch.setattr(type(eng), "graph_keys", lambda self, q, hops=2, project=None: calls.append(q) or [])
+    question = "In which city is Alice's employer?"
+    hits = eng.recall(question, record_access=False)
+    assert calls == [] and all("graph" not in h.via for h in hits)  # no edges: the graph is not consulted
+    monkeypatch.undo()
+    rows = dict(eng.con.execute("SELECT uid, id FROM memories").fetchall())
+    with eng.store.write() as con:  # what extraction would write (tests/integration/test_graph.py does it for real)
+        for name in ("Alice", "Acme", "Berlin"):
+            con.execute("INSERT INTO nodes(name, norm_name, created_at) VALUES (?, ?, 0)", (name, name.lower()))
+        node = dict(con.execute("SELECT norm_name, id FROM nodes").fetchall())
+        for src, rel, dst, mem in (("alice", "works at", "acme", a.id), ("acme", "is based in", "berlin", b.id)):
+            con.execute("INSERT INTO edges(src, rel, dst, memory_id, created_at) VALUES (?, ?, ?, ?, 0)",
+                        (node[src], rel, node[dst], rows[mem]))
+    assert eng.graph_keys(question) == [("m", rows[a.id]), ("m", rows[b.id])]
+    via = {h.id: h.via for h in eng.recall(question, record_access=False)}
+    assert "graph" in via[a.id] and "graph" in via[b.id]
+    assert eng.recall(question, project="elsewhere", record_access=False) == []  # filters still apply

@@ -104,3 +104,16 @@ def test_floor():
     assert not relevance.answerable([_H(relevance.ANSWER_FLOOR - 0.01)])
     assert relevance.MIN_HIT_RELEVANCE > ranking.ABSOLUTE_MARGIN
     assert relevance.MIN_HIT_RELEVANCE < relevance.ANSWER_FLOOR
+
+
+def test_graph_links_reorder_but_do_not_raise_the_level():
+    keys = ["a", "b"]
+    lex = {"a": 0.6, "b": 0.55}
+    cos = {"a": 0.5, "b": 0.5}
+    plain = ranking.hybrid_similarity(keys, lex, cos)
+    linked = ranking.hybrid_similarity(keys, lex, cos, graph=ranking.graph_strength(["b"]))
+    assert plain["a"] > plain["b"] and linked["b"] > linked["a"]
+    assert max(linked.values()) <= max(plain.values()) + ranking.W_GRAPH + 1e-9
+    alone = ranking.hybrid_similarity(["g"], {}, {"g": 0.1}, graph={"g": 1.0})  # linked, nothing else
+    assert relevance.MIN_HIT_RELEVANCE <= alone["g"] < relevance.ANSWER_FLOOR
+    assert ranking.graph_strength(["x", "y"]) == {"x": 1.0, "y": pytest.approx(1 / 1.2)}

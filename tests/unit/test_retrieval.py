@@ -45,3 +45,52 @@ def test_idf_sum_matches_bm25_of_an_average_row(fts):
     got = retrieval.idf_sum(fts, "memories_fts", "cats?")  # type: ignore[arg-type]
     assert got == pytest.approx(ranking.bm25_idf(5, 2))  # porter: cats -> cat, in 2 of 5 rows
     assert retrieval.idf_sum(fts, "memories_fts", "") == 0.0  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def big_fts() -> sqlite3.Connection:
+    """400 rows: "alice" in all of them, "kitten" in 2, "sofa" in 1; projects a (300 rows) and b (100)."""
+    con = sqlite3.connect(":memory:")
+    con.execute("CREATE TABLE memories(id INTEGER PRIMARY KEY, project TEXT)")
+    con.execute("CREATE VIRTUAL TABLE memories_fts USING fts5(text, tokenize='porter unicode61 remove_diacritics 2')")
+    for i in range(1, 401):
+        text = "alice said hello" + (" kitten" if i in (5, 305) else "") + (" sofa" if i == 7 else "")
+        text += " bob" if i > 300 else ""
+        con.execute("INSERT INTO memories(id, project) VALUES (?, ?)", (i, "a" if i <= 300 else "b"))
+        con.execute("INSERT INTO memories_fts(rowid, text) VALUES (?, ?)", (i, text))
+    return con
+
+
+def test_plan_prunes_terms_common_in_the_scope_while_a_rarer_one_occurs(big_fts):
+    p = retrieval.plan(big_fts, "memories_fts", "Did Alice adopt the kitten?")  # type: ignore[arg-type]
+    assert p.terms == ["adopt", "kitten"] and p.pruned == ["alice"]
+    assert p.idf_sum == pytest.approx(ranking.bm25_idf(400, 0) + ranking.bm25_idf(400, 2))
+    # "bob" is in 25% of the table but in every row of project b
+    assert retrieval.plan(big_fts, "memories_fts", "bob kitten").terms == ["bob", "kitten"]  # type: ignore[arg-type]
+    assert retrieval.plan(big_fts, "memories_fts", "bob kitten", projects={"b"}).terms == ["kitten"]  # type: ignore[arg-type]
+    # nothing else occurs: the least common pruned term stays
+    assert retrieval.plan(big_fts, "memories_fts", "Alice zebra?").terms == ["alice", "zebra"]  # type: ignore[arg-type]
+
+
+def test_plan_never_prunes_in_a_small_store(fts):
+    assert retrieval.plan(fts, "memories_fts", "the cat and dog").terms == ["cat", "dog"]  # type: ignore[arg-type]
+
+
+def test_plan_prunes_for_cost_in_a_large_table(big_fts, monkeypatch):
+    monkeypatch.setattr(retrieval, "PRUNE_MIN_DF", 100)
+    monkeypatch.setattr(retrieval, "SCOPE_SHARE", 1.0)
+    assert retrieval.plan(big_fts, "memories_fts", "alice kitten").terms == ["kitten"]  # type: ignore[arg-type]
+
+
+def test_doc_freqs_are_cached_until_the_table_grows(big_fts):
+    cache = retrieval.DocFreqs()
+    assert cache.get(big_fts, "memories_fts", "kitten", 400) == 2  # type: ignore[arg-type]
+    big_fts.execute("INSERT INTO memories_fts(rowid, text) VALUES (401, 'kitten')")
+    assert cache.get(big_fts, "memories_fts", "kitten", 401) == 2  # type: ignore[arg-type]  # within DF_DRIFT
+    assert cache.get(big_fts, "memories_fts", "kitten", 420) == 3  # type: ignore[arg-type]  # recounted
+    assert cache.get(big_fts, "memories_fts", "kitten", 420, frozenset({"b"})) == 1  # type: ignore[arg-type]
+    assert cache.rows(big_fts, "memories_fts", 420, frozenset({"a", None})) == 300  # type: ignore[arg-type]
+
+
+def test_match_expression_takes_a_term_list():
+    assert retrieval.match_expression(["kitten", "sofa"]) == '"kitten" OR "sofa"'
