@@ -2,7 +2,10 @@
 """Pack a PyInstaller onedir bundle into dist/personal-llm_<version>_<arch>.deb with dpkg-deb (no root).
 
 Layout of the package:
-    /opt/personal-llm/                         the bundle (personal-llm, personal-llm-desktop, _internal/)
+    /opt/personal-llm/                         the bundle: one executable `personal-llm` and its _internal/
+    /opt/personal-llm/personal-llm-desktop     a hard link to it (the program is chosen by the name it runs
+                                               as; a hard link, not a symlink, so that resolving the path
+                                               keeps the desktop name)
     /usr/bin/personal-llm{,-desktop}           symlinks into /opt/personal-llm
     /usr/share/applications/personal-llm.desktop
     /usr/share/icons/hicolor/<N>x<N>/apps/personal-llm.png, scalable/apps/personal-llm.svg
@@ -15,7 +18,10 @@ No maintainer scripts: the icon and desktop-entry caches are refreshed by the dp
 gtk-update-icon-cache and desktop-file-utils, and uninstalling leaves no files behind (the user's store,
 keychain entry and ~/.config/autostart file belong to the user).
 
-    python3 packaging/linux/build_deb.py --bundle build/linux/dist/personal-llm [--out dist] [-Z xz|zstd|gzip]
+    python3 packaging/linux/build_deb.py --bundle build/linux/dist/personal-llm [--out dist] [-Z zstd|xz|gzip]
+
+Compression: zstd (default; level 10, about 30 s for the 1 GB tree; dpkg >= 1.21.18 installs it:
+Debian 12, Ubuntu 22.04 and later) or xz (smaller file, installable by any dpkg, much slower to build).
 """
 
 from __future__ import annotations
@@ -69,23 +75,41 @@ def glibc_needed(bundle: Path) -> str | None:
 
 
 def du_kib(path: Path) -> int:
+    """Apparent size of the files under path, each hard-linked file once."""
     total = 0
+    seen: set[tuple[int, int]] = set()
     for dirpath, _, files in os.walk(path):
         for f in files:
             p = Path(dirpath) / f
-            if not p.is_symlink():
-                total += p.stat().st_size
+            if p.is_symlink():
+                continue
+            st = p.stat()
+            if (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            total += st.st_size
     return (total + 1023) // 1024
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    """Hard-link instead of copying 1 GB (same file system); copy across file systems."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
 
 
 def stage(bundle: Path, root: Path, version: str, architecture: str) -> None:
     if root.exists():
         shutil.rmtree(root)
     (root / "DEBIAN").mkdir(parents=True)
-    shutil.copytree(bundle, root / PREFIX, symlinks=True)
-    for exe in ("personal-llm", "personal-llm-desktop"):
-        if not (root / PREFIX / exe).is_file():
-            sys.exit(f"{bundle} has no {exe} executable: build it with packaging/build-linux")
+    # The staged files are hard links to the bundle's (chmod below normalizes the modes of both).
+    shutil.copytree(bundle, root / PREFIX, symlinks=True, copy_function=_link_or_copy,
+                    ignore=lambda d, names: [n for n in names if Path(d) == bundle and n == "personal-llm-desktop"])
+    app = root / PREFIX / "personal-llm"
+    if not app.is_file():
+        sys.exit(f"{bundle} has no personal-llm executable: build it with packaging/build-linux")
+    os.link(app, root / PREFIX / "personal-llm-desktop")  # the same binary; tar stores it once
     bindir = root / "usr" / "bin"
     bindir.mkdir(parents=True)
     for exe in ("personal-llm", "personal-llm-desktop"):
@@ -159,20 +183,28 @@ def stage(bundle: Path, root: Path, version: str, architecture: str) -> None:
     (root / "DEBIAN" / "control").write_text("".join(f"{k}: {v}\n" for k, v in control.items()), encoding="utf-8")
 
 
+def _has_threads_max() -> bool:
+    """dpkg-deb >= 1.21.9 takes --threads-max (Ubuntu 22.04's 1.21.1 does not; it still reads and writes zstd)."""
+    out = subprocess.run(["dpkg-deb", "--help"], capture_output=True, text=True).stdout
+    return "--threads-max" in out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bundle", type=Path, default=ROOT / "build" / "linux" / "dist" / "personal-llm")
     ap.add_argument("--out", type=Path, default=ROOT / "dist")
     ap.add_argument("--staging", type=Path, default=ROOT / "build" / "linux" / "deb-root")
-    ap.add_argument("-Z", "--compress", choices=["xz", "zstd", "gzip"], default="xz")
+    ap.add_argument("-Z", "--compress", choices=["zstd", "xz", "gzip"], default="zstd")
+    ap.add_argument("-z", "--level", help="compression level (default: zstd 10, xz 6, gzip 9)")
     a = ap.parse_args()
     version = project()["version"]
     architecture = arch()
     stage(a.bundle.resolve(), a.staging.resolve(), version, architecture)
     a.out.mkdir(parents=True, exist_ok=True)
     deb = a.out.resolve() / f"{PACKAGE}_{version}_{architecture}.deb"
-    level = {"xz": "6", "zstd": "19", "gzip": "9"}[a.compress]
-    subprocess.run(["dpkg-deb", "--root-owner-group", f"-Z{a.compress}", f"-z{level}", "--build",
+    level = a.level or {"xz": "6", "zstd": "10", "gzip": "9"}[a.compress]
+    threads = [f"--threads-max={os.cpu_count() or 1}"] if _has_threads_max() else []
+    subprocess.run(["dpkg-deb", "--root-owner-group", *threads, f"-Z{a.compress}", f"-z{level}", "--build",
                     str(a.staging.resolve()), str(deb)], check=True)
     print(f"{deb} ({deb.stat().st_size / 2**20:.0f} MiB; installs {du_kib(a.staging) / 1024:.0f} MiB)")
     return 0

@@ -1,6 +1,7 @@
-"""The Linux package, as a user gets it: build the .deb, unpack it (no root: `dpkg-deb -x`), run its self-tests.
+"""The Linux package, as a user gets it: build the .deb, unpack it (no root: `dpkg-deb -x`), run its self-tests,
+then use the unpacked CLI like a user would (remember/recall, ingest an HTML page, a PDF and a DOCX file).
 
-Slow: a build takes 10–20 minutes on two cores. To check an existing package instead of building one:
+Slow: a build takes about 10 minutes on two cores. To check an existing package instead of building one:
 
     PERSONAL_LLM_DEB=dist/personal-llm_0.1.0_amd64.deb pytest -m slow tests/packaging
     PERSONAL_LLM_REUSE_DEB=1 pytest -m slow tests/packaging     # newest dist/personal-llm_*.deb, else build
@@ -11,6 +12,7 @@ The build reuses the interpreter running the tests (`packaging/build-linux --ven
 from __future__ import annotations
 
 import configparser
+import json
 import os
 import shutil
 import subprocess
@@ -20,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures_docs import HTML_PAGE, make_docx, make_pdf
+
 ROOT = Path(__file__).resolve().parents[2]
 APP = Path("opt/personal-llm")
 
@@ -27,6 +31,8 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Debian package: Linux only"),
     pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="needs dpkg-deb"),
+    # the first test also builds the package (module fixture): more than the suite's default 600 s
+    pytest.mark.timeout(2400),
 ]
 
 
@@ -46,7 +52,8 @@ def _find_or_build_deb() -> Path:
         cwd=ROOT, capture_output=True, text=True, timeout=3600,
     )
     assert r.returncode == 0, f"build-linux failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
-    print(f"\nbuild-linux took {time.monotonic() - t0:.0f}s")
+    done = [line for line in r.stdout.splitlines() if "] done" in line]
+    print(f"\nbuild-linux took {time.monotonic() - t0:.0f}s {done[-1] if done else ''}")
     debs = sorted((ROOT / "dist").glob("personal-llm_*.deb"), key=lambda p: p.stat().st_mtime)
     assert debs, "build-linux produced no dist/personal-llm_*.deb"
     return debs[-1]
@@ -68,7 +75,13 @@ def installed(deb: Path, tmp_path_factory) -> Path:
 
 
 def _du(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+    """Bytes under path, each hard-linked file once."""
+    seen: dict[tuple[int, int], int] = {}
+    for p in path.rglob("*"):
+        if p.is_file() and not p.is_symlink():
+            st = p.stat()
+            seen[(st.st_dev, st.st_ino)] = st.st_size
+    return sum(seen.values())
 
 
 def _clean_env(home: Path) -> dict[str, str]:
@@ -83,11 +96,14 @@ def _clean_env(home: Path) -> dict[str, str]:
     }
 
 
-def _run(installed: Path, tmp_path: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def _run(installed: Path, tmp_path: Path, *args: str, timeout: float = 300,
+         profile: Path | None = None) -> subprocess.CompletedProcess:
     home = tmp_path / "home"
-    (home / "tmp").mkdir(parents=True)
-    return subprocess.run(list(args), cwd=home, env=_clean_env(home), capture_output=True, text=True,
-                          timeout=timeout)
+    (home / "tmp").mkdir(parents=True, exist_ok=True)
+    env = _clean_env(home)
+    if profile is not None:
+        env["PERSONAL_LLM_HOME"] = str(profile)
+    return subprocess.run(list(args), cwd=home, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def test_control_fields(deb: Path):
@@ -111,6 +127,10 @@ def test_layout(installed: Path):
         assert os.access(installed / APP / exe, os.X_OK)
         link = installed / "usr/bin" / exe
         assert link.is_symlink() and os.readlink(link) == f"/{APP}/{exe}"
+    # one executable (each PyInstaller executable embeds an ~80 MB archive): the desktop name is a hard link
+    cli, desktop = (installed / APP / exe for exe in ("personal-llm", "personal-llm-desktop"))
+    assert not desktop.is_symlink() and os.path.samefile(cli, desktop)
+    assert sorted(p.name for p in (installed / APP).iterdir()) == ["_internal", "personal-llm", "personal-llm-desktop"]
     for size in (16, 32, 48, 64, 128, 256, 512):
         assert (installed / f"usr/share/icons/hicolor/{size}x{size}/apps/personal-llm.png").is_file()
     assert (installed / "usr/share/icons/hicolor/scalable/apps/personal-llm.svg").is_file()
@@ -166,6 +186,52 @@ def test_desktop_self_test(installed: Path, tmp_path: Path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "PASS  semantic recall" in r.stdout
     _assert_nothing_left(tmp_path / "home")
+
+
+def test_program_chosen_by_name(installed: Path, tmp_path: Path):
+    """The one executable is the desktop app when run as personal-llm-desktop, also through a symlink
+    (as /usr/bin/personal-llm-desktop → /opt/personal-llm/personal-llm-desktop), else the CLI."""
+    link = tmp_path / "bin" / "personal-llm-desktop"
+    link.parent.mkdir()
+    link.symlink_to(installed / APP / "personal-llm-desktop")
+    r = _run(installed, tmp_path, str(link), "--help", timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.startswith("usage: personal-llm-desktop") and "--self-test" in r.stdout
+    r = _run(installed, tmp_path, str(installed / APP / "personal-llm"), "--help", timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith("usage: personal-llm "), r.stdout + r.stderr
+
+
+def test_remember_and_recall(installed: Path, tmp_path: Path):
+    cli = str(installed / APP / "personal-llm")
+    profile = tmp_path / "profile"
+    r = _run(installed, tmp_path, cli, "remember", "My dentist is Dr. Alvarez on Pine Street", profile=profile)
+    assert r.returncode == 0 and "Remembered mem_" in r.stdout, r.stdout + r.stderr
+    # by meaning (the bundled model), not by words: no word of the query is in the fact
+    r = _run(installed, tmp_path, cli, "recall", "--json", "who looks after my teeth", profile=profile)
+    assert r.returncode == 0, r.stdout + r.stderr
+    hits = json.loads(r.stdout)
+    assert hits and hits[0]["text"] == "My dentist is Dr. Alvarez on Pine Street"
+    assert "vector" in hits[0]["via"]
+
+
+def test_ingest_html_pdf_docx(installed: Path, tmp_path: Path):
+    """The parsers' libraries work from the bundle (trafilatura without babel's locale data, pypdf, python-docx)."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "guide.html").write_text(HTML_PAGE, encoding="utf-8")
+    make_pdf(docs / "report.pdf", ["Field notes, page one.", "The PDF fact: the blue heron nests by the old mill."],
+             title="Field Report")
+    make_docx(docs / "plan.docx")
+    cli = str(installed / APP / "personal-llm")
+    profile = tmp_path / "profile"
+    r = _run(installed, tmp_path, cli, "ingest", str(docs), profile=profile)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "3 added" in r.stdout, r.stdout + r.stderr
+    for query, fact in [("package needed on Linux", "libfrobnicate 3.2"), ("where the heron nests", "old mill"),
+                        ("garden budget", "4200 euros")]:
+        r = _run(installed, tmp_path, cli, "recall", "--json", "-k", "3", query, profile=profile)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert any(fact in hit["text"] for hit in json.loads(r.stdout)), (query, r.stdout)
 
 
 def _assert_nothing_left(home: Path) -> None:
