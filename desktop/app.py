@@ -61,6 +61,7 @@ class DesktopApp(QObject):
         self.hotkey = GlobalHotkey(self) if use_hotkey else None
         self.single = single
         self._quitting = False
+        self._passphrase_tries = 0
         self._info: EngineInfo | None = None
         self._wire()
         self._tidy_timer = QTimer(self)
@@ -181,16 +182,36 @@ class DesktopApp(QObject):
 
     def _open_failed(self, message: str, needs_passphrase: bool) -> None:
         if needs_passphrase:
-            phrase, ok = QInputDialog.getText(
-                self.window, "Unlock your memory",
-                "No keychain is available on this computer, so your memory is protected by a passphrase.\n"
-                "Enter it to open (or choose one, the first time):", QLineEdit.EchoMode.Password)
-            if ok and phrase:
+            phrase = self._ask_passphrase(retry=self.bridge.store_exists() and self._passphrase_tries > 0)
+            self._passphrase_tries += 1
+            if phrase:
                 self.bridge.open(passphrase=phrase)
                 return
         else:
             QMessageBox.critical(self.window, "Personal LLM could not open your memory", message)
         self.quit(1)
+
+    def _ask_passphrase(self, retry: bool) -> str | None:
+        """The store's passphrase; a new one is typed twice so a typo cannot lock the user out."""
+        def ask(prompt: str) -> str | None:
+            phrase, ok = QInputDialog.getText(self.window, "Unlock your memory", prompt, QLineEdit.EchoMode.Password)
+            return phrase if ok and phrase else None
+
+        if self.bridge.store_exists():
+            return ask(("That passphrase does not open your memory. Try again:\n" if retry else "")
+                       + "No keychain is available on this computer, so your memory is protected by a "
+                       "passphrase.\nEnter it to open your memory:")
+        while True:
+            first = ask("No keychain is available on this computer, so your memory will be protected by a "
+                        "passphrase.\nChoose one (there is no way to recover it if you forget it):")
+            if first is None:
+                return None
+            second = ask("Type the same passphrase again:")
+            if second is None:
+                return None
+            if first == second:
+                return first
+            QMessageBox.warning(self.window, "Passphrases differ", "The two passphrases differ; try again.")
 
     def _start_hotkey(self, shortcut: str) -> None:
         if self.hotkey is not None:

@@ -175,6 +175,22 @@ class Bridge(QObject):
         self._engine = self._writer.submit(self._open, passphrase)
         self._engine.add_done_callback(self._after_open)
 
+    def store_exists(self) -> bool:
+        from engine.config import STORE_FILE, home_dir
+
+        return ((self._home or home_dir()) / STORE_FILE).exists()
+
+    def uses_passphrase(self) -> bool:
+        """True when this profile's store is opened with a passphrase (no keychain)."""
+        from engine.config import home_dir
+        from engine.keys import read_profile
+
+        try:
+            profile = read_profile(self._home or home_dir())
+        except Exception:
+            return False
+        return profile is not None and profile.key_source == "passphrase"
+
     def _open(self, passphrase: str | None) -> Engine:
         from engine import Engine
         from engine.config import STORE_FILE, home_dir
@@ -183,7 +199,7 @@ class Bridge(QObject):
         setup_logging("desktop")
         home = self._home or home_dir()
         created = not (home / STORE_FILE).exists()
-        eng = Engine.open(home, actor="desktop", embedder=self._embedder, passphrase=passphrase)
+        eng = Engine.open(home, actor="desktop", embedder=self._embedder, passphrase=passphrase, interactive=False)
         eng.on_change(self.changed.emit)
         self._created = created
         return eng
@@ -191,11 +207,12 @@ class Bridge(QObject):
     def _after_open(self, future: Future[Engine]) -> None:
         error = future.exception()
         if error is not None:
-            from engine.errors import KeyMissing
+            from engine.errors import KeyMissing, WrongKey
 
-            if not isinstance(error, KeyMissing):
+            if not isinstance(error, KeyMissing | WrongKey):
                 log.error("opening the store failed", exc_info=error)
-            needs_passphrase = isinstance(error, KeyMissing) and "passphrase" in str(error).lower()
+            needs_passphrase = (isinstance(error, KeyMissing) and "passphrase" in str(error).lower()) or (
+                isinstance(error, WrongKey) and self.uses_passphrase())
             self._relay.delivered.emit(lambda _: self.open_failed.emit(describe_error(error), needs_passphrase),
                                        None)
             return

@@ -111,11 +111,11 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
     @classmethod
     def open(cls, home: Path | str | None = None, *, actor: str = "sdk", create: bool = True,
              settings: Settings | None = None, embedder: Embedder | None = None,
-             passphrase: str | None = None) -> Engine:
+             passphrase: str | None = None, interactive: bool = True) -> Engine:
         """Open the profile's store, creating key and store on first use. Never replaces an existing file.
 
         `passphrase` is used only for stores protected by a passphrase (no keychain); without it the
-        passphrase comes from PERSONAL_LLM_PASSPHRASE or a terminal prompt.
+        passphrase comes from PERSONAL_LLM_PASSPHRASE or (when `interactive`) a terminal prompt.
         """
         home = Path(home).expanduser().resolve() if home else home_dir()
         path = home / STORE_FILE
@@ -133,7 +133,7 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
             if profile is None:
                 profile = new_profile(home)
         assert profile is not None
-        pragma = key_pragma(profile, creating=not exists, passphrase=passphrase)
+        pragma = key_pragma(profile, creating=not exists, passphrase=passphrase, interactive=interactive)
         store = Store(path, pragma)
         try:
             migrate(store.con)

@@ -101,11 +101,11 @@ def new_profile(home: Path) -> Profile:
     return profile
 
 
-def _passphrase(confirm: bool) -> str:
+def _passphrase(confirm: bool, interactive: bool = True) -> str:
     env = os.environ.get(PASSPHRASE_ENV)
     if env:
         return env
-    if not sys.stdin or not sys.stdin.isatty():
+    if not interactive or not sys.stdin or not sys.stdin.isatty():
         raise KeyMissing(
             "No keychain is available and no passphrase was given. Set PERSONAL_LLM_PASSPHRASE or run "
             "this command in a terminal to type it."
@@ -118,7 +118,8 @@ def _passphrase(confirm: bool) -> str:
     return first
 
 
-def key_pragma(profile: Profile, *, creating: bool, passphrase: str | None = None) -> str:
+def key_pragma(profile: Profile, *, creating: bool, passphrase: str | None = None,
+               interactive: bool = True) -> str:
     """The `PRAGMA key` statement that opens this profile's store (never logged)."""
     if profile.key_source == "keychain":
         if not keychain_usable():
@@ -140,7 +141,7 @@ def key_pragma(profile: Profile, *, creating: bool, passphrase: str | None = Non
         if len(hexkey) != 64 or any(c not in "0123456789abcdefABCDEF" for c in hexkey):
             raise KeyMissing("The keychain entry for this store is not a valid key; the store was left untouched.")
         return f"PRAGMA key = \"x'{hexkey}'\""
-    phrase = passphrase or _passphrase(confirm=creating)
+    phrase = passphrase or _passphrase(confirm=creating, interactive=interactive)
     return "PRAGMA key = '" + phrase.replace("'", "''") + "'"
 
 
