@@ -48,12 +48,25 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+# Up to this many texts per call run on the numpy runtime (queries, captures, small backfills); more go
+# to sentence-transformers, whose batched throughput is higher.
+SMALL_BATCH = 8
+
+
 class Embedder:
-    """One sentence-transformers model, loaded once, used from any thread (calls are serialised)."""
+    """One embedding model, loaded once, used from any thread (calls are serialised).
+
+    The default model runs small calls on `engine.minilm` (numpy, the same weights, no torch: it loads in a
+    fraction of a second and answers one query about twice as fast) and imports sentence-transformers only
+    when a large batch arrives (ingest, a rebuild). Other models run on sentence-transformers.
+    """
 
     def __init__(self, model: str = DEFAULT_MODEL):
         self.model_name = model
-        self._model = None
+        self._model = None  # what load() returns: the numpy runtime or a SentenceTransformer
+        self._fast = None  # the numpy runtime (default model only)
+        self._batch = None  # sentence-transformers for large batches of the default model
+        self._batch_failed = False
         self._error: EmbeddingUnavailable | None = None
         self._load_lock = threading.Lock()
         self._encode_lock = threading.Lock()
@@ -112,19 +125,13 @@ class Embedder:
             t0 = time.perf_counter()
             try:
                 path = self._model_dir()
-                os.environ.setdefault("HF_HUB_OFFLINE", "1")
-                os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-                os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-                os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-                os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-                import torch
-                import transformers
-                from sentence_transformers import SentenceTransformer
+                if self.model_name == DEFAULT_MODEL:
+                    from .minilm import MiniLM
 
-                transformers.utils.logging.disable_progress_bar()
-
-                torch.set_num_threads(1)
-                self._model = SentenceTransformer(str(path), device="cpu", local_files_only=True)
+                    self._fast = MiniLM(path)
+                    self._model = self._fast
+                else:
+                    self._model = _sentence_transformer(path)
             except EmbeddingUnavailable as e:
                 self._error = e
                 raise
@@ -137,6 +144,18 @@ class Embedder:
             self.load_seconds = time.perf_counter() - t0
             log.info("embedding model loaded in %.2fs", self.load_seconds)
             return self._model
+
+    def _batch_model(self):
+        """sentence-transformers for a large batch of the default model; None: use the numpy runtime."""
+        if self._batch is None and not self._batch_failed:
+            with self._load_lock:
+                if self._batch is None and not self._batch_failed:
+                    try:
+                        self._batch = _sentence_transformer(self._model_dir())
+                    except Exception:
+                        log.warning("sentence-transformers unavailable; batches run on the numpy runtime")
+                        self._batch_failed = True
+        return self._batch
 
     def load_in_background(self) -> threading.Thread:
         def run() -> None:
@@ -157,6 +176,11 @@ class Embedder:
     def encode(self, texts: list[str], *, batch_size: int = 64) -> np.ndarray:
         """Unit-length float32 vectors, one row per text. One thread for a single query, two for batches."""
         model = self.load()
+        if self._fast is not None:
+            model = self._batch_model() if len(texts) > SMALL_BATCH else None
+            if model is None:
+                with self._encode_lock:
+                    return self._fast.encode(texts)
         import torch
 
         threads = 1 if len(texts) <= 2 else min(2, os.cpu_count() or 1)
@@ -170,6 +194,21 @@ class Embedder:
 
     def encode_one(self, text: str) -> np.ndarray:
         return self.encode([text])[0]
+
+
+def _sentence_transformer(path: Path):
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    import torch
+    import transformers
+    from sentence_transformers import SentenceTransformer
+
+    transformers.utils.logging.disable_progress_bar()
+    torch.set_num_threads(1)
+    return SentenceTransformer(str(path), device="cpu", local_files_only=True)
 
 
 class NoEmbedder(Embedder):
