@@ -68,8 +68,9 @@ def test_text_dropped_on_the_capture_box_becomes_a_memory(qtbot, desktop):
 
 def test_empty_store_shows_a_helpful_line(qtbot, desktop):
     browser = desktop.window.memories
-    qtbot.waitUntil(lambda: browser.list_stack.currentWidget() is browser.empty, timeout=10_000)
-    assert browser.empty.title.text() == "Nothing remembered yet."
+    # while the store opens the same panel says "Opening your memory…"; then it explains how to start
+    qtbot.waitUntil(lambda: browser.list_stack.currentWidget() is browser.empty
+                    and browser.empty.title.text() == "Nothing remembered yet.", timeout=10_000)
     assert "Ctrl+Shift+Space" in browser.empty.hint.text()
 
 
