@@ -888,10 +888,7 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
                 "SELECT (SELECT count(*) FROM memories WHERE embedded_hash IS NULL) + "
                 "(SELECT count(*) FROM chunks WHERE embedded_hash IS NULL)"
             ),
-            pending_extraction=one(
-                "SELECT (SELECT count(*) FROM memories WHERE extracted = 0 AND archived = 0) + "
-                "(SELECT count(*) FROM chunks WHERE extracted = 0)"
-            ),
+            pending_extraction=self._pending_extraction(con),
             pending_rollup=one("SELECT count(*) FROM memories WHERE kind = 'episodic' AND processed = 0"),
             embedding_model=space[0] if space else (self.settings.embedding_model),
             embedding_dimension=space[1] if space else None,
