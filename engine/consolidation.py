@@ -222,7 +222,7 @@ class ConsolidationMixin:
             for rid, blob in stored:
                 query = np.frombuffer(blob, dtype=np.float32)
                 f = vectors.Filter(projects={facts[rid]}, kinds={"fact"})
-                for other, cos in index.search(con, query, SIMILAR_FACTS + 1, f):
+                for other, cos in index.search(con, query, SIMILAR_FACTS + 1, f, windows=False):
                     if other != rid and other in facts and cos >= CONFLICT_COSINE:
                         key = (min(rid, other), max(rid, other))
                         close[key] = max(close.get(key, 0.0), cos)

@@ -285,25 +285,29 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
                 ).fetchall()
                 if not rows:
                     break
-                vecs = self.embedder.encode([r[1] for r in rows], batch_size=batch_size)
-                self._store_vectors(table, [(r[0], r[2]) for r in rows], vecs)
+                texts = [r[1] for r in rows]
+                vecs = self.embedder.encode(texts, batch_size=batch_size)
+                wins = self.embedder.encode_windows(texts, batch_size=batch_size) if table == "memories" else None
+                self._store_vectors(table, [(r[0], r[2]) for r in rows], vecs, wins)
                 done += len(rows)
                 if progress:
                     progress(done, total)
         return done
 
-    def _store_vectors(self, table: str, rows: list[tuple[int, str]], vecs: np.ndarray) -> None:
-        """Write vectors for rows whose text is still the text that was embedded."""
+    def _store_vectors(self, table: str, rows: list[tuple[int, str]], vecs: np.ndarray,
+                       windows: list[np.ndarray | None] | None = None) -> None:
+        """Write vectors (and a memory's window vectors) for rows whose text is still the text embedded."""
         with self.mutation() as (con, touched):
-            keep_ids, keep_vecs = [], []
-            for (rid, chash), vec in zip(rows, vecs, strict=True):
+            keep_ids, keep_vecs, keep_wins = [], [], []
+            for n, ((rid, chash), vec) in enumerate(zip(rows, vecs, strict=True)):
                 cur = con.execute(f"SELECT content_hash FROM {table} WHERE id = ?", (rid,)).fetchone()
                 if cur is None or cur[0] != chash:
                     continue  # deleted or edited meanwhile: the next pass embeds the new text
                 keep_ids.append(rid)
                 keep_vecs.append(vec)
+                keep_wins.append(windows[n] if windows is not None else None)
             if keep_ids:
-                vectors.put(con, table, keep_ids, np.asarray(keep_vecs))
+                vectors.put(con, table, keep_ids, np.asarray(keep_vecs), keep_wins)
                 con.executemany(
                     f"UPDATE {table} SET embedded_hash = content_hash WHERE id = ?", [(i,) for i in keep_ids]
                 )
@@ -410,11 +414,12 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
         now = time.time()
         if importance is None:
             importance = IMPORTANCE_BY_SOURCE.get(source, 0.5) - (EPISODIC_DISCOUNT if kind == "episodic" else 0.0)
-        vec = None
+        vec = wins = None
         want_vec = embed == "sync" or (embed == "auto" and self.embedder.ready)
         if want_vec and self._ensure_space():
             try:
                 vec = self.embedder.encode_one(text)
+                wins = self.embedder.encode_windows([text])[0]
             except EmbeddingUnavailable:
                 vec = None
         with self.mutation() as (con, touched):
@@ -440,7 +445,7 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
                 )
                 rid = cur.lastrowid
                 if vec is not None:
-                    vectors.put(con, "memories", [rid], vec[None, :])
+                    vectors.put(con, "memories", [rid], vec[None, :], [wins])
                     con.execute("UPDATE memories SET embedded_hash = content_hash WHERE id = ?", (rid,))
                 touched.memories.add(rid)
                 self.audit("remember", uid, {"kind": kind, "project": bool(project), "source": source}, con=con)
@@ -465,7 +470,7 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
         idx = self._index.get("memories")
         if idx is None:
             return None
-        hits = idx.search(con, vec, 1, vectors.Filter(projects={project}, kinds={kind}))
+        hits = idx.search(con, vec, 1, vectors.Filter(projects={project}, kinds={kind}), windows=False)
         if hits and hits[0][1] >= NEAR_DUPLICATE_COSINE:
             return con.execute(f"SELECT {self._MEMORY_COLS} FROM memories WHERE id = ?", (hits[0][0],)).fetchone()
         return None
@@ -505,7 +510,7 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
             )
             if "text" in sets:
                 if self._has_vec(con):
-                    con.execute("DELETE FROM vec_memories WHERE rowid = ?", (row[0],))
+                    vectors.delete(con, "memories", [row[0]])
                 con.execute("DELETE FROM edges WHERE memory_id = ?", (row[0],))  # derived from the old words
                 con.execute("UPDATE memories SET extracted = 0, processed = 0 WHERE id = ?", (row[0],))
                 self._drop_orphan_nodes(con)

@@ -6,6 +6,12 @@ a brute-force scan in numpy is ~8x faster than vec0's over the encrypted pages a
 answer. The mirror follows writes made in this process row by row, and reloads when the store's vector
 epoch shows another process wrote. With the mirror off (settings.vector_cache = false) vec0 answers
 directly.
+
+A memory longer than the model's window also has **window vectors** (overlapping passages of it, see
+`embeddings.Embedder.encode_windows`) in `vec_memory_windows`, owned through `memory_windows`. Its cosine
+to a query is then the best of its whole-text cosine and its windows': the whole text's vector only sees
+the first 256 word-pieces and blurs several topics into one, a window finds the part that matches (as a
+document's best chunk does).
 """
 
 from __future__ import annotations
@@ -36,6 +42,12 @@ _SOURCES = {
 }
 
 
+# memory windows: (owner memory id, vector), by owner
+_WINDOWS = (
+    "SELECT w.memory_id, v.embedding FROM vec_memory_windows v JOIN memory_windows w ON w.id = v.rowid"
+)
+
+
 def read_epoch(con: Connection) -> int:
     row = con.execute("SELECT value FROM state WHERE key = ?", (EPOCH_KEY,)).fetchone()
     return int(row[0]) if row else 0
@@ -51,29 +63,80 @@ def bump_epoch(con: Connection) -> int:
 
 
 def create_tables(con: Connection, dim: int) -> None:
-    """vec0 tables for memories and chunks, and triggers so a deleted row never keeps its vector."""
-    for table in ("memories", "chunks"):
+    """vec0 tables for memories, their windows and chunks, and triggers so a deleted row never keeps a
+    vector. All of it is a derived index: dropped and rebuilt from the rows when the embedding space changes."""
+    for table in ("memories", "memory_windows", "chunks"):
         con.execute(
             f"CREATE VIRTUAL TABLE IF NOT EXISTS vec_{table} USING vec0(embedding float[{dim}] distance_metric=cosine)"
         )
+    con.execute("CREATE TABLE IF NOT EXISTS memory_windows(id INTEGER PRIMARY KEY, memory_id INTEGER NOT NULL)")
+    con.execute("CREATE INDEX IF NOT EXISTS memory_windows_owner ON memory_windows(memory_id)")
+    for table in ("memories", "chunks"):
         con.execute(
             f"CREATE TRIGGER IF NOT EXISTS {table}_vec_ad AFTER DELETE ON {table} BEGIN "
             f"DELETE FROM vec_{table} WHERE rowid = old.id; END"
         )
+    con.execute(
+        "CREATE TRIGGER IF NOT EXISTS memories_windows_ad AFTER DELETE ON memories BEGIN "
+        "DELETE FROM vec_memory_windows WHERE rowid IN (SELECT id FROM memory_windows WHERE memory_id = old.id); "
+        "DELETE FROM memory_windows WHERE memory_id = old.id; END"
+    )
 
 
 def drop_tables(con: Connection) -> None:
+    con.execute("DROP TRIGGER IF EXISTS memories_windows_ad")
     for table in ("memories", "chunks"):
         con.execute(f"DROP TRIGGER IF EXISTS {table}_vec_ad")
+    for table in ("memories", "memory_windows", "chunks"):
         con.execute(f"DROP TABLE IF EXISTS vec_{table}")
+    con.execute("DROP TABLE IF EXISTS memory_windows")
 
 
-def put(con: Connection, table: str, ids: list[int], vecs: np.ndarray) -> None:
-    con.executemany(f"DELETE FROM vec_{table} WHERE rowid = ?", [(i,) for i in ids])
+def put(con: Connection, table: str, ids: list[int], vecs: np.ndarray,
+        windows: list[np.ndarray | None] | None = None) -> None:
+    """Store (replace) the vectors of these rows; for memories, also their window vectors (None: none)."""
+    delete(con, table, ids)
     con.executemany(
         f"INSERT INTO vec_{table}(rowid, embedding) VALUES (?, ?)",
         [(i, np.asarray(v, dtype=np.float32).tobytes()) for i, v in zip(ids, vecs, strict=True)],
     )
+    for rid, wins in zip(ids, windows or [], strict=False):
+        for v in wins if wins is not None else ():
+            wid = con.execute("INSERT INTO memory_windows(memory_id) VALUES (?)", (rid,)).lastrowid
+            con.execute("INSERT INTO vec_memory_windows(rowid, embedding) VALUES (?, ?)",
+                        (wid, np.asarray(v, dtype=np.float32).tobytes()))
+
+
+def delete(con: Connection, table: str, ids: list[int]) -> None:
+    """Drop the vectors (and a memory's windows) of these rows; the rows stay."""
+    con.executemany(f"DELETE FROM vec_{table} WHERE rowid = ?", [(i,) for i in ids])
+    if table == "memories" and con.execute(
+        "SELECT 1 FROM sqlite_master WHERE name = 'memory_windows'"
+    ).fetchone():
+        for i in ids:
+            con.execute(
+                "DELETE FROM vec_memory_windows WHERE rowid IN (SELECT id FROM memory_windows WHERE memory_id = ?)",
+                (i,),
+            )
+            con.execute("DELETE FROM memory_windows WHERE memory_id = ?", (i,))
+
+
+def read_windows(con: Connection, ids: list[int]) -> dict[int, np.ndarray]:
+    """Window vectors of these memories (only those that have any): id -> (n, dim) matrix."""
+    out: dict[int, list[np.ndarray]] = {}
+    for p in range(0, len(ids), 500):
+        part = ids[p : p + 500]
+        sql = _WINDOWS + f" WHERE w.memory_id IN ({','.join('?' * len(part))}) ORDER BY w.memory_id, w.id"
+        for rid, blob in con.execute(sql, part).fetchall():
+            out.setdefault(rid, []).append(np.frombuffer(blob, dtype=np.float32))
+    return {rid: np.stack(v) for rid, v in out.items()}
+
+
+def with_windows(cosine: float, windows: np.ndarray | None, q: np.ndarray) -> float:
+    """A memory's cosine to q: the best of its whole-text cosine and its windows'."""
+    if windows is None or len(windows) == 0:
+        return cosine
+    return max(cosine, float((windows @ q).max()))
 
 
 @dataclass
@@ -103,6 +166,12 @@ class _Mirror:
         self.pos: dict[int, int] = {}
         self.projects: dict[str | None, int] = {None: 0}
         self.dead = 0
+        # window vectors of long memories: row i of wmat belongs to the row at position wpos[i]
+        self.wn = 0
+        self.wmat = np.zeros((0, dim), dtype=np.float32)
+        self.wpos = np.zeros(0, dtype=np.int64)
+        self.walive = np.zeros(0, dtype=bool)
+        self.wrows: dict[int, list[int]] = {}  # owner id -> its rows in wmat
 
     def _grow(self, need: int) -> None:
         cap = len(self.ids)
@@ -123,6 +192,41 @@ class _Mirror:
         if p is not None:
             self.alive[p] = False
             self.dead += 1
+        rows = self.wrows.pop(rid, None)
+        if rows:
+            self.walive[rows] = False
+            self.dead += len(rows)
+
+    def add_windows(self, windows: dict[int, np.ndarray]) -> None:
+        """Window vectors for rows already added (add() drops a row's old windows)."""
+        for rid, mat in windows.items():
+            p = self.pos.get(rid)
+            if p is None or len(mat) == 0:
+                continue
+            need = self.wn + len(mat)
+            if need > len(self.wpos):
+                new = max(256, 2 * len(self.wpos), need)
+                wmat = np.zeros((new, self.dim), dtype=np.float32)
+                wmat[: self.wn] = self.wmat[: self.wn]
+                wpos = np.zeros(new, dtype=np.int64)
+                wpos[: self.wn] = self.wpos[: self.wn]
+                walive = np.zeros(new, dtype=bool)
+                walive[: self.wn] = self.walive[: self.wn]
+                self.wmat, self.wpos, self.walive = wmat, wpos, walive
+            rows = list(range(self.wn, need))
+            self.wmat[rows] = mat
+            self.wpos[rows] = p
+            self.walive[rows] = True
+            self.wrows[rid] = rows
+            self.wn = need
+
+    def scores(self, q: np.ndarray, windows: bool = True) -> np.ndarray:
+        """Cosine of every row to q; a row with windows gets the best of its own and its windows'."""
+        scores = self.mat[: self.n] @ q
+        if windows and self.wrows:
+            live = np.flatnonzero(self.walive[: self.wn])
+            np.maximum.at(scores, self.wpos[live], self.wmat[live] @ q)
+        return scores
 
     def add(self, rows: list[tuple]) -> None:
         for r in rows:
@@ -140,11 +244,11 @@ class _Mirror:
             self.pos[rid] = p
             self.n += 1
 
-    def search(self, q: np.ndarray, k: int, f: Filter) -> list[tuple[int, float]]:
+    def search(self, q: np.ndarray, k: int, f: Filter, windows: bool = True) -> list[tuple[int, float]]:
         n = self.n
         if n == 0 or k <= 0:
             return []
-        scores = self.mat[:n] @ q
+        scores = self.scores(q, windows)
         mask = self.alive[:n].copy()
         if f.projects is not None:
             codes = [self.projects[p] for p in f.projects if p in self.projects]
@@ -189,7 +293,12 @@ class VectorIndex:
         m = _Mirror(self.dim)
         rows = con.execute(_SOURCES[self.table]).fetchall()
         m.add(rows)
-        log.info("vector mirror %s loaded: %d rows", self.table, len(rows))
+        if self.table == "memories":
+            windows: dict[int, list[np.ndarray]] = {}
+            for rid, blob in con.execute(_WINDOWS + " ORDER BY w.memory_id, w.id"):
+                windows.setdefault(rid, []).append(np.frombuffer(blob, dtype=np.float32))
+            m.add_windows({rid: np.stack(v) for rid, v in windows.items()})
+        log.info("vector mirror %s loaded: %d rows, %d windows", self.table, len(rows), m.wn)
         return m
 
     def after_write(self, con: Connection, epoch_before: int, epoch_after: int, ids: set[int]) -> None:
@@ -219,7 +328,9 @@ class VectorIndex:
         for rid in ids - present:
             m.remove(rid)
         m.add(found)
-        if m.dead > 1024 and m.dead > m.n // 4:
+        if self.table == "memories" and present:
+            m.add_windows(read_windows(con, sorted(present)))
+        if m.dead > 1024 and m.dead > (m.n + m.wn) // 4:
             self._mirror = None  # compact by reloading on next search
 
     def cosines(self, con: Connection, ids: list[int], q: np.ndarray) -> dict[int, float]:
@@ -235,30 +346,38 @@ class VectorIndex:
                     found = [(i, m.pos[i]) for i in ids if i in m.pos]
                     if found:
                         scores = m.mat[[p for _, p in found]] @ q
-                        out.update({i: float(v) for (i, _), v in zip(found, scores, strict=True)})
+                        for (i, _), v in zip(found, scores, strict=True):
+                            rows = m.wrows.get(i)
+                            out[i] = with_windows(float(v), m.wmat[rows] if rows else None, q)
                     rest = [i for i in ids if i not in m.pos]
+        windows = read_windows(con, rest) if rest and self.table == "memories" else {}
         for p in range(0, len(rest), 500):
             part = rest[p : p + 500]
             for rid, blob in con.execute(
                 f"SELECT rowid, embedding FROM vec_{self.table} WHERE rowid IN ({','.join('?' * len(part))})", part
             ).fetchall():
-                out[rid] = float(np.frombuffer(blob, dtype=np.float32) @ q)
+                out[rid] = with_windows(float(np.frombuffer(blob, dtype=np.float32) @ q), windows.get(rid), q)
         return out
 
-    def search(self, con: Connection, q: np.ndarray, k: int, f: Filter) -> list[tuple[int, float]]:
-        """[(row id, cosine)] best first, exactly the top k under the filter."""
+    def search(self, con: Connection, q: np.ndarray, k: int, f: Filter, *,
+               windows: bool = True) -> list[tuple[int, float]]:
+        """[(row id, cosine)] best first, exactly the top k under the filter. windows=False compares whole
+        texts only (duplicates, contradictions: a passage of a long note is not the note)."""
         if not self.use_mirror:
-            return self._search_vec0(con, q, k, f)
+            return self._search_vec0(con, q, k, f, windows)
         epoch = read_epoch(con)
         with self._lock:
             if self._mirror is None or self._epoch != epoch:
                 self._mirror = self._load(con)
                 self._epoch = epoch
-            return self._mirror.search(np.asarray(q, dtype=np.float32), k, f)
+            return self._mirror.search(np.asarray(q, dtype=np.float32), k, f, windows)
 
-    def _search_vec0(self, con: Connection, q: np.ndarray, k: int, f: Filter) -> list[tuple[int, float]]:
-        """vec0's own KNN, widened until k rows pass the filter (exact, slower)."""
+    def _search_vec0(self, con: Connection, q: np.ndarray, k: int, f: Filter,
+                     windows: bool = True) -> list[tuple[int, float]]:
+        """vec0's own KNN, widened until k rows pass the filter (slower). Exact for rows without windows;
+        a memory with windows is a candidate when its whole-text vector or one of its windows is near."""
         total = con.execute(f"SELECT count(*) FROM vec_{self.table}").fetchone()[0]
+        blob = np.asarray(q, dtype=np.float32).tobytes()
         want = k
         while True:
             want = min(max(want, k), total)
@@ -266,9 +385,15 @@ class VectorIndex:
                 return []
             rows = con.execute(
                 f"SELECT rowid, distance FROM vec_{self.table} WHERE embedding MATCH ? AND k = ? ORDER BY distance",
-                (np.asarray(q, dtype=np.float32).tobytes(), want),
+                (blob, want),
             ).fetchall()
             ids = [r[0] for r in rows]
+            if self.table == "memories" and windows:
+                near = [r[0] for r in con.execute(
+                    "SELECT w.memory_id FROM (SELECT rowid, distance FROM vec_memory_windows WHERE embedding MATCH ? "
+                    "AND k = ?) v JOIN memory_windows w ON w.id = v.rowid ORDER BY v.distance", (blob, want)
+                ).fetchall()]
+                ids += [i for i in dict.fromkeys(near) if i not in set(ids)]
             m = _Mirror(self.dim)
             meta = {}
             key = "m.id" if self.table == "memories" else "c.id"
@@ -278,6 +403,8 @@ class VectorIndex:
                 for r in con.execute(sql, part).fetchall():
                     meta[r[0]] = r
             m.add([meta[i] for i in ids if i in meta])
+            if self.table == "memories" and windows:
+                m.add_windows(read_windows(con, [i for i in ids if i in meta]))
             hits = m.search(np.asarray(q, dtype=np.float32), k, f)
             if len(hits) >= k or want >= total:
                 return hits
