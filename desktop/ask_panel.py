@@ -198,7 +198,9 @@ class AskPanel(QWidget):
 
     @staticmethod
     def _source_label(source: Any) -> str:
-        text = formatting.one_line(getattr(source, "text", "") or "", 180)
+        passage = getattr(source, "passage", None)  # a long memory: the part that matched
+        text = "…" + formatting.one_line(passage, 600) if passage else formatting.one_line(
+            getattr(source, "text", "") or "", 180)
         if getattr(source, "document_id", None):
             title = source.document_title or Path(source.document_path or "").name or "Document"
             where = f" · {source.locator}" if source.locator else ""

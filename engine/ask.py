@@ -83,13 +83,14 @@ class Source(BaseModel):
     document_path: str | None = None
     locator: str | None = None
     conflict: str | None = Field(default=None, description="A sentence for people when this fact is contested")
+    passage: str | None = Field(default=None, description="For a long memory: the part that matched best")
 
     @classmethod
     def from_hit(cls, n: int, hit: Hit) -> Source:
         return cls(
             n=n, id=hit.id, kind=hit.kind, text=hit.text, score=hit.score, similarity=hit.similarity,
             at=hit.at or hit.created_at, document_id=hit.document_id, document_title=hit.document_title,
-            document_path=hit.document_path, locator=hit.locator, conflict=hit.conflict,
+            document_path=hit.document_path, locator=hit.locator, conflict=hit.conflict, passage=hit.passage,
         )
 
 
@@ -162,11 +163,19 @@ def _origin(s: Source) -> str:
     return f"{where}, {s.at[:10]}" if s.at else where
 
 
+def _source_text(s: Source) -> str:
+    """The source as the model reads it: cut to PROMPT_SOURCE_CHARS, keeping the passage that matched."""
+    head = _clip(s.text, PROMPT_SOURCE_CHARS)
+    if not s.passage or len(s.text) <= PROMPT_SOURCE_CHARS or s.passage in head:
+        return head
+    return _clip(s.text, max(200, PROMPT_SOURCE_CHARS - len(s.passage) - 8)) + "\n[…]\n" + s.passage
+
+
 def sources_block(sources: Sequence[Source], graph_facts: Sequence[str] = ()) -> str:
     """The numbered passages (and graph facts), all inside one untrusted block."""
     parts = []
     for s in sources:
-        entry = f"[{s.n}] ({_origin(s)})\n{_clip(s.text, PROMPT_SOURCE_CHARS)}"
+        entry = f"[{s.n}] ({_origin(s)})\n{_source_text(s)}"
         if s.conflict:
             entry += f"\nCONFLICT: {s.conflict}"
         parts.append(entry)
@@ -199,7 +208,8 @@ def passages_answer(sources: Sequence[Source]) -> str:
     lines = []
     for s in sources[:PASSAGES_SHOWN]:
         where = f" ({_origin(s)})" if s.kind == "chunk" else ""
-        lines.append(f"[{s.n}] {_clip(' '.join(s.text.split()), PASSAGE_CHARS)}{where}")
+        text = f"…{' '.join(s.passage.split())}…" if s.passage else ' '.join(s.text.split())
+        lines.append(f"[{s.n}] {_clip(text, PASSAGE_CHARS)}{where}")
         if s.conflict:
             lines.append(f"    Conflict: {s.conflict}")
     return "\n".join(lines)

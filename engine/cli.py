@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel
+from rich.markup import escape
 
 from .errors import EngineError, UserError
 
@@ -138,8 +139,9 @@ def _recall(p: argparse.ArgumentParser) -> Handler:
             where = h.project or ""
             if h.kind == "chunk":
                 where = " · ".join(x for x in (h.document_title, h.locator) if x)
-            text = short(h.text, 200) + (f"\n[yellow]⚠ {h.conflict}[/yellow]" if h.conflict else "")
-            t.add_row(f"{h.score:.2f}", h.id, h.kind, text, where)
+            text = escape(f"…{short(h.passage, 360)}" if h.passage else short(h.text, 200)) + (
+                f"\n[yellow]⚠ {escape(h.conflict)}[/yellow]" if h.conflict else "")
+            t.add_row(f"{h.score:.2f}", h.id, h.kind, text, escape(where))
         console().print(t)
         return 0
 
@@ -158,8 +160,8 @@ def _get(p: argparse.ArgumentParser) -> Handler:
             print_json(m)
         else:
             c = console()
-            c.print(f"[bold]{m.id}[/bold]  {m.kind}" + (f"  project {m.project}" if m.project else ""))
-            c.print(m.text)
+            c.print(f"[bold]{m.id}[/bold]  {m.kind}" + (f"  project {escape(m.project)}" if m.project else ""))
+            c.print(escape(m.text))
             c.print(f"[dim]importance {m.importance:.2f} · created {m.created_at}"
                     + (f" · at {m.at}" if m.at else "") + (" · archived" if m.archived else "") + "[/dim]")
         return 0
@@ -214,7 +216,7 @@ def _list(p: argparse.ArgumentParser) -> Handler:
         for col in ("id", "kind", "project", "when", "text"):
             t.add_column(col, ratio=1 if col == "text" else None, no_wrap=col != "text")
         for m in mems:
-            t.add_row(m.id, m.kind, m.project or "", (m.at or m.created_at or "")[:10], short(m.text, 160))
+            t.add_row(m.id, m.kind, escape(m.project or ""), (m.at or m.created_at or "")[:10], escape(short(m.text, 160)))
         console().print(t)
         return 0
 
@@ -254,7 +256,7 @@ def _stats(p: argparse.ArgumentParser) -> Handler:
         t = Table(show_header=False, box=None)
         t.add_column(style="bold")
         t.add_column()
-        t.add_row("store", s.store)
+        t.add_row("store", escape(s.store))
         t.add_row("memories", f"{s.memories}  ({', '.join(f'{k} {v}' for k, v in s.by_kind.items())})")
         t.add_row("archived", str(s.archived))
         t.add_row("conflicts", str(s.conflicts))
@@ -267,7 +269,7 @@ def _stats(p: argparse.ArgumentParser) -> Handler:
         if s.llm:
             t.add_row("language model", s.llm)
         for n in s.notes:
-            t.add_row("note", n)
+            t.add_row("note", escape(n))
         console().print(t)
         return 0
 
@@ -291,7 +293,7 @@ def _audit(p: argparse.ArgumentParser) -> Handler:
         for col in ("when", "actor", "action", "target", "detail"):
             t.add_column(col)
         for e in entries:
-            t.add_row(e.at, e.actor, e.action, e.target or "", json.dumps(e.detail))
+            t.add_row(e.at, e.actor, e.action, escape(e.target or ""), escape(json.dumps(e.detail)))
         console().print(t)
         return 0
 

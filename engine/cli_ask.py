@@ -33,7 +33,7 @@ def _print_sources(sources: Sequence[Source]) -> None:
     lines = ["", "Sources:"]
     for s in sources:
         where = " · ".join(x for x in (s.document_title, s.locator) if x)
-        lines.append(f"  [{s.n}] {s.id}  {s.kind}  " + (f"{where}: " if where else "") + short(s.text, 100))
+        lines.append(f"  [{s.n}] {s.id}  {s.kind}  " + (f"{where}: " if where else "") + (f"…{short(s.passage, 100)}" if s.passage else short(s.text, 100)))
         if s.conflict:
             lines.append(f"      conflict: {s.conflict}")
     _write("\n".join(lines) + "\n")

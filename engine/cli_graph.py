@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from rich.markup import escape
+
 from .cli import Handler, add_json, command, console, open_engine, print_json, short
 
 
@@ -21,10 +23,10 @@ def _graph(p: argparse.ArgumentParser) -> Handler:
             print_json(view)
             return 0
         c = console()
-        c.print(f"[bold]{view.entity}[/bold]: {len(view.nodes) - 1} related, {len(view.edges)} facts "
+        c.print(f"[bold]{escape(view.entity)}[/bold]: {len(view.nodes) - 1} related, {len(view.edges)} facts "
                 f"within {view.hops} hop{'s' if view.hops > 1 else ''}")
         for e in view.edges:
-            c.print(f"  {e.text}  [dim]{', '.join(e.sources)}[/dim]")
+            c.print(f"  {escape(e.text)}  [dim]{', '.join(e.sources)}[/dim]")
         return 0
 
     return run
@@ -46,7 +48,7 @@ def _extract(p: argparse.ArgumentParser) -> Handler:
                         + (f" ({', '.join(f'{k} {v}' for k, v in sorted(r.rejected.items()))})" if refused else "")
                         + f"; {r.remaining} waiting.")
         if r.note:
-            console().print(r.note)
+            console().print(escape(r.note))
         return 0
 
     return run
@@ -68,7 +70,7 @@ def _consolidate(p: argparse.ArgumentParser) -> Handler:
                 f"graph facts; compared {r.pairs_checked} pairs, {len(r.conflicts)} new conflicts"
                 + (" (see: personal-llm conflicts)." if r.conflicts else "."))
         for n in r.notes:
-            c.print(f"[yellow]{n}[/yellow]")
+            c.print(f"[yellow]{escape(n)}[/yellow]")
         return 0
 
     return run
@@ -90,7 +92,7 @@ def _conflicts(p: argparse.ArgumentParser) -> Handler:
             return 0
         for pair in pairs:
             for m in (pair.a, pair.b):
-                c.print(f"[bold]{m.id}[/bold]  {(m.at or m.created_at)[:10]}  {short(m.text, 120)}")
+                c.print(f"[bold]{m.id}[/bold]  {(m.at or m.created_at)[:10]}  {escape(short(m.text, 120))}")
             c.print(f"[dim]  resolve: personal-llm resolve {pair.a.id} --keep {pair.a.id}|{pair.b.id}|both[/dim]")
         return 0
 

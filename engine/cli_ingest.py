@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
 from .cli import Handler, add_json, command, console, open_engine, print_json
 from .errors import UserError
 from .ingest import IngestProgress, IngestResult
@@ -81,8 +83,8 @@ def _print_results(results: list[IngestResult]) -> None:
     t.add_column("document / error", ratio=1)
     style = {"added": "green", "replaced": "cyan", "unchanged": "dim", "failed": "red"}
     for r in results:
-        t.add_row(f"[{style[r.status]}]{r.status}[/]", r.path or "(text)", str(r.chunks) if r.chunks else "",
-                  r.error or r.document_id or "")
+        t.add_row(f"[{style[r.status]}]{r.status}[/]", escape(r.path or "(text)"), str(r.chunks) if r.chunks else "",
+                  escape(r.error or r.document_id or ""))
     c.print(t)
     counts = {s: sum(r.status == s for r in results) for s in ("added", "replaced", "unchanged", "failed")}
     c.print(", ".join(f"{n} {s}" for s, n in counts.items() if n) or "No files found.")

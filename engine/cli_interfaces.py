@@ -7,6 +7,8 @@ import getpass
 import os
 import sys
 
+from rich.markup import escape
+
 from .cli import Handler, add_json, command, console, open_engine, print_json
 from .errors import UserError
 
@@ -106,7 +108,7 @@ def _export(p: argparse.ArgumentParser) -> Handler:
             print_json(r)
         else:
             what = _summary(r.counts)
-            console().print(f"Exported {what or 'nothing'} to [bold]{r.path}[/bold]"
+            console().print(f"Exported {what or 'nothing'} to [bold]{escape(str(r.path))}[/bold]"
                             + (" (encrypted)" if r.encrypted else ""))
         return 0
 

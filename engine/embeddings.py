@@ -211,14 +211,23 @@ class Embedder:
         tok = self._tokenizer_for_windows()
         if tok is None:
             return []
-        offsets = tok.encode(text, add_special_tokens=False).offsets
+        enc = tok.encode(text, add_special_tokens=False)
+        offsets, words = enc.offsets, enc.word_ids
         n = len(offsets)
         if n <= WINDOW_TOKENS:
             return []
+        def inside_word(i: int) -> bool:  # token i is a later word-piece of the same word as token i-1
+            return 0 < i < n and words[i] is not None and words[i] == words[i - 1]
+
         out = []
         for start in range(0, n, WINDOW_STRIDE):
             end = min(n, start + WINDOW_TOKENS)
-            out.append(text[offsets[start][0] : offsets[end - 1][1]])
+            a, b = start, end
+            while inside_word(a) and a < end - 1:  # begin and end on whole words
+                a += 1
+            while inside_word(b) and b > a + 1:
+                b -= 1
+            out.append(text[offsets[a][0] : offsets[b - 1][1]])
             if end == n:
                 break
         return out

@@ -715,7 +715,7 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
             )
             sims = {key: s for key, s in sims.items() if s >= MIN_HIT_RELEVANCE}
             pool = sorted(sims, key=lambda key: -sims[key])[: max(3 * k, 30)]
-            hits = self._hydrate(con, {key: sims[key] for key in pool}, cos, set(lex), dense, set(graph))
+            hits = self._hydrate(con, {key: sims[key] for key in pool}, cos, set(lex), dense, set(graph), qvec)
         hits.sort(key=lambda h: (-h.score, h.id))
         hits = hits[:k]
         if record_access:
@@ -775,8 +775,10 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
             return None
 
     def _hydrate(self, con: Connection, fused: dict[tuple[str, int], float], cos: dict[tuple[str, int], float],
-                 lex: set, dense: set, graph: set | frozenset = frozenset()) -> list[Hit]:
-        """Hits for these keys; `fused` holds each key's similarity."""
+                 lex: set, dense: set, graph: set | frozenset = frozenset(),
+                 qvec: np.ndarray | None = None) -> list[Hit]:
+        """Hits for these keys; `fused` holds each key's similarity. With the query's vector, a long
+        memory's hit names the passage (window) that matched it best."""
         now = time.time()
         mids = [i for (t, i) in fused if t == "m"]
         cids = [i for (t, i) in fused if t == "c"]
@@ -796,6 +798,7 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
                     score=round(ranking.final_score(sim, r[5], rec), 6), at=iso(r[8]), created_at=iso(r[6]),
                     archived=bool(r[11]), conflict_with=r[13],
                     via=[v for v, s in (("fts", lex), ("vector", dense), ("graph", graph)) if key in s] or ["context"],
+                    passage=self._passage(con, r[0], r[3], qvec),
                 ))
         if cids:
             rows = con.execute(
@@ -817,6 +820,15 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
                 ))
         self._describe_conflicts(con, hits)
         return hits
+
+    def _passage(self, con: Connection, rid: int, text: str, qvec: np.ndarray | None) -> str | None:
+        if qvec is None or "memories" not in self._index:
+            return None
+        best = self._index["memories"].best_window(con, rid, qvec)
+        if best is None:
+            return None
+        windows = self.embedder.windows(text)
+        return windows[best] if best < len(windows) else None
 
     def _fill_cosine(self, con: Connection, keys: list[tuple[str, int]], qvec: np.ndarray) -> dict[tuple[str, int], float]:
         """Cosine to the query for candidates the vector search did not return (from the vector mirror)."""

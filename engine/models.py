@@ -61,6 +61,7 @@ class Hit(BaseModel):
     document_title: str | None = None
     document_path: str | None = None
     locator: str | None = None
+    passage: str | None = Field(default=None, description="For a long memory: the part that matched best")
     via: list[str] = Field(default_factory=list, description="Which indexes found it: fts, vector, graph")
 
 

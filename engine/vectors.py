@@ -359,6 +359,29 @@ class VectorIndex:
                 out[rid] = with_windows(float(np.frombuffer(blob, dtype=np.float32) @ q), windows.get(rid), q)
         return out
 
+    def best_window(self, con: Connection, rid: int, q: np.ndarray) -> int | None:
+        """Index of the window of memory rid that matches q better than its whole text does, if any."""
+        q = np.asarray(q, dtype=np.float32)
+        wins = whole = None
+        if self.use_mirror:
+            with self._lock:
+                m = self._mirror
+                if m is not None and self._epoch == read_epoch(con) and rid in m.pos:
+                    rows = m.wrows.get(rid)
+                    wins = m.wmat[rows] if rows else np.zeros((0, self.dim), dtype=np.float32)
+                    whole = m.mat[m.pos[rid]]
+        if whole is None:
+            row = con.execute(f"SELECT embedding FROM vec_{self.table} WHERE rowid = ?", (rid,)).fetchone()
+            if row is None:
+                return None
+            whole = np.frombuffer(row[0], dtype=np.float32)
+            wins = read_windows(con, [rid]).get(rid)
+        if wins is None or len(wins) == 0:
+            return None
+        scores = wins @ q
+        best = int(np.argmax(scores))
+        return best if float(scores[best]) > float(whole @ q) else None
+
     def search(self, con: Connection, q: np.ndarray, k: int, f: Filter, *,
                windows: bool = True) -> list[tuple[int, float]]:
         """[(row id, cosine)] best first, exactly the top k under the filter. windows=False compares whole

@@ -324,3 +324,36 @@ def test_settings_change_takes_effect_after_reset(eng, server):
     assert not eng.ask("Where does my sister live?").llm_available
     use_llm(eng, host=server.url)
     assert eng.llm_status(refresh=True).ok and eng.ask("Where does my sister live?").llm_available
+
+
+# -- long memories: the passage that matched reaches the model and the reader ----------------------
+
+LONG_NOTE = " ".join(
+    f"Shelf {i} of the archive holds tax papers from {1990 + i}, sorted by month, in grey boxes."
+    for i in range(60)
+) + " The family passports are kept in the green folder on the bookshelf in the study."
+
+
+def test_a_long_memorys_matching_passage_reaches_the_prompt_even_past_the_cut(llm_eng, server):
+    assert len(LONG_NOTE) > ask_module.PROMPT_SOURCE_CHARS
+    note = remember(llm_eng, LONG_NOTE, GARAGE)[0]
+    server.script("They are in the green folder in the study [1].")
+    r = llm_eng.ask("Where are the passports?")
+
+    src = next(s for s in r.sources if s.id == note)
+    assert src.text == LONG_NOTE and src.passage and "green folder" in src.passage
+    body = untrusted_body(prompt_of(server))
+    assert "green folder on the bookshelf in the study" in body  # beyond the first PROMPT_SOURCE_CHARS
+    assert len(body) < ask_module.PROMPT_SOURCE_CHARS + 1000
+
+
+def test_without_a_model_the_answer_shows_the_passage_not_the_start(eng):
+    note, garage = remember(eng, LONG_NOTE, GARAGE)
+    use_llm(eng, host=closed_port_url())
+    r = eng.ask("Where are the passports?")
+    assert r.sources[0].id == note and "green folder" in r.answer and "Shelf 0 " not in r.answer
+    hit = eng.recall("Where are the passports?", k=1)[0]
+    assert hit.id == note and "green folder" in hit.passage
+    assert eng.recall("Where are the passports?", k=1)[0].passage == hit.passage  # deterministic
+    short = eng.recall("garage door code", k=1)[0]
+    assert short.id == garage and short.passage is None  # a short memory is its own passage

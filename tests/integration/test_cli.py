@@ -49,6 +49,15 @@ def test_human_output_is_a_table_not_a_dump(profile_home: Path):
     assert "memories" in run("stats").stdout
 
 
+def test_text_that_looks_like_markup_is_shown_literally(profile_home: Path):
+    text = "Template note: close with [/bold] and colour with [red]x[/red]."
+    mid = ok_json("remember", text, "--project", "[dev]")["id"]
+    for args in (("recall", "template note colour"), ("list",), ("get", mid)):
+        p = run(*args, env={"COLUMNS": "400"})
+        assert p.returncode == 0, p.stderr
+        assert "[/bold]" in p.stdout and "[red]x[/red]" in p.stdout and "[dev]" in p.stdout
+
+
 def test_errors_are_clear_with_nonzero_exit_and_no_traceback(profile_home: Path):
     for args in (("forget", "mem_doesnotexist"), ("remember", ""), ("remember", "x", "--at", "someday"),
                  ("recall", "x", "-k", "0")):

@@ -52,6 +52,11 @@ def test_windows_cover_a_long_text_and_skip_a_short_one(embedder):
     assert HOUSE_NOTES.startswith(wins[0]) and HOUSE_NOTES.endswith(wins[-1])
     assert all(len(tok.encode(w, add_special_tokens=False).ids) <= WINDOW_TOKENS for w in wins)
     assert "passports" in wins[-1]
+    for w in wins:  # windows begin and end on whole words
+        i = HOUSE_NOTES.index(w)
+        assert (i == 0 or not HOUSE_NOTES[i - 1].isalnum()) and not HOUSE_NOTES[i + len(w) :][:1].isalnum()
+    cjk = embedder.windows("東京都の天気" * 100)  # every CJK character is a word of its own
+    assert len(cjk) > 3 and all(len(w) == WINDOW_TOKENS for w in cjk[:-1])
 
 
 def test_a_fact_deep_inside_a_long_memory_is_found_by_meaning(eng: Engine, embedder):
