@@ -24,7 +24,7 @@ from .ask import AskMixin
 from .config import STORE_FILE, Settings, home_dir, load_settings
 from .consolidation import ConsolidationMixin
 from .db import Connection, Store
-from .embeddings import Embedder, EmbeddingUnavailable, NoEmbedder
+from .embeddings import Embedder, EmbeddingUnavailable, NoEmbedder, Windows
 from .errors import KeyMissing, NotFound, UserError
 from .graph import GraphMixin
 from .ingest import IngestMixin
@@ -295,7 +295,7 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
         return done
 
     def _store_vectors(self, table: str, rows: list[tuple[int, str]], vecs: np.ndarray,
-                       windows: list[np.ndarray | None] | None = None) -> None:
+                       windows: list[Windows | None] | None = None) -> None:
         """Write vectors (and a memory's window vectors) for rows whose text is still the text embedded."""
         with self.mutation() as (con, touched):
             keep_ids, keep_vecs, keep_wins = [], [], []
@@ -715,9 +715,10 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
             )
             sims = {key: s for key, s in sims.items() if s >= MIN_HIT_RELEVANCE}
             pool = sorted(sims, key=lambda key: -sims[key])[: max(3 * k, 30)]
-            hits = self._hydrate(con, {key: sims[key] for key in pool}, cos, set(lex), dense, set(graph), qvec)
-        hits.sort(key=lambda h: (-h.score, h.id))
-        hits = hits[:k]
+            hits = self._hydrate(con, {key: sims[key] for key in pool}, cos, set(lex), dense, set(graph))
+            hits.sort(key=lambda h: (-h.score, h.id))
+            hits = hits[:k]
+            self._name_passages(con, hits, qvec)
         if record_access:
             self._record_access([h.id for h in hits if not h.id.startswith("chk_")])
         return hits
@@ -775,10 +776,8 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
             return None
 
     def _hydrate(self, con: Connection, fused: dict[tuple[str, int], float], cos: dict[tuple[str, int], float],
-                 lex: set, dense: set, graph: set | frozenset = frozenset(),
-                 qvec: np.ndarray | None = None) -> list[Hit]:
-        """Hits for these keys; `fused` holds each key's similarity. With the query's vector, a long
-        memory's hit names the passage (window) that matched it best."""
+                 lex: set, dense: set, graph: set | frozenset = frozenset()) -> list[Hit]:
+        """Hits for these keys; `fused` holds each key's similarity."""
         now = time.time()
         mids = [i for (t, i) in fused if t == "m"]
         cids = [i for (t, i) in fused if t == "c"]
@@ -798,7 +797,6 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
                     score=round(ranking.final_score(sim, r[5], rec), 6), at=iso(r[8]), created_at=iso(r[6]),
                     archived=bool(r[11]), conflict_with=r[13],
                     via=[v for v, s in (("fts", lex), ("vector", dense), ("graph", graph)) if key in s] or ["context"],
-                    passage=self._passage(con, r[0], r[3], qvec),
                 ))
         if cids:
             rows = con.execute(
@@ -821,14 +819,25 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
         self._describe_conflicts(con, hits)
         return hits
 
-    def _passage(self, con: Connection, rid: int, text: str, qvec: np.ndarray | None) -> str | None:
+    def _name_passages(self, con: Connection, hits: list[Hit], qvec: np.ndarray | None) -> None:
+        """A hit on a long memory names the passage (window) that matched it better than its whole text."""
         if qvec is None or "memories" not in self._index:
-            return None
-        best = self._index["memories"].best_window(con, rid, qvec)
-        if best is None:
-            return None
-        windows = self.embedder.windows(text)
-        return windows[best] if best < len(windows) else None
+            return
+        uids = [h.id for h in hits if h.kind != "chunk"]
+        if not uids:
+            return
+        rids = dict(con.execute(
+            f"SELECT m.uid, m.id FROM memories m WHERE m.uid IN ({','.join('?' * len(uids))}) "
+            "AND EXISTS (SELECT 1 FROM memory_windows w WHERE w.memory_id = m.id)", uids
+        ).fetchall()) if self._has_windows(con) else {}
+        for h in hits:
+            if h.id in rids:
+                span = self._index["memories"].best_window(con, rids[h.id], qvec)
+                h.passage = h.text[span[0] : span[1]] if span else None
+
+    @staticmethod
+    def _has_windows(con: Connection) -> bool:
+        return con.execute("SELECT 1 FROM sqlite_master WHERE name = 'memory_windows'").fetchone() is not None
 
     def _fill_cosine(self, con: Connection, keys: list[tuple[str, int]], qvec: np.ndarray) -> dict[tuple[str, int], float]:
         """Cosine to the query for candidates the vector search did not return (from the vector mirror)."""
@@ -848,12 +857,9 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
             ).fetchone()
             if other is None:
                 continue
-            mine = con.execute(
-                "SELECT coalesce(event_at, created_at) FROM memories WHERE uid = ?", (h.id,)
-            ).fetchone()
+            mine = (h.at or h.created_at or "")[:10]
             h.conflict = (
-                f'You said "{h.text}" on {iso(mine[0])[:10]} and "{other[0]}" on {iso(other[1])[:10]}; '
-                "these disagree."
+                f'You said "{h.text}" on {mine} and "{other[0]}" on {iso(other[1])[:10]}; these disagree.'
             )
 
     def _record_access(self, uids: list[str]) -> None:
@@ -861,16 +867,12 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
             return
         now = time.time()
         try:
-            with self.store.write() as con:
-                for uid in uids:
-                    row = con.execute("SELECT importance FROM memories WHERE uid = ?", (uid,)).fetchone()
-                    if row is None:
-                        continue
-                    con.execute(
-                        "UPDATE memories SET access_count = access_count + 1, last_accessed_at = ?, importance = ? "
-                        "WHERE uid = ?",
-                        (now, ranking.boosted_importance(row[0]), uid),
-                    )
+            with self.store.write() as con:  # importance grows as ranking.boosted_importance does
+                con.executemany(
+                    "UPDATE memories SET access_count = access_count + 1, last_accessed_at = ?, "
+                    "importance = min(1.0, importance + ? * (1.0 - importance)) WHERE uid = ?",
+                    [(now, ranking.ACCESS_BOOST, uid) for uid in uids],
+                )
         except UserError:
             log.info("access not recorded: store busy")
 
@@ -906,7 +908,9 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
                 "(SELECT count(*) FROM chunks WHERE embedded_hash IS NULL)"
             ),
             pending_extraction=self._pending_extraction(con),
-            pending_rollup=one("SELECT count(*) FROM memories WHERE kind = 'episodic' AND processed = 0"),
+            pending_rollup=one(
+                "SELECT count(*) FROM memories WHERE kind = 'episodic' AND processed = 0 AND archived = 0"
+            ),
             embedding_model=space[0] if space else (self.settings.embedding_model),
             embedding_dimension=space[1] if space else None,
             embedding_ready=self.embedder.ready,

@@ -144,6 +144,10 @@ def final_score(similarity: float, importance: float, recency_value: float) -> f
     return W_SIMILARITY * similarity + W_IMPORTANCE * importance + W_RECENCY * recency_value
 
 
-def boosted_importance(importance: float, step: float = 0.05) -> float:
+# Each time a memory is recalled, its importance moves this share of the way to 1.
+ACCESS_BOOST = 0.05
+
+
+def boosted_importance(importance: float, step: float = ACCESS_BOOST) -> float:
     """Importance grows with use, approaching 1 but never passing it."""
     return min(1.0, importance + step * (1.0 - importance))

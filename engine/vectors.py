@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .db import Connection
+from .embeddings import Windows
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,10 @@ def create_tables(con: Connection, dim: int) -> None:
         con.execute(
             f"CREATE VIRTUAL TABLE IF NOT EXISTS vec_{table} USING vec0(embedding float[{dim}] distance_metric=cosine)"
         )
-    con.execute("CREATE TABLE IF NOT EXISTS memory_windows(id INTEGER PRIMARY KEY, memory_id INTEGER NOT NULL)")
+    con.execute(
+        "CREATE TABLE IF NOT EXISTS memory_windows(id INTEGER PRIMARY KEY, memory_id INTEGER NOT NULL, "
+        "start INTEGER NOT NULL, end INTEGER NOT NULL)"  # the window is text[start:end] of its memory
+    )
     con.execute("CREATE INDEX IF NOT EXISTS memory_windows_owner ON memory_windows(memory_id)")
     for table in ("memories", "chunks"):
         con.execute(
@@ -93,7 +97,7 @@ def drop_tables(con: Connection) -> None:
 
 
 def put(con: Connection, table: str, ids: list[int], vecs: np.ndarray,
-        windows: list[np.ndarray | None] | None = None) -> None:
+        windows: list[Windows | None] | None = None) -> None:
     """Store (replace) the vectors of these rows; for memories, also their window vectors (None: none)."""
     delete(con, table, ids)
     con.executemany(
@@ -101,8 +105,11 @@ def put(con: Connection, table: str, ids: list[int], vecs: np.ndarray,
         [(i, np.asarray(v, dtype=np.float32).tobytes()) for i, v in zip(ids, vecs, strict=True)],
     )
     for rid, wins in zip(ids, windows or [], strict=False):
-        for v in wins if wins is not None else ():
-            wid = con.execute("INSERT INTO memory_windows(memory_id) VALUES (?)", (rid,)).lastrowid
+        if wins is None:
+            continue
+        for v, (start, end) in zip(wins.vectors, wins.spans, strict=True):
+            wid = con.execute("INSERT INTO memory_windows(memory_id, start, end) VALUES (?, ?, ?)",
+                              (rid, start, end)).lastrowid
             con.execute("INSERT INTO vec_memory_windows(rowid, embedding) VALUES (?, ?)",
                         (wid, np.asarray(v, dtype=np.float32).tobytes()))
 
@@ -359,8 +366,8 @@ class VectorIndex:
                 out[rid] = with_windows(float(np.frombuffer(blob, dtype=np.float32) @ q), windows.get(rid), q)
         return out
 
-    def best_window(self, con: Connection, rid: int, q: np.ndarray) -> int | None:
-        """Index of the window of memory rid that matches q better than its whole text does, if any."""
+    def best_window(self, con: Connection, rid: int, q: np.ndarray) -> tuple[int, int] | None:
+        """(start, end) in memory rid's text of its window that matches q better than the whole text, if any."""
         q = np.asarray(q, dtype=np.float32)
         wins = whole = None
         if self.use_mirror:
@@ -380,7 +387,11 @@ class VectorIndex:
             return None
         scores = wins @ q
         best = int(np.argmax(scores))
-        return best if float(scores[best]) > float(whole @ q) else None
+        if float(scores[best]) <= float(whole @ q):
+            return None
+        span = con.execute("SELECT start, end FROM memory_windows WHERE memory_id = ? ORDER BY id LIMIT 1 OFFSET ?",
+                           (rid, best)).fetchone()
+        return (int(span[0]), int(span[1])) if span else None
 
     def search(self, con: Connection, q: np.ndarray, k: int, f: Filter, *,
                windows: bool = True) -> list[tuple[int, float]]:
