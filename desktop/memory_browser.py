@@ -52,6 +52,7 @@ class Row:
     conflict_with: str | None
     importance: float = 0.5
     conflict: str | None = None
+    passage: str | None = None  # a search hit on a long memory: the part that matched
 
     @classmethod
     def of(cls, item: Any) -> Row:
@@ -59,7 +60,8 @@ class Row:
         return cls(id=item.id, kind=item.kind, text=item.text, project=item.project,
                    when=item.at or item.created_at, created_at=item.created_at,
                    archived=bool(item.archived), conflict_with=item.conflict_with,
-                   importance=float(item.importance), conflict=getattr(item, "conflict", None))
+                   importance=float(item.importance), conflict=getattr(item, "conflict", None),
+                   passage=getattr(item, "passage", None))
 
 
 class MemoryBrowser(QWidget):
@@ -311,10 +313,11 @@ class MemoryBrowser(QWidget):
         self._rows = {r.id: r for r in rows}
         warn = QColor("#D97706")
         for r in rows:
-            item = QTreeWidgetItem([formatting.one_line(r.text), formatting.kind_label(r.kind), r.project or "",
+            shown = "…" + formatting.one_line(r.passage) if r.passage else formatting.one_line(r.text)
+            item = QTreeWidgetItem([shown, formatting.kind_label(r.kind), r.project or "",
                                     formatting.when(r.when)])
             item.setData(0, Qt.ItemDataRole.UserRole, r.id)
-            item.setToolTip(0, r.conflict or r.text[:1000])
+            item.setToolTip(0, r.conflict or (r.passage or r.text)[:1000])
             if r.conflict_with:
                 item.setText(1, "⚠ Conflict")
                 item.setForeground(1, warn)

@@ -718,7 +718,7 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
             hits = self._hydrate(con, {key: sims[key] for key in pool}, cos, set(lex), dense, set(graph))
             hits.sort(key=lambda h: (-h.score, h.id))
             hits = hits[:k]
-            self._name_passages(con, hits, qvec)
+            self._name_passages(con, hits, qvec, query)
         if record_access:
             self._record_access([h.id for h in hits if not h.id.startswith("chk_")])
         return hits
@@ -819,8 +819,9 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
         self._describe_conflicts(con, hits)
         return hits
 
-    def _name_passages(self, con: Connection, hits: list[Hit], qvec: np.ndarray | None) -> None:
-        """A hit on a long memory names the passage (window) that matched it better than its whole text."""
+    def _name_passages(self, con: Connection, hits: list[Hit], qvec: np.ndarray | None, query: str) -> None:
+        """A hit on a long memory names the passage that matched: of the window that matched better than its
+        whole text, the sentences holding the question's words (or the whole window)."""
         if qvec is None or "memories" not in self._index:
             return
         uids = [h.id for h in hits if h.kind != "chunk"]
@@ -833,7 +834,7 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
         for h in hits:
             if h.id in rids:
                 span = self._index["memories"].best_window(con, rids[h.id], qvec)
-                h.passage = h.text[span[0] : span[1]] if span else None
+                h.passage = retrieval.focus(h.text[span[0] : span[1]], query) if span else None
 
     @staticmethod
     def _has_windows(con: Connection) -> bool:

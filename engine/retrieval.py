@@ -37,6 +37,39 @@ def terms(query: str) -> list[str]:
     return out
 
 
+_SENTENCE_END = re.compile(r"(?<=[.!?…。！？])\s+")
+
+
+def _same_word(word: str, term: str) -> bool:
+    """A word of the text stands for a query term: equal, or one an inflection of the other (passport(s))."""
+    if word == term:
+        return True
+    short, long_ = sorted((word, term), key=len)
+    return len(short) >= 4 and long_.startswith(short) and len(long_) - len(short) <= 3
+
+
+def focus(passage: str, query: str, max_chars: int = 320) -> str:
+    """The sentence(s) of a passage that hold the most of the query's words (its most informative part),
+    or the passage itself when none does: what to show a person of a long memory's matching window."""
+    ts = terms(query)
+    sentences = [x for x in _SENTENCE_END.split(passage.strip()) if x]
+    if not ts or len(sentences) < 2:
+        return passage
+    def score(sentence: str) -> int:
+        words = {w.lower() for w in _WORD.findall(sentence)}
+        return sum(any(_same_word(w, t) for w in words) for t in ts)
+    scores = [score(x) for x in sentences]
+    best = max(range(len(sentences)), key=lambda i: (scores[i], -i))
+    if scores[best] == 0:
+        return passage
+    out = sentences[best]
+    nxt = best + 1
+    while nxt < len(sentences) and len(out) + 1 + len(sentences[nxt]) <= max_chars and len(out) < 30:
+        out += " " + sentences[nxt]  # a short sentence reads better with the one after it
+        nxt += 1
+    return out
+
+
 def match_expression(query: str | list[str]) -> str | None:
     """An FTS5 MATCH string: any of the terms (BM25 rewards documents with more of them). Takes the query or
     the terms to search (see `LexicalPlan`)."""

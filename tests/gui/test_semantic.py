@@ -28,3 +28,24 @@ def test_a_captured_fact_is_found_by_meaning_after_background_embedding(qtbot, q
                         "Lisbon" in browser.tree.topLevelItem(0).text(0), timeout=15_000)
     finally:
         app.quit()
+
+
+@pytest.mark.slow
+def test_a_search_hit_on_a_long_note_shows_the_passage_that_matched(qtbot, qasync_loop, profile_home,
+                                                                      shared_embedder):
+    from tests.integration.test_long_memories import HOUSE_NOTES
+
+    app = make_desktop(qtbot, profile_home, shared_embedder)
+    try:
+        qtbot.waitUntil(lambda: app.window.status.model_state == "ready", timeout=30_000)
+        eng = engine_of(app)
+        eng.remember(HOUSE_NOTES, embed="sync")
+        eng.remember("The car keys hang on the hook by the front door.", embed="sync")
+        browser = app.window.memories
+        qtbot.keyClicks(browser.search, "Where is my passport?")
+        qtbot.waitUntil(lambda: browser.visible_ids() != [] and
+                        browser.tree.topLevelItem(0).text(0).startswith("…"), timeout=15_000)
+        row = browser.tree.topLevelItem(0)
+        assert "passports" in row.toolTip(0) and "House notes" not in row.toolTip(0)
+    finally:
+        app.quit()

@@ -94,3 +94,18 @@ def test_doc_freqs_are_cached_until_the_table_grows(big_fts):
 
 def test_match_expression_takes_a_term_list():
     assert retrieval.match_expression(["kitten", "sofa"]) == '"kitten" OR "sofa"'
+
+
+def test_focus_picks_the_sentence_with_the_questions_words():
+    from engine.retrieval import focus
+
+    window = ("The boiler was serviced in September. Recycling goes out on Tuesdays. "
+              "The passports are kept in the green folder in the study. The porch light is on a timer.")
+    assert focus(window, "Where is my passport?") == "The passports are kept in the green folder in the study."
+    assert focus(window, "When is the boiler serviced?") == "The boiler was serviced in September."
+    # a short best sentence reads on into the next one
+    assert focus("Intro text here. Keys: hook. The hook is by the door. End.", "keys") == (
+        "Keys: hook. The hook is by the door.")
+    # no word in common: the whole passage, never an arbitrary sentence
+    assert focus(window, "travel documents abroad") == window
+    assert focus("One sentence only about passports", "passport") == "One sentence only about passports"
