@@ -244,13 +244,18 @@ class Embedder:
                 break
         return out
 
-    def encode_windows(self, texts: list[str], *, batch_size: int = 64) -> list[Windows | None]:
-        """Window vectors and character spans per text (None for a text that fits in one window), in one batch."""
+    def encode_windows(self, texts: list[str], *, batch_size: int = 64, small: bool = False) -> list[Windows | None]:
+        """Window vectors and character spans per text (None for a text that fits in one window), in one
+        batch. small=True (one memory being captured) keeps to small calls, so a long capture is embedded
+        on the numpy runtime and does not load torch."""
         spans = [self.window_spans(t) for t in texts]
         flat = [t[a:b] for t, ss in zip(texts, spans, strict=True) for a, b in ss]
         if not flat:
             return [None] * len(texts)
-        vecs = self.encode(flat, batch_size=batch_size)
+        if small and self._fast is not None:
+            vecs = np.concatenate([self.encode(flat[i : i + SMALL_BATCH]) for i in range(0, len(flat), SMALL_BATCH)])
+        else:
+            vecs = self.encode(flat, batch_size=batch_size)
         out: list[Windows | None] = []
         i = 0
         for ss in spans:

@@ -419,7 +419,7 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
         if want_vec and self._ensure_space():
             try:
                 vec = self.embedder.encode_one(text)
-                wins = self.embedder.encode_windows([text])[0]
+                wins = self.embedder.encode_windows([text], small=True)[0]
             except EmbeddingUnavailable:
                 vec = None
         with self.mutation() as (con, touched):

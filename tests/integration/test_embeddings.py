@@ -37,3 +37,18 @@ def test_a_query_needs_no_torch():
             "assert 'torch' not in sys.modules and 'sentence_transformers' not in sys.modules, 'torch imported'")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
+
+
+def test_capturing_a_long_note_needs_no_torch(tmp_path):
+    code = (
+        "import sys, os; from pathlib import Path; from engine import Engine; "
+        "os.environ['PERSONAL_LLM_PASSPHRASE'] = 'pw'; "
+        "eng = Engine.open(Path(sys.argv[1])); "
+        "text = ' '.join(f'Paragraph {i} says the item number {i} is kept in box {i % 9}.' for i in range(150)); "
+        "eng.remember(text, embed='sync'); "
+        "n = eng.con.execute('SELECT count(*) FROM memory_windows').fetchone()[0]; assert n > 8, n; "
+        "assert 'torch' not in sys.modules and 'sentence_transformers' not in sys.modules, 'torch imported'"
+    )
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "home")], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
