@@ -28,6 +28,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+def add_eval_args(ap) -> None:
+    """The options every evaluation harness takes."""
+    ap.add_argument("--out", help="write the per-question results and the summary as JSON here")
+    ap.add_argument("--cache-dir", help="keep the embedded store here and reuse it in later runs (tuning)")
+
+
 def prepare_home(cache_dir: str | None, key: str) -> tuple[Path, bool, str | None]:
     """(profile dir, whether it already holds the data, temp dir to delete afterwards).
 

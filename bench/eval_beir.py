@@ -45,8 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dir", help="a BEIR data set folder (corpus.jsonl, queries.jsonl, qrels/)")
     ap.add_argument("--split", default="test")
-    ap.add_argument("--out", help="write per-query results and the summary as JSON here")
-    ap.add_argument("--cache-dir", help="keep the embedded store here and reuse it in later runs (tuning)")
+    C.add_eval_args(ap)
     args = ap.parse_args(argv)
 
     root = Path(args.dir)

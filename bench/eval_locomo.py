@@ -68,8 +68,7 @@ def turns_of(sample: dict) -> list[tuple[str, str, datetime | None]]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("path", help="a LoCoMo-format JSON file")
-    ap.add_argument("--out", help="write per-question results and the summary as JSON here")
-    ap.add_argument("--cache-dir", help="keep the embedded store here and reuse it in later runs (tuning)")
+    C.add_eval_args(ap)
     args = ap.parse_args(argv)
 
     data = json.loads(Path(args.path).read_text(encoding="utf-8"))

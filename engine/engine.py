@@ -830,15 +830,11 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
         rids = dict(con.execute(
             f"SELECT m.uid, m.id FROM memories m WHERE m.uid IN ({','.join('?' * len(uids))}) "
             "AND EXISTS (SELECT 1 FROM memory_windows w WHERE w.memory_id = m.id)", uids
-        ).fetchall()) if self._has_windows(con) else {}
+        ).fetchall()) if vectors.has_windows(con) else {}
         for h in hits:
             if h.id in rids:
                 span = self._index["memories"].best_window(con, rids[h.id], qvec)
                 h.passage = retrieval.focus(h.text[span[0] : span[1]], query) if span else None
-
-    @staticmethod
-    def _has_windows(con: Connection) -> bool:
-        return con.execute("SELECT 1 FROM sqlite_master WHERE name = 'memory_windows'").fetchone() is not None
 
     def _fill_cosine(self, con: Connection, keys: list[tuple[str, int]], qvec: np.ndarray) -> dict[tuple[str, int], float]:
         """Cosine to the query for candidates the vector search did not return (from the vector mirror)."""

@@ -114,27 +114,29 @@ def put(con: Connection, table: str, ids: list[int], vecs: np.ndarray,
                         (wid, np.asarray(v, dtype=np.float32).tobytes()))
 
 
+def has_windows(con: Connection) -> bool:
+    """Whether this store has the window tables yet (they come with the first embedding space check)."""
+    return con.execute("SELECT 1 FROM sqlite_master WHERE name = 'memory_windows'").fetchone() is not None
+
+
 def delete(con: Connection, table: str, ids: list[int]) -> None:
     """Drop the vectors (and a memory's windows) of these rows; the rows stay."""
     con.executemany(f"DELETE FROM vec_{table} WHERE rowid = ?", [(i,) for i in ids])
-    if table == "memories" and con.execute(
-        "SELECT 1 FROM sqlite_master WHERE name = 'memory_windows'"
-    ).fetchone():
-        for i in ids:
-            con.execute(
-                "DELETE FROM vec_memory_windows WHERE rowid IN (SELECT id FROM memory_windows WHERE memory_id = ?)",
-                (i,),
-            )
-            con.execute("DELETE FROM memory_windows WHERE memory_id = ?", (i,))
+    if table == "memories" and has_windows(con):
+        con.executemany(
+            "DELETE FROM vec_memory_windows WHERE rowid IN (SELECT id FROM memory_windows WHERE memory_id = ?)",
+            [(i,) for i in ids],
+        )
+        con.executemany("DELETE FROM memory_windows WHERE memory_id = ?", [(i,) for i in ids])
 
 
-def read_windows(con: Connection, ids: list[int]) -> dict[int, np.ndarray]:
-    """Window vectors of these memories (only those that have any): id -> (n, dim) matrix."""
+def read_windows(con: Connection, ids: list[int] | None = None) -> dict[int, np.ndarray]:
+    """Window vectors of these memories (None: of all), only those that have any: id -> (n, dim) matrix."""
     out: dict[int, list[np.ndarray]] = {}
-    for p in range(0, len(ids), 500):
-        part = ids[p : p + 500]
-        sql = _WINDOWS + f" WHERE w.memory_id IN ({','.join('?' * len(part))}) ORDER BY w.memory_id, w.id"
-        for rid, blob in con.execute(sql, part).fetchall():
+    parts = [None] if ids is None else [ids[p : p + 500] for p in range(0, len(ids), 500)]
+    for part in parts:
+        where = "" if part is None else f" WHERE w.memory_id IN ({','.join('?' * len(part))})"
+        for rid, blob in con.execute(_WINDOWS + where + " ORDER BY w.memory_id, w.id", part or ()).fetchall():
             out.setdefault(rid, []).append(np.frombuffer(blob, dtype=np.float32))
     return {rid: np.stack(v) for rid, v in out.items()}
 
@@ -301,10 +303,7 @@ class VectorIndex:
         rows = con.execute(_SOURCES[self.table]).fetchall()
         m.add(rows)
         if self.table == "memories":
-            windows: dict[int, list[np.ndarray]] = {}
-            for rid, blob in con.execute(_WINDOWS + " ORDER BY w.memory_id, w.id"):
-                windows.setdefault(rid, []).append(np.frombuffer(blob, dtype=np.float32))
-            m.add_windows({rid: np.stack(v) for rid, v in windows.items()})
+            m.add_windows(read_windows(con))
         log.info("vector mirror %s loaded: %d rows, %d windows", self.table, len(rows), m.wn)
         return m
 
@@ -340,6 +339,11 @@ class VectorIndex:
         if m.dead > 1024 and m.dead > (m.n + m.wn) // 4:
             self._mirror = None  # compact by reloading on next search
 
+    def _current(self, con: Connection) -> _Mirror | None:
+        """The mirror, if it is loaded and no other process wrote since (call holding self._lock)."""
+        m = self._mirror
+        return m if m is not None and self._epoch == read_epoch(con) else None
+
     def cosines(self, con: Connection, ids: list[int], q: np.ndarray) -> dict[int, float]:
         """Cosine to q for these rows (those without a vector are left out): from the mirror when it is
         current, else one vec0 read per 500 rows (a vec0 rowid lookup costs ~0.5 ms a row at 100k rows)."""
@@ -348,8 +352,8 @@ class VectorIndex:
         rest = ids
         if self.use_mirror:
             with self._lock:
-                m = self._mirror
-                if m is not None and self._epoch == read_epoch(con):
+                m = self._current(con)
+                if m is not None:
                     found = [(i, m.pos[i]) for i in ids if i in m.pos]
                     if found:
                         scores = m.mat[[p for _, p in found]] @ q
@@ -372,8 +376,8 @@ class VectorIndex:
         wins = whole = None
         if self.use_mirror:
             with self._lock:
-                m = self._mirror
-                if m is not None and self._epoch == read_epoch(con) and rid in m.pos:
+                m = self._current(con)
+                if m is not None and rid in m.pos:
                     rows = m.wrows.get(rid)
                     wins = m.wmat[rows] if rows else np.zeros((0, self.dim), dtype=np.float32)
                     whole = m.mat[m.pos[rid]]

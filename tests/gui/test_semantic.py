@@ -3,49 +3,51 @@ when the model is ready."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from .conftest import engine_of, make_desktop
 
 
-@pytest.mark.slow
-def test_a_captured_fact_is_found_by_meaning_after_background_embedding(qtbot, qasync_loop, profile_home,
-                                                                        shared_embedder):
+@pytest.fixture
+def semantic_app(qtbot, qasync_loop, profile_home, shared_embedder) -> Iterator:
+    """The desktop with the real model, once the status bar says semantic search is ready."""
     app = make_desktop(qtbot, profile_home, shared_embedder)
     try:
         qtbot.waitUntil(lambda: app.window.status.model_state == "ready", timeout=30_000)
-        assert "Semantic search ready" in app.window.status.model.text()
-        box = app.capture
-        box.open_box()
-        qtbot.keyClicks(box.input, "My sister Alice lives in Lisbon")
-        box.submit()
-        qtbot.waitUntil(lambda: box.status.text() == "Saved ✓", timeout=10_000)
-        eng = engine_of(app)
-        qtbot.waitUntil(lambda: all(m.embedded for m in eng.list_memories()), timeout=30_000)
-        browser = app.window.memories
-        qtbot.keyClicks(browser.search, "Which city is my sibling based in?")
-        qtbot.waitUntil(lambda: browser.visible_ids() != [] and
-                        "Lisbon" in browser.tree.topLevelItem(0).text(0), timeout=15_000)
+        yield app
     finally:
         app.quit()
 
 
 @pytest.mark.slow
-def test_a_search_hit_on_a_long_note_shows_the_passage_that_matched(qtbot, qasync_loop, profile_home,
-                                                                      shared_embedder):
+def test_a_captured_fact_is_found_by_meaning_after_background_embedding(qtbot, semantic_app):
+    app = semantic_app
+    assert "Semantic search ready" in app.window.status.model.text()
+    box = app.capture
+    box.open_box()
+    qtbot.keyClicks(box.input, "My sister Alice lives in Lisbon")
+    box.submit()
+    qtbot.waitUntil(lambda: box.status.text() == "Saved ✓", timeout=10_000)
+    eng = engine_of(app)
+    qtbot.waitUntil(lambda: all(m.embedded for m in eng.list_memories()), timeout=30_000)
+    browser = app.window.memories
+    qtbot.keyClicks(browser.search, "Which city is my sibling based in?")
+    qtbot.waitUntil(lambda: browser.visible_ids() != [] and
+                    "Lisbon" in browser.tree.topLevelItem(0).text(0), timeout=15_000)
+
+
+@pytest.mark.slow
+def test_a_search_hit_on_a_long_note_shows_the_passage_that_matched(qtbot, semantic_app):
     from tests.integration.test_long_memories import HOUSE_NOTES
 
-    app = make_desktop(qtbot, profile_home, shared_embedder)
-    try:
-        qtbot.waitUntil(lambda: app.window.status.model_state == "ready", timeout=30_000)
-        eng = engine_of(app)
-        eng.remember(HOUSE_NOTES, embed="sync")
-        eng.remember("The car keys hang on the hook by the front door.", embed="sync")
-        browser = app.window.memories
-        qtbot.keyClicks(browser.search, "Where is my passport?")
-        qtbot.waitUntil(lambda: browser.visible_ids() != [] and
-                        browser.tree.topLevelItem(0).text(0).startswith("…"), timeout=15_000)
-        row = browser.tree.topLevelItem(0)
-        assert "passports" in row.toolTip(0) and "House notes" not in row.toolTip(0)
-    finally:
-        app.quit()
+    eng = engine_of(semantic_app)
+    eng.remember(HOUSE_NOTES, embed="sync")
+    eng.remember("The car keys hang on the hook by the front door.", embed="sync")
+    browser = semantic_app.window.memories
+    qtbot.keyClicks(browser.search, "Where is my passport?")
+    qtbot.waitUntil(lambda: browser.visible_ids() != [] and
+                    browser.tree.topLevelItem(0).text(0).startswith("…"), timeout=15_000)
+    row = browser.tree.topLevelItem(0)
+    assert "passports" in row.toolTip(0) and "House notes" not in row.toolTip(0)
