@@ -66,6 +66,7 @@ class MainWindow(QMainWindow):
         self.sidebar.setIconSize(QSize(20, 20))
         self.sidebar.setFrameShape(QListWidget.Shape.NoFrame)
         self.sidebar.currentRowChanged.connect(self._page_selected)
+        self.sidebar.itemClicked.connect(lambda _item: self._focus_page())
         self._build_sidebar()
 
         self.first_run = FirstRunCard()
@@ -169,13 +170,25 @@ class MainWindow(QMainWindow):
 
     def _shortcuts(self) -> None:
         for i in range(len(PAGES)):
-            QShortcut(QKeySequence(f"Ctrl+{i + 1}"), self, activated=lambda i=i: self.sidebar.setCurrentRow(i))
+            QShortcut(QKeySequence(f"Ctrl+{i + 1}"), self, activated=lambda i=i: self._go_to(i))
         QShortcut(QKeySequence("Ctrl+N"), self, activated=self.capture_requested.emit)
         QShortcut(QKeySequence("Ctrl+K"), self, activated=self.open_ask)
         QShortcut(QKeySequence.StandardKey.Find, self,
                   activated=lambda: (self.show_page("memories"), self.memories.focus_search()))
         QShortcut(QKeySequence.StandardKey.Quit, self, activated=self.quit_requested.emit)
         QShortcut(QKeySequence.StandardKey.Close, self, activated=self.close)
+
+    def _go_to(self, row: int) -> None:
+        self.sidebar.setCurrentRow(row)
+        self._focus_page()
+
+    def _focus_page(self) -> None:
+        """Chosen by click or shortcut, a page takes the keyboard: Memories its search, Ask its question."""
+        key = PAGES[self.sidebar.currentRow()][1]
+        if key == "memories":
+            self.memories.focus_search()
+        elif key == "ask" and self._built:
+            self.ask.focus_question()
 
     def _page_selected(self, row: int) -> None:
         if row > 0:

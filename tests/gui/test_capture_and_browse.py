@@ -98,3 +98,21 @@ def test_archived_and_conflicting_memories_are_visible_with_a_badge(qtbot, deskt
     browser.show_filter.setCurrentIndex(browser.show_filter.findData("archived"))
     qtbot.waitUntil(lambda: browser.visible_ids() == [uid], timeout=10_000)
     assert browser.tree.topLevelItem(0).text(1) == "Archived"
+
+
+def test_a_page_chosen_in_the_sidebar_takes_the_keyboard(qtbot, desktop):
+    """Click Ask and type: the words land in the question, not in the sidebar's type-ahead."""
+    window = desktop.window
+    window.show()
+    window.activateWindow()
+    qtbot.waitExposed(window)
+    sidebar = window.sidebar
+    ask_item = sidebar.item(1)
+    qtbot.mouseClick(sidebar.viewport(), Qt.MouseButton.LeftButton, pos=sidebar.visualItemRect(ask_item).center())
+    qtbot.waitUntil(lambda: window.pages.currentWidget() is window.ask, timeout=3000)
+    qtbot.waitUntil(lambda: window.ask.question.hasFocus(), timeout=3000)
+    qtbot.keyClicks(window.focusWidget(), "where is my passport")
+    assert window.ask.question.text() == "where is my passport"
+    qtbot.keyClick(window, Qt.Key.Key_1, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: window.memories.search.hasFocus(), timeout=3000)
+    assert window.pages.currentWidget() is window.memories
