@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 
@@ -75,6 +75,20 @@ class Banner(QFrame):
         self.style().unpolish(self)
         self.style().polish(self)
         self.setVisible(bool(text))
+        self.updateGeometry()
+
+    def sizeHint(self) -> QSize:  # noqa: N802 (Qt API)
+        """As tall as the text is at the width it has: a wrapped QLabel's own hint assumes a narrow column,
+        and a form layout takes that hint as is, leaving a one-line message in a four-line box."""
+        hint = super().sizeHint()
+        if self.width() > 0 and self.hasHeightForWidth():
+            hint.setHeight(self.heightForWidth(self.width()))
+        return hint
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt API)
+        super().resizeEvent(event)
+        if event.oldSize().width() != event.size().width():
+            self.updateGeometry()
 
 
 class UndoBar(QFrame):
