@@ -3,6 +3,7 @@
 `personal-llm mcp` (or `python -m engine.mcp`) speaks MCP over stdio with the official SDK. Tools:
 `remember`, `recall`, `ask`, and `forget` — destructive (annotated so clients ask the user) and refused
 unless its `confirm` argument repeats the id or says "forget". Resources: `memory://stats`.
+When stdin ends, the requests already read are still answered before the server exits.
 
 Nothing here logs memory text: tool failures are returned to the client, and only their type is logged.
 """
@@ -10,12 +11,18 @@ Nothing here logs memory text: tool failures are returned to the client, and onl
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
-from collections.abc import Callable
+import os
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Annotated, Any, Literal
+from contextlib import contextmanager
+from typing import IO, Annotated, Any, Literal
 
+import anyio
 from mcp.server.mcpserver import MCPServer
+from mcp.server.stdio import stdio_server
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
@@ -50,6 +57,103 @@ class AskOutput(BaseModel):
     sources: list[dict[str, Any]] = Field(default_factory=list)
     llm_available: bool = True
     notice: str | None = Field(default=None, description="Why the answer is limited, if it is")
+
+
+# A client that writes its requests and closes its end of the pipe (`… | personal-llm mcp`) still gets every
+# answer: at the end of stdin the server waits up to this long for the requests it has read.
+DRAIN_SECONDS = 300.0
+
+
+class _InFlight:
+    """Ids of the requests read from stdin and not yet answered on stdout."""
+
+    def __init__(self) -> None:
+        self.ids: set[str] = set()
+        self._changed = anyio.Event()
+
+    def note(self, raw: str, incoming: bool) -> None:
+        try:
+            message = json.loads(raw)
+        except ValueError:
+            return
+        for m in message if isinstance(message, list) else [message]:
+            if not isinstance(m, dict):
+                continue
+            if incoming and "method" in m and "id" in m:
+                self.ids.add(repr(m["id"]))
+            elif incoming and m.get("method") == "notifications/cancelled":
+                self.ids.discard(repr((m.get("params") or {}).get("requestId")))
+            elif not incoming and "method" not in m and "id" in m:
+                self.ids.discard(repr(m["id"]))
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def drain(self, limit: float) -> None:
+        with anyio.move_on_after(limit):
+            while self.ids:
+                await self._changed.wait()
+
+
+class _Stdin:
+    """Lines from stdin for the SDK's transport; at the end, waits for the requests in flight."""
+
+    def __init__(self, file: IO[str], flight: _InFlight, limit: float) -> None:
+        self._file, self._flight, self._limit = anyio.wrap_file(file), flight, limit
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._lines()
+
+    async def _lines(self) -> AsyncIterator[str]:
+        async for line in self._file:
+            self._flight.note(line, incoming=True)
+            yield line
+        await self._flight.drain(self._limit)
+
+
+class _Stdout:
+    def __init__(self, file: IO[str], flight: _InFlight) -> None:
+        self._file, self._flight = anyio.wrap_file(file), flight
+
+    async def write(self, text: str) -> None:
+        await self._file.write(text)
+        self._flight.note(text, incoming=False)
+
+    async def flush(self) -> None:
+        await self._file.flush()
+
+
+@contextmanager
+def _claimed_stdio() -> Iterator[tuple[IO[str], IO[str]]]:
+    """The protocol's ends: private copies of fd 0 and 1. Meanwhile fd 0 reads the null device and fd 1
+    writes to stderr, so nothing a library prints can corrupt the wire (as the SDK's own transport does)."""
+    sys.stdout.flush()
+    saved_in, saved_out = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    try:
+        os.dup2(null, 0)
+        os.dup2(2, 1)
+        with open(os.dup(saved_in), encoding="utf-8", errors="replace") as fin, \
+                open(os.dup(saved_out), "w", encoding="utf-8", newline="\n") as fout:
+            yield fin, fout
+    finally:
+        os.dup2(saved_in, 0)
+        os.dup2(saved_out, 1)
+        for fd in (saved_in, saved_out, null):
+            os.close(fd)
+
+
+class _StdioServer(MCPServer):
+    """MCPServer whose stdio transport answers the requests already read when stdin ends (the SDK's
+    answers them "Connection closed")."""
+
+    drain_seconds = DRAIN_SECONDS
+
+    async def run_stdio_async(self) -> None:
+        flight = _InFlight()
+        with _claimed_stdio() as (fin, fout):
+            wire = (_Stdin(fin, flight, self.drain_seconds), _Stdout(fout, flight))
+            async with stdio_server(*wire) as (r, w):  # type: ignore[arg-type]  # duck-typed AsyncFile
+                await self._lowlevel_server.run(r, w, self._lowlevel_server.create_initialization_options())
 
 
 def _refusal(message: str) -> CallToolResult:
@@ -91,7 +195,7 @@ def create_server(eng: Any, pool: ThreadPoolExecutor | None = None) -> MCPServer
     async def off(name: str, fn: Callable[[], BaseModel]) -> CallToolResult:
         return await asyncio.get_running_loop().run_in_executor(workers, _guarded, name, fn)
 
-    server: MCPServer = MCPServer(SERVER_NAME, title="Personal LLM memory", instructions=INSTRUCTIONS,
+    server: MCPServer = _StdioServer(SERVER_NAME, title="Personal LLM memory", instructions=INSTRUCTIONS,
                                   version=__version__, log_level="WARNING")
 
     @server.tool(annotations=ToolAnnotations(title="Remember", read_only_hint=False, destructive_hint=False,

@@ -120,3 +120,34 @@ def test_console_script_serves_mcp(profile_home: Path):
                 assert stats["memories"] == 0
 
     anyio.run(scenario)
+
+
+def test_requests_piped_in_are_all_answered_after_stdin_closes(profile_home: Path):
+    """`printf '…' | personal-llm mcp`: stdin ends right after the requests, and every one of them still
+    gets its answer (the SDK alone answers those still running "Connection closed"); then the server exits."""
+    import subprocess
+
+    with Engine.open(profile_home) as eng:
+        eng.remember(PRIVATE)
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "pipe", "version": "1"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+         "params": {"name": "recall", "arguments": {"query": "where is the spare key"}}},
+        {"jsonrpc": "2.0", "id": "three", "method": "tools/call",
+         "params": {"name": "remember", "arguments": {"text": "The boiler was serviced in March."}}},
+        {"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+         "params": {"name": "ask", "arguments": {"question": "Where is the spare key?"}}},
+    ]
+    params = server_params(profile_home)
+    proc = subprocess.run([params.command, *params.args], input="".join(json.dumps(m) + "\n" for m in lines),
+                          capture_output=True, text=True, env=params.env, cwd=params.cwd, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    replies = {r["id"]: r for r in map(json.loads, proc.stdout.splitlines())}  # only protocol on stdout
+    assert set(replies) == {1, 2, "three", 4}
+    assert all("error" not in r and not r["result"].get("isError") for r in replies.values()), replies
+    assert replies[2]["result"]["structuredContent"]["hits"][0]["text"] == PRIVATE
+    assert replies["three"]["result"]["structuredContent"]["merged"] is False
+    with Engine.open(profile_home) as eng:
+        assert "The boiler was serviced in March." in [m.text for m in eng.list_memories()]
