@@ -49,10 +49,17 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     root = Path(args.dir)
-    corpus = read_jsonl(root / "corpus.jsonl")
-    queries = {q["_id"]: q["text"] for q in read_jsonl(root / "queries.jsonl")}
-    qrels = read_qrels(root / "qrels" / f"{args.split}.tsv")
+    try:
+        corpus = read_jsonl(root / "corpus.jsonl")
+        queries = {q["_id"]: q["text"] for q in read_jsonl(root / "queries.jsonl")}
+        qrels = read_qrels(root / "qrels" / f"{args.split}.tsv")
+        for doc in corpus:
+            doc["_id"]  # noqa: B018 (a KeyError names a document without an id)
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
+        ap.error(f"{root} is not a readable BEIR data set ({type(e).__name__}: {e})")
     qids = [q for q in qrels if q in queries]
+    if not corpus or not qids:
+        ap.error(f"{root}: no documents, or no queries with judgements in qrels/{args.split}.tsv")
     key = f"beir-{root.resolve().name}-{len(corpus)}"
     home, ready, tmp = C.prepare_home(args.cache_dir, key)
     from engine import Engine

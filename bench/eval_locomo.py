@@ -71,7 +71,13 @@ def main(argv: list[str] | None = None) -> int:
     C.add_eval_args(ap)
     args = ap.parse_args(argv)
 
-    data = json.loads(Path(args.path).read_text(encoding="utf-8"))
+    try:
+        data = json.loads(Path(args.path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        ap.error(f"cannot read {args.path} ({type(e).__name__}: {e})")
+    if not (isinstance(data, list) and data and all(isinstance(d, dict) and isinstance(d.get("conversation"), dict)
+                                                   and isinstance(d.get("qa"), list) for d in data)):
+        ap.error(f"{args.path} is not a LoCoMo-format file: a list of samples, each with 'conversation' and 'qa'")
     key = "locomo-" + re.sub(r"\W+", "_", Path(args.path).stem) + f"-{Path(args.path).stat().st_size}"
     home, ready, tmp = C.prepare_home(args.cache_dir, key)
     from engine import Engine, relevance

@@ -1,0 +1,104 @@
+"""The evaluation harnesses run end to end on any data in their format (tiny sets built here, not the
+public ones) and refuse unreadable input with one clear line instead of a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+DOCS = {
+    "d1": ("Volcanoes", "Basaltic lava flows from shield volcanoes in Hawaii cool into pahoehoe rock."),
+    "d2": ("Bees", "Honey bees communicate the direction of flowers with a waggle dance."),
+    "d3": ("Tides", "The gravitational pull of the moon raises ocean tides twice a day."),
+    "d4": ("Coffee", "Caffeine blocks adenosine receptors in the brain and delays sleepiness."),
+    "d5": ("Glaciers", "Alpine glaciers retreat as summer temperatures rise."),
+}
+QUERIES = {"q1": "How do honey bees tell each other where flowers are?",
+           "q2": "What makes ocean tides happen?",
+           "q3": "Why does coffee keep people awake?"}
+QRELS = {"q1": "d2", "q2": "d3", "q3": "d4"}
+
+
+def run_bench(script: str, *args: str, tmp: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, HOME=str(tmp / "home"))
+    env.pop("PERSONAL_LLM_HOME", None)
+    return subprocess.run([sys.executable, str(ROOT / "bench" / script), *args], capture_output=True, text=True,
+                          env=env, cwd=tmp, timeout=600)
+
+
+def beir_set(root: Path) -> Path:
+    (root / "qrels").mkdir(parents=True)
+    (root / "corpus.jsonl").write_text("".join(json.dumps({"_id": d, "title": t, "text": x}) + "\n"
+                                               for d, (t, x) in DOCS.items()))
+    (root / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": x}) + "\n" for q, x in QUERIES.items()))
+    (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n"
+                                             + "".join(f"{q}\t{d}\t1\n" for q, d in QRELS.items())
+                                             + "q1\td5\t0\n")  # a zero judgement is not relevant
+    return root
+
+
+def test_eval_beir_prints_its_table_and_writes_its_results(tmp_path: Path):
+    data = beir_set(tmp_path / "tiny")
+    out = tmp_path / "beir.json"
+    proc = run_bench("eval_beir.py", str(data), "--out", str(out), tmp=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "5 documents, 3 test queries" in proc.stdout and "ours nDCG@10" in proc.stdout
+    result = json.loads(out.read_text())
+    assert [q["qid"] for q in result["queries"]] == ["q1", "q2", "q3"]
+    assert result["summary"]["ours nDCG@10"] == 1.0  # each question has one obvious answer
+    assert result["summary"]["bm25 R@10"] == 1.0 and result["summary"]["dense R@10"] == 1.0
+
+
+def test_eval_locomo_scores_evidence_and_the_floor(tmp_path: Path):
+    turns = [("Ana", "I adopted a grey cat called Pixel last week."), ("Ben", "Lovely! I am training for a marathon."),
+             ("Ana", "My sister moved to Lisbon for a new job."), ("Ben", "I ran twenty kilometres on Sunday.")]
+    sample = {
+        "sample_id": "conv-x",
+        "conversation": {
+            "speaker_a": "Ana", "speaker_b": "Ben",
+            "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_1": [{"speaker": s, "dia_id": f"D1:{i + 1}", "text": t} for i, (s, t) in enumerate(turns[:2])],
+            "session_2_date_time": "10:37 am on 27 June, 2023",
+            "session_2": [{"speaker": s, "dia_id": f"D2:{i + 1}", "text": t} for i, (s, t) in enumerate(turns[2:])],
+        },
+        "qa": [
+            {"question": "What is the name of Ana's cat?", "answer": "Pixel", "evidence": ["D1:1"], "category": 4},
+            {"question": "Where did Ana's sister move?", "answer": "Lisbon", "evidence": ["D2:1"], "category": 4},
+            {"question": "What is Ben training for?", "answer": "a marathon", "evidence": ["D1:2; D2:2"],
+             "category": 1},
+            {"question": "Which opera did Ana sing in?", "adversarial_answer": "none", "evidence": [], "category": 5},
+        ],
+    }
+    path = tmp_path / "tiny-locomo.json"
+    path.write_text(json.dumps([sample]))
+    out = tmp_path / "locomo.json"
+    proc = run_bench("eval_locomo.py", str(path), "--out", str(out), tmp=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "1 conversations, 4 memories, 4 questions" in proc.stdout and "relevance floor" in proc.stdout
+    result = json.loads(out.read_text())
+    by_q = {q["question"]: q for q in result["questions"]}
+    assert by_q["What is Ben training for?"]["gold"] == ["D1:2", "D2:2"]  # "a; b" evidence is split
+    assert by_q["What is the name of Ana's cat?"]["ours@5"] == 1.0
+    assert result["summary"]["answerable (1-4)"]["n"] == 3
+
+
+def test_unreadable_data_gets_one_clear_line(tmp_path: Path):
+    not_json = tmp_path / "notes.json"
+    not_json.write_text("this is not json")
+    wrong_shape = tmp_path / "wrong.json"
+    wrong_shape.write_text(json.dumps({"conversation": {}}))
+    for script, arg, words in (("eval_locomo.py", str(not_json), "cannot read"),
+                               ("eval_locomo.py", str(wrong_shape), "not a LoCoMo-format file"),
+                               ("eval_locomo.py", str(tmp_path / "missing.json"), "cannot read"),
+                               ("eval_beir.py", str(tmp_path), "not a readable BEIR data set")):
+        proc = run_bench(script, arg, tmp=tmp_path)
+        assert proc.returncode == 2, (script, arg, proc.stderr)
+        assert words in proc.stderr and "Traceback" not in proc.stderr
+    data = beir_set(tmp_path / "tiny")
+    proc = run_bench("eval_beir.py", str(data), "--split", "train", tmp=tmp_path)
+    assert proc.returncode == 2 and "qrels/train.tsv" in proc.stderr and "Traceback" not in proc.stderr
