@@ -102,3 +102,17 @@ def test_unreadable_data_gets_one_clear_line(tmp_path: Path):
     data = beir_set(tmp_path / "tiny")
     proc = run_bench("eval_beir.py", str(data), "--split", "train", tmp=tmp_path)
     assert proc.returncode == 2 and "qrels/train.tsv" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_recall_latency_benchmark_runs_and_checks_exactness(tmp_path: Path):
+    proc = run_bench("recall_latency.py", "--sizes", "300", "--queries", "5", "--vectors", "random", tmp=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    row = next(line for line in proc.stdout.splitlines() if line.strip().startswith("300 |"))
+    assert "100%" in row  # the engine's vector search returned exactly the brute-force top k
+
+
+def test_ingest_throughput_benchmark_runs(tmp_path: Path):
+    proc = run_bench("ingest_throughput.py", "--files", "3", "--mb", "0.03", "--batch-sizes", "16",
+                     "--sweep-chunks", "16", tmp=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "ratio ingest / raw:" in proc.stdout and "chunks/s" in proc.stdout
