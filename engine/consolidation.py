@@ -13,6 +13,9 @@
   window's source ids) are written in one transaction; only then are the sources marked processed and
   the scope's watermark advanced. A crash in between is resumed from the `rollups` row, never repeated.
   An empty answer ("SUMMARY: NONE") is a valid outcome that still advances the watermark.
+  Editing or forgetting an event deletes the facts summarised from it at once (they may repeat its old
+  words) and puts their other events back in the queue, to be summarised again. A window is hashed over
+  its events' ids and contents, so a window whose events were edited is summarised again.
 
 Without a language model, decay and archive run and the rest waits (the report says so).
 """
@@ -96,8 +99,9 @@ def _pair_hash(hash_a: str, hash_b: str) -> str:
     return hashlib.sha256(f"{hash_a}:{hash_b}".encode()).hexdigest()
 
 
-def _window_hash(scope: str, ids: list[int]) -> str:
-    return hashlib.sha256(f"{scope}|{','.join(map(str, ids))}".encode()).hexdigest()
+def _window_hash(scope: str, rows: list[tuple[int, str]]) -> str:
+    """A window is its events as they read: an edited event makes it a new window, summarised again."""
+    return hashlib.sha256(f"{scope}|{','.join(f'{i}:{h}' for i, h in rows)}".encode()).hexdigest()
 
 
 class ConsolidationMixin:
@@ -366,22 +370,23 @@ class ConsolidationMixin:
         system = Message(role="system", content=load_prompt("rollup"))
         for scope, (conv_id, project) in self._rollup_scopes(con).items():
             where, args = self._scope_sql(conv_id, project)
-            pending = ("SELECT id FROM memories WHERE kind = 'episodic' AND processed = 0 AND archived = 0 "
-                       f"AND {where} AND id > ?")
+            # new events, and older ones waiting again (edited, or their summary went with a forgotten event)
+            pending = f"FROM memories WHERE kind = 'episodic' AND processed = 0 AND archived = 0 AND {where}"
             mark = self._watermark(con, scope)
             interrupted = con.execute("SELECT max(last_id) FROM rollups WHERE scope = ? AND last_id > ?",
                                       (scope, mark)).fetchone()[0]
             if interrupted is not None:  # written before a crash, never marked: finish it, don't redo it
-                ids = [r[0] for r in con.execute(pending + " AND id <= ? ORDER BY id", (*args, mark, interrupted))]
+                ids = [r[0] for r in con.execute("SELECT id " + pending + " AND id > ? AND id <= ? ORDER BY id",
+                                                 (*args, mark, interrupted))]
                 self._mark_rolled_up(scope, ids, interrupted, now)
                 report.resumed += 1
                 report.sources += len(ids)
             while not (cancel is not None and cancel.is_set()):
-                mark = self._watermark(con, scope)
-                ids = [r[0] for r in con.execute(pending + " ORDER BY id LIMIT ?", (*args, mark, max_batch))]
+                rows = con.execute(f"SELECT id, content_hash {pending} ORDER BY id LIMIT ?", (*args, max_batch)).fetchall()
+                ids = [r[0] for r in rows]
                 if len(ids) < min_batch:
                     break
-                source_hash = _window_hash(scope, ids)
+                source_hash = _window_hash(scope, rows)
                 if con.execute("SELECT 1 FROM rollups WHERE source_hash = ?", (source_hash,)).fetchone() is None:
                     try:
                         facts = self._summarise(router, system, ids)

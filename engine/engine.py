@@ -513,6 +513,14 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
                     vectors.delete(con, "memories", [row[0]])
                 con.execute("DELETE FROM edges WHERE memory_id = ?", (row[0],))  # derived from the old words
                 con.execute("UPDATE memories SET extracted = 0, processed = 0 WHERE id = ?", (row[0],))
+                # the user's words now: no longer a summary that its events' edits or deletes take along
+                con.execute("DELETE FROM derivations WHERE derived_id = ?", (row[0],))
+                con.execute("UPDATE memories SET source = 'user' WHERE id = ? AND source = 'rollup'", (row[0],))
+                # summaries made from the old words go; their events (this one too) are summarised again
+                stale = self._derived_from(con, [row[0]])
+                if stale:
+                    self._requeue_sources(con, stale)
+                    self._delete_memories(con, stale, touched)
                 self._drop_orphan_nodes(con)
             touched.memories.add(row[0])
             self.audit("update", uid, {"fields": sorted(k for k in sets if k != "updated_at")}, con=con)
@@ -547,23 +555,33 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
         self._emit(Changes("forget", memories=set(removed.pop("_uids", [uid])), graph=True))
         return ForgetResult(id=uid, type="memory", removed=removed)
 
+    @staticmethod
+    def _derived_from(con: Connection, ids: list[int]) -> list[int]:
+        """Facts summarised (even in part) from these memories."""
+        return [r[0] for r in con.execute(
+            f"SELECT DISTINCT derived_id FROM derivations WHERE source_id IN ({','.join('?' * len(ids))})", ids)]
+
+    @staticmethod
+    def _requeue_sources(con: Connection, derived: list[int], gone: set[int] | None = None) -> None:
+        """The events these summaries were made from (except those in `gone`) wait for the next roll-up."""
+        q = ",".join("?" * len(derived))
+        con.execute(f"UPDATE memories SET processed = 0 WHERE id IN (SELECT source_id FROM derivations "
+                    f"WHERE derived_id IN ({q})) AND id NOT IN ({','.join('?' * len(gone or ()))})",
+                    [*derived, *(gone or ())])
+
     def _delete_memories(self, con: Connection, ids: list[int], touched: _Touched) -> dict[str, Any]:
-        """Delete memories plus facts derived only from them; edges go by cascade, then orphan nodes."""
-        todo, seen = list(ids), set()
+        """Delete memories plus every fact summarised from any of them (it may repeat what is deleted);
+        those summaries' other events are summarised again without it. Edges go by cascade, then orphan
+        nodes. A summary the user forgets itself stays gone: its events are not re-queued."""
+        seen, todo = set(ids), list(ids)
+        derived: set[int] = set()
         while todo:
-            rid = todo.pop()
-            if rid in seen:
-                continue
-            seen.add(rid)
-            # derived facts whose every source is being deleted go too
-            for (derived,) in con.execute("SELECT derived_id FROM derivations WHERE source_id = ?", (rid,)).fetchall():
-                others = con.execute(
-                    "SELECT count(*) FROM derivations WHERE derived_id = ? AND source_id NOT IN "
-                    f"({','.join('?' * len(seen | {rid}))})",
-                    (derived, *(seen | {rid})),
-                ).fetchone()[0]
-                if others == 0:
-                    todo.append(derived)
+            new = [d for d in self._derived_from(con, todo) if d not in seen]
+            seen.update(new)
+            derived.update(new)
+            todo = new
+        if derived:
+            self._requeue_sources(con, sorted(derived), seen)
         uids = [r[0] for r in con.execute(
             f"SELECT uid FROM memories WHERE id IN ({','.join('?' * len(seen))})", sorted(seen)).fetchall()]
         edges = con.execute(

@@ -32,11 +32,14 @@ class Model:
     def __init__(self) -> None:
         self.rollup: dict[str, Any] = {"facts": [TRIP_FACT]}
         self.asked: list[str] = []
+        self.summarised: list[str] = []  # the events of each roll-up prompt
 
     def __call__(self, request: dict[str, Any]) -> Reply:
         title = request["format"]["title"]
         self.asked.append(title)
         prompt = request["messages"][-1]["content"]
+        if title == "RollupFacts":
+            self.summarised.append(prompt)
         if title == "TripleExtraction":
             return Reply(json={"triples": [t.model_dump() for text, t in TRIPLES.items() if text in prompt]})
         if title == "ContradictionVerdict":
@@ -192,7 +195,8 @@ def test_keeping_both_clears_the_flags_for_good(llm_eng: Engine, model: Model) -
 
 def test_rollup_is_idempotent_across_a_crash_between_write_and_mark(llm_eng: Engine, model: Model,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    sources = [llm_eng.remember(t, kind="episodic", project="travel").id for t in TRIP]
+    for text in TRIP:
+        llm_eng.remember(text, kind="episodic", project="travel")
 
     def crash(*args: object) -> None:
         raise RuntimeError("power cut")
@@ -217,12 +221,58 @@ def test_rollup_is_idempotent_across_a_crash_between_write_and_mark(llm_eng: Eng
     assert con.execute("SELECT count(*) FROM derivations").fetchone()[0] == len(TRIP)
     assert "rollup" in actions(llm_eng)
 
-    # the fact links back to its sources: forgetting some keeps it, forgetting all forgets it
-    for uid in sources[:-1]:
-        llm_eng.forget(uid)
-    assert [f.text for f in llm_eng.list_memories(kind="fact")] == [TRIP_FACT]
-    assert llm_eng.forget(sources[-1]).removed["derived"] == 1
-    assert llm_eng.list_memories(kind="fact") == []
+
+
+def facts_of(eng: Engine) -> list[str]:
+    return [f.text for f in eng.list_memories(kind="fact")]
+
+
+def test_forgetting_an_event_takes_its_summary_along_and_the_rest_is_summarised_again(
+        llm_eng: Engine, model: Model) -> None:
+    sources = [llm_eng.remember(t, kind="episodic", project="travel").id for t in TRIP]
+    llm_eng.consolidate()
+    assert facts_of(llm_eng) == [TRIP_FACT]
+
+    # the summary may repeat what is forgotten: it goes in the same transaction
+    removed = llm_eng.forget(sources[0]).removed
+    assert removed["memories"] == 2 and removed["derived"] == 1
+    assert facts_of(llm_eng) == [] and llm_eng.recall("Japan trip May plans", kind="fact") == []
+    assert llm_eng.stats().pending_rollup == len(TRIP) - 1  # the other events wait to be summarised again
+
+    model.rollup = {"facts": ["The user is planning a trip to Japan."]}
+    report = llm_eng.consolidate()
+    assert report.rollup.windows == 1 and facts_of(llm_eng) == ["The user is planning a trip to Japan."]
+    assert TRIP[0] not in model.summarised[-1] and TRIP[1] in model.summarised[-1]
+    assert llm_eng.con.execute("SELECT count(*) FROM derivations").fetchone()[0] == len(TRIP) - 1
+
+    # a summary the user forgets itself stays gone: its events are not summarised again
+    llm_eng.forget(llm_eng.list_memories(kind="fact")[0].id)
+    assert llm_eng.stats().pending_rollup == 0
+    assert llm_eng.consolidate().rollup.windows == 0 and facts_of(llm_eng) == []
+
+
+def test_editing_an_event_replaces_the_summary_made_from_its_old_words(llm_eng: Engine, model: Model) -> None:
+    sources = [llm_eng.remember(t, kind="episodic", project="travel").id for t in TRIP]
+    llm_eng.consolidate()
+    assert facts_of(llm_eng) == [TRIP_FACT]
+
+    llm_eng.update(sources[4], text="Day 5 of planning: we moved the Japan trip to October.")
+    assert facts_of(llm_eng) == []  # stale at once, not after the next roll-up
+    assert llm_eng.stats().pending_rollup == len(TRIP)
+
+    model.rollup = {"facts": ["The user plans a trip to Japan in October."]}
+    report = llm_eng.consolidate()
+    assert report.rollup.windows == 1 and "moved the Japan trip to October" in model.summarised[-1]
+    assert facts_of(llm_eng) == ["The user plans a trip to Japan in October."]
+    assert llm_eng.stats().pending_rollup == 0
+
+    # a summary the user edits is theirs: forgetting an event no longer takes it along
+    fact = llm_eng.list_memories(kind="fact")[0]
+    llm_eng.update(fact.id, text="We fly to Japan on 3 October.")
+    assert llm_eng.get(fact.id).source == "user"
+    assert llm_eng.forget(sources[0]).removed["derived"] == 0
+    assert facts_of(llm_eng) == ["We fly to Japan on 3 October."]
+    assert llm_eng.stats().pending_rollup == 0
 
 
 def test_summary_none_advances_the_watermark_without_facts(llm_eng: Engine, model: Model) -> None:
