@@ -273,8 +273,9 @@ class GraphMixin:
         """The node this name means, created when there is none: (id, created).
 
         Same normalised name, else a recorded alias, else an unambiguous short form ("Alice" and "Alice
-        Smith": one name a single first word of the other, of compatible type) which is then recorded as
-        an alias.
+        Smith": one name a single first word of the other, at least one of them a person and neither of
+        another type) which is then recorded as an alias. Only people go by a first name: "Paris" is not
+        "Paris Hilton", nor "Apple" "Apple Pie".
         """
         display, norm, kind = clean(name), norm_name(name), _norm_type(type_)
         row = con.execute("SELECT id, type FROM nodes WHERE norm_name = ?", (norm,)).fetchone()
@@ -292,7 +293,7 @@ class GraphMixin:
             ).fetchall():
                 short, long_ = sorted((tokens, other.split()), key=len)
                 if (len(short) == 1 and 1 < len(long_) <= MAX_ALIAS_TOKENS
-                        and (kind is None or other_type is None or kind == other_type)):
+                        and "person" in (kind, other_type) and {kind, other_type} <= {"person", None}):
                     matches.append((rid, other_type))
             if len(matches) == 1:
                 row = matches[0]

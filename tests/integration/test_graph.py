@@ -27,6 +27,9 @@ TRIPLES: dict[str, list[dict[str, Any]]] = {
     "Alice Smith lives in Lisbon.": [triple("Alice Smith", "lives in", "Lisbon", "person", "place")],
     "Alice plays chess.": [triple("alice", "plays", "chess", "person", None)],
     "Lisbon is in Portugal.": [triple("LISBON.", "is in", "Portugal", "place", "place")],
+    "Paris was rainy.": [triple("Paris", "had", "rain")],
+    "Paris Hilton opened a hotel in Lisbon.": [triple("Paris Hilton", "opened a hotel in", "Lisbon", None, "place")],
+    "Bob Marley played in Lisbon.": [triple("Bob Marley", "played in", "Lisbon", "person", "place")],
     "Alice keeps her notes in notes.md at https://acme.com.": [
         triple("Alice", "keeps notes at", "Acme", "person", "organization"),
         triple("it", "is", "thing"),
@@ -113,6 +116,17 @@ def test_entities_resolve_by_normalised_name_and_unambiguous_alias(graph_eng: En
     assert view.entity == "Alice Smith"
     assert {n.name: n.hops for n in view.nodes} == {"Alice Smith": 0, "Lisbon": 1, "chess": 1, "Portugal": 2}
     assert {n.name: n.type for n in view.nodes}["Lisbon"] == "place"
+
+
+def test_a_first_word_joins_only_people(graph_eng: Engine) -> None:
+    """Untyped or non-person names never merge by their first word; a person with an untyped first name does
+    only when that first name is unambiguous."""
+    remember_all(graph_eng, "Paris was rainy.", "Paris Hilton opened a hotel in Lisbon.", "Bob works at Acme too.",
+                 "Bob Marley played in Lisbon.")
+    graph_eng.extract_pending()
+    names = dict(graph_eng.con.execute("SELECT name, aliases FROM nodes").fetchall())
+    assert {"Paris", "Paris Hilton"} <= set(names) and json.loads(names["Paris Hilton"]) == []
+    assert "Bob Marley" not in names and json.loads(names["Bob"]) == ["Bob Marley"]  # people: one person
 
 
 def test_a_two_hop_question_is_answered_through_the_graph(graph_eng: Engine) -> None:
