@@ -242,7 +242,7 @@ class MemoryBrowser(QWidget):
         else:
             question = f"Delete {len(rows)} memories?"
         if not self.confirm("Delete memory", question,
-                            "Anything derived from it (links in the knowledge graph) goes too. "
+                            "Anything derived from it (links in the knowledge graph, summaries made from it) goes too. "
                             f"You can undo for {self.pending.seconds:g} seconds."):
             return
         self.delete_now([r.id for r in rows])
