@@ -432,6 +432,8 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
                     "updated_at = ? WHERE id = ?",
                     (new_imp, now, now, row[0]),
                 )
+                if source != "rollup":  # stated on its own now: no longer only a summary of events
+                    self._own_summary(con, row[0], source)
                 self.audit("merge_duplicate", row[1], {"kind": kind}, con=con)
                 uid, merged = row[1], True
             else:
@@ -513,9 +515,7 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
                     vectors.delete(con, "memories", [row[0]])
                 con.execute("DELETE FROM edges WHERE memory_id = ?", (row[0],))  # derived from the old words
                 con.execute("UPDATE memories SET extracted = 0, processed = 0 WHERE id = ?", (row[0],))
-                # the user's words now: no longer a summary that its events' edits or deletes take along
-                con.execute("DELETE FROM derivations WHERE derived_id = ?", (row[0],))
-                con.execute("UPDATE memories SET source = 'user' WHERE id = ? AND source = 'rollup'", (row[0],))
+                self._own_summary(con, row[0], "user")  # the user's words now
                 # summaries made from the old words go; their events (this one too) are summarised again
                 stale = self._derived_from(con, [row[0]])
                 if stale:
@@ -554,6 +554,13 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
             self.audit("forget", uid, removed, con=con)
         self._emit(Changes("forget", memories=set(removed.pop("_uids", [uid])), graph=True))
         return ForgetResult(id=uid, type="memory", removed=removed)
+
+    @staticmethod
+    def _own_summary(con: Connection, rid: int, source: str) -> None:
+        """A summary the user edits or states again is theirs: its events' edits and deletes no longer
+        take it along."""
+        if con.execute("DELETE FROM derivations WHERE derived_id = ?", (rid,)).rowcount:
+            con.execute("UPDATE memories SET source = ? WHERE id = ? AND source = 'rollup'", (source, rid))
 
     @staticmethod
     def _derived_from(con: Connection, ids: list[int]) -> list[int]:

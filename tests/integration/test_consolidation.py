@@ -275,6 +275,15 @@ def test_editing_an_event_replaces_the_summary_made_from_its_old_words(llm_eng: 
     assert llm_eng.stats().pending_rollup == 0
 
 
+def test_a_summary_the_user_states_again_is_theirs(llm_eng: Engine) -> None:
+    sources = [llm_eng.remember(t, kind="episodic", project="travel").id for t in TRIP]
+    llm_eng.consolidate()
+    again = llm_eng.remember(TRIP_FACT, project="travel")  # the user says it too: merged into the summary
+    assert again.merged and again.memory.source == "user"
+    assert llm_eng.forget(sources[0]).removed["derived"] == 0
+    assert facts_of(llm_eng) == [TRIP_FACT]
+
+
 def test_summary_none_advances_the_watermark_without_facts(llm_eng: Engine, model: Model) -> None:
     now = time.time()
     with llm_eng.store.write() as con:
