@@ -484,6 +484,7 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
                project: str | None = ..., importance: float | None = None,  # type: ignore[assignment]
                at: str | float | None = ..., archived: bool | None = None) -> Memory:  # type: ignore[assignment]
         """Edit a memory. New text drops the old vector at once (the edit is re-embedded)."""
+        gone: list[str] = []  # summaries made from the old words
         with self.mutation() as (con, touched):
             row = self._row_by_uid(con, uid)
             sets: dict[str, Any] = {}
@@ -520,12 +521,15 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
                 stale = self._derived_from(con, [row[0]])
                 if stale:
                     self._requeue_sources(con, stale)
-                    self._delete_memories(con, stale, touched)
+                    gone = self._delete_memories(con, stale, touched)["_uids"]
                 self._drop_orphan_nodes(con)
             touched.memories.add(row[0])
-            self.audit("update", uid, {"fields": sorted(k for k in sets if k != "updated_at")}, con=con)
+            detail: dict[str, Any] = {"fields": sorted(k for k in sets if k != "updated_at")}
+            if gone:
+                detail["summaries_removed"] = len(gone)
+            self.audit("update", uid, detail, con=con)
             mem = self._memory(self._row_by_uid(con, uid))
-        self._emit(Changes("update", memories={uid}, graph="text" in sets))
+        self._emit(Changes("update", memories={uid, *gone}, graph="text" in sets))
         if "text" in sets:
             if self.embedder.ready:
                 self.embed_pending()

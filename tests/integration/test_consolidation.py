@@ -258,6 +258,8 @@ def test_editing_an_event_replaces_the_summary_made_from_its_old_words(llm_eng: 
 
     llm_eng.update(sources[4], text="Day 5 of planning: we moved the Japan trip to October.")
     assert facts_of(llm_eng) == []  # stale at once, not after the next roll-up
+    edit = next(e for e in llm_eng.audit_log() if e.action == "update")
+    assert edit.target == sources[4] and edit.detail["summaries_removed"] == 1
     assert llm_eng.stats().pending_rollup == len(TRIP)
 
     model.rollup = {"facts": ["The user plans a trip to Japan in October."]}
