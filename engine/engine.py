@@ -483,8 +483,10 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
     def update(self, uid: str, *, text: str | None = None, kind: str | None = None,
                project: str | None = ..., importance: float | None = None,  # type: ignore[assignment]
                at: str | float | None = ..., archived: bool | None = None) -> Memory:  # type: ignore[assignment]
-        """Edit a memory. New text drops the old vector at once (the edit is re-embedded)."""
+        """Edit a memory. New text drops at once what was made from the old words: its vector (the edit
+        is re-embedded), its graph edges, summaries made from it, and stored answers that cited it."""
         gone: list[str] = []  # summaries made from the old words
+        answers = 0  # stored answers that quoted them
         with self.mutation() as (con, touched):
             row = self._row_by_uid(con, uid)
             sets: dict[str, Any] = {}
@@ -523,10 +525,13 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
                     self._requeue_sources(con, stale)
                     gone = self._delete_memories(con, stale, touched)["_uids"]
                 self._drop_orphan_nodes(con)
+                answers = self._scrub_transcripts(con, [uid, *gone])  # they quote the old words
             touched.memories.add(row[0])
             detail: dict[str, Any] = {"fields": sorted(k for k in sets if k != "updated_at")}
             if gone:
                 detail["summaries_removed"] = len(gone)
+            if answers:
+                detail["answers_removed"] = answers
             self.audit("update", uid, detail, con=con)
             mem = self._memory(self._row_by_uid(con, uid))
         self._emit(Changes("update", memories={uid, *gone}, graph="text" in sets))

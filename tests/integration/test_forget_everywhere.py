@@ -48,3 +48,24 @@ def test_forgetting_a_document_scrubs_its_chunks_everywhere(eng: Engine, tmp_pat
     assert con.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH 'elm'").fetchone()[0] == 0
     assert con.execute("SELECT count(*) FROM vec_chunks").fetchone()[0] == 0
     assert con.execute("SELECT count(*) FROM memories WHERE source = 'document'").fetchone()[0] == 0
+
+
+def test_editing_a_memory_scrubs_answers_that_quoted_its_old_words(eng: Engine):
+    """A continued conversation must not feed the model an answer built on what the user corrected."""
+    with OllamaTestServer(models=["llama3.2"]) as server:
+        eng.settings.llm = LLMSettings(host=server.url, model="llama3.2")
+        eng.reset_llm()
+        server.reply_fn = lambda req: "Your storage unit is number 117 [1]."
+        mid = eng.remember(FACT, embed="sync").id
+        first = eng.ask("What number is my storage unit?")
+        assert first.grounded
+
+        eng.update(mid, text="The storage unit on Elm Street is number 240.")
+        assert eng.con.execute("SELECT count(*) FROM messages WHERE content LIKE '%117%'").fetchone()[0] == 0
+        assert next(e for e in eng.audit_log() if e.action == "update").detail["answers_removed"] == 1
+        asked = len(server.chat_requests)
+        server.reply_fn = lambda req: "Your storage unit is number 240 [1]."
+        again = eng.ask("And which number was it?", conversation_id=first.conversation_id)
+        assert again.grounded and "240" in again.answer
+        for req in server.chat_requests[asked:]:
+            assert all("117" not in m["content"] for m in req["messages"])
