@@ -1,4 +1,5 @@
-"""A forgotten memory or document never comes back: not in recall, ask, the graph, nor old answers."""
+"""A forgotten memory or document never comes back: not in recall, ask, the graph, nor old answers; an edited
+memory leaves no answer quoting its old words."""
 
 from __future__ import annotations
 
