@@ -484,7 +484,8 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
                project: str | None = ..., importance: float | None = None,  # type: ignore[assignment]
                at: str | float | None = ..., archived: bool | None = None) -> Memory:  # type: ignore[assignment]
         """Edit a memory. New text drops at once what was made from the old words: its vector (the edit
-        is re-embedded), its graph edges, summaries made from it, and stored answers that cited it."""
+        is re-embedded), its graph edges, summaries made from it, stored answers that cited it, and a
+        contradiction flag (the pair is judged again)."""
         gone: list[str] = []  # summaries made from the old words
         answers = 0  # stored answers that quoted them
         with self.mutation() as (con, touched):
@@ -526,6 +527,8 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
                     gone = self._delete_memories(con, stale, touched)["_uids"]
                 self._drop_orphan_nodes(con)
                 answers = self._scrub_transcripts(con, [uid, *gone])  # they quote the old words
+                # a contradiction was about the old words: both sides are judged again by the next consolidation
+                con.execute("UPDATE memories SET conflict_with = NULL WHERE id = ? OR conflict_with = ?", (row[0], uid))
             touched.memories.add(row[0])
             detail: dict[str, Any] = {"fields": sorted(k for k in sets if k != "updated_at")}
             if gone:

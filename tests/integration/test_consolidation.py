@@ -190,6 +190,22 @@ def test_keeping_both_clears_the_flags_for_good(llm_eng: Engine, model: Model) -
         llm_eng.resolve(porto, keep="both")
 
 
+def test_editing_a_flagged_fact_clears_both_flags_and_the_pair_is_judged_again(llm_eng: Engine, model: Model) -> None:
+    lisbon = llm_eng.remember("Alice lives in Lisbon.").id
+    porto = llm_eng.remember("Alice lives in Porto.").id
+    llm_eng.consolidate()
+    assert len(llm_eng.conflicts()) == 1
+
+    llm_eng.update(lisbon, text="Alice lived in Lisbon before she moved.")  # still names both cities
+    assert llm_eng.conflicts() == [] and llm_eng.get(porto).conflict_with is None  # about the old words
+    asked = model.asked.count("ContradictionVerdict")
+    assert llm_eng.consolidate().conflicts == [(lisbon, porto)]  # the new words, judged again
+    assert model.asked.count("ContradictionVerdict") == asked + 1
+
+    llm_eng.update(lisbon, text="Alice moved to Porto in March.")
+    assert llm_eng.consolidate().conflicts == [] and llm_eng.conflicts() == []
+
+
 # -- episodic roll-up -----------------------------------------------------------------------------------
 
 
