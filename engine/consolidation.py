@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
+from typing import cast
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -39,6 +40,7 @@ from .errors import NotFound, UserError
 from .graph import ExtractionReport, batched, load_prompt, untrusted
 from .llm import LLMBadOutput, LLMError, LLMRouter, Message
 from .models import Memory, iso
+from .parts import EngineParts
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +106,7 @@ def _window_hash(scope: str, rows: list[tuple[int, str]]) -> str:
     return hashlib.sha256(f"{scope}|{','.join(f'{i}:{h}' for i, h in rows)}".encode()).hexdigest()
 
 
-class ConsolidationMixin:
+class ConsolidationMixin(EngineParts):
     """Engine methods for this area (mixed into engine.Engine)."""
 
     def consolidate(self, now: float | datetime | None = None, progress: Callable[[int, int], None] | None = None,
@@ -255,8 +257,8 @@ class ConsolidationMixin:
             statements = "\n".join(f"Statement {label} (recorded {iso(r[4])[:10]}): {r[2]}"
                                    for label, r in zip("AB", rows, strict=True))
             try:
-                verdict = router.complete([system, Message(role="user", content=untrusted(statements))],
-                                          schema=ContradictionVerdict).parsed
+                verdict = cast(ContradictionVerdict, router.complete(
+                    [system, Message(role="user", content=untrusted(statements))], schema=ContradictionVerdict).parsed)
             except LLMBadOutput:
                 continue
             except LLMError as e:
@@ -410,7 +412,7 @@ class ConsolidationMixin:
         events = "\n".join(f"{i}. [{iso(at)[:16].replace('T', ' ')}] {text}" for i, (text, at) in enumerate(rows, 1))
         answer = router.complete([system, Message(role="user", content=untrusted(events))], schema=RollupFacts)
         facts: dict[str, None] = {}
-        for fact in answer.parsed.facts:
+        for fact in cast(RollupFacts, answer.parsed).facts:
             fact = " ".join(fact.split())
             if fact and not _SUMMARY_NONE.match(fact) and len(fact) <= MAX_FACT_CHARS:
                 facts.setdefault(fact)

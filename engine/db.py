@@ -10,6 +10,7 @@ import logging
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import sqlcipher3
 import sqlite_vec
@@ -18,7 +19,10 @@ from .errors import EngineError, StoreLocked, WrongKey
 
 log = logging.getLogger(__name__)
 
-Connection = sqlcipher3.Connection
+if TYPE_CHECKING:
+    from sqlite3 import Connection  # sqlcipher3 keeps sqlite3's API and ships no type information
+else:
+    Connection = sqlcipher3.Connection
 DatabaseError = sqlcipher3.DatabaseError
 OperationalError = sqlcipher3.OperationalError
 IntegrityError = sqlcipher3.IntegrityError

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -445,7 +445,7 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
                     (uid, kind, text, chash, importance, now, now, event_at, project, source,
                      json.dumps(meta or {}), conversation_id, document_id),
                 )
-                rid = cur.lastrowid
+                rid = cast(int, cur.lastrowid)
                 if vec is not None:
                     vectors.put(con, "memories", [rid], vec[None, :], [wins])
                     con.execute("UPDATE memories SET embedded_hash = content_hash WHERE id = ?", (rid,))
@@ -663,7 +663,8 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
 
     def list_memories(self, *, kind: str | None = None, project: str | None = None, archived: bool | None = False,
                       conflicts_only: bool = False, limit: int = 100, offset: int = 0) -> list[Memory]:
-        where, args = [], []
+        where: list[str] = []
+        args: list[Any] = []
         if kind:
             where.append("kind = ?")
             args.append(self._check_kind(kind))

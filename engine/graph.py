@@ -18,7 +18,7 @@ import time
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, Field
 
@@ -26,6 +26,7 @@ from .admission import admit, clean
 from .db import Connection
 from .errors import NotFound, UserError
 from .llm import LLMBadOutput, LLMError, LLMModelMissing, LLMRouter, LLMUnavailable, Message
+from .parts import EngineParts
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -129,7 +130,7 @@ def fact_text(src: str, rel: str, dst: str) -> str:
     return f"{src} —{rel}→ {dst}"
 
 
-class GraphMixin:
+class GraphMixin(EngineParts):
     """Engine methods for this area (mixed into engine.Engine)."""
 
     def _notify(self, action: str, *, memories: Iterable[str] = (), graph: bool = False) -> None:
@@ -205,7 +206,7 @@ class GraphMixin:
             try:
                 answer = router.complete([system, Message(role="user", content=untrusted(text))],
                                          schema=TripleExtraction)
-                triples: list[ExtractedTriple] | None = answer.parsed.triples[:MAX_TRIPLES_PER_ITEM]
+                triples: list[ExtractedTriple] | None = cast(TripleExtraction, answer.parsed).triples[:MAX_TRIPLES_PER_ITEM]
             except LLMBadOutput:
                 triples = None
             except LLMError as e:  # server gone, model missing, refused: stop here, the rest waits
@@ -305,7 +306,7 @@ class GraphMixin:
             return row[0], False
         cur = con.execute("INSERT INTO nodes(name, norm_name, type, created_at) VALUES (?,?,?,?)",
                           (display, norm, kind, now))
-        return cur.lastrowid, True
+        return cast(int, cur.lastrowid), True
 
     @staticmethod
     def _aliased(con: Connection) -> list[tuple[int, set[str]]]:

@@ -65,6 +65,7 @@ from .embeddings import EmbeddingUnavailable
 from .errors import NotFound
 from .models import iso
 from .parsers import SUPPORTED_EXTENSIONS, DocumentError, ParsedDocument, parse_file, parse_text
+from .parts import EngineParts
 
 log = logging.getLogger(__name__)
 
@@ -296,7 +297,7 @@ def _sha256_text(text: str) -> str:
 _DOC_COLS = "uid, path, title, mime, chunk_count, size, project, created_at, updated_at"
 
 
-class IngestMixin:
+class IngestMixin(EngineParts):
     """Engine methods for this area (mixed into engine.Engine)."""
 
     def ingest(self, paths: Sequence[str | Path], *, project: str | None = None,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +36,7 @@ class MiniLM:
         self.pos = w["embeddings.position_embeddings.weight"]
         self.type0 = w["embeddings.token_type_embeddings.weight"][0]
         self.emb_ln = (w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"])
-        self.layers = []
+        self.layers: list[dict[str, Any]] = []
         for i in range(int(cfg["num_hidden_layers"])):
             p = f"encoder.layer.{i}."
             self.layers.append({

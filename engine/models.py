@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 from pydantic import BaseModel, Field
 
@@ -12,6 +12,10 @@ KINDS: tuple[str, ...] = ("fact", "episodic", "procedural")
 Actor = Literal["cli", "desktop", "api", "mcp", "engine", "consolidation", "sdk"]
 
 
+@overload
+def iso(ts: float) -> str: ...
+@overload
+def iso(ts: None) -> None: ...
 def iso(ts: float | None) -> str | None:
     return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
 

@@ -13,6 +13,9 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Hashable, Mapping
+from typing import TypeVar
+
+K = TypeVar("K", bound=Hashable)  # a candidate's key, e.g. (table, row id)
 
 W_SIMILARITY = 0.6
 W_IMPORTANCE = 0.2
@@ -74,7 +77,7 @@ def dense_strength(cosine: float | None) -> float:
     return min(1.0, max(0.0, (cosine - COS_NONE) / (COS_FULL - COS_NONE)))
 
 
-def min_max(values: Mapping[Hashable, float]) -> dict:
+def min_max(values: Mapping[K, float]) -> dict[K, float]:
     """Scale to [0, 1] across the candidates (all equal: all 1.0 when positive, else 0.0)."""
     if not values:
         return {}
@@ -84,8 +87,8 @@ def min_max(values: Mapping[Hashable, float]) -> dict:
     return {k: (v - lo) / (hi - lo) for k, v in values.items()}
 
 
-def with_context(scores: Mapping[Hashable, float], neighbours: Mapping[Hashable, Mapping[int, Hashable]],
-                 weights: Mapping[int, float] = NEIGHBOUR_WEIGHTS) -> dict:
+def with_context(scores: Mapping[K, float], neighbours: Mapping[K, Mapping[int, K]],
+                 weights: Mapping[int, float] = NEIGHBOUR_WEIGHTS) -> dict[K, float]:
     """Each score plus the best weighted score among its neighbours (offset -> key, offsets +-1, +-2):
     a reply like "Yes, last week!" inherits part of the relevance of the question it answers."""
     out = dict(scores)
@@ -105,10 +108,10 @@ def graph_strength(ranked: list) -> dict:
     return {key: 1.0 / (1.0 + 0.2 * r) for r, key in enumerate(ranked)}
 
 
-def hybrid_similarity(keys: list, lex_ratio: Mapping[Hashable, float], cosine: Mapping[Hashable, float], *,
-                      neighbours: Mapping[Hashable, Mapping[int, Hashable]] | None = None,
-                      graph: Mapping[Hashable, float] | None = None,
-                      use_lexical: bool = True, use_dense: bool = True) -> dict:
+def hybrid_similarity(keys: list[K], lex_ratio: Mapping[K, float], cosine: Mapping[K, float], *,
+                      neighbours: Mapping[K, Mapping[int, K]] | None = None,
+                      graph: Mapping[K, float] | None = None,
+                      use_lexical: bool = True, use_dense: bool = True) -> dict[K, float]:
     """Similarity in [0, 1] for each candidate key.
 
     Order comes from a convex combination of per-query normalised signals (BM25 over the query's best,
