@@ -34,7 +34,7 @@ from fastapi import FastAPI, HTTPException, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPBearer
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -60,27 +60,52 @@ T = TypeVar("T")
 # ---------------------------------------------------------------------------------------------------
 # request bodies (responses are the engine's models)
 # ---------------------------------------------------------------------------------------------------
-class RememberRequest(BaseModel):
-    text: str = Field(min_length=1, max_length=MAX_MEMORY_CHARS, description="What to remember")
-    kind: Literal["fact", "episodic", "procedural"] = "fact"
-    project: str | None = Field(default=None, max_length=200)
-    importance: float | None = Field(default=None, ge=0.0, le=1.0, description="0..1; default from kind")
-    at: datetime | None = Field(default=None, description="When it happened (ISO 8601); naive means local")
-
-    @field_validator("at")
-    @classmethod
-    def _representable(cls, value: datetime | None) -> datetime | None:
-        if value is not None:
-            epoch(value)
-        return value
-
-
 def epoch(value: datetime) -> float:
     """Seconds since the epoch; ValueError for times the platform cannot represent (year 1, year 9999)."""
     try:
         return value.timestamp()
     except (OverflowError, OSError, ValueError) as e:
         raise ValueError("this time is out of the supported range") from e
+
+
+def _storable(value: datetime | None) -> datetime | None:
+    if value is not None:
+        epoch(value)
+    return value
+
+
+StoredTime = Annotated[datetime | None, AfterValidator(_storable)]  # a time the store can hold
+
+
+class UpdateRequest(BaseModel):
+    """Only the fields sent change. `project: null` clears the project and `at: null` the event time."""
+
+    model_config = ConfigDict(extra="forbid")  # a misspelt field is an error, not a silent no-op
+
+    text: str | None = Field(default=None, min_length=1, max_length=MAX_MEMORY_CHARS, description="New text")
+    kind: Literal["fact", "episodic", "procedural"] | None = None
+    project: str | None = Field(default=None, max_length=200)
+    importance: float | None = Field(default=None, ge=0.0, le=1.0)
+    at: StoredTime = Field(default=None, description="When it happened (ISO 8601); naive means local")
+    archived: bool | None = Field(default=None, description="Archive (true) or restore (false)")
+
+    def changes(self) -> dict[str, Any]:
+        """Keyword arguments for `Engine.update`: the fields sent (null only where null means clear)."""
+        out: dict[str, Any] = {k: getattr(self, k) for k in ("text", "kind", "importance", "archived")
+                               if getattr(self, k) is not None}
+        if "project" in self.model_fields_set:
+            out["project"] = self.project
+        if "at" in self.model_fields_set:
+            out["at"] = epoch(self.at) if self.at else None
+        return out
+
+
+class RememberRequest(BaseModel):
+    text: str = Field(min_length=1, max_length=MAX_MEMORY_CHARS, description="What to remember")
+    kind: Literal["fact", "episodic", "procedural"] = "fact"
+    project: str | None = Field(default=None, max_length=200)
+    importance: float | None = Field(default=None, ge=0.0, le=1.0, description="0..1; default from kind")
+    at: StoredTime = Field(default=None, description="When it happened (ISO 8601); naive means local")
 
 
 def _query_epoch(name: str, value: datetime | None) -> float | None:
@@ -356,7 +381,7 @@ def create_app(engine: Any, token: str, allowed_origins: list[str] | None = None
     app.add_middleware(ApiGuard, token=token, max_body_bytes=max_body_bytes)  # type: ignore[arg-type]
     if allowed_origins:
         app.add_middleware(CORSMiddleware, allow_origins=list(allowed_origins),  # type: ignore[arg-type]
-                           allow_methods=["GET", "POST", "DELETE"],
+                           allow_methods=["GET", "POST", "PATCH", "DELETE"],
                            allow_headers=["Authorization", "Content-Type"], max_age=600)
     app.add_middleware(HostGuard)  # type: ignore[arg-type]
     return app
@@ -399,6 +424,12 @@ def _add_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
              responses={404: {"model": ErrorBody, "description": "No such memory"}})
     async def get_memory(id: str) -> Memory:
         return await call(eng.get, id)
+
+    @app.patch("/memory/{id}", response_model=Memory, tags=["memory"],
+               summary="Edit a memory; new text drops at once what was made from the old words",
+               responses={404: {"model": ErrorBody, "description": "No such memory"}})
+    async def update_memory(id: str, body: UpdateRequest) -> Memory:
+        return await call(eng.update, id, **body.changes())
 
     @app.delete("/memory/{id}", response_model=ForgetResult, tags=["memory"],
                 summary="Forget a memory (mem_…) or a document (doc_…) and everything derived from it",

@@ -76,7 +76,8 @@ def remember(live: Live, text: str, **fields: Any) -> dict:
 # ---------------------------------------------------------------------------------------------------
 def test_every_route_needs_the_token(live: Live):
     routes = [("GET", "/stats"), ("GET", "/memory/recall?q=x"), ("POST", "/memory/remember"), ("POST", "/ask"),
-              ("POST", "/ingest"), ("GET", "/memory/mem_x"), ("DELETE", "/memory/mem_x"), ("GET", "/nowhere")]
+              ("POST", "/ingest"), ("GET", "/memory/mem_x"), ("PATCH", "/memory/mem_x"), ("DELETE", "/memory/mem_x"),
+              ("GET", "/nowhere")]
     with httpx.Client(base_url=live.url, timeout=30) as anon:
         for method, path in routes:
             for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {live.token}"},
@@ -170,6 +171,31 @@ def test_forget_removes_it_from_recall_and_ask(live: Live):
     body = live.client.post("/ask", json={"question": "What is the wifi password at the cabin?"}).json()
     assert gone["id"] not in [s["id"] for s in body["sources"]] and "bluefinch77" not in body["answer"]
     assert live.client.get(f"/memory/{keep['id']}").status_code == 200
+
+
+def test_patch_edits_a_memory_and_recall_follows_at_once(live: Live):
+    mem = remember(live, "The spare key is under the blue flowerpot.", project="home")
+    r = live.client.patch(f"/memory/{mem['id']}", json={"text": "The spare key is in the mailbox.", "importance": 0.9})
+    assert r.status_code == 200, r.text
+    assert r.json()["text"] == "The spare key is in the mailbox." and r.json()["importance"] == 0.9
+    assert r.json()["project"] == "home"  # fields not sent stay as they were
+    hits = live.client.get("/memory/recall", params={"q": "spare key flowerpot"}).json()
+    assert [h["text"] for h in hits if h["id"] == mem["id"]] in ([], ["The spare key is in the mailbox."])
+    assert live.client.get("/memory/recall", params={"q": "where is the spare key mailbox"}).json()[0]["id"] == mem["id"]
+
+    r = live.client.patch(f"/memory/{mem['id']}", json={"project": None, "at": "2024-05-01T09:30:00+00:00"})
+    assert r.status_code == 200 and r.json()["project"] is None and r.json()["at"].startswith("2024-05-01T09:30")
+    r = live.client.patch(f"/memory/{mem['id']}", json={"archived": True})
+    assert r.json()["archived"] is True
+    assert live.client.get("/memory/recall", params={"q": "spare key mailbox"}).json() == []
+
+    for body in ({"txt": "typo"}, {"importance": 3}, {"text": ""}, {"kind": "secret"}, {"at": "someday"}):
+        bad = live.client.patch(f"/memory/{mem['id']}", json=body)
+        assert bad.status_code == 422, (body, bad.text)
+        assert "typo" not in bad.text  # errors never echo the input
+    missing = live.client.patch("/memory/mem_doesnotexist", json={"text": "x"})
+    assert missing.status_code == 404 and "mem_doesnotexist" in missing.json()["detail"]
+    assert live.client.get(f"/memory/{mem['id']}").json()["text"] == "The spare key is in the mailbox."
 
 
 def test_ask_without_a_language_model_returns_passages(live: Live):
