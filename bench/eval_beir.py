@@ -53,10 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         corpus = read_jsonl(root / "corpus.jsonl")
         queries = {q["_id"]: q["text"] for q in read_jsonl(root / "queries.jsonl")}
         qrels = read_qrels(root / "qrels" / f"{args.split}.tsv")
-        for doc in corpus:
-            doc["_id"]  # noqa: B018 (a KeyError names a document without an id)
     except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
         ap.error(f"{root} is not a readable BEIR data set ({type(e).__name__}: {e})")
+    if any(not isinstance(doc, dict) or "_id" not in doc for doc in corpus):
+        ap.error(f"{root}/corpus.jsonl: a line that is not a document with an _id")
     qids = [q for q in qrels if q in queries]
     if not corpus or not qids:
         ap.error(f"{root}: no documents, or no queries with judgements in qrels/{args.split}.tsv")

@@ -524,9 +524,10 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
                 stale = self._derived_from(con, [row[0]])
                 if stale:
                     self._requeue_sources(con, stale)
-                    gone = self._delete_memories(con, stale, touched)["_uids"]
+                    removed = self._delete_memories(con, stale, touched)  # scrubs answers citing them too
+                    gone, answers = removed["_uids"], removed["answers"]
                 self._drop_orphan_nodes(con)
-                answers = self._scrub_transcripts(con, [uid, *gone])  # they quote the old words
+                answers += self._scrub_transcripts(con, [uid])  # they quote the old words
                 # a contradiction was about the old words: both sides are judged again by the next consolidation
                 con.execute("UPDATE memories SET conflict_with = NULL WHERE id = ? OR conflict_with = ?", (row[0], uid))
             touched.memories.add(row[0])
@@ -583,10 +584,10 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
     @staticmethod
     def _requeue_sources(con: Connection, derived: list[int], gone: set[int] | None = None) -> None:
         """The events these summaries were made from (except those in `gone`) wait for the next roll-up."""
-        q = ",".join("?" * len(derived))
+        keep = sorted(gone or ())
         con.execute(f"UPDATE memories SET processed = 0 WHERE id IN (SELECT source_id FROM derivations "
-                    f"WHERE derived_id IN ({q})) AND id NOT IN ({','.join('?' * len(gone or ()))})",
-                    [*derived, *(gone or ())])
+                    f"WHERE derived_id IN ({','.join('?' * len(derived))})) AND id NOT IN ({','.join('?' * len(keep))})",
+                    [*derived, *keep])
 
     def _delete_memories(self, con: Connection, ids: list[int], touched: _Touched) -> dict[str, Any]:
         """Delete memories plus every fact summarised from any of them (it may repeat what is deleted);
