@@ -84,7 +84,7 @@ def fill(eng, n: int, mode: str, rng: random.Random) -> None:
     if mode == "model":
         eng.embed_pending(batch_size=128)
     else:
-        eng._ensure_space()
+        eng.space.ensure()
         ids = [r[0] for r in eng.con.execute("SELECT id FROM memories ORDER BY id").fetchall()]
         nrng = np.random.default_rng(0)
         for s in range(0, len(ids), 5000):
@@ -152,7 +152,7 @@ def run_size(n: int, queries: int, mode: str, k: int, cache_dir: str | None = No
         np_t.append(time.perf_counter() - t0)
 
         t0 = time.perf_counter()
-        ours = eng._index["memories"].search(con, qv, k, Filter())
+        ours = eng.space.index["memories"].search(con, qv, k, Filter())
         vec_t.append(time.perf_counter() - t0)
         exact += [i for i, _ in ours] == floor_ids.tolist()
     eng.close()

@@ -16,13 +16,16 @@ import asyncio
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtWidgets import QApplication, QInputDialog, QLineEdit, QMessageBox
 
 from . import startup_report
-from .bridge import Bridge, EngineInfo, HealthReport
+from .bridge import Bridge, EngineInfo
+
+if TYPE_CHECKING:
+    from .bridge import HealthReport
 from .hotkey import GlobalHotkey, HotkeyStatus
 from .main_window import MainWindow
 from .profile import profile_home
@@ -262,21 +265,11 @@ class DesktopApp(QObject):
         self.bridge.save_settings(settings, self._settings_saved)
 
 
-def run_self_test() -> int:
-    import importlib
-    import importlib.util
-
-    if importlib.util.find_spec("engine.selftest") is None:
-        print("The self-test is not part of this build (engine.selftest is missing).", file=sys.stderr)
-        return 2
-    module = importlib.import_module("engine.selftest")
-    code = module.main([])
-    return int(code or 0)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.self_test:
+        from .bridge import run_self_test
+
         return run_self_test()
     import qasync
 

@@ -125,9 +125,7 @@ class AskPanel(QWidget):
         self.locator.setText("")
         self._set_sources_visible(False)
         self.banner.set("Looking through your memory…", "info")
-        if not self.bridge.ask(question, self.project.currentData()):
-            self.banner.set("Asking isn't available in this version yet.", "warn")
-            return
+        self.bridge.ask(question, self.project.currentData())
         self._set_asking(True)
 
     def open_source(self, n: int) -> None:
@@ -138,7 +136,7 @@ class AskPanel(QWidget):
 
     # ------------------------------------------------------------------------------------------------
     def _opened(self, info: Any) -> None:
-        self.stack.setCurrentIndex(0 if info.capabilities.ask else 1)
+        self.stack.setCurrentIndex(0)
 
     def _token(self, piece: str) -> None:
         if not self._asking:

@@ -8,10 +8,11 @@ Threads (the UI thread never calls the engine, not even to open it):
 
 Results come back to the UI thread through Qt signals; every write the engine makes is announced by
 `changed` (from `Engine.on_change`), so each view refreshes itself. The engine package is imported on
-the writer thread, which keeps it (numpy, SQLCipher, pydantic) off the window's critical path.
+the writer thread, which keeps it (numpy, SQLCipher, pydantic) off the window's critical path; so
+logging is set up there too, as the engine is first imported.
 
-Features other parts of the engine may not have yet (ingest, documents, ask, conflicts) are looked up
-by name in one place, `Capabilities.of`, and the UI hides or explains what is missing.
+The bridge calls only the facade (`engine.Engine`) and imports only the package face (`engine`) and the
+self-test entry point; tests/unit/test_architecture.py holds it to that.
 """
 
 from __future__ import annotations
@@ -20,47 +21,19 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Signal, Slot
 
 if TYPE_CHECKING:
-    from engine import Engine
-    from engine.config import Settings
+    from engine import Engine, Settings
 
 log = logging.getLogger(__name__)
 
 Done = Callable[[Any], None]
 Failed = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    """Which engine features exist in this build (other engineers add them over time)."""
-
-    ingest: bool = False
-    documents: bool = False
-    ask: bool = False
-    llm: bool = False
-    reset_llm: bool = False
-    conflicts: bool = False
-    resolve: bool = False
-    consolidate: bool = False
-    selftest: bool = False
-
-    @classmethod
-    def of(cls, engine_type: type) -> Capabilities:
-        """The one place that checks for optional engine features by name."""
-        import importlib.util
-
-        has = lambda name: hasattr(engine_type, name)  # noqa: E731
-        return cls(
-            ingest=has("ingest"), documents=has("list_documents"), ask=has("ask"), llm=has("llm"), reset_llm=has("reset_llm"),
-            conflicts=has("conflicts"), resolve=has("resolve"), consolidate=has("consolidate"),
-            selftest=importlib.util.find_spec("engine.selftest") is not None,
-        )
 
 
 @dataclass(frozen=True)
@@ -72,19 +45,7 @@ class EngineInfo:
     key_source: str  # keychain | passphrase
     created: bool  # this launch created the store (first run)
     settings: Settings
-    capabilities: Capabilities
     log_dir: Path
-
-
-@dataclass
-class HealthReport:
-    """What works and what is missing, for the first-run card and the settings page."""
-
-    embedding: str  # ready | loading | failed | off
-    embedding_detail: str
-    llm_ok: bool | None  # None: not checked (no router in this build)
-    llm_detail: str
-    llm_models: tuple[str, ...] = field(default_factory=tuple)
 
 
 class _Relay(QObject):
@@ -106,8 +67,7 @@ class _Relay(QObject):
 
 def describe_error(error: BaseException) -> str:
     """A sentence for people. Engine `UserError`s already are one; anything else is our bug."""
-    from engine.config import log_dir
-    from engine.errors import UserError
+    from engine import UserError, log_dir
 
     if isinstance(error, UserError):
         return str(error)
@@ -162,10 +122,6 @@ class Bridge(QObject):
         return self._info
 
     @property
-    def capabilities(self) -> Capabilities:
-        return self._info.capabilities if self._info else Capabilities()
-
-    @property
     def busy(self) -> bool:
         """True while any engine call is queued or running (tests wait on this)."""
         return self._in_flight > 0
@@ -176,30 +132,23 @@ class Bridge(QObject):
         self._engine.add_done_callback(self._after_open)
 
     def store_exists(self) -> bool:
-        from engine.config import STORE_FILE, home_dir
+        from engine import Engine
 
-        return ((self._home or home_dir()) / STORE_FILE).exists()
+        return Engine.store_exists(self._home)
 
     def uses_passphrase(self) -> bool:
         """True when this profile's store is opened with a passphrase (no keychain)."""
-        from engine.config import home_dir
-        from engine.keys import read_profile
+        from engine import Engine
 
-        try:
-            profile = read_profile(self._home or home_dir())
-        except Exception:
-            return False
-        return profile is not None and profile.key_source == "passphrase"
+        return Engine.uses_passphrase(self._home)
 
     def _open(self, passphrase: str | None) -> Engine:
-        from engine import Engine
-        from engine.config import STORE_FILE, home_dir
-        from engine.logs import setup_logging
+        from engine import Engine, setup_logging
 
         setup_logging("desktop")
-        home = self._home or home_dir()
-        created = not (home / STORE_FILE).exists()
-        eng = Engine.open(home, actor="desktop", embedder=self._embedder, passphrase=passphrase, interactive=False)
+        created = not Engine.store_exists(self._home)
+        eng = Engine.open(self._home, actor="desktop", embedder=self._embedder, passphrase=passphrase,
+                          interactive=False)
         eng.on_change(self.changed.emit)
         self._created = created
         return eng
@@ -207,7 +156,7 @@ class Bridge(QObject):
     def _after_open(self, future: Future[Engine]) -> None:
         error = future.exception()
         if error is not None:
-            from engine.errors import KeyMissing, WrongKey
+            from engine import KeyMissing, WrongKey
 
             if not isinstance(error, KeyMissing | WrongKey):
                 log.error("opening the store failed", exc_info=error)
@@ -217,12 +166,11 @@ class Bridge(QObject):
                                        None)
             return
         eng = future.result()
-        from engine.config import log_dir
+        from engine import log_dir
 
         info = EngineInfo(
-            home=eng.home, store=Path(eng.store.path), key_source=eng.profile.key_source,
-            created=self._created, settings=eng.settings.model_copy(deep=True),
-            capabilities=Capabilities.of(type(eng)), log_dir=log_dir(),
+            home=eng.home, store=eng.store_path, key_source=eng.key_source,
+            created=self._created, settings=eng.settings.model_copy(deep=True), log_dir=log_dir(),
         )
         self._relay.delivered.emit(self._set_info, info)
         threading.Thread(target=self._watch_model, args=(eng,), name="bridge-model-watch", daemon=True).start()
@@ -233,24 +181,22 @@ class Bridge(QObject):
 
     def _watch_model(self, eng: Engine) -> None:
         """Start the engine's background work (model load + backfill) and report the model's state."""
-        from engine.embeddings import NoEmbedder
-
-        if isinstance(eng.embedder, NoEmbedder):
+        if eng.embedding_status()[0] == "off":
             self.model_state_changed.emit("off", "Embeddings are off; search matches words only.")
             return
         if self._start_background:
             eng.start_background()  # loads the model (if needed) and embeds rows waiting for a vector
-        if not eng.embedder.ready:
+        if eng.embedding_status()[0] == "loading":
             self.model_state_changed.emit("loading", "Loading the embedding model…")
             if not self._start_background:
                 return
-            eng.embedder.wait_ready()
+            eng.wait_for_embeddings()
         if self._closing:
             return
-        if eng.embedder.ready:
+        if eng.embedding_status()[0] == "ready":
             self.model_state_changed.emit("ready", "Semantic search is ready.")
         else:
-            detail = str(eng.embedder.failed or "The embedding model could not be loaded.")
+            detail = eng.embedding_failure() or "The embedding model could not be loaded."
             self.model_state_changed.emit("failed", detail + " Search matches words only.")
 
     def close(self, timeout: float = 30.0) -> None:
@@ -290,7 +236,7 @@ class Bridge(QObject):
             try:
                 value = fn(engine_future.result())
             except BaseException as e:  # noqa: BLE001 - every failure goes back to the UI as a sentence
-                from engine.errors import Cancelled, UserError
+                from engine import Cancelled, UserError
 
                 if isinstance(e, Cancelled):
                     value, e = None, None  # a user's cancel is not an error
@@ -340,7 +286,7 @@ class Bridge(QObject):
             return
 
         def run() -> None:
-            from engine.errors import NotFound
+            from engine import NotFound
 
             eng = self._engine.result()  # type: ignore[union-attr]
             for uid in uids:
@@ -377,28 +323,20 @@ class Bridge(QObject):
         self.read(lambda e: e.audit_log(limit=limit), done)
 
     def conflicts(self, done: Done) -> None:
-        if self.capabilities.conflicts:
-            self.read(lambda e: e.conflicts(), done)
-        else:
-            self.list_memories(done, archived=None, conflicts_only=True)
+        self.read(lambda e: e.conflicts(), done)
 
     def resolve(self, uid: str, keep: Any, done: Done | None = None) -> None:
         self.write(lambda e: e.resolve(uid, keep=keep), done)
 
-    def consolidate(self, done: Done | None = None, failed: Failed | None = None) -> bool:
-        """Decay, archive, roll up, find contradictions (on the jobs thread). False when not in this build."""
-        if not self.capabilities.consolidate:
-            return False
+    def consolidate(self, done: Done | None = None, failed: Failed | None = None) -> None:
+        """Decay, archive, roll up, find contradictions (on the jobs thread)."""
         cancel = threading.Event()
         self._consolidate_cancel = cancel
         self._run(self._jobs, lambda e: e.consolidate(cancel=cancel), done, failed)
-        return True
 
     def set_paused(self, paused: bool) -> None:
         def apply(e: Engine) -> bool:
-            e.paused = paused
-            if not paused:
-                e.wake_background()
+            e.paused = paused  # resuming wakes the background
             return paused
 
         self.paused = paused
@@ -410,11 +348,8 @@ class Bridge(QObject):
     def list_documents(self, done: Done, project: str | None = None) -> None:
         self.read(lambda e: e.list_documents(project=project), done)
 
-    def ingest(self, paths: Sequence[str | Path], project: str | None = None) -> bool:
-        """Ingest files/folders on the jobs thread; progress and results arrive as signals.
-        False when this build of the engine cannot ingest (the UI says so)."""
-        if not self.capabilities.ingest:
-            return False
+    def ingest(self, paths: Sequence[str | Path], project: str | None = None) -> None:
+        """Ingest files/folders on the jobs thread; progress and results arrive as signals."""
         cancel = threading.Event()
         self._ingest_cancel = cancel
         paths = [Path(p) for p in paths]
@@ -424,7 +359,6 @@ class Bridge(QObject):
             lambda results: self.ingest_finished.emit(list(results or [])),
             lambda message: (self.failed.emit(message), self.ingest_finished.emit([])),
         )
-        return True
 
     def cancel_ingest(self) -> None:
         if self._ingest_cancel is not None:
@@ -433,10 +367,8 @@ class Bridge(QObject):
     # ------------------------------------------------------------------------------------------------
     # ask and the language model
     # ------------------------------------------------------------------------------------------------
-    def ask(self, question: str, project: str | None = None) -> bool:
+    def ask(self, question: str, project: str | None = None) -> None:
         """Stream an answer: `answer_token_received` per piece, then `answer_finished` or `answer_failed`."""
-        if not self.capabilities.ask:
-            return False
         cancel = threading.Event()
         self._ask_cancel = cancel
         self._run(
@@ -446,7 +378,6 @@ class Bridge(QObject):
             lambda result: self.answer_finished.emit(result) if result is not None else self.answer_cancelled.emit(),
             self.answer_failed.emit,
         )
-        return True
 
     def cancel_ask(self) -> None:
         if self._ask_cancel is not None:
@@ -454,38 +385,11 @@ class Bridge(QObject):
 
     def test_connection(self, llm_settings: Any, done: Done) -> None:
         """Check an LLM configuration (saved or not) with a fresh router: result has ok, detail, models."""
-        def check(_e: Engine) -> Any:
-            from engine.llm import LLMConfig, LLMRouter
-
-            config = LLMConfig(**llm_settings.model_dump())
-            with LLMRouter(config) as router:
-                return router.health(refresh=True)
-
-        self.read(check, done, lambda message: done(_FailedHealth(message)))
+        self.read(lambda e: e.check_llm(llm_settings), done, lambda message: done(_FailedHealth(message)))
 
     def health(self, done: Done) -> None:
         """What works and what is missing (embedding model, LLM) — for the first-run card."""
-        def check(e: Engine) -> HealthReport:
-            from engine.embeddings import NoEmbedder
-
-            if isinstance(e.embedder, NoEmbedder):
-                emb, emb_detail = "off", "Embeddings are off in settings; search matches words only."
-            elif e.embedder.failed is not None:
-                emb, emb_detail = "failed", f"{e.embedder.failed} Search matches words only."
-            elif e.embedder.ready:
-                emb, emb_detail = "ready", "The embedding model is loaded: search understands meaning."
-            else:
-                emb, emb_detail = "loading", "The embedding model is installed and loading in the background."
-            if self.capabilities.llm:
-                h = e.llm.health()
-            else:
-                from engine.llm import LLMConfig, LLMRouter
-
-                with LLMRouter(LLMConfig(**e.settings.llm.model_dump())) as fresh:
-                    h = fresh.health()
-            return HealthReport(emb, emb_detail, bool(h.ok), h.detail, tuple(getattr(h, "models", ()) or ()))
-
-        self.read(check, done)
+        self.read(lambda e: e.health(), done)
 
     # ------------------------------------------------------------------------------------------------
     # settings
@@ -511,3 +415,10 @@ class _FailedHealth:
     detail: str
     ok: bool = False
     models: tuple[str, ...] = ()
+
+
+def run_self_test() -> int:
+    """`personal-llm-desktop --self-test`: the engine's self-test, printed on stdout; its exit code."""
+    from engine.selftest import main
+
+    return int(main([]) or 0)

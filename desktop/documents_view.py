@@ -172,9 +172,6 @@ class DocumentsView(QWidget):
 
     # ------------------------------------------------------------------------------------------------
     def ingest(self, paths: list[str], project: str | None = None) -> bool:
-        if not self.bridge.capabilities.ingest:
-            self.status_posted.emit("Adding documents isn't available in this version yet.")
-            return False
         if self.running:
             self._queue.append((paths, project))
             self.status_posted.emit("Queued; it starts when the current files are done.")
@@ -199,8 +196,7 @@ class DocumentsView(QWidget):
         self.bridge.cancel_ingest()
 
     def refresh(self) -> None:
-        if self.bridge.capabilities.documents:
-            self.bridge.list_documents(self._populate)
+        self.bridge.list_documents(self._populate)
 
     def delete_selected(self) -> None:
         docs = [self._docs[i] for i in self._selected_ids() if i in self._docs]
@@ -218,7 +214,7 @@ class DocumentsView(QWidget):
 
     # ------------------------------------------------------------------------------------------------
     def _opened(self, info: Any) -> None:
-        self.stack.setCurrentIndex(0 if info.capabilities.ingest else 1)
+        self.stack.setCurrentIndex(0)
         self.refresh()
 
     def _engine_changed(self, changes: Any) -> None:

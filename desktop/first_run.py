@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import html
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from .bridge import EngineInfo, HealthReport
+from .bridge import EngineInfo
+
+if TYPE_CHECKING:
+    from .bridge import HealthReport
 from .widgets import button
 
 OK, MISSING, WAIT = "✓", "✗", "…"

@@ -6,7 +6,7 @@ window hides it to the tray when a tray exists (the app decides; see `close_to_t
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QEvent, QSize, Signal
 from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence, QShortcut
@@ -24,7 +24,10 @@ from PySide6.QtWidgets import (
 from . import drops, formatting, icons, theme
 from .ask_panel import AskPanel
 from .audit_view import AuditView
-from .bridge import Bridge, EngineInfo, HealthReport
+from .bridge import Bridge, EngineInfo
+
+if TYPE_CHECKING:
+    from .bridge import HealthReport
 from .documents_view import DocumentsView
 from .first_run import FirstRunCard
 from .memory_browser import MemoryBrowser

@@ -376,7 +376,7 @@ class MemoryBrowser(QWidget):
         if row is None:
             self.editor.clear(multiple=len(ids) > 1)
         else:
-            self.editor.load(row, can_resolve=self.bridge.capabilities.resolve)
+            self.editor.load(row, can_resolve=True)
 
     def _search_changed(self, _text: str) -> None:
         self._debounce.start()

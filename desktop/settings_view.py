@@ -185,9 +185,7 @@ class SettingsView(QWidget):
             self.tidy_button.setEnabled(True)
             self.tidy_result.setText(message)
 
-        if not self.bridge.consolidate(done, failed):
-            self.tidy_button.setEnabled(True)
-            self.tidy_result.setText("Tidying up isn't available in this version yet.")
+        self.bridge.consolidate(done, failed)
 
     def test_connection(self) -> None:
         s = self.current_settings()

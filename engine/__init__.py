@@ -7,12 +7,15 @@
 """
 
 from .ask import AskFailed, AskResult, Source
-from .engine import Changes, Engine
-from .errors import Cancelled, EngineError, NotFound, UserError
-from .models import ForgetResult, Hit, Memory, RememberResult, Stats
+from .config import Settings, log_dir
+from .context import Changes
+from .engine import Engine
+from .errors import Cancelled, EngineError, KeyMissing, NotFound, UserError, WrongKey
+from .logs import setup_logging
+from .models import ForgetResult, HealthReport, Hit, Memory, RememberResult, Stats
+from .version import __version__
 
 __all__ = [
-    "AskFailed", "AskResult", "Source", "Cancelled", "Changes", "Engine", "EngineError", "ForgetResult", "Hit", "Memory", "NotFound",
-    "RememberResult", "Stats", "UserError",
+    "AskFailed", "AskResult", "Source", "Cancelled", "Changes", "Engine", "EngineError", "ForgetResult", "HealthReport",
+    "Hit", "KeyMissing", "Memory", "NotFound", "RememberResult", "Settings", "Stats", "UserError", "WrongKey", "__version__", "log_dir", "setup_logging",
 ]
-__version__ = "0.1.0"

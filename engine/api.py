@@ -365,7 +365,7 @@ def create_app(engine: Any, token: str, allowed_origins: list[str] | None = None
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(pool, functools.partial(fn, *args, **kwargs))
 
-    from . import __version__
+    from .version import __version__
 
     app = FastAPI(
         title="Personal LLM",

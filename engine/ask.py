@@ -1,4 +1,4 @@
-"""Ask: grounded answers with numbered citations from memory (see AskMixin.ask).
+"""Ask: grounded answers with numbered citations from memory (`engine.answers`, see Answers.ask).
 
 One question goes: recall (memories and document chunks) → the relevance floor → a prompt with the
 passages numbered, and the knowledge graph's facts around the question, inside `<untrusted_content>`
@@ -34,19 +34,19 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
-from functools import cache
-from importlib import resources
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 from pydantic import BaseModel, Field
 
+from .context import Context
 from .errors import Cancelled, NotFound, UserError
-from .llm import Health, LLMConfig, LLMError, LLMModelMissing, LLMRouter, LLMUnavailable, Message
+from .graph import Graph
+from .language import LanguageModel
+from .llm import LLMError, LLMModelMissing, LLMUnavailable, Message
 from .models import Hit
+from .prompts import prompt, untrusted
+from .recall import Retriever
 from .relevance import answerable
-
-if TYPE_CHECKING:
-    from .engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +59,6 @@ PASSAGES_SHOWN = 3  # without a model, the answer quotes this many of the best p
 PASSAGE_CHARS = 500
 TITLE_CHARS = 80
 
-# "<" that would open or close our tag inside retrieved text, however it is spaced or cased
-_TAG_START = re.compile(r"<(?=\s*/?\s*untrusted_content)", re.IGNORECASE)
 # the model's own "not in memory" answer (rule 3 of the answer prompt)
 _REFUSAL = re.compile(r"^\W*i (?:do not|don't|don’t) have (?:that|this|it) in (?:my |your )?memory", re.IGNORECASE)
 
@@ -134,21 +132,6 @@ class AskFailed(LLMError):
 # -- prompts ---------------------------------------------------------------------------------------
 
 
-@cache
-def prompt(name: str) -> str:
-    """A prompt template from resources/prompts."""
-    return resources.files("resources").joinpath("prompts", f"{name}.txt").read_text(encoding="utf-8").strip()
-
-
-def escape_untrusted(text: str) -> str:
-    """Make retrieved text unable to open or close an `<untrusted_content>` tag."""
-    return _TAG_START.sub("&lt;", text)
-
-
-def untrusted(text: str) -> str:
-    return f"<untrusted_content>\n{escape_untrusted(text)}\n</untrusted_content>"
-
-
 def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
@@ -218,35 +201,14 @@ def passages_answer(sources: Sequence[Source]) -> str:
 # -- the engine's methods --------------------------------------------------------------------------
 
 
-class AskMixin:
-    """Engine methods for grounded answers and the language model (mixed into engine.Engine)."""
+class Answers:
+    """Grounded answers from memory, and the transcript of each conversation (`engine.answers`)."""
 
-    _llm: LLMRouter | None  # Engine.__init__ starts it at None
-    _llm_lock = threading.Lock()
-
-    @property
-    def _engine(self) -> Engine:
-        """This object as the engine it is mixed into, for the type checker."""
-        return cast("Engine", self)
-
-    @property
-    def llm(self) -> LLMRouter:
-        """The language-model router for the current settings, built on first use."""
-        with self._llm_lock:
-            if self._llm is None:
-                self._llm = LLMRouter(LLMConfig.model_validate(self._engine.settings.llm.model_dump()))
-            return self._llm
-
-    def reset_llm(self) -> None:
-        """Drop the router (after `settings.llm` changed, or on close); the next use builds a new one."""
-        with self._llm_lock:
-            router, self._llm = self._llm, None
-        if router is not None:
-            router.close()
-
-    def llm_status(self, *, refresh: bool = False) -> Health:
-        """Can the configured model answer? Cached; `detail` is written for people."""
-        return self.llm.health(refresh=refresh)
+    def __init__(self, ctx: Context, retrieval: Retriever, graph: Graph, language: LanguageModel):
+        self.ctx = ctx
+        self.retrieval = retrieval
+        self.graph = graph
+        self.language = language
 
     def ask(self, question: str, *, project: str | None = None, k: int = 8,
             on_token: Callable[[str], None] | None = None, verify: bool = False,
@@ -267,13 +229,13 @@ class AskMixin:
         # a follow-up ("and her husband?") is looked up together with the question before it
         previous = next((m.content for m in reversed(history) if m.role == "user"), "")
         query = f"{previous}\n{question}" if previous else question
-        hits = self._engine.recall(query, k=k, project=project, record_access=True)
+        hits = self.retrieval.recall(query, k=k, project=project, record_access=True)
         emit = on_token or (lambda _piece: None)
         _check(cancel)
         if not answerable(hits):
             emit(NOT_IN_MEMORY)
             result = AskResult(answer=NOT_IN_MEMORY, sources=[], grounded=False,
-                               llm_available=self.llm.available(), conversation_id=uid)
+                               llm_available=self.language.router.available(), conversation_id=uid)
         else:
             sources = [Source.from_hit(n, h) for n, h in enumerate(hits, start=1)]
             result = self._answer(question, project, sources, history, uid, emit, verify, cancel)
@@ -286,10 +248,10 @@ class AskMixin:
 
     def _answer(self, question: str, project: str | None, sources: list[Source], history: list[Message],
                 uid: str, emit: Callable[[str], None], verify: bool, cancel: threading.Event | None) -> AskResult:
-        health = self.llm.health()
+        health = self.language.router.health()
         if not health.ok:
             return self._passages_only(sources, health.detail, uid, emit)
-        graph_facts = self._engine.graph_context(question, hops=2, project=project)  # "Alice —lives in→ Lisbon"
+        graph_facts = self.graph.graph_context(question, hops=2, project=project)  # "Alice —lives in→ Lisbon"
         messages = answer_messages(question, sources, graph_facts, history)
         try:
             answer = self._stream_answer(messages, sources, emit, cancel)
@@ -297,7 +259,7 @@ class AskMixin:
             return self._passages_only(sources, str(gone), uid, emit)
         grounded = _REFUSAL.match(answer) is None
         return AskResult(
-            answer=answer, sources=sources, grounded=grounded, llm_available=True, model=self.llm.config.model,
+            answer=answer, sources=sources, grounded=grounded, llm_available=True, model=self.language.router.config.model,
             conversation_id=uid, verification=self._verify(question, answer, sources) if verify and grounded else None,
         )
 
@@ -306,7 +268,7 @@ class AskMixin:
         """The model's whole answer, handed to `emit` piece by piece. Raises LLMUnavailable or
         LLMModelMissing only before the first piece (the caller falls back), else AskFailed."""
         pieces: list[str] = []
-        stream = self.llm.stream(messages)
+        stream = self.language.router.stream(messages)
         try:
             for piece in stream:
                 _check(cancel)
@@ -332,7 +294,7 @@ class AskMixin:
 
     def _verify(self, question: str, answer: str, sources: list[Source]) -> Verification:
         try:
-            done = self.llm.complete(verify_messages(question, answer, sources), schema=Verdict)
+            done = self.language.router.complete(verify_messages(question, answer, sources), schema=Verdict)
         except LLMError as e:
             log.warning("ask: verification not done (%s)", type(e).__name__)
             return Verification(checked=False, supported=False, detail=f"The answer could not be checked: {e}")
@@ -343,13 +305,13 @@ class AskMixin:
     # -- the transcript ----------------------------------------------------------------------------
 
     def _conversation_pk(self, uid: str) -> int:
-        row = self._engine.con.execute("SELECT id FROM conversations WHERE uid = ?", (uid,)).fetchone()
+        row = self.ctx.con.execute("SELECT id FROM conversations WHERE uid = ?", (uid,)).fetchone()
         if row is None:
             raise NotFound(f"No conversation with id {uid}.")
         return int(row[0])
 
     def _history(self, conversation: int) -> list[Message]:
-        rows = self._engine.con.execute(
+        rows = self.ctx.con.execute(
             "SELECT role, content FROM messages WHERE conversation_id = ? ORDER BY id DESC LIMIT ?",
             (conversation, HISTORY_MESSAGES),
         ).fetchall()
@@ -360,7 +322,7 @@ class AskMixin:
         now = time.time()
         meta = {"sources": [s.id for s in result.sources], "grounded": result.grounded,
                 "llm_available": result.llm_available, "model": result.model}
-        with self._engine.store.write() as con:
+        with self.ctx.store.write() as con:
             if conversation is None:
                 conversation = con.execute(
                     "INSERT INTO conversations(uid, title, project, created_at, updated_at) VALUES (?,?,?,?,?)",
@@ -374,7 +336,7 @@ class AskMixin:
                 [(conversation, "user", question, asked_at, "{}"),
                  (conversation, "assistant", result.answer, now, json.dumps(meta))],
             )
-            self._engine.audit("ask", uid, {"sources": meta["sources"], "grounded": result.grounded,
+            self.ctx.audit.record("ask", uid, {"sources": meta["sources"], "grounded": result.grounded,
                                     "llm": result.model is not None, "verify": verify, "history": history}, con=con)
 
 

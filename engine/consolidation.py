@@ -35,12 +35,15 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from . import vectors
+from .context import Context
 from .db import Connection
 from .errors import NotFound, UserError
-from .graph import ExtractionReport, batched, load_prompt, untrusted
+from .graph import ExtractionReport, Graph, batched
+from .language import LanguageModel
 from .llm import LLMBadOutput, LLMError, LLMRouter, Message
+from .memories import MEMORY_COLS, Memories, memory_from_row
 from .models import Memory, iso
-from .parts import EngineParts
+from .prompts import prompt, untrusted
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +109,33 @@ def _window_hash(scope: str, rows: list[tuple[int, str]]) -> str:
     return hashlib.sha256(f"{scope}|{','.join(f'{i}:{h}' for i, h in rows)}".encode()).hexdigest()
 
 
-class ConsolidationMixin(EngineParts):
-    """Engine methods for this area (mixed into engine.Engine)."""
+class Consolidation:
+    """Decay, archive, roll-up and contradictions; the user's side of conflicts (`engine.consolidation`)."""
+
+    def __init__(self, ctx: Context, memories: Memories, graph: Graph, language: LanguageModel):
+        self.ctx = ctx
+        self.space = ctx.space
+        self.memories = memories
+        self.graph = graph
+        self.language = language
+
+    def notes(self) -> list[str]:
+        """For stats: what waits for a language model (empty when one answers or nothing waits)."""
+        con = self.ctx.con
+        extract = self.graph.pending_extraction(con)
+        rollup = con.execute(
+            "SELECT count(*) FROM memories WHERE kind = 'episodic' AND processed = 0 AND archived = 0"
+        ).fetchone()[0]
+        facts = con.execute("SELECT count(*) FROM memories WHERE kind = 'fact' AND archived = 0").fetchone()[0]
+        if not (extract or rollup or facts > 1):
+            return []
+        router, why = self.language.ready()
+        if router is not None:
+            return []
+        return [
+            f"Graph extraction ({extract} waiting), contradiction checks and episodic roll-up ({rollup} "
+            f"waiting) wait for a language model. {why}"
+        ]
 
     def consolidate(self, now: float | datetime | None = None, progress: Callable[[int, int], None] | None = None,
                     cancel: threading.Event | None = None) -> ConsolidationReport:
@@ -124,28 +152,28 @@ class ConsolidationMixin(EngineParts):
 
         report.decayed, report.archived = self._decay_and_archive(now_ts)
         if step(1):
-            router, why = self._llm_ready()
+            router, why = self.language.ready()
             if router is None:
                 report.waiting = ["roll-up", "graph extraction", "contradiction checks"]
-                report.extraction = ExtractionReport(remaining=self._pending_extraction(self.con), waiting=True)
+                report.extraction = ExtractionReport(remaining=self.graph.pending_extraction(self.ctx.con), waiting=True)
                 report.notes.append(f"Roll-up, graph extraction and contradiction checks wait for a language "
                                     f"model. {why}")
             else:
                 report.rollup = self._rollup(router, now_ts, cancel)
                 if step(2):
-                    report.extraction = self.extract_pending(cancel=cancel)
+                    report.extraction = self.graph.extract_pending(cancel=cancel)
                     if step(3):
                         self._check_contradictions(router, report, now_ts, cancel)
                         step(4)
             report.notes += [n for n in (report.rollup.note, report.extraction.note) if n]
-        with self.store.write() as con:
-            self.audit("consolidate", None, {
+        with self.ctx.store.write() as con:
+            self.ctx.audit.record("consolidate", None, {
                 "decayed": report.decayed, "archived": len(report.archived), "rollup_facts": report.rollup.facts,
                 "rollup_sources": report.rollup.sources, "edges": report.extraction.edges,
                 "pairs_checked": report.pairs_checked, "conflicts": len(report.conflicts),
                 "waiting": bool(report.waiting), "cancelled": report.cancelled,
             }, con=con, actor="consolidation")
-        self._notify("consolidate", graph=bool(report.extraction.edges))
+        self.ctx.changes.notify("consolidate", graph=bool(report.extraction.edges))
         log.info("consolidation: %d decayed, %d archived, %d facts rolled up, %d conflicts", report.decayed,
                  len(report.archived), report.rollup.facts, len(report.conflicts))
         return report
@@ -153,10 +181,10 @@ class ConsolidationMixin(EngineParts):
     # -- decay and archive ---------------------------------------------------------------------------
 
     def _decay_and_archive(self, now: float) -> tuple[int, list[str]]:
-        decay_after = self.settings.decay_after_days * DAY
+        decay_after = self.ctx.settings.decay_after_days * DAY
         rate = DECAY_PER_30_DAYS ** (1 / 30)
         last_use = "max(coalesce(event_at, created_at), coalesce(last_accessed_at, 0))"
-        with self.mutation() as (con, touched):
+        with self.ctx.mutation() as (con, touched):
             updates = []
             for rid, importance, used, decayed_at in con.execute(
                 f"SELECT id, importance, {last_use}, decayed_at FROM memories WHERE archived = 0 AND {last_use} < ?",
@@ -168,27 +196,27 @@ class ConsolidationMixin(EngineParts):
             con.executemany("UPDATE memories SET importance = ?, decayed_at = ? WHERE id = ?", updates)
             stale = con.execute(
                 f"SELECT id, uid FROM memories WHERE archived = 0 AND importance < ? AND {last_use} < ? ORDER BY id",
-                (self.settings.archive_floor, now - self.settings.archive_after_days * DAY),
+                (self.ctx.settings.archive_floor, now - self.ctx.settings.archive_after_days * DAY),
             ).fetchall()
             con.executemany("UPDATE memories SET archived = 1, archived_at = ? WHERE id = ?",
                             [(now, rid) for rid, _ in stale])
             touched.memories.update(rid for rid, _ in stale)
             if updates:
-                self.audit("decay", None, {"count": len(updates), "after_days": self.settings.decay_after_days},
+                self.ctx.audit.record("decay", None, {"count": len(updates), "after_days": self.ctx.settings.decay_after_days},
                            con=con, actor="consolidation")
             if stale:
-                self.audit("archive", None, {"count": len(stale), "ids": [uid for _, uid in stale],
-                                             "floor": self.settings.archive_floor}, con=con, actor="consolidation")
+                self.ctx.audit.record("archive", None, {"count": len(stale), "ids": [uid for _, uid in stale],
+                                             "floor": self.ctx.settings.archive_floor}, con=con, actor="consolidation")
         archived = [uid for _, uid in stale]
         if archived:
-            self._notify("archive", memories=archived)
+            self.ctx.changes.notify("archive", memories=archived)
         return len(updates), archived
 
     def restore(self, uid: str) -> Memory:
         """Bring an archived memory back into recall; it counts as used now (decay starts over)."""
         now = time.time()
-        with self.mutation() as (con, touched):
-            row = self._row_by_uid(con, uid)
+        with self.ctx.mutation() as (con, touched):
+            row = self.memories.row_by_uid(con, uid)
             if not row[11]:
                 raise UserError(f"{uid} is not archived.")
             con.execute(
@@ -197,9 +225,9 @@ class ConsolidationMixin(EngineParts):
                 (now, now, row[0]),
             )
             touched.memories.add(row[0])
-            self.audit("restore", uid, {}, con=con)
-            mem = self._memory(self._row_by_uid(con, uid))
-        self._notify("restore", memories=[uid])
+            self.ctx.audit.record("restore", uid, {}, con=con)
+            mem = memory_from_row(self.memories.row_by_uid(con, uid))
+        self.ctx.changes.notify("restore", memories=[uid])
         return mem
 
     # -- contradictions ------------------------------------------------------------------------------
@@ -217,9 +245,9 @@ class ConsolidationMixin(EngineParts):
         ).fetchall():
             if a in facts and b in facts and facts[a] == facts[b]:
                 pairs.setdefault((a, b))
-        if self._ensure_space() and facts:
+        if self.space.ensure() and facts:
             close: dict[tuple[int, int], float] = {}
-            index = self._index["memories"]
+            index = self.space.index["memories"]
             stored = []
             for part in batched(sorted(facts)):
                 stored += con.execute(
@@ -238,10 +266,10 @@ class ConsolidationMixin(EngineParts):
 
     def _check_contradictions(self, router: LLMRouter, report: ConsolidationReport, now: float,
                               cancel: threading.Event | None) -> None:
-        if self.embeddings_available():
-            self.embed_pending(cancel=cancel)  # facts rolled up just now get their vectors
-        con = self.con
-        system = Message(role="system", content=load_prompt("contradiction"))
+        if self.space.available():
+            self.space.embed_pending(cancel=cancel)  # facts rolled up just now get their vectors
+        con = self.ctx.con
+        system = Message(role="system", content=prompt("contradiction"))
         for a, b in self._contradiction_candidates(con):
             if report.pairs_checked >= MAX_PAIR_CHECKS or (cancel is not None and cancel.is_set()):
                 break
@@ -271,7 +299,7 @@ class ConsolidationMixin(EngineParts):
     def _record_verdict(self, rows: list[tuple], pair_hash: str, contradicts: bool, now: float) -> bool:
         """Store the judgement; flag both facts when they contradict. True when flagged now."""
         (a, a_uid, *_), (b, b_uid, *_) = rows
-        with self.store.write() as con:
+        with self.ctx.store.write() as con:
             current = con.execute(
                 "SELECT count(*) FROM memories WHERE id IN (?, ?) AND archived = 0 AND conflict_with IS NULL "
                 "AND content_hash IN (?, ?)", (a, b, rows[0][3], rows[1][3])).fetchone()[0]
@@ -282,8 +310,8 @@ class ConsolidationMixin(EngineParts):
                 return False
             con.execute("UPDATE memories SET conflict_with = ? WHERE id = ?", (b_uid, a))
             con.execute("UPDATE memories SET conflict_with = ? WHERE id = ?", (a_uid, b))
-            self.audit("conflict_flagged", a_uid, {"with": b_uid}, con=con, actor="consolidation")
-        self._notify("conflict", memories=[a_uid, b_uid])
+            self.ctx.audit.record("conflict_flagged", a_uid, {"with": b_uid}, con=con, actor="consolidation")
+        self.ctx.changes.notify("conflict", memories=[a_uid, b_uid])
         return True
 
     @staticmethod
@@ -297,17 +325,17 @@ class ConsolidationMixin(EngineParts):
 
     def conflicts(self) -> list[ConflictPair]:
         """Pairs of facts flagged as contradicting each other, for the user to resolve."""
-        con = self.con
+        con = self.ctx.con
         pairs: list[ConflictPair] = []
         seen: set[str] = set()
         for row in con.execute(
-            f"SELECT {self._MEMORY_COLS} FROM memories WHERE conflict_with IS NOT NULL ORDER BY id"
+            f"SELECT {MEMORY_COLS} FROM memories WHERE conflict_with IS NOT NULL ORDER BY id"
         ).fetchall():
-            other = con.execute(f"SELECT {self._MEMORY_COLS} FROM memories WHERE uid = ?", (row[13],)).fetchone()
+            other = con.execute(f"SELECT {MEMORY_COLS} FROM memories WHERE uid = ?", (row[13],)).fetchone()
             if other is None or row[1] in seen:
                 continue
             seen.update((row[1], other[1]))
-            pairs.append(ConflictPair(a=self._memory(row), b=self._memory(other)))
+            pairs.append(ConflictPair(a=memory_from_row(row), b=memory_from_row(other)))
         return pairs
 
     def resolve(self, uid: str, keep: str) -> Resolution:
@@ -315,12 +343,12 @@ class ConsolidationMixin(EngineParts):
         conflict; the pair is remembered so it is not flagged again)."""
         keep = (keep or "").strip()
         now = time.time()
-        with self.mutation() as (con, touched):
-            row = self._row_by_uid(con, uid)
+        with self.ctx.mutation() as (con, touched):
+            row = self.memories.row_by_uid(con, uid)
             if row[13] is None:
                 raise UserError(f"{uid} is not flagged as contradicting another memory.")
             try:
-                other = self._row_by_uid(con, row[13])
+                other = self.memories.row_by_uid(con, row[13])
             except NotFound:
                 raise UserError(f"The memory {uid} contradicted is gone; nothing to resolve.") from None
             if keep not in ("both", row[1], other[1]):
@@ -334,8 +362,8 @@ class ConsolidationMixin(EngineParts):
             self._remember_check(con, row[0], other[0], _pair_hash(*(r[15] for r in sorted((row, other)))),
                                  "not_conflict" if keep == "both" else "resolved", now)
             result = Resolution(kept=[r[1] for r in (row, other) if r not in dropped], archived=[d[1] for d in dropped])
-            self.audit("resolve_conflict", uid, {"with": other[1], "keep": keep, "archived": result.archived}, con=con)
-        self._notify("resolve", memories=[row[1], other[1]])
+            self.ctx.audit.record("resolve_conflict", uid, {"with": other[1], "keep": keep, "archived": result.archived}, con=con)
+        self.ctx.changes.notify("resolve", memories=[row[1], other[1]])
         return result
 
     # -- episodic roll-up ----------------------------------------------------------------------------
@@ -368,8 +396,8 @@ class ConsolidationMixin(EngineParts):
     def _rollup(self, router: LLMRouter, now: float, cancel: threading.Event | None,
                 min_batch: int = ROLLUP_MIN_BATCH, max_batch: int = ROLLUP_MAX_BATCH) -> RollupReport:
         report = RollupReport()
-        con = self.con
-        system = Message(role="system", content=load_prompt("rollup"))
+        con = self.ctx.con
+        system = Message(role="system", content=prompt("rollup"))
         for scope, (conv_id, project) in self._rollup_scopes(con).items():
             where, args = self._scope_sql(conv_id, project)
             # new events, and older ones waiting again (edited, or their summary went with a forgotten event)
@@ -406,7 +434,7 @@ class ConsolidationMixin(EngineParts):
         return report
 
     def _summarise(self, router: LLMRouter, system: Message, ids: list[int]) -> list[str]:
-        rows = self.con.execute(
+        rows = self.ctx.con.execute(
             f"SELECT text, coalesce(event_at, created_at) FROM memories WHERE id IN ({','.join('?' * len(ids))}) "
             "ORDER BY coalesce(event_at, created_at), id", ids).fetchall()
         events = "\n".join(f"{i}. [{iso(at)[:16].replace('T', ' ')}] {text}" for i, (text, at) in enumerate(rows, 1))
@@ -422,9 +450,9 @@ class ConsolidationMixin(EngineParts):
                       source_hash: str, facts: list[str], now: float) -> int:
         """Facts, their derivations and the rollups row: one transaction. Returns the facts written."""
         written: list[str] = []
-        with self.mutation() as (con, _):
+        with self.ctx.mutation() as (con, _):
             for text in facts:
-                result = self.remember(text, kind="fact", project=project, source="rollup",
+                result = self.memories.remember(text, kind="fact", project=project, source="rollup",
                                        conversation_id=conv_id, embed="background")
                 rid, source = con.execute("SELECT id, source FROM memories WHERE uid = ?", (result.id,)).fetchone()
                 if result.merged and source != "rollup":
@@ -434,13 +462,13 @@ class ConsolidationMixin(EngineParts):
                 written.append(result.id)
             con.execute("INSERT INTO rollups(scope, source_hash, fact_count, created_at, last_id) VALUES (?,?,?,?,?)",
                         (scope, source_hash, len(written), now, ids[-1]))
-            self.audit("rollup", None, {"scope": scope.split(":", 1)[0], "sources": len(ids), "facts": written},
+            self.ctx.audit.record("rollup", None, {"scope": scope.split(":", 1)[0], "sources": len(ids), "facts": written},
                        con=con, actor="consolidation")
         return len(written)
 
     def _mark_rolled_up(self, scope: str, ids: list[int], last_id: int, now: float) -> None:
         """After the facts are written: mark the window's sources processed and advance the watermark."""
-        with self.store.write() as con:
+        with self.ctx.store.write() as con:
             con.executemany("UPDATE memories SET processed = 1 WHERE id = ?", [(i,) for i in ids])
             con.execute(
                 "INSERT INTO watermarks(scope, last_id, updated_at) VALUES (?,?,?) ON CONFLICT(scope) "

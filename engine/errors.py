@@ -31,3 +31,11 @@ class StoreLocked(UserError):
 
 class Cancelled(EngineError):
     """The user cancelled a long job. Not an error to report."""
+
+
+class StoreUnavailable(UserError):
+    """The disk or the operating system refused the store (full, read-only, no permission, I/O error)."""
+
+
+class StoreDamaged(UserError):
+    """The store file is corrupt (or not a store at all)."""

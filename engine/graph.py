@@ -16,17 +16,18 @@ import re
 import threading
 import time
 import unicodedata
-from collections.abc import Callable, Iterable, Iterator
-from importlib import resources
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, Field
 
 from .admission import admit, clean
+from .context import Context
 from .db import Connection
 from .errors import NotFound, UserError
-from .llm import LLMBadOutput, LLMError, LLMModelMissing, LLMRouter, LLMUnavailable, Message
-from .parts import EngineParts
+from .language import LanguageModel
+from .llm import LLMBadOutput, LLMError, LLMModelMissing, LLMUnavailable, Message
+from .prompts import prompt, untrusted
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -38,20 +39,9 @@ MAX_ALIAS_TOKENS = 3  # "Alice" may stand for "Alice Smith", not for "Alice Spri
 CONTEXT_FACTS = 30
 _POSSESSIVE = re.compile(r"['’]s\b")
 _NON_WORD = re.compile(r"[\W_]+")
-_UNTRUSTED_TAG = re.compile(r"</?\s*untrusted_content\s*>", re.IGNORECASE)
 
 
-# -- helpers shared with consolidation ----------------------------------------------------------------
-
-
-def load_prompt(name: str) -> str:
-    """A prompt template shipped in resources/prompts."""
-    return (resources.files("resources") / "prompts" / f"{name}.txt").read_text(encoding="utf-8")
-
-
-def untrusted(text: str) -> str:
-    """Wrap stored text for a prompt; tags inside the text cannot close the wrapper early."""
-    return f"<untrusted_content>\n{_UNTRUSTED_TAG.sub(' ', text)}\n</untrusted_content>"
+# -- helpers ----------------------------------------------------------------------------------------
 
 
 def norm_name(name: str) -> str:
@@ -130,47 +120,18 @@ def fact_text(src: str, rel: str, dst: str) -> str:
     return f"{src} —{rel}→ {dst}"
 
 
-class GraphMixin(EngineParts):
-    """Engine methods for this area (mixed into engine.Engine)."""
+class Graph:
+    """The knowledge graph: extraction with provenance, and traversal (`engine.graph`)."""
 
-    def _notify(self, action: str, *, memories: Iterable[str] = (), graph: bool = False) -> None:
-        """Tell the views what changed (after the transaction committed)."""
-        from .engine import Changes
-
-        self._emit(Changes(action, memories=set(memories), graph=graph))
-
-    # -- the language model --------------------------------------------------------------------------
-
-    def _llm_ready(self) -> tuple[LLMRouter | None, str]:
-        """The engine's router (AskMixin.llm) when its model can answer now (health is cached), else None
-        and why not."""
-        router = self.llm
-        health = router.health()
-        return (router if health.ok else None), health.detail
-
-    def graph_notes(self) -> list[str]:
-        """For stats: what waits for a language model (empty when one answers or nothing waits)."""
-        con = self.con
-        extract = self._pending_extraction(con)
-        rollup = con.execute(
-            "SELECT count(*) FROM memories WHERE kind = 'episodic' AND processed = 0 AND archived = 0"
-        ).fetchone()[0]
-        facts = con.execute("SELECT count(*) FROM memories WHERE kind = 'fact' AND archived = 0").fetchone()[0]
-        if not (extract or rollup or facts > 1):
-            return []
-        router, why = self._llm_ready()
-        if router is not None:
-            return []
-        return [
-            f"Graph extraction ({extract} waiting), contradiction checks and episodic roll-up ({rollup} "
-            f"waiting) wait for a language model. {why}"
-        ]
+    def __init__(self, ctx: Context, language: LanguageModel):
+        self.ctx = ctx
+        self.language = language
 
     # -- extraction ----------------------------------------------------------------------------------
 
-    @staticmethod
-    def _pending_extraction(con: Connection) -> int:
-        return con.execute(
+    def pending_extraction(self, con: Connection | None = None) -> int:
+        """Memories and chunks not read for triples yet."""
+        return (con or self.ctx.con).execute(
             "SELECT (SELECT count(*) FROM memories WHERE extracted = 0 AND archived = 0) + "
             "(SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.document_id AND d.status = 'ready' "
             "WHERE c.extracted = 0)"
@@ -183,11 +144,11 @@ class GraphMixin(EngineParts):
         Without a language model nothing changes and the report says the work waits. An item whose answer
         never fits the schema is marked read (so it cannot block the queue) and counted as failed.
         """
-        con = self.con
-        report = ExtractionReport(remaining=self._pending_extraction(con))
+        con = self.ctx.con
+        report = ExtractionReport(remaining=self.pending_extraction(con))
         if report.remaining == 0 or (limit is not None and limit <= 0):
             return report
-        router, why = self._llm_ready()
+        router, why = self.language.ready()
         if router is None:
             report.waiting, report.note = True, f"Graph extraction waits for a language model. {why}"
             return report
@@ -198,7 +159,7 @@ class GraphMixin(EngineParts):
             "ORDER BY 1, 2 LIMIT ?",
             (-1 if limit is None else limit,),
         ).fetchall()
-        system = Message(role="system", content=load_prompt("extract_triples"))
+        system = Message(role="system", content=prompt("extract_triples"))
         for done, (is_chunk, rid, uid, text, chash) in enumerate(items, start=1):
             if cancel is not None and cancel.is_set():
                 report.cancelled = True
@@ -216,9 +177,9 @@ class GraphMixin(EngineParts):
             self._store_triples("chunks" if is_chunk else "memories", rid, uid, chash, triples, report)
             if progress is not None:
                 progress(done, len(items))
-        report.remaining = self._pending_extraction(con)
+        report.remaining = self.pending_extraction(con)
         if report.edges:
-            self._notify("extract", graph=True)
+            self.ctx.changes.notify("extract", graph=True)
         log.info("graph extraction: %d read, %d edges, %d refused, %d failed", report.processed, report.edges,
                  sum(report.rejected.values()), report.failed)
         return report
@@ -229,7 +190,7 @@ class GraphMixin(EngineParts):
         now = time.time()
         edges = nodes = 0
         rejected: dict[str, int] = {}
-        with self.store.write() as con:
+        with self.ctx.store.write() as con:
             row = con.execute(f"SELECT content_hash, extracted FROM {table} WHERE id = ?", (rid,)).fetchone()
             if row is None or row[0] != chash or row[1]:
                 return  # forgotten, edited or done meanwhile: its current text is handled on its own turn
@@ -260,7 +221,7 @@ class GraphMixin(EngineParts):
                 sorted(rejected.items()),
             )
             con.execute(f"UPDATE {table} SET extracted = 1 WHERE id = ?", (rid,))
-            self.audit("extract_triples", uid, {"edges": edges, "nodes": nodes, "rejected": sum(rejected.values()),
+            self.ctx.audit.record("extract_triples", uid, {"edges": edges, "nodes": nodes, "rejected": sum(rejected.values()),
                                                 "failed": triples is None}, con=con)
         report.processed += 1
         report.edges += edges
@@ -281,7 +242,7 @@ class GraphMixin(EngineParts):
         display, norm, kind = clean(name), norm_name(name), _norm_type(type_)
         row = con.execute("SELECT id, type FROM nodes WHERE norm_name = ?", (norm,)).fetchone()
         if row is None:
-            aliased = [rid for rid, aliases in GraphMixin._aliased(con) if norm in aliases]
+            aliased = [rid for rid, aliases in Graph._aliased(con) if norm in aliases]
             if len(aliased) == 1:
                 row = con.execute("SELECT id, type FROM nodes WHERE id = ?", (aliased[0],)).fetchone()
         if row is None:
@@ -316,7 +277,7 @@ class GraphMixin(EngineParts):
 
     def admission_rejections(self) -> dict[str, int]:
         """How many extracted candidates the admission policy refused, by reason."""
-        return dict(self.con.execute("SELECT reason, count FROM admission_rejections ORDER BY reason").fetchall())
+        return dict(self.ctx.con.execute("SELECT reason, count FROM admission_rejections ORDER BY reason").fetchall())
 
     # -- traversal -----------------------------------------------------------------------------------
 
@@ -398,7 +359,7 @@ class GraphMixin(EngineParts):
     def neighbours(self, entity: str, hops: int = 1) -> GraphView:
         """An entity and what is within 1 or 2 hops of it, each fact with the ids it came from."""
         self._check_hops(hops)
-        with self.store.read() as con:
+        with self.ctx.store.read() as con:
             center = self._find_node(con, entity)
             g = self._neighbourhood(con, [center], hops)
         nodes = sorted(g.nodes(data=True), key=lambda n: (n[1]["hops"], n[1]["name"].casefold()))
@@ -414,7 +375,7 @@ class GraphMixin(EngineParts):
 
     def _query_graph(self, query: str, hops: int, project: str | None) -> nx.DiGraph | None:
         self._check_hops(hops)
-        with self.store.read() as con:
+        with self.ctx.store.read() as con:
             seeds = self._nodes_in(con, query)
             return self._neighbourhood(con, seeds, hops, project) if seeds else None
 

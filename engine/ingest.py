@@ -1,4 +1,4 @@
-"""Document ingest: files into chunks with provenance (see Engine.ingest).
+"""Documents: files and texts ingested as chunks with provenance (`engine.documents`).
 
 How a file becomes a document, and what the rules are:
 
@@ -25,7 +25,7 @@ How a file becomes a document, and what the rules are:
   transaction that also records the ingest as an episodic memory ("Ingested report.pdf (42 chunks)",
   tied to the document so it goes when the document goes). Recall, stats and ``list_documents`` see only
   ``ready`` documents, so a crash never shows half a document. A ``pending`` document is finished by the
-  next ingest of the same file, or by :meth:`IngestMixin.resume_pending_documents` (for the app to call
+  next ingest of the same file, or by :meth:`Documents.resume_pending_documents` (for the app to call
   after opening the store). Without an embedding model the document is ``ready`` at once and its
   chunks are embedded later by the background backfill.
 - **Cancellation** (the ``cancel`` event, checked between files and between embedding batches) never
@@ -60,12 +60,14 @@ from pydantic import BaseModel, Field
 
 from . import vectors
 from .chunking import ChunkDraft, chunk_document, make_token_counter
+from .context import Changes, Context
 from .db import Connection
 from .embeddings import EmbeddingUnavailable
 from .errors import NotFound
-from .models import iso
+from .memories import Memories, new_uid
+from .models import ForgetResult, iso
 from .parsers import SUPPORTED_EXTENSIONS, DocumentError, ParsedDocument, parse_file, parse_text
-from .parts import EngineParts
+from .space import Touched
 
 log = logging.getLogger(__name__)
 
@@ -297,8 +299,13 @@ def _sha256_text(text: str) -> str:
 _DOC_COLS = "uid, path, title, mime, chunk_count, size, project, created_at, updated_at"
 
 
-class IngestMixin(EngineParts):
-    """Engine methods for this area (mixed into engine.Engine)."""
+class Documents:
+    """Ingest files and texts as documents of chunks; list and forget them (`engine.documents`)."""
+
+    def __init__(self, ctx: Context, memories: Memories):
+        self.ctx = ctx
+        self.space = ctx.space
+        self.memories = memories
 
     def ingest(self, paths: Sequence[str | Path], *, project: str | None = None,
                progress: Callable[[IngestProgress], None] | None = None,
@@ -311,7 +318,7 @@ class IngestMixin(EngineParts):
         a bad file or a cancellation; those are results.
         """
         project = (project or "").strip() or None
-        max_bytes = int((self.settings.max_file_mb if max_mb is None else max_mb) * _MB)
+        max_bytes = int((self.ctx.settings.max_file_mb if max_mb is None else max_mb) * _MB)
         files = scan(paths)
         tracker = _Progress(progress, len(files), sum(f.size for f in files))
         tracker.scanned()
@@ -348,12 +355,12 @@ class IngestMixin(EngineParts):
         title = " ".join((title or "").split()) or "Untitled"
         project = (project or "").strip() or None
         size = len((text or "").encode("utf-8"))
-        limit = int(self.settings.max_file_mb * _MB)
+        limit = int(self.ctx.settings.max_file_mb * _MB)
         if size > limit:
             return IngestResult(path=None, status="failed",
                                 error=f"{title} is too big ({_human_size(size)}); the limit is {_human_size(limit)}")
         chash = _sha256_text(text or "")
-        existing = self.con.execute(
+        existing = self.ctx.con.execute(
             "SELECT id, uid, status, chunk_count, meta FROM documents WHERE path IS NULL AND title = ? "
             "AND content_hash = ? ORDER BY id DESC LIMIT 1", (title, chash),
         ).fetchone()
@@ -379,7 +386,7 @@ class IngestMixin(EngineParts):
 
         For the app to call after opening the store (off the UI thread). Cancelling leaves the rest pending.
         """
-        rows = self.con.execute(
+        rows = self.ctx.con.execute(
             "SELECT id, uid, path, title, size, meta FROM documents WHERE status = 'pending' ORDER BY id"
         ).fetchall()
         queue = [self._pending(i, doc_id, uid, Path(path).name if path else title, path, _action(meta), size)
@@ -400,16 +407,47 @@ class IngestMixin(EngineParts):
         if project is not None:
             sql += " AND project IS ?"
             args.append(project.strip() or None)
-        rows = self.con.execute(sql + " ORDER BY updated_at DESC, id DESC", args).fetchall()
+        rows = self.ctx.con.execute(sql + " ORDER BY updated_at DESC, id DESC", args).fetchall()
         return [_document(r) for r in rows]
 
     def get_document(self, uid: str) -> Document:
-        row = self.con.execute(
+        row = self.ctx.con.execute(
             f"SELECT {_DOC_COLS} FROM documents WHERE uid = ? AND status = 'ready'", (uid,)
         ).fetchone()
         if row is None:
             raise NotFound(f"No document with id {uid}.")
         return _document(row)
+
+    def forget(self, uid: str) -> ForgetResult:
+        """Delete a document, its chunks and everything derived from them, in one transaction."""
+        with self.ctx.mutation() as (con, touched):
+            doc = con.execute("SELECT id FROM documents WHERE uid = ?", (uid,)).fetchone()
+            if doc is None:
+                raise NotFound(f"No document with id {uid}.")
+            removed = self.delete_document_rows(con, doc[0], touched)
+            self.ctx.audit.record("forget_document", uid, removed, con=con)
+        self.ctx.changes.emit(Changes("forget", documents={uid}, graph=True))
+        return ForgetResult(id=uid, type="document", removed=removed)
+
+    def delete_document_rows(self, con: Connection, doc_id: int, touched: Touched, *,
+                             keep_document: bool = False) -> dict[str, int]:
+        """Remove a document's chunks (their vectors, FTS rows and edges by trigger/cascade) and the memories
+        derived from it. With keep_document the document row stays (a changed file being replaced)."""
+        chunk_rows = con.execute("SELECT id, uid FROM chunks WHERE document_id = ?", (doc_id,)).fetchall()
+        chunk_ids = [r[0] for r in chunk_rows]
+        edges = con.execute(
+            "SELECT count(*) FROM edges WHERE chunk_id IN (SELECT id FROM chunks WHERE document_id = ?)", (doc_id,)
+        ).fetchone()[0]
+        mem_ids = [r[0] for r in con.execute("SELECT id FROM memories WHERE document_id = ?", (doc_id,)).fetchall()]
+        derived = self.memories.delete_memories(con, mem_ids, touched) if mem_ids else {"memories": 0}
+        con.execute("DELETE FROM chunks WHERE document_id = ?", (doc_id,))
+        answers = self.memories.scrub_transcripts(con, [r[1] for r in chunk_rows])
+        if not keep_document:
+            con.execute("DELETE FROM documents WHERE id = ?", (doc_id,))
+        nodes = self.memories.drop_orphan_nodes(con)
+        touched.chunks.update(chunk_ids)
+        return {"chunks": len(chunk_ids), "edges": edges, "memories": derived["memories"], "nodes": nodes,
+                "answers": answers + derived.get("answers", 0)}
 
     # --- one file --------------------------------------------------------------------------------------
     def _prepare_file(self, index: int, found: _Found, project: str | None,
@@ -427,7 +465,7 @@ class IngestMixin(EngineParts):
             chash = _sha256_file(path)
         except OSError as e:
             return failed.model_copy(update={"error": _os_error(path, e)})
-        existing = self.con.execute(
+        existing = self.ctx.con.execute(
             "SELECT id, uid, status, content_hash, chunk_count, meta FROM documents WHERE path = ? "
             "ORDER BY id DESC LIMIT 1", (str(path),),
         ).fetchone()
@@ -452,7 +490,7 @@ class IngestMixin(EngineParts):
 
     def _pending(self, index: int, doc_id: int, uid: str, name: str, path: str | None, action: Status,
                  size: int) -> _Pending:
-        total, missing, status = self.con.execute(
+        total, missing, status = self.ctx.con.execute(
             "SELECT count(c.id), count(c.id) FILTER (WHERE c.embedded_hash IS NULL), d.status FROM documents d "
             "LEFT JOIN chunks c ON c.document_id = d.id WHERE d.id = ?", (doc_id,),
         ).fetchone()
@@ -460,7 +498,7 @@ class IngestMixin(EngineParts):
         return _Pending(index, doc_id, uid, name, path, action, size, total, done)
 
     def _find_moved(self, chash: str) -> tuple[int, str, str, int] | None:
-        for doc_id, uid, old, chunks in self.con.execute(
+        for doc_id, uid, old, chunks in self.ctx.con.execute(
             "SELECT id, uid, path, chunk_count FROM documents WHERE content_hash = ? AND status = 'ready' "
             "AND path IS NOT NULL ORDER BY id", (chash,),
         ).fetchall():
@@ -469,29 +507,25 @@ class IngestMixin(EngineParts):
         return None
 
     def _move(self, moved: tuple[int, str, str, int], path: Path, st: os.stat_result) -> IngestResult:
-        from .engine import Changes
-
         doc_id, uid, _, chunks = moved
-        with self.mutation() as (con, _touched):
+        with self.ctx.mutation() as (con, _touched):
             con.execute("UPDATE documents SET path = ?, mtime = ?, updated_at = ? WHERE id = ?",
                         (str(path), st.st_mtime, time.time(), doc_id))
-            self.audit("move_document", uid, {"chunks": chunks}, con=con)
-        self._emit(Changes("ingest", documents={uid}))
+            self.ctx.audit.record("move_document", uid, {"chunks": chunks}, con=con)
+        self.ctx.changes.emit(Changes("ingest", documents={uid}))
         return IngestResult(path=str(path), document_id=uid, chunks=chunks, status="unchanged")
 
     def _write_rows(self, doc_id: int | None, path: str | None, parsed: ParsedDocument, chash: str,
                     size: int, mtime: float | None, project: str | None, action: Status) -> tuple[int, str]:
         """Write the document (pending, or ready when there is no embedding model) and all its chunks in
         one transaction; replacing, drop the old chunks and what was derived from them. (row id, uid)."""
-        from .engine import new_uid
-
         drafts = chunk_document(parsed, count_tokens=make_token_counter())
         hashes = [_sha256_text(d.text) for d in drafts]
-        embedding = self._ensure_space()
+        embedding = self.space.ensure()
         status = "pending" if embedding else "ready"
         now = time.time()
         meta = json.dumps({"action": action}) if embedding else "{}"
-        with self.mutation() as (con, touched):
+        with self.ctx.mutation() as (con, touched):
             kept = self._old_vectors(con, doc_id) if embedding and doc_id is not None else {}
             if doc_id is None:
                 uid = new_uid("doc")
@@ -532,8 +566,6 @@ class IngestMixin(EngineParts):
 
     @staticmethod
     def _insert_chunks(con: Connection, doc_id: int, drafts: list[ChunkDraft], hashes: list[str]) -> list[int]:
-        from .engine import new_uid
-
         con.executemany(
             "INSERT INTO chunks(uid, document_id, position, text, content_hash, locator, page, heading, "
             "token_count) VALUES (?,?,?,?,?,?,?,?,?)",
@@ -559,17 +591,17 @@ class IngestMixin(EngineParts):
             if cancel is not None and cancel.is_set():
                 raise _Cancelled
             by_id = {p.doc_id: p for p in queue}
-            rows = self.con.execute(
+            rows = self.ctx.con.execute(
                 "SELECT id, text, content_hash, document_id FROM chunks WHERE embedded_hash IS NULL AND "
                 f"document_id IN ({','.join('?' * len(by_id))}) ORDER BY id LIMIT ?", (*by_id, EMBED_BATCH_SIZE),
             ).fetchall()
-            if not rows or not self._ensure_space():
+            if not rows or not self.space.ensure():
                 for p in queue:
                     p.done = p.total
                 continue
             try:
-                vecs = self.embedder.encode([r[1] for r in rows], batch_size=EMBED_BATCH_SIZE)
-                self._store_vectors("chunks", [(r[0], r[2]) for r in rows], vecs)
+                vecs = self.space.embedder.encode([r[1] for r in rows], batch_size=EMBED_BATCH_SIZE)
+                self.space.store_vectors("chunks", [(r[0], r[2]) for r in rows], vecs)
             except EmbeddingUnavailable:
                 for p in queue:  # lexical for now: the backfill embeds them once a model works
                     p.done = p.total
@@ -591,16 +623,14 @@ class IngestMixin(EngineParts):
 
     def _embed_ingest_memories(self, count: int) -> None:
         """Embed the ingest memories in one batch (one model call per file would cost ~10% of the run)."""
-        if count and self.embedder.ready:
-            self.embed_pending(limit=count)
+        if count and self.space.embedder.ready:
+            self.space.embed_pending(limit=count)
 
     def _complete(self, p: _Pending) -> IngestResult:
         """Make a fully embedded document visible (status 'ready') and record the ingest as an episodic
         memory, in one transaction. An unexpected error removes the document instead."""
-        from .engine import Changes
-
         try:
-            with self.mutation() as (con, touched):
+            with self.ctx.mutation() as (con, touched):
                 flipped = con.execute(
                     "UPDATE documents SET status = 'ready', meta = '{}', updated_at = ? WHERE id = ? "
                     "AND status = 'pending'", (time.time(), p.doc_id),
@@ -610,24 +640,24 @@ class IngestMixin(EngineParts):
                         "SELECT id FROM chunks WHERE document_id = ?", (p.doc_id,)).fetchall())
                 verb = "Updated" if p.action == "replaced" else "Ingested"
                 project = con.execute("SELECT project FROM documents WHERE id = ?", (p.doc_id,)).fetchone()[0]
-                self.remember(f"{verb} {p.name} ({p.total} chunk{'s' if p.total != 1 else ''})", kind="episodic",
+                self.memories.remember(f"{verb} {p.name} ({p.total} chunk{'s' if p.total != 1 else ''})", kind="episodic",
                               source="document", document_id=p.doc_id, at=time.time(), embed="background",
                               project=project)
-                self.audit("ingest", p.uid, {"chunks": p.total, "status": p.action}, con=con)
+                self.ctx.audit.record("ingest", p.uid, {"chunks": p.total, "status": p.action}, con=con)
         except Exception as e:
             log.exception("completing a document failed (%s)", type(e).__name__)
             self._discard(p.doc_id, p.uid, type(e).__name__)
             return IngestResult(path=p.path, status="failed",
                                 error=f"{p.name} could not be added ({type(e).__name__}); nothing was changed")
-        self._emit(Changes("ingest", documents={p.uid}))
+        self.ctx.changes.emit(Changes("ingest", documents={p.uid}))
         return IngestResult(path=p.path, document_id=p.uid, chunks=p.total, status=p.action)
 
     def _discard(self, doc_id: int, uid: str, reason: str) -> None:
         """Remove a document that did not finish ingesting (it was never visible in this state)."""
-        with self.mutation() as (con, touched):
+        with self.ctx.mutation() as (con, touched):
             if con.execute("SELECT 1 FROM documents WHERE id = ? AND status = 'pending'", (doc_id,)).fetchone():
                 removed = self.delete_document_rows(con, doc_id, touched)
-                self.audit("ingest_abandoned", uid, {**removed, "reason": reason}, con=con)
+                self.ctx.audit.record("ingest_abandoned", uid, {**removed, "reason": reason}, con=con)
 
 
 def _document(r: tuple) -> Document:

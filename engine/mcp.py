@@ -174,8 +174,7 @@ def _guarded(name: str, fn: Callable[[], BaseModel]) -> CallToolResult:
 
 def _audit(eng: Any, action: str, target: str | None, detail: dict[str, Any]) -> None:
     """Record a tool call that is not itself a write (ids and counts only)."""
-    with eng.store.write() as con:
-        eng.audit(action, target, detail, con=con)
+    eng.audit.record(action, target, detail)
 
 
 def _dump(obj: Any) -> dict[str, Any]:
@@ -188,7 +187,7 @@ def create_server(eng: Any, pool: ThreadPoolExecutor | None = None) -> MCPServer
     Engine calls run on `pool`: a few long-lived threads, so each keeps its one store connection (the
     SDK's own worker threads come and go, and every new thread would open another connection).
     """
-    from . import __version__
+    from .version import __version__
 
     workers = pool or ThreadPoolExecutor(max_workers=2, thread_name_prefix="mcp-engine")
 

@@ -103,3 +103,23 @@ class AuditEntry(BaseModel):
     action: str
     target: str | None
     detail: dict[str, Any]
+
+
+class HealthReport(BaseModel):
+    """What works and what is missing (the embedding model, the language model), for people."""
+
+    embedding: str = Field(description="ready | loading | failed | off")
+    embedding_detail: str
+    llm_ok: bool
+    llm_detail: str
+    llm_models: tuple[str, ...] = Field(default=(), description="What the model server offers")
+
+
+class StoreDiagnostics(BaseModel):
+    """How the open store is built, for the self-test."""
+
+    schema_version: int
+    expected_schema_version: int
+    cipher_version: str | None
+    vec_version: str
+    vec_length_ok: bool = Field(description="sqlite-vec computes the length of a 3-dimensional vector as 3")

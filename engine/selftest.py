@@ -32,8 +32,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from .cli import Handler, add_json, command
-
 # Two facts with no word in common with each other, and a paraphrase that shares no word with either.
 FACT_CITY = "My sister Alice lives in Lisbon near the river."
 FACT_TAX = "The quarterly tax return is due on the fifteenth of April."
@@ -136,7 +134,7 @@ class SelfTest:
         return self.ok
 
     def _runtime(self) -> str:
-        from . import __version__
+        from .version import __version__
 
         frozen = "bundled" if getattr(sys, "frozen", False) else "python"
         return (f"personal-llm {__version__}, Python {platform.python_version()} ({frozen}), "
@@ -150,7 +148,6 @@ class SelfTest:
 
     def _store(self) -> str:
         from .keys import keychain_usable
-        from .migrations import SCHEMA_VERSION
 
         assert self.home is not None
         self.home.mkdir(parents=True)
@@ -161,26 +158,22 @@ class SelfTest:
             ), encoding="utf-8")
         with self._engine(lexical=True) as eng:
             self.profile = eng.profile
-            version = eng.con.execute("PRAGMA user_version").fetchone()[0]
-            cipher = eng.con.execute("PRAGMA cipher_version").fetchone()
-            if not cipher or not cipher[0]:
+            d = eng.diagnostics()
+            if not d.cipher_version:
                 raise _Failed("the store is not opened by SQLCipher (no cipher_version)")
-            if version != SCHEMA_VERSION:
-                raise _Failed(f"schema version {version}, expected {SCHEMA_VERSION}")
-        where = "keychain (temporary entry)" if eng.profile.key_source == "keychain" else "random passphrase"
-        return f"SQLCipher {cipher[0]}, schema v{version}, key in {where}"
+            if d.schema_version != d.expected_schema_version:
+                raise _Failed(f"schema version {d.schema_version}, expected {d.expected_schema_version}")
+        where = "keychain (temporary entry)" if eng.key_source == "keychain" else "random passphrase"
+        return f"SQLCipher {d.cipher_version}, schema v{d.schema_version}, key in {where}"
 
     def _sqlite_vec(self) -> str:
         import sqlite_vec
 
         with self._engine(lexical=True) as eng:
-            version = eng.con.execute("SELECT vec_version()").fetchone()[0]
-            n = eng.con.execute(
-                "SELECT vec_length(vec_f32(?))", (json.dumps([0.5, 0.25, 0.125]),)
-            ).fetchone()[0]
-        if n != 3:
-            raise _Failed(f"vec_length returned {n}")
-        return f"vec_version() = {version} (from {Path(sqlite_vec.loadable_path()).name})"
+            d = eng.diagnostics()
+        if not d.vec_length_ok:
+            raise _Failed("vec_length of a 3-dimensional vector is not 3")
+        return f"vec_version() = {d.vec_version} (from {Path(sqlite_vec.loadable_path()).name})"
 
     def _lexical(self) -> str:
         with self._engine(lexical=True) as eng:
@@ -203,7 +196,7 @@ class SelfTest:
 
         with self._engine(lexical=False) as eng:
             t0 = time.perf_counter()
-            eng.embedder.load()
+            eng.load_embeddings()
             load = time.perf_counter() - t0
             embedded = eng.embed_pending()
             hits = eng.recall(PARAPHRASE_QUERY, k=2, record_access=False)
@@ -274,30 +267,20 @@ def run(*, semantic: bool = True, use_keychain: bool = True, json_out: bool = Fa
     return 0 if t.ok else 1
 
 
-def _add_arguments(p: argparse.ArgumentParser) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The self-test's options (shared by `personal-llm self-test` and `python -m engine.selftest`)."""
     p.add_argument("--lexical-only", action="store_true", help="skip the embedding model (faster)")
     p.add_argument("--no-keychain", action="store_true",
                    help="protect the temporary store with a random passphrase even when a keychain works")
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point for `personal-llm-desktop --self-test` and `python -m engine.selftest` (argv: options)."""
     p = argparse.ArgumentParser(prog="personal-llm self-test", description=__doc__.splitlines()[0])
-    _add_arguments(p)
-    add_json(p)
+    add_arguments(p)
     a = p.parse_args([] if argv is None else argv)
     return run(semantic=not a.lexical_only, use_keychain=not a.no_keychain, json_out=a.json)
-
-
-@command("self-test", "check this installation: encrypted store, sqlite-vec, recall, bundled model")
-def _self_test(p: argparse.ArgumentParser) -> Handler:
-    _add_arguments(p)
-    add_json(p)
-
-    def handler(a: argparse.Namespace) -> int:
-        return run(semantic=not a.lexical_only, use_keychain=not a.no_keychain, json_out=a.json)
-
-    return handler
 
 
 if __name__ == "__main__":

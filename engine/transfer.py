@@ -6,10 +6,7 @@ Records refer to each other by uid (graph nodes by normalised name), never by ro
 into another store. Vectors are not exported: they are derived, and re-embedded from the rows on import.
 Times are ISO 8601 in UTC.
 
-With a passphrase the JSONL is encrypted: one plaintext JSON line describes the scheme, then the data
-follows as AES-256-GCM segments (key from scrypt) in the STREAM construction — each segment's nonce holds
-its counter and a last-segment flag, and the header line is the associated data, so reordered, truncated
-or edited files are refused. Only the `cryptography` package's primitives are used.
+With a passphrase the JSONL is encrypted (engine/cipher.py: scrypt and AES-256-GCM segments).
 
 Import merges: a record whose uid is already there, or a memory with the same content, kind and project
 (and, for an event, the same time), is skipped, so importing twice adds nothing. A plain JSONL of
@@ -19,50 +16,39 @@ and checked completely before one transaction writes it: a bad file changes noth
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import logging
 import os
-import secrets
-import struct
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Final, Literal, cast
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from .backfill import Backfill
+from .cipher import (
+    FORMAT,
+    FORMAT_VERSION,
+    MAX_HEADER_LINE,
+    EncryptingWriter,
+    WrongPassphrase,
+    decrypt,
+    is_encrypted,
+    parse_header,
+)
+from .context import Changes, Context
+from .db import Connection
 from .errors import UserError
-
-if TYPE_CHECKING:
-    from .db import Connection
-    from .engine import Engine
+from .memories import EPISODIC_DISCOUNT, IMPORTANCE_BY_SOURCE, check_text, content_hash, new_uid, parse_time
 
 log = logging.getLogger(__name__)
 
-FORMAT: Final = "personal-llm-export"
-FORMAT_VERSION = 1
 PASSPHRASE_ENV = "PERSONAL_LLM_EXPORT_PASSPHRASE"
 Progress = Callable[[int, int], None]
-
-# encryption parameters (written into each file, so they can change without breaking old exports)
-CIPHER = "AES-256-GCM"
-SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**17, 8, 1  # 128 MiB, ~0.3 s: slow to guess, quick once
-SEGMENT = 1 << 20  # plaintext bytes per encrypted segment
-NONCE_PREFIX = 7  # + 4-byte counter + 1-byte last flag = 12-byte GCM nonce
-TAG = 16
-MAX_HEADER_LINE = 4096
-
-
-class PassphraseRequired(UserError):
-    """The file is encrypted and no passphrase was given."""
-
-
-class WrongPassphrase(UserError):
-    """The passphrase does not open the file (or the file was altered)."""
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -73,6 +59,10 @@ class ExportResult(BaseModel):
     encrypted: bool
     bytes: int
     counts: dict[str, int] = Field(description="Records written, by type")
+
+
+class PassphraseRequired(UserError):
+    """The file is encrypted and no passphrase was given."""
 
 
 class ImportResult(BaseModel):
@@ -247,8 +237,6 @@ def _iso(ts: float | None) -> str | None:
 
 
 def _ts(value: str | float | None) -> float | None:
-    from .engine import parse_time
-
     return parse_time(value)
 
 
@@ -270,139 +258,19 @@ def _proj(project: str | None) -> str | None:
 TIME_EPS = 5e-6  # times pass through ISO text with microsecond precision
 
 
-# ---------------------------------------------------------------------------------------------------
-# encryption: scrypt + AES-256-GCM segments (STREAM)
-# ---------------------------------------------------------------------------------------------------
-def _derive_key(passphrase: str, salt: bytes, n: int, r: int, p: int) -> bytes:
-    from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
-
-    if not passphrase:
-        raise UserError("An empty passphrase cannot protect an export.")
-    return Scrypt(salt=salt, length=32, n=n, r=r, p=p).derive(passphrase.encode("utf-8"))
-
-
-def _nonce(prefix: bytes, counter: int, last: bool) -> bytes:
-    return prefix + struct.pack(">I", counter) + (b"\x01" if last else b"\x00")
-
-
-class _EncryptingWriter:
-    """Writes the encrypted format to `out`: the header line, then sealed segments. Call finish() last."""
-
-    def __init__(self, out: BinaryIO, passphrase: str):
-        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
-        salt, self._prefix = secrets.token_bytes(16), secrets.token_bytes(NONCE_PREFIX)
-        header = {
-            "type": "encrypted", "format": FORMAT, "version": FORMAT_VERSION, "cipher": CIPHER,
-            "kdf": {"name": "scrypt", "n": SCRYPT_N, "r": SCRYPT_R, "p": SCRYPT_P,
-                    "salt": base64.b64encode(salt).decode()},
-            "nonce_prefix": base64.b64encode(self._prefix).decode(), "segment": SEGMENT,
-        }
-        self._aad = json.dumps(header, sort_keys=True).encode("ascii")
-        self._aead = AESGCM(_derive_key(passphrase, salt, SCRYPT_N, SCRYPT_R, SCRYPT_P))
-        self._out = out
-        self._buf = bytearray()
-        self._counter = 0
-        out.write(self._aad + b"\n")
-
-    def write(self, data: bytes) -> int:
-        self._buf += data
-        while len(self._buf) > SEGMENT:  # keep at least one byte back: the last segment is sealed as last
-            self._seal(bytes(self._buf[:SEGMENT]), last=False)
-            del self._buf[:SEGMENT]
-        return len(data)
-
-    def _seal(self, plain: bytes, *, last: bool) -> None:
-        ct = self._aead.encrypt(_nonce(self._prefix, self._counter, last), plain, self._aad)
-        self._out.write(struct.pack(">I", len(ct)) + ct)
-        self._counter += 1
-
-    def finish(self) -> None:
-        self._seal(bytes(self._buf), last=True)
-        self._buf.clear()
-
-
-def _parse_encrypted_header(line: bytes) -> dict[str, Any] | None:
-    """The scheme of an encrypted export, or None when the line is not one."""
-    try:
-        head = json.loads(line)
-    except ValueError:
-        return None
-    if not isinstance(head, dict) or head.get("type") != "encrypted":
-        return None
-    if head.get("format") != FORMAT or head.get("cipher") != CIPHER or head.get("kdf", {}).get("name") != "scrypt":
-        raise UserError("This encrypted file uses a scheme this version of Personal LLM does not know.")
-    if int(head.get("version", 0)) > FORMAT_VERSION:
-        raise UserError("This export was made by a newer version of Personal LLM; update the app to import it.")
-    kdf = head["kdf"]
-    if not (2 <= int(kdf["n"]) <= 2**20 and 1 <= int(kdf["r"]) <= 32 and 1 <= int(kdf["p"]) <= 16):
-        raise UserError("This encrypted file asks for unreasonable key-derivation settings; refusing it.")
-    return head
-
-
-def _decrypt(f: BinaryIO, header_line: bytes, head: dict[str, Any], passphrase: str) -> bytes:
-    from cryptography.exceptions import InvalidTag
-    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
-    kdf = head["kdf"]
-    try:
-        salt = base64.b64decode(kdf["salt"], validate=True)
-        prefix = base64.b64decode(head["nonce_prefix"], validate=True)
-    except (ValueError, KeyError) as e:
-        raise UserError("The encrypted export's header is damaged.") from e
-    aead = AESGCM(_derive_key(passphrase, salt, int(kdf["n"]), int(kdf["r"]), int(kdf["p"])))
-    max_ct = int(head.get("segment", SEGMENT)) + TAG
-    out = bytearray()
-    counter = 0
-    length = _read_length(f)
-    while length is not None:
-        if length > max_ct:
-            raise UserError("The encrypted export is damaged (a segment is too long).")
-        ct = f.read(length)
-        if len(ct) != length:
-            raise UserError("The encrypted export is truncated; use a complete copy.")
-        following = _read_length(f)
-        try:
-            out += aead.decrypt(_nonce(prefix, counter, following is None), ct, header_line)
-        except InvalidTag as e:
-            if counter == 0:
-                raise WrongPassphrase("That passphrase does not open this export (or the file was altered).") from e
-            raise UserError("The encrypted export is damaged or incomplete; nothing was imported.") from e
-        counter += 1
-        length = following
-    if counter == 0:
-        raise UserError("The encrypted export is empty or truncated; nothing was imported.")
-    return bytes(out)
-
-
-def _read_length(f: BinaryIO) -> int | None:
-    raw = f.read(4)
-    if not raw:
-        return None
-    if len(raw) != 4:
-        raise UserError("The encrypted export is truncated; use a complete copy.")
-    return int(struct.unpack(">I", raw)[0])
-
-
-def is_encrypted(path: Path | str) -> bool:
-    """True when the file is an encrypted Personal LLM export."""
-    with open(path, "rb") as f:
-        return _parse_encrypted_header(f.readline(MAX_HEADER_LINE).rstrip(b"\r\n")) is not None
-
-
 def _read_text(path: Path, passphrase: str | None) -> tuple[str, bool]:
     """The file's JSONL text, decrypted when it is encrypted."""
     try:
         with open(path, "rb") as f:
             first = f.readline(MAX_HEADER_LINE)
-            head = _parse_encrypted_header(first.rstrip(b"\r\n"))
+            head = parse_header(first.rstrip(b"\r\n"))
             if head is None:
                 data, encrypted = first + f.read(), False
             else:
                 if not passphrase:
                     raise PassphraseRequired(
                         f"{path.name} is encrypted; give its passphrase (or set {PASSPHRASE_ENV}).")
-                data, encrypted = _decrypt(f, first.rstrip(b"\r\n"), head, passphrase), True
+                data, encrypted = decrypt(f, first.rstrip(b"\r\n"), head, passphrase), True
     except FileNotFoundError as e:
         raise UserError(f"There is no file at {path}.") from e
     except IsADirectoryError as e:
@@ -500,8 +368,13 @@ def _parse_export(head_obj: dict[str, Any], objects: Iterable[tuple[int, dict[st
 # ---------------------------------------------------------------------------------------------------
 # the engine methods
 # ---------------------------------------------------------------------------------------------------
-class TransferMixin:
-    """Engine methods for this area (mixed into engine.Engine)."""
+class Transfer:
+    """Export everything to a file, import (merge) a file into this store (`engine.transfer`)."""
+
+    def __init__(self, ctx: Context, backfill: Backfill):
+        self.ctx = ctx
+        self.space = ctx.space
+        self.backfill = backfill
 
     # ---- export --------------------------------------------------------------------------------------
     def export(self, path: Path | str, *, encrypt_passphrase: str | None = None,
@@ -510,7 +383,6 @@ class TransferMixin:
 
         With `encrypt_passphrase` the file is encrypted (scrypt + AES-256-GCM). The file is private (0600).
         """
-        eng = cast("Engine", self)
         path = Path(path).expanduser().absolute()
         if path.is_dir():
             raise UserError(f"{path} is a folder; give a file name for the export.")
@@ -519,7 +391,7 @@ class TransferMixin:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
         try:
             with os.fdopen(fd, "wb") as raw:
-                enc = _EncryptingWriter(raw, encrypt_passphrase) if encrypt_passphrase is not None else None
+                enc = EncryptingWriter(raw, encrypt_passphrase) if encrypt_passphrase is not None else None
                 counts = self._write_export(enc.write if enc is not None else raw.write, progress)
                 if enc is not None:
                     enc.finish()
@@ -537,17 +409,17 @@ class TransferMixin:
             finally:
                 os.close(dfd)
         size = path.stat().st_size
-        with eng.store.write() as con:
-            eng.audit("export", None, {"counts": counts, "encrypted": encrypt_passphrase is not None}, con=con)
+        with self.ctx.store.write() as con:
+            self.ctx.audit.record("export", None, {"counts": counts, "encrypted": encrypt_passphrase is not None}, con=con)
         log.info("exported %s records (%d bytes, encrypted=%s)", sum(counts.values()), size,
                  encrypt_passphrase is not None)
         return ExportResult(path=str(path), encrypted=encrypt_passphrase is not None, bytes=size, counts=counts)
 
     def _write_export(self, write: Callable[[bytes], Any], progress: Progress | None) -> dict[str, int]:
-        from . import __version__
         from .migrations import SCHEMA_VERSION
+        from .version import __version__
 
-        with cast("Engine", self).store.read() as con:  # one consistent snapshot
+        with self.ctx.store.read() as con:  # one consistent snapshot
             counts = {kind: con.execute(f"SELECT count(*) FROM ({sql})").fetchone()[0]
                       for kind, sql in _EXPORT_SQL.items()}
             total = sum(counts.values())
@@ -572,32 +444,29 @@ class TransferMixin:
         The whole file is checked first, then written in one transaction. Vectors are then computed from
         the rows (now, when `embed` and the model is available; otherwise in the background).
         """
-        from .engine import Changes
-
-        eng = cast("Engine", self)
         path = Path(path).expanduser().absolute()
         text, encrypted = _read_text(path, passphrase)
         parsed = parse_import(text)
-        merger = _Merger(eng)
-        with eng.mutation() as (con, touched):
+        merger = _Merger()
+        with self.ctx.mutation() as (con, touched):
             if parsed.format == "export":
                 merger.merge_export(con, parsed.records)
             else:
                 merger.merge_plain(con, parsed.plain)
             touched.memories.update(merger.new_memory_ids)
             touched.chunks.update(merger.new_chunk_ids)
-            eng.audit("import", None, {"format": parsed.format, "encrypted": encrypted, "added": merger.added,
+            self.ctx.audit.record("import", None, {"format": parsed.format, "encrypted": encrypted, "added": merger.added,
                                         "skipped": merger.skipped}, con=con)
-        eng._emit(Changes("import", memories=set(merger.new_memory_uids), documents=set(merger.new_document_uids),
+        self.ctx.changes.emit(Changes("import", memories=set(merger.new_memory_uids), documents=set(merger.new_document_uids),
                            graph=merger.added.get("edge", 0) > 0))
         embedded = 0
-        if embed and (merger.new_memory_ids or merger.new_chunk_ids) and eng.embeddings_available():
+        if embed and (merger.new_memory_ids or merger.new_chunk_ids) and self.space.available():
             try:
-                embedded = eng.embed_pending(progress=progress)
+                embedded = self.space.embed_pending(progress=progress)
             except UserError:
                 log.info("import: embedding deferred to the background")
         if not embedded:
-            eng.wake_background()
+            self.backfill.wake()
         log.info("imported (%s): added %s, skipped %s", parsed.format, merger.added, merger.skipped)
         return ImportResult(path=str(path), format=parsed.format, encrypted=encrypted, added=merger.added,
                             skipped=merger.skipped, embedded=embedded)
@@ -682,8 +551,7 @@ def _aliases(raw: str | None) -> list[str]:
 class _Merger:
     """Adds what is new, maps what is already there; old uids resolve to this store's rows."""
 
-    def __init__(self, eng: Engine):
-        self.eng = eng
+    def __init__(self) -> None:
         self.added: dict[str, int] = {}
         self.skipped: dict[str, int] = {}
         self.doc_ids: dict[str, int] = {}
@@ -724,15 +592,13 @@ class _Merger:
             self._audit(con, r)
 
     def merge_plain(self, con: Connection, items: list[PlainMemory]) -> None:
-        from .engine import EPISODIC_DISCOUNT, IMPORTANCE_BY_SOURCE, new_uid
-
         now = _iso(time.time()) or ""
         for item in items:
             importance = item.importance
             if importance is None:
                 importance = IMPORTANCE_BY_SOURCE["import"] - (EPISODIC_DISCOUNT if item.kind == "episodic" else 0.0)
             at = _ts(item.at)
-            rec = MemoryRecord(uid=new_uid("mem"), kind=item.kind, text=self.eng._check_text(item.text),
+            rec = MemoryRecord(uid=new_uid("mem"), kind=item.kind, text=check_text(item.text),
                                importance=importance, created_at=now, updated_at=now, at=_iso(at),
                                project=item.project, source="import")
             self._memory(con, rec)
@@ -759,8 +625,6 @@ class _Merger:
         return True
 
     def _chunk(self, con: Connection, r: ChunkRecord, new_docs: set[str]) -> None:
-        from .engine import content_hash, new_uid
-
         doc_id = self.doc_ids.get(r.document)
         if doc_id is None:
             raise UserError(f"The export is inconsistent: chunk {r.uid} belongs to a document it does not hold.")
@@ -827,9 +691,7 @@ class _Merger:
         return None if row is None else (row[0], row[1])
 
     def _memory(self, con: Connection, r: MemoryRecord) -> None:
-        from .engine import content_hash
-
-        text = self.eng._check_text(r.text)
+        text = check_text(r.text)
         chash, project, event_at = content_hash(text), _proj(r.project), _ts(r.at)
         found = self._existing_memory(con, r, chash, project, event_at)
         if found is not None:
@@ -923,5 +785,5 @@ class _Merger:
         self._count("audit", True)
 
 
-__all__ = ["ExportResult", "ImportResult", "PassphraseRequired", "TransferMixin", "WrongPassphrase",
+__all__ = ["ExportResult", "ImportResult", "PassphraseRequired", "Transfer", "WrongPassphrase",
            "is_encrypted", "parse_import"]

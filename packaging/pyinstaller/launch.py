@@ -15,7 +15,7 @@ The desktop program is a hard link rather than a symlink inside /opt so that cod
 import os
 import sys
 
-import engine.selftest  # noqa: F401  registers `personal-llm self-test` (and makes PyInstaller bundle it)
+import engine.selftest  # noqa: F401  (static, so PyInstaller bundles it)
 
 DESKTOP_NAME = "personal-llm-desktop"
 

@@ -207,8 +207,6 @@ def test_audit_view_lists_changes(qtbot, desktop):
 
 
 def test_tidy_up_runs_consolidation_and_reports(qtbot, desktop):
-    if not desktop.bridge.capabilities.consolidate:
-        pytest.skip("Engine.consolidate has not landed yet")
     desktop.window.show_page("settings")
     settings = desktop.window.settings
     settings.tidy_button.click()

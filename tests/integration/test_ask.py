@@ -132,7 +132,7 @@ def test_graph_facts_go_inside_the_tags(llm_eng, server, monkeypatch):
         calls.append((query, hops, project))
         return ["Alice —lives in→ Lisbon", "Alice —sister of→ Bruno"]
 
-    monkeypatch.setattr(llm_eng, "graph_context", graph_context)
+    monkeypatch.setattr(llm_eng.graph, "graph_context", graph_context)
     llm_eng.ask("Where does my sister live?")
     assert calls == [("Where does my sister live?", 2, None)]
     assert "- Alice —sister of→ Bruno" in untrusted_body(prompt_of(server))

@@ -134,7 +134,7 @@ def test_without_a_language_model_decay_and_archive_run_and_the_rest_waits(eng: 
     # the archived lunch is not waiting for anything: roll-up and extraction skip archived memories
     assert stats.pending_rollup == len(TRIP) and stats.pending_extraction == len(TRIP) + 1
     assert eng.list_memories(kind="fact")[0].text == "Alice lives in Lisbon."  # no roll-up facts
-    assert eng.graph_notes()
+    assert eng.consolidation.notes()
 
 
 # -- contradictions -------------------------------------------------------------------------------------
@@ -217,7 +217,7 @@ def test_rollup_is_idempotent_across_a_crash_between_write_and_mark(llm_eng: Eng
     def crash(*args: object) -> None:
         raise RuntimeError("power cut")
 
-    monkeypatch.setattr(llm_eng, "_mark_rolled_up", crash)
+    monkeypatch.setattr(llm_eng.consolidation, "_mark_rolled_up", crash)
     with pytest.raises(RuntimeError, match="power cut"):
         llm_eng.consolidate()
     facts = llm_eng.list_memories(kind="fact")

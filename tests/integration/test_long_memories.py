@@ -80,13 +80,13 @@ def test_windows_follow_edits_and_forgets_and_both_search_paths_agree(profile_ho
         assert con.execute("SELECT count(*) FROM vec_memory_windows").fetchone()[0] == n_windows
 
         q = embedder.encode_one(QUESTION)
-        mirror = eng._index["memories"].search(con, q, 3, Filter())
+        mirror = eng.space.index["memories"].search(con, q, 3, Filter())
         direct = VectorIndex("memories", 384, mirror=False).search(con, q, 3, Filter())
         assert [i for i, _ in mirror] == [i for i, _ in direct]
         assert np.allclose([s for _, s in mirror], [s for _, s in direct], atol=1e-5)
         notes_row = con.execute("SELECT id FROM memories WHERE uid = ?", (notes,)).fetchone()[0]
         assert mirror[0][0] == notes_row
-        assert eng._index["memories"].cosines(con, [notes_row], q)[notes_row] == mirror[0][1]
+        assert eng.space.index["memories"].cosines(con, [notes_row], q)[notes_row] == mirror[0][1]
 
         eng.update(notes, text="The boiler was serviced in September.")
         assert con.execute("SELECT count(*) FROM memory_windows").fetchone()[0] == 0

@@ -70,7 +70,7 @@ def test_graph_signal_joins_recall_only_when_the_graph_has_edges(eng, monkeypatc
     b = eng.remember("Acme is based in Berlin.", embed="sync")
     eng.remember("The cabin wifi password is on the fridge.", embed="sync")
     calls = []
-    monkeypatch.setattr(type(eng), "graph_keys", lambda self, q, hops=2, project=None: calls.append(q) or [])
+    monkeypatch.setattr(type(eng.graph), "graph_keys", lambda self, q, hops=2, project=None: calls.append(q) or [])
     question = "In which city is Alice's employer?"
     hits = eng.recall(question, record_access=False)
     assert calls == [] and all("graph" not in h.via for h in hits)  # no edges: the graph is not consulted

@@ -82,7 +82,7 @@ def test_a_failing_check_fails_the_run(temp_keyring, capsys, monkeypatch):
 def test_cli_command(temp_keyring, capsys):
     from engine import cli
 
-    assert "self-test" in cli.COMMANDS  # registered by importing engine.selftest
+    assert "self-test" in cli.COMMANDS
     assert cli.main(["self-test", "--lexical-only", "--no-keychain", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["ok"] is True
 

@@ -154,7 +154,7 @@ def test_vec0_search_matches_the_mirror(profile_home: Path, embedder):
         from engine.vectors import Filter, VectorIndex
 
         for f in (Filter(), Filter(projects={"a"})):
-            mirror = eng._index["memories"].search(eng.con, q, 8, f)
+            mirror = eng.space.index["memories"].search(eng.con, q, 8, f)
             direct = VectorIndex("memories", 384, mirror=False).search(eng.con, q, 8, f)
             assert [i for i, _ in mirror] == [i for i, _ in direct]
             assert np.allclose([s for _, s in mirror], [s for _, s in direct], atol=1e-5)

@@ -12,7 +12,6 @@ import sys
 def main() -> int:
     args = sys.argv[1:]
     if args[:1] == ["cli"]:
-        import engine.selftest  # noqa: F401  registers `self-test`
         from engine.cli import main as cli_main
 
         sys.argv = ["personal-llm", *args[1:]]

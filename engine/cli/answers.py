@@ -1,4 +1,4 @@
-"""`personal-llm ask` (grounded answers, streamed) and `personal-llm config` (the language model settings).
+"""`personal-llm ask`: grounded answers, streamed.
 
 `ask` in a terminal writes the answer as the model streams it, then the numbered sources; notices go to
 stderr. When the model fails after it was reached, the sources are still printed on stdout, then the
@@ -11,15 +11,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from pydantic import ValidationError
-
-from .ask import AskFailed, AskResult, Source
-from .cli import Handler, add_json, command, open_engine, print_json, short
-from .config import LLMSettings, load_settings, save_settings
-from .errors import UserError
-from .llm import LLMConfig
-
-CONFIG_KEYS = ("llm.provider", "llm.host", "llm.model", "llm.timeout")
+from ..ask import AskFailed, AskResult, Source
+from .base import Command, Handler, Session, add_json, print_json, short
 
 
 def _write(text: str) -> None:
@@ -55,8 +48,7 @@ def _print_result(r: AskResult) -> None:
     _write(f"\n(conversation {r.conversation_id}: continue it with --conversation {r.conversation_id})\n")
 
 
-@command("ask", "answer a question from memory, with numbered sources")
-def _ask(p: argparse.ArgumentParser) -> Handler:
+def ask(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("question")
     p.add_argument("--project", help="answer from this project's memories and documents only")
     p.add_argument("-k", type=int, default=8, help="how many passages to answer from (default 8)")
@@ -64,8 +56,8 @@ def _ask(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("--conversation", metavar="ID", help="continue a conversation (its id is printed after an answer)")
     add_json(p)
 
-    def run(a: argparse.Namespace) -> int:
-        with open_engine(a) as eng:
+    def run(a: argparse.Namespace, session: Session) -> int:
+        with session.open_engine() as eng:
             try:
                 r = eng.ask(a.question, project=a.project, k=a.k, verify=a.verify,
                             conversation_id=a.conversation, on_token=None if a.json else _write)
@@ -83,39 +75,6 @@ def _ask(p: argparse.ArgumentParser) -> Handler:
     return run
 
 
-@command("config", "show or change settings: config get [KEY], config set KEY VALUE")
-def _config(p: argparse.ArgumentParser) -> Handler:
-    sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    get = sub.add_parser("get", help="show a setting (or all of them)")
-    get.add_argument("key", nargs="?", choices=CONFIG_KEYS)
-    add_json(get)
-    put = sub.add_parser("set", help="change a setting (llm.host: '' means the default)")
-    put.add_argument("key", choices=CONFIG_KEYS)
-    put.add_argument("value")
-    add_json(put)
-
-    def run(a: argparse.Namespace) -> int:
-        settings = load_settings()
-        if a.action == "set":
-            field = a.key.removeprefix("llm.")
-            value = None if field == "host" and not a.value.strip() else a.value.strip()
-            data = {**settings.llm.model_dump(), field: value}
-            try:
-                LLMConfig.model_validate(data)  # what the router will accept
-            except ValidationError as e:
-                reason = e.errors()[0]["msg"]
-                raise UserError(f"'{a.value}' is not a valid value for {a.key}: {reason}.") from None
-            settings.llm = LLMSettings.model_validate(data)
-            save_settings(settings)
-        keys = [a.key] if a.key else list(CONFIG_KEYS)
-        values = {k: getattr(settings.llm, k.removeprefix("llm.")) for k in keys}
-        if a.json:
-            print_json(values)
-            return 0
-        default_host = LLMConfig.model_validate(settings.llm.model_dump()).base_url
-        for k, v in values.items():
-            shown = f"(not set: {default_host})" if k == "llm.host" and v is None else v
-            _write(f"{k} = {shown}\n")
-        return 0
-
-    return run
+COMMANDS = [
+    Command("ask", "answer a question from memory, with numbered sources", ask),
+]

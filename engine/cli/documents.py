@@ -17,9 +17,9 @@ from typing import Any
 
 from rich.markup import escape
 
-from .cli import Handler, add_json, command, console, open_engine, print_json
-from .errors import UserError
-from .ingest import IngestProgress, IngestResult
+from ..errors import UserError
+from ..ingest import IngestProgress, IngestResult
+from .base import Command, Handler, Session, add_json, console, print_json
 
 _STAGES = {"scanning": "looking for files", "parsing": "reading", "embedding": "indexing", "done": "done"}
 
@@ -90,18 +90,17 @@ def _print_results(results: list[IngestResult]) -> None:
     c.print(", ".join(f"{n} {s}" for s, n in counts.items() if n) or "No files found.")
 
 
-@command("ingest", "add files or folders to memory (text, Markdown, PDF, Word, HTML, ePub, code, …)")
-def _ingest(p: argparse.ArgumentParser) -> Handler:
+def ingest(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("paths", nargs="+", metavar="PATH", help="files or folders (folders are read recursively)")
     p.add_argument("--project", help="keep these documents within this project")
     p.add_argument("--max-mb", type=float, help="skip files larger than this many MB (default: settings.max_file_mb)")
     add_json(p)
 
-    def run(a: argparse.Namespace) -> int:
+    def run(a: argparse.Namespace, session: Session) -> int:
         if a.max_mb is not None and a.max_mb <= 0:
             raise UserError("--max-mb must be a positive number of megabytes.")
         cancel = threading.Event()
-        with open_engine(a) as eng, _progress_bar() as progress, _ctrl_c_cancels(cancel):
+        with session.open_engine() as eng, _progress_bar() as progress, _ctrl_c_cancels(cancel):
             results = eng.ingest(a.paths, project=a.project, progress=progress, cancel=cancel, max_mb=a.max_mb)
         if a.json:
             print_json(results)
@@ -110,3 +109,8 @@ def _ingest(p: argparse.ArgumentParser) -> Handler:
         return 1 if any(r.status == "failed" for r in results) else 0
 
     return run
+
+
+COMMANDS = [
+    Command("ingest", "add files or folders to memory (text, Markdown, PDF, Word, HTML, ePub, code, …)", ingest),
+]

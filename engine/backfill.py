@@ -1,0 +1,63 @@
+"""Background work while a store is open: the embedding model loads off-thread, then rows waiting for a
+vector are embedded (and ingests a crash interrupted are finished first)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from .embeddings import EmbeddingUnavailable
+from .space import VectorSpace
+
+log = logging.getLogger(__name__)
+
+
+class Backfill:
+    """One daemon thread per open store; `wake()` after a write that left rows without vectors."""
+
+    def __init__(self, space: VectorSpace):
+        self.space = space
+        self.paused = False
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, resume: Callable[[threading.Event], object] | None = None) -> None:
+        """Load the model off-thread and keep embedding rows that wait for a vector. `resume(cancel)` runs
+        once the model is loaded, before the first pass."""
+        if self._thread is not None or not self.space.available():
+            return
+
+        def run() -> None:
+            try:
+                self.space.embedder.load()
+            except EmbeddingUnavailable:
+                return
+            if resume is not None:
+                try:
+                    resume(self._stop)  # finish ingests a crash interrupted
+                except Exception:
+                    log.exception("resuming interrupted ingests failed")
+            while not self._stop.is_set():
+                if not self.paused:
+                    try:
+                        self.space.embed_pending(cancel=self._stop)
+                    except Exception:
+                        log.exception("background embedding failed")
+                self._wake.wait(5.0)
+                self._wake.clear()
+
+        self._thread = threading.Thread(target=run, name="engine-background", daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            # a model still loading cannot be interrupted; the thread is a daemon, so don't wait long
+            self._thread.join(timeout=2)
+            self._thread = None

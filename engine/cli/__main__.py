@@ -1,0 +1,5 @@
+import sys
+
+from .root import main
+
+sys.exit(main())

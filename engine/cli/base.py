@@ -1,0 +1,74 @@
+"""What every command module shares: the command record, the session a command runs in, output helpers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ..config import Settings
+    from ..engine import Engine
+
+
+class Session:
+    """What a command gets from the composition root (engine/cli/root.py): the engine, opened on demand,
+    and the settings. Commands never open a store or read configuration themselves."""
+
+    def __init__(self, open_engine: Callable[[], Engine], load_settings: Callable[[], Settings],
+                 save_settings: Callable[[Settings], None]):
+        self.open_engine = open_engine
+        self.load_settings = load_settings
+        self.save_settings = save_settings
+
+
+Handler = Callable[[argparse.Namespace, Session], int]
+
+
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: `setup` adds its arguments to its parser and returns the handler that runs it."""
+
+    name: str
+    help: str
+    setup: Callable[[argparse.ArgumentParser], Handler]
+
+
+def dump(obj: Any) -> str:
+    def conv(o: Any) -> Any:
+        if isinstance(o, BaseModel):
+            return o.model_dump(mode="json")
+        if isinstance(o, list | tuple):
+            return [conv(x) for x in o]
+        if isinstance(o, dict):
+            return {k: conv(v) for k, v in o.items()}
+        return o
+
+    return json.dumps(conv(obj), ensure_ascii=False, indent=2)
+
+
+def print_json(obj: Any) -> None:
+    sys.stdout.write(dump(obj) + "\n")
+    sys.stdout.flush()
+
+
+def console() -> Console:
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=False)
+
+
+def short(text: str, n: int = 90) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def add_json(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")

@@ -1,0 +1,132 @@
+"""Commands for memories: `remember`, `get`, `update`, `list`, `forget`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from rich.markup import escape
+
+from .base import Command, Handler, Session, add_json, console, print_json, short
+
+
+def remember(p: argparse.ArgumentParser) -> Handler:
+    p.add_argument("text", help="what to remember (use - to read it from stdin)")
+    p.add_argument("--kind", choices=["fact", "episodic", "procedural"], default="fact")
+    p.add_argument("--project", help="keep it within this project")
+    p.add_argument("--importance", type=float, help="0..1 (default: from the kind and source)")
+    p.add_argument("--at", help="when it happened (ISO date/time)")
+    add_json(p)
+
+    def run(a: argparse.Namespace, session: Session) -> int:
+        text = sys.stdin.read() if a.text == "-" else a.text
+        with session.open_engine() as eng:
+            r = eng.remember(text, kind=a.kind, project=a.project, importance=a.importance, at=a.at, embed="sync")
+        if a.json:
+            print_json({"id": r.id, "merged": r.merged, **r.memory.model_dump(mode="json", exclude={"id"})})
+        else:
+            verb = "Already known — merged into" if r.merged else "Remembered"
+            console().print(f"{verb} [bold]{r.id}[/bold] ({r.memory.kind}"
+                            + (f", project {r.memory.project}" if r.memory.project else "") + ")")
+        return 0
+
+    return run
+
+
+def get(p: argparse.ArgumentParser) -> Handler:
+    p.add_argument("id")
+    add_json(p)
+
+    def run(a: argparse.Namespace, session: Session) -> int:
+        with session.open_engine() as eng:
+            m = eng.get(a.id)
+        if a.json:
+            print_json(m)
+        else:
+            c = console()
+            c.print(f"[bold]{m.id}[/bold]  {m.kind}" + (f"  project {escape(m.project)}" if m.project else ""))
+            c.print(escape(m.text))
+            c.print(f"[dim]importance {m.importance:.2f} · created {m.created_at}"
+                    + (f" · at {m.at}" if m.at else "") + (" · archived" if m.archived else "") + "[/dim]")
+        return 0
+
+    return run
+
+
+def update(p: argparse.ArgumentParser) -> Handler:
+    p.add_argument("id")
+    p.add_argument("--text")
+    p.add_argument("--kind", choices=["fact", "episodic", "procedural"])
+    p.add_argument("--project")
+    p.add_argument("--importance", type=float)
+    p.add_argument("--at")
+    add_json(p)
+
+    def run(a: argparse.Namespace, session: Session) -> int:
+        kw: dict[str, Any] = {"text": a.text, "kind": a.kind, "importance": a.importance}
+        if a.project is not None:
+            kw["project"] = a.project
+        if a.at is not None:
+            kw["at"] = a.at
+        with session.open_engine() as eng:
+            m = eng.update(a.id, **kw)
+        print_json(m) if a.json else console().print(f"Updated [bold]{m.id}[/bold]")
+        return 0
+
+    return run
+
+
+def list(p: argparse.ArgumentParser) -> Handler:
+    p.add_argument("--kind", choices=["fact", "episodic", "procedural"])
+    p.add_argument("--project")
+    p.add_argument("--archived", action="store_true", help="list archived memories instead")
+    p.add_argument("-n", "--limit", type=int, default=50)
+    add_json(p)
+
+    def run(a: argparse.Namespace, session: Session) -> int:
+        with session.open_engine() as eng:
+            mems = eng.list_memories(kind=a.kind, project=a.project, archived=a.archived, limit=a.limit)
+        if a.json:
+            print_json(mems)
+            return 0
+        if not mems:
+            console().print("No memories yet.")
+            return 0
+        from rich.table import Table
+
+        t = Table(expand=True)
+        for col in ("id", "kind", "project", "when", "text"):
+            t.add_column(col, ratio=1 if col == "text" else None, no_wrap=col != "text")
+        for m in mems:
+            t.add_row(m.id, m.kind, escape(m.project or ""), (m.at or m.created_at or "")[:10], escape(short(m.text, 160)))
+        console().print(t)
+        return 0
+
+    return run
+
+
+def forget(p: argparse.ArgumentParser) -> Handler:
+    p.add_argument("id", help="a memory id (mem_…) or a document id (doc_…)")
+    add_json(p)
+
+    def run(a: argparse.Namespace, session: Session) -> int:
+        with session.open_engine() as eng:
+            r = eng.forget(a.id)
+        if a.json:
+            print_json(r)
+        else:
+            extra = ", ".join(f"{v} {k}" for k, v in r.removed.items() if v and k not in ("memories",))
+            console().print(f"Forgot {r.type} [bold]{r.id}[/bold]" + (f" ({extra})" if extra else ""))
+        return 0
+
+    return run
+
+
+COMMANDS = [
+    Command("remember", "store a fact, event or recipe", remember),
+    Command("get", "show one memory", get),
+    Command("update", "edit a memory", update),
+    Command("list", "list memories, newest first", list),
+    Command("forget", "delete a memory or a document and everything derived from it", forget),
+]

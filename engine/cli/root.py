@@ -1,0 +1,91 @@
+"""The composition root of `personal-llm`: reads the configuration (the profile directory from
+$PERSONAL_LLM_HOME, the settings beside it), sets up logging, builds the parser from the command modules
+and opens the engine for the command that needs it. Every command takes --json; errors go to stderr with
+a non-zero exit, never a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from ..config import Settings, home_dir, load_settings, log_dir, save_settings
+from ..engine import Engine
+from ..errors import EngineError, UserError
+from ..logs import setup_logging
+from ..version import __version__
+from . import (
+    answers,
+    consolidation,
+    documents,
+    graph,
+    interfaces,
+    memories,
+    retrieval,
+    settings,
+    store,
+    transfer,
+)
+from .base import Command, Session
+
+log = logging.getLogger(__name__)
+
+EXIT_USER_ERROR = 1
+EXIT_BUG = 70
+
+COMMANDS: dict[str, Command] = {
+    c.name: c for module in (memories, retrieval, store, documents, answers, settings, graph, consolidation,
+                             interfaces, transfer)
+    for c in module.COMMANDS
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="personal-llm",
+        description="Your local, encrypted memory: remember, ingest documents, recall and ask.",
+    )
+    parser.add_argument("--version", action="version", version=f"personal-llm {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name, c in COMMANDS.items():
+        p = sub.add_parser(name, help=c.help, description=c.help)
+        p.set_defaults(handler=c.setup(p))
+    return parser
+
+
+def session() -> Session:
+    """What commands get: the engine (opened when a command asks for it) and the settings."""
+    home = home_dir()
+
+    def load() -> Settings:
+        return load_settings(home)
+
+    def save(s: Settings) -> None:
+        save_settings(s, home)
+
+    return Session(lambda: Engine.open(home, actor="cli"), load, save)
+
+
+def main(argv: list[str] | None = None) -> int:
+    setup_logging("cli")
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args, session())
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except EngineError as e:
+        log.error("command %s failed: %s", args.command, type(e).__name__)
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("cancelled", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as e:
+        log.exception("command %s crashed", args.command)
+        print(f"error: an internal error occurred ({type(e).__name__}); details are in {log_dir()}",
+              file=sys.stderr)
+        return EXIT_BUG

@@ -1,0 +1,62 @@
+"""`personal-llm config`: show or change the language model settings."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from pydantic import ValidationError
+
+from ..config import LLMSettings
+from ..errors import UserError
+from ..llm import LLMConfig
+from .base import Command, Handler, Session, add_json, print_json
+
+CONFIG_KEYS = ("llm.provider", "llm.host", "llm.model", "llm.timeout")
+
+
+def _write(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def config(p: argparse.ArgumentParser) -> Handler:
+    sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    get = sub.add_parser("get", help="show a setting (or all of them)")
+    get.add_argument("key", nargs="?", choices=CONFIG_KEYS)
+    add_json(get)
+    put = sub.add_parser("set", help="change a setting (llm.host: '' means the default)")
+    put.add_argument("key", choices=CONFIG_KEYS)
+    put.add_argument("value")
+    add_json(put)
+
+    def run(a: argparse.Namespace, session: Session) -> int:
+        settings = session.load_settings()
+        if a.action == "set":
+            field = a.key.removeprefix("llm.")
+            value = None if field == "host" and not a.value.strip() else a.value.strip()
+            data = {**settings.llm.model_dump(), field: value}
+            try:
+                LLMConfig.model_validate(data)  # what the router will accept
+            except ValidationError as e:
+                reason = e.errors()[0]["msg"]
+                raise UserError(f"'{a.value}' is not a valid value for {a.key}: {reason}.") from None
+            settings.llm = LLMSettings.model_validate(data)
+            session.save_settings(settings)
+        keys = [a.key] if a.key else list(CONFIG_KEYS)
+        values = {k: getattr(settings.llm, k.removeprefix("llm.")) for k in keys}
+        if a.json:
+            print_json(values)
+            return 0
+        default_host = LLMConfig.model_validate(settings.llm.model_dump()).base_url
+        for k, v in values.items():
+            shown = f"(not set: {default_host})" if k == "llm.host" and v is None else v
+            _write(f"{k} = {shown}\n")
+        return 0
+
+    return run
+
+
+COMMANDS = [
+    Command("config", "show or change settings: config get [KEY], config set KEY VALUE", config),
+]

@@ -1,0 +1,72 @@
+"""What every part of the engine shares: the store, the settings, who is acting, the vector space, the
+audit log and the change feed. The facade builds one `Context` per open store and hands it to each part.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .audit import AuditLog
+from .config import Settings
+from .db import Connection, Store
+from .keys import Profile
+from .space import Mutation, VectorSpace
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Changes:
+    """What a write changed, so each view can decide whether to refresh."""
+
+    action: str
+    memories: set[str] = field(default_factory=set)
+    documents: set[str] = field(default_factory=set)
+    graph: bool = False
+
+
+class ChangeFeed:
+    """The listeners told, after each committed write, what it changed."""
+
+    def __init__(self) -> None:
+        self._listeners: list[Callable[[Changes], None]] = []
+
+    def subscribe(self, listener: Callable[[Changes], None]) -> None:
+        self._listeners.append(listener)
+
+    def emit(self, changes: Changes) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(changes)
+            except Exception:
+                log.exception("change listener failed")
+
+    def notify(self, action: str, *, memories: Iterable[str] = (), documents: Iterable[str] = (),
+               graph: bool = False) -> None:
+        self.emit(Changes(action, memories=set(memories), documents=set(documents), graph=graph))
+
+
+@dataclass
+class Context:
+    """The shared core a part is built on. `settings` is replaced when the user saves new ones."""
+
+    store: Store
+    settings: Settings
+    profile: Profile
+    home: Path
+    actor: str
+    space: VectorSpace
+    audit: AuditLog
+    changes: ChangeFeed
+
+    @property
+    def con(self) -> Connection:
+        """This thread's connection to the store."""
+        return self.store.con
+
+    def mutation(self) -> Mutation:
+        """`with ctx.mutation() as (con, touched):` — one transaction; the vector mirror follows it."""
+        return self.space.mutation()

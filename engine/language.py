@@ -1,0 +1,48 @@
+"""The engine's link to a language model: one router per open store, built from the current settings on
+first use and rebuilt after the settings change. Graph extraction, consolidation and answers share it."""
+
+from __future__ import annotations
+
+import threading
+
+from .config import LLMSettings
+from .context import Context
+from .llm import Health, LLMConfig, LLMRouter
+
+
+class LanguageModel:
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+        self._router: LLMRouter | None = None
+        self._lock = threading.Lock()  # one per engine: two open stores don't wait on each other
+
+    @property
+    def router(self) -> LLMRouter:
+        """The language-model router for the current settings, built on first use."""
+        with self._lock:
+            if self._router is None:
+                self._router = LLMRouter(LLMConfig.model_validate(self.ctx.settings.llm.model_dump()))
+            return self._router
+
+    def reset(self) -> None:
+        """Drop the router (after `settings.llm` changed, or on close); the next use builds a new one."""
+        with self._lock:
+            router, self._router = self._router, None
+        if router is not None:
+            router.close()
+
+    def status(self, *, refresh: bool = False) -> Health:
+        """Can the configured model answer? Cached; `detail` is written for people."""
+        return self.router.health(refresh=refresh)
+
+    def ready(self) -> tuple[LLMRouter | None, str]:
+        """The router when its model can answer now (health is cached), else None and why not."""
+        router = self.router
+        health = router.health()
+        return (router if health.ok else None), health.detail
+
+    @staticmethod
+    def check(settings: LLMSettings) -> Health:
+        """Check a configuration (saved or not) with a fresh router, asking the server now."""
+        with LLMRouter(LLMConfig.model_validate(settings.model_dump())) as router:
+            return router.health(refresh=True)

@@ -1,0 +1,240 @@
+"""Recall: the hybrid search pipeline (`engine.retrieval`).
+
+One query goes: BM25 over memories and document chunks (retrieval.plan leaves out terms too common to
+help) and exact vector search → the knowledge graph's linked rows → the turns around a conversation turn
+as context → one calibrated similarity per candidate (ranking.hybrid_similarity) → the relevance floor →
+the engine's ranking formula (similarity, importance, recency) → hits, with the passage of a long memory
+that matched. docs/retrieval.md explains and measures each step.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+
+from . import ranking, retrieval, vectors
+from .context import Context
+from .db import Connection
+from .embeddings import EmbeddingUnavailable
+from .errors import UserError
+from .graph import Graph
+from .memories import IMPORTANCE_BY_SOURCE, MEMORY_COLS, Memories, parse_time
+from .models import KINDS, Hit, iso
+
+log = logging.getLogger(__name__)
+
+
+class Retriever:
+    """Hybrid recall over memories and document chunks."""
+
+    def __init__(self, ctx: Context, memories: Memories, graph: Graph):
+        self.ctx = ctx
+        self.space = ctx.space
+        self.memories = memories
+        self.graph = graph
+        self._doc_freqs = retrieval.DocFreqs()  # document frequencies, cached for this open store
+
+    def recall(self, query: str, *, k: int = 10, project: str | None = None, kind: str | None = None,
+               since: str | float | None = None, until: str | float | None = None,
+               include_archived: bool = False, include_unscoped: bool = False, include_chunks: bool = True,
+               record_access: bool = True, candidates: int | None = None) -> list[Hit]:
+        """Hybrid recall: BM25 and exact vector search, combined into a calibrated similarity (with the turns
+        around a conversation turn as context), then ranked by the engine's formula. Hits below the minimum
+        relevance are dropped: a question about nothing in memory returns nothing. docs/retrieval.md.
+
+        With a project, only that project's memories and documents are searched (plus memories with no
+        project when include_unscoped). Works by words alone when the embedding model is unavailable.
+        """
+        query = (query or "").strip()
+        if not query:
+            raise UserError("Recall needs a question or some words to look for.")
+        if k < 1 or k > 1000:
+            raise UserError("k must be between 1 and 1000.")
+        if kind is not None and kind not in (*KINDS, "chunk"):
+            raise UserError(f"Unknown kind '{kind}'; use one of: {', '.join(KINDS)}, chunk.")
+        project = (project or "").strip() or None
+        f = vectors.Filter(
+            projects=None if project is None else ({project, None} if include_unscoped else {project}),
+            kinds=None if kind is None else {kind},
+            include_archived=include_archived,
+            since=parse_time(since),
+            until=parse_time(until),
+        )
+        from .relevance import MIN_HIT_RELEVANCE
+
+        n = max(candidates or self._CANDIDATES, k)
+        qvec = self._query_vector(query)
+        con = self.ctx.con
+        with self.ctx.store.read():
+            lex = self._merge_lexical(con, query, n, f, memories=kind != "chunk", chunks=include_chunks)
+            cos: dict[tuple[str, int], float] = {}
+            dense: set[tuple[str, int]] = set()
+            if qvec is not None:
+                dm = self.space.index["memories"].search(con, qvec, n, f) if kind != "chunk" else []
+                dc = (self.space.index["chunks"].search(con, qvec, n, f)
+                      if include_chunks and (kind is None or kind == "chunk") else [])
+                merged = sorted([(s, "m", i) for i, s in dm] + [(s, "c", i) for i, s in dc], key=lambda x: -x[0])
+                cos.update({(t, i): s for s, t, i in merged[:n]})
+                dense = set(cos)
+            graph = self._graph_candidates(con, query, f, project)
+            keys = list(dict.fromkeys([*lex, *dense, *graph]))
+            # conversation context: turns next to a candidate join it (their own signals are looked up)
+            near = retrieval.neighbours(con, [i for t, i in keys if t == "m"], f)
+            nb: dict[tuple[str, int], dict[int, tuple[str, int]]] = {}
+            for i, d in near.items():
+                for off, j in d.items():
+                    nb.setdefault(("m", i), {})[off] = ("m", j)
+                    nb.setdefault(("m", j), {})[-off] = ("m", i)
+            keys.extend(key for key in nb if key not in lex and key not in cos and key not in graph)
+            if qvec is not None:
+                missing = [key for key in keys if key not in cos]
+                cos.update(self._fill_cosine(con, missing, qvec))
+            sims = ranking.hybrid_similarity(
+                keys, lex, cos, neighbours=nb, graph=graph,
+                use_lexical=retrieval.match_expression(query) is not None, use_dense=qvec is not None,
+            )
+            sims = {key: s for key, s in sims.items() if s >= MIN_HIT_RELEVANCE}
+            pool = sorted(sims, key=lambda key: -sims[key])[: max(3 * k, 30)]
+            hits = self._hydrate(con, {key: sims[key] for key in pool}, cos, set(lex), dense, set(graph))
+            hits.sort(key=lambda h: (-h.score, h.id))
+            hits = hits[:k]
+            self._name_passages(con, hits, qvec, query)
+        if record_access:
+            self.memories.record_access([h.id for h in hits if not h.id.startswith("chk_")])
+        return hits
+
+    def _merge_lexical(self, con: Connection, query: str, n: int, f: vectors.Filter, *, memories: bool,
+                       chunks: bool) -> dict[tuple[str, int], float]:
+        """{key: BM25 over the IDF sum of the terms searched in its own table}: memories and chunks on one
+        scale. Terms very common in the projects searched, or costly in a large table, are left out
+        (retrieval.plan); document frequencies come from a per-process cache, so no per-query work scans a
+        common term's whole posting list."""
+        cache = self._doc_freqs
+        out: dict[tuple[str, int], float] = {}
+        for t, fts, wanted, search in (("m", "memories_fts", memories, retrieval.lexical_memories),
+                                       ("c", "chunks_fts", chunks, retrieval.lexical_chunks)):
+            if not wanted or (t == "c" and f.kinds is not None and "chunk" not in f.kinds):
+                continue
+            plan = retrieval.plan(con, fts, query, cache, f.projects)
+            if plan.terms:
+                out.update({(t, i): ranking.lexical_ratio(s, plan.idf_sum) for i, s in search(con, plan.terms, n, f)})
+        return out
+
+    # Candidates per list (BM25 memories, BM25 chunks, vectors) before context and ranking.
+    _CANDIDATES = 50
+
+    # How many of the knowledge graph's linked memories and chunks join the candidates (nearest first).
+    _GRAPH_CANDIDATES = 50
+
+    def _graph_candidates(self, con: Connection, query: str, f: vectors.Filter,
+                          project: str | None) -> dict[tuple[str, int], float]:
+        """{key: graph strength} for the memories and chunks the knowledge graph links to entities named in
+        the query (ranking.graph_strength), filtered like every other candidate. One indexed lookup while
+        the graph has no edges."""
+        if not con.execute("SELECT EXISTS(SELECT 1 FROM edges)").fetchone()[0]:
+            return {}
+        try:
+            keys = self.graph.graph_keys(query, 2, project=project)
+        except Exception:  # the graph is an extra signal: recall works without it
+            log.warning("graph lookup failed during recall", exc_info=True)
+            return {}
+        return ranking.graph_strength(retrieval.passing(con, keys, f)[: self._GRAPH_CANDIDATES])
+
+    def _query_vector(self, query: str) -> np.ndarray | None:
+        if not self.space.ensure():
+            return None
+        try:
+            if self.ctx.con.execute(
+                "SELECT EXISTS(SELECT 1 FROM memories WHERE embedded_hash IS NULL) OR "
+                "EXISTS(SELECT 1 FROM chunks WHERE embedded_hash IS NULL)"
+            ).fetchone()[0] and self.space.embedder.ready:
+                self.space.embed_pending(limit=512)
+            return self.space.embedder.encode_one(query)
+        except EmbeddingUnavailable:
+            return None
+
+    def _hydrate(self, con: Connection, fused: dict[tuple[str, int], float], cos: dict[tuple[str, int], float],
+                 lex: set, dense: set, graph: set | frozenset = frozenset()) -> list[Hit]:
+        """Hits for these keys; `fused` holds each key's similarity."""
+        now = time.time()
+        mids = [i for (t, i) in fused if t == "m"]
+        cids = [i for (t, i) in fused if t == "c"]
+        hits: list[Hit] = []
+        if mids:
+            rows = con.execute(
+                f"SELECT {MEMORY_COLS} FROM memories WHERE id IN ({','.join('?' * len(mids))})", mids
+            ).fetchall()
+            for r in rows:
+                key = ("m", r[0])
+                t_ref = max(r[8] or r[6], r[9] or 0.0)
+                rec = ranking.recency(t_ref, now)
+                sim = fused[key]
+                hits.append(Hit(
+                    id=r[1], kind=r[2], text=r[3], project=r[4], importance=round(r[5], 4), recency=round(rec, 4),
+                    similarity=round(sim, 4), cosine=None if key not in cos else round(cos[key], 4),
+                    score=round(ranking.final_score(sim, r[5], rec), 6), at=iso(r[8]), created_at=iso(r[6]),
+                    archived=bool(r[11]), conflict_with=r[13],
+                    via=[v for v, s in (("fts", lex), ("vector", dense), ("graph", graph)) if key in s] or ["context"],
+                ))
+        if cids:
+            rows = con.execute(
+                "SELECT c.id, c.uid, c.text, d.project, d.created_at, d.uid, d.title, d.path, c.locator "
+                f"FROM chunks c JOIN documents d ON d.id = c.document_id WHERE c.id IN ({','.join('?' * len(cids))})",
+                cids,
+            ).fetchall()
+            for r in rows:
+                key = ("c", r[0])
+                rec = ranking.recency(r[4], now)
+                sim = fused[key]
+                imp = IMPORTANCE_BY_SOURCE["document"]
+                hits.append(Hit(
+                    id=r[1], kind="chunk", text=r[2], project=r[3], importance=imp, recency=round(rec, 4),
+                    similarity=round(sim, 4), cosine=None if key not in cos else round(cos[key], 4),
+                    score=round(ranking.final_score(sim, imp, rec), 6), created_at=iso(r[4]),
+                    document_id=r[5], document_title=r[6], document_path=r[7], locator=r[8] or None,
+                    via=[v for v, s in (("fts", lex), ("vector", dense), ("graph", graph)) if key in s] or ["context"],
+                ))
+        self._describe_conflicts(con, hits)
+        return hits
+
+    def _name_passages(self, con: Connection, hits: list[Hit], qvec: np.ndarray | None, query: str) -> None:
+        """A hit on a long memory names the passage that matched: of the window that matched better than its
+        whole text, the sentences holding the question's words (or the whole window)."""
+        if qvec is None or "memories" not in self.space.index:
+            return
+        uids = [h.id for h in hits if h.kind != "chunk"]
+        if not uids:
+            return
+        rids = dict(con.execute(
+            f"SELECT m.uid, m.id FROM memories m WHERE m.uid IN ({','.join('?' * len(uids))}) "
+            "AND EXISTS (SELECT 1 FROM memory_windows w WHERE w.memory_id = m.id)", uids
+        ).fetchall()) if vectors.has_windows(con) else {}
+        for h in hits:
+            if h.id in rids:
+                span = self.space.index["memories"].best_window(con, rids[h.id], qvec)
+                h.passage = retrieval.focus(h.text[span[0] : span[1]], query) if span else None
+
+    def _fill_cosine(self, con: Connection, keys: list[tuple[str, int]], qvec: np.ndarray) -> dict[tuple[str, int], float]:
+        """Cosine to the query for candidates the vector search did not return (from the vector mirror)."""
+        out: dict[tuple[str, int], float] = {}
+        for t, table in (("m", "memories"), ("c", "chunks")):
+            ids = [i for tt, i in keys if tt == t]
+            if ids and table in self.space.index:
+                out.update({(t, i): v for i, v in self.space.index[table].cosines(con, ids, qvec).items()})
+        return out
+
+    def _describe_conflicts(self, con: Connection, hits: list[Hit]) -> None:
+        for h in hits:
+            if not h.conflict_with:
+                continue
+            other = con.execute(
+                "SELECT text, coalesce(event_at, created_at) FROM memories WHERE uid = ?", (h.conflict_with,)
+            ).fetchone()
+            if other is None:
+                continue
+            mine = (h.at or h.created_at or "")[:10]
+            h.conflict = (
+                f'You said "{h.text}" on {mine} and "{other[0]}" on {iso(other[1])[:10]}; these disagree.'
+            )

@@ -1,0 +1,196 @@
+"""The embedding space: the model, the vector tables stamped with it, and the in-memory mirror.
+
+`VectorSpace.ensure()` stamps the store with the current model (provider, model, dimension, version) and
+rebuilds the vector tables when it changed; `embed_pending` fills in vectors for rows that have none.
+`mutation()` is the engine's write transaction: when it committed changes to memories or chunks, the
+vector mirror follows them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from . import vectors
+from .db import Connection, Store
+from .embeddings import Embedder, EmbeddingUnavailable, NoEmbedder, Windows
+
+if TYPE_CHECKING:
+    from .audit import AuditLog
+
+log = logging.getLogger(__name__)
+
+TABLES = ("memories", "chunks")
+
+
+@dataclass
+class Touched:
+    """Row ids of memories and chunks a transaction wrote (their vectors follow)."""
+
+    memories: set[int] = field(default_factory=set)
+    chunks: set[int] = field(default_factory=set)
+
+
+class Mutation:
+    """One write transaction; once it committed, the vector mirror follows what it touched."""
+
+    def __init__(self, space: VectorSpace):
+        self.space = space
+        self.touched = Touched()
+
+    def __enter__(self) -> tuple[Connection, Touched]:
+        self._cm = self.space.store.write()
+        self.con = self._cm.__enter__()
+        self.epoch_before = vectors.read_epoch(self.con)
+        return self.con, self.touched
+
+    def __exit__(self, et, ev, tb):
+        touched = self.touched
+        if et is None and (touched.memories or touched.chunks):
+            self.epoch_after = vectors.bump_epoch(self.con)
+        result = self._cm.__exit__(et, ev, tb)
+        if et is None and (touched.memories or touched.chunks):
+            for table, ids in (("memories", touched.memories), ("chunks", touched.chunks)):
+                idx = self.space.index.get(table)
+                if idx is not None:
+                    idx.after_write(self.space.store.con, self.epoch_before, self.epoch_after, ids if ids else set())
+        return result
+
+
+class VectorSpace:
+    """The embedding model and the vectors made with it (see the module doc)."""
+
+    def __init__(self, store: Store, embedder: Embedder, audit: AuditLog, *, mirror: bool = True):
+        self.store = store
+        self.embedder = embedder
+        self.audit = audit
+        self.mirror = mirror
+        self.index: dict[str, vectors.VectorIndex] = {}
+        self._checked = False
+        self._lock = threading.Lock()
+
+    def mutation(self) -> Mutation:
+        """`with space.mutation() as (con, touched):` — one transaction; the vector mirror follows it."""
+        return Mutation(self)
+
+    def available(self) -> bool:
+        return not isinstance(self.embedder, NoEmbedder) and self.embedder.failed is None
+
+    def ensure(self) -> bool:
+        """Stamp the embedding space; rebuild the vector tables when it changed. False: lexical only."""
+        if self._checked:
+            return True
+        if not self.available():
+            return False
+        with self._lock:
+            if self._checked:
+                return True
+            try:
+                space = self.embedder.space
+            except EmbeddingUnavailable:
+                return False
+            with self.store.write() as con:
+                row = con.execute("SELECT provider, model, dimension, version FROM embedding_space").fetchone()
+                current = (space.provider, space.model, space.dimension, space.version)
+                if row is None or tuple(row) != current:
+                    vectors.drop_tables(con)
+                    vectors.create_tables(con, space.dimension)
+                    con.execute("UPDATE memories SET embedded_hash = NULL")
+                    con.execute("UPDATE chunks SET embedded_hash = NULL")
+                    con.execute(
+                        "INSERT INTO embedding_space(id, provider, model, dimension, version, updated_at) "
+                        "VALUES (1,?,?,?,?,?) ON CONFLICT(id) DO UPDATE SET provider=excluded.provider, "
+                        "model=excluded.model, dimension=excluded.dimension, version=excluded.version, "
+                        "updated_at=excluded.updated_at",
+                        (*current, time.time()),
+                    )
+                    vectors.bump_epoch(con)
+                    if row is not None:
+                        self.audit.record("embedding_space_changed", None,
+                                          {"from": list(row), "to": list(current)}, con=con)
+                        log.info("embedding space changed; vectors will be rebuilt from rows")
+                else:
+                    vectors.create_tables(con, space.dimension)  # idempotent: heals a missing trigger
+            self.index = {t: vectors.VectorIndex(t, space.dimension, mirror=self.mirror) for t in TABLES}
+            self._checked = True
+            return True
+
+    def pending(self, con: Connection | None = None) -> int:
+        """Rows stored without a current vector."""
+        return (con or self.store.con).execute(
+            "SELECT (SELECT count(*) FROM memories WHERE embedded_hash IS NULL) + "
+            "(SELECT count(*) FROM chunks WHERE embedded_hash IS NULL)"
+        ).fetchone()[0]
+
+    def embed_pending(self, *, limit: int | None = None, batch_size: int = 64,
+                      progress: Callable[[int, int], None] | None = None,
+                      cancel: threading.Event | None = None) -> int:
+        """Embed rows stored without a current vector (new, edited, or after a space change)."""
+        if not self.ensure():
+            return 0
+        con = self.store.con
+        total = self.pending(con)
+        if limit is not None:
+            total = min(total, limit)
+        done = 0
+        for table in TABLES:
+            while done < total:
+                if cancel is not None and cancel.is_set():
+                    return done
+                extra = "" if table == "memories" else (
+                    " AND document_id IN (SELECT id FROM documents WHERE status = 'ready')"
+                )
+                rows = con.execute(
+                    f"SELECT id, text, content_hash FROM {table} WHERE embedded_hash IS NULL{extra} "
+                    "ORDER BY id LIMIT ?",
+                    (min(batch_size, total - done),),
+                ).fetchall()
+                if not rows:
+                    break
+                texts = [r[1] for r in rows]
+                vecs = self.embedder.encode(texts, batch_size=batch_size)
+                wins = self.embedder.encode_windows(texts, batch_size=batch_size) if table == "memories" else None
+                self.store_vectors(table, [(r[0], r[2]) for r in rows], vecs, wins)
+                done += len(rows)
+                if progress:
+                    progress(done, total)
+        return done
+
+    def store_vectors(self, table: str, rows: list[tuple[int, str]], vecs: np.ndarray,
+                      windows: list[Windows | None] | None = None) -> None:
+        """Write vectors (and a memory's window vectors) for rows whose text is still the text embedded."""
+        with self.mutation() as (con, touched):
+            keep_ids, keep_vecs, keep_wins = [], [], []
+            for n, ((rid, chash), vec) in enumerate(zip(rows, vecs, strict=True)):
+                cur = con.execute(f"SELECT content_hash FROM {table} WHERE id = ?", (rid,)).fetchone()
+                if cur is None or cur[0] != chash:
+                    continue  # deleted or edited meanwhile: the next pass embeds the new text
+                keep_ids.append(rid)
+                keep_vecs.append(vec)
+                keep_wins.append(windows[n] if windows is not None else None)
+            if keep_ids:
+                vectors.put(con, table, keep_ids, np.asarray(keep_vecs), keep_wins)
+                con.executemany(
+                    f"UPDATE {table} SET embedded_hash = content_hash WHERE id = ?", [(i,) for i in keep_ids]
+                )
+                (touched.memories if table == "memories" else touched.chunks).update(keep_ids)
+
+    def status(self) -> tuple[str, str]:
+        """(ready | loading | failed | off, a sentence for people)."""
+        if isinstance(self.embedder, NoEmbedder):
+            return "off", "Embeddings are off in settings; search matches words only."
+        if self.embedder.failed is not None:
+            return "failed", f"{self.embedder.failed} Search matches words only."
+        if self.embedder.ready:
+            return "ready", "The embedding model is loaded: search understands meaning."
+        return "loading", "The embedding model is installed and loading in the background."
+
+    def notes(self) -> list[str]:
+        """For stats: why semantic search is off, if it is."""
+        return [str(self.embedder.failed)] if self.embedder.failed is not None else []
