@@ -23,7 +23,7 @@ from . import (
     memories,
     retrieval,
     settings,
-    store,
+    status,
     transfer,
 )
 from .base import Command, Session
@@ -34,7 +34,7 @@ EXIT_USER_ERROR = 1
 EXIT_BUG = 70
 
 COMMANDS: dict[str, Command] = {
-    c.name: c for module in (memories, retrieval, store, documents, answers, settings, graph, consolidation,
+    c.name: c for module in (memories, retrieval, status, documents, answers, settings, graph, consolidation,
                              interfaces, transfer)
     for c in module.COMMANDS
 }

@@ -46,7 +46,7 @@ def test_importing_the_engine_loads_no_qt():
 
 def test_only_the_bridge_calls_the_engine():
     """Screens get data through desktop.bridge; they import no engine module at run time."""
-    allowed = {"bridge.py", "app.py"}  # app only for run_self_test
+    allowed = {"bridge.py"}
     offenders = []
     for path in sorted((ROOT / "desktop").glob("*.py")):
         if path.name in allowed:

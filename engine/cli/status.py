@@ -1,4 +1,4 @@
-"""Commands about the store as a whole: `stats`, `audit`, `self-test`."""
+"""Commands about the store as a whole and the installation: `stats`, `audit`, `self-test`."""
 
 from __future__ import annotations
 
