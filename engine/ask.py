@@ -27,7 +27,6 @@ transcript lives only in the encrypted store.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import secrets
@@ -39,7 +38,7 @@ from typing import cast
 from pydantic import BaseModel, Field
 
 from .context import Context
-from .errors import Cancelled, NotFound, UserError
+from .errors import Cancelled, UserError
 from .graph import Graph
 from .language import LanguageModel
 from .llm import LLMError, LLMModelMissing, LLMUnavailable, Message
@@ -47,6 +46,7 @@ from .models import Hit
 from .prompts import prompt, untrusted
 from .recall import Retriever
 from .relevance import answerable
+from .storage import conversations
 
 log = logging.getLogger(__name__)
 
@@ -305,17 +305,11 @@ class Answers:
     # -- the transcript ----------------------------------------------------------------------------
 
     def _conversation_pk(self, uid: str) -> int:
-        row = self.ctx.con.execute("SELECT id FROM conversations WHERE uid = ?", (uid,)).fetchone()
-        if row is None:
-            raise NotFound(f"No conversation with id {uid}.")
-        return int(row[0])
+        return conversations.row_id(self.ctx.con, uid)
 
     def _history(self, conversation: int) -> list[Message]:
-        rows = self.ctx.con.execute(
-            "SELECT role, content FROM messages WHERE conversation_id = ? ORDER BY id DESC LIMIT ?",
-            (conversation, HISTORY_MESSAGES),
-        ).fetchall()
-        return [Message(role=role, content=content) for role, content in reversed(rows)]
+        return [Message(role=role, content=content)  # type: ignore[arg-type]  # roles are stored as written
+                for role, content in conversations.last_messages(self.ctx.con, conversation, HISTORY_MESSAGES)]
 
     def _save_exchange(self, conversation: int | None, uid: str, project: str | None, question: str,
                        asked_at: float, result: AskResult, verify: bool, history: int) -> None:
@@ -324,18 +318,9 @@ class Answers:
                 "llm_available": result.llm_available, "model": result.model}
         with self.ctx.store.write() as con:
             if conversation is None:
-                conversation = con.execute(
-                    "INSERT INTO conversations(uid, title, project, created_at, updated_at) VALUES (?,?,?,?,?)",
-                    (uid, _clip(" ".join(question.split()), TITLE_CHARS), (project or "").strip() or None,
-                     asked_at, now),
-                ).lastrowid
-            else:
-                con.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (now, conversation))
-            con.executemany(
-                "INSERT INTO messages(conversation_id, role, content, created_at, meta) VALUES (?,?,?,?,?)",
-                [(conversation, "user", question, asked_at, "{}"),
-                 (conversation, "assistant", result.answer, now, json.dumps(meta))],
-            )
+                conversation = conversations.start(con, uid, _clip(" ".join(question.split()), TITLE_CHARS),
+                                                   (project or "").strip() or None, asked_at, now)
+            conversations.add_exchange(con, conversation, question, asked_at, result.answer, now, meta)
             self.ctx.audit.record("ask", uid, {"sources": meta["sources"], "grounded": result.grounded,
                                     "llm": result.model is not None, "verify": verify, "history": history}, con=con)
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
 from .db import Connection, Store
-from .models import AuditEntry, iso
+from .models import AuditEntry
+from .storage import audit as rows
 
 
 class AuditLog:
@@ -25,15 +25,7 @@ class AuditLog:
             with self.store.write() as own:
                 self.record(action, target, detail, con=own, actor=actor)
             return
-        con.execute(
-            "INSERT INTO audit(at, actor, action, target, detail) VALUES (?,?,?,?,?)",
-            (time.time(), actor or self.actor, action, target, json.dumps(detail or {}, sort_keys=True)),
-        )
+        rows.insert(con, time.time(), actor or self.actor, action, target, detail or {})
 
     def entries(self, *, limit: int = 200, offset: int = 0) -> list[AuditEntry]:
-        rows = self.store.con.execute(
-            "SELECT id, at, actor, action, target, detail FROM audit ORDER BY id DESC LIMIT ? OFFSET ?",
-            (limit, offset),
-        ).fetchall()
-        return [AuditEntry(id=r[0], at=iso(r[1]), actor=r[2], action=r[3], target=r[4], detail=json.loads(r[5]))
-                for r in rows]
+        return rows.entries(self.store.con, limit, offset)

@@ -41,9 +41,10 @@ from .errors import NotFound, UserError
 from .graph import ExtractionReport, Graph, batched
 from .language import LanguageModel
 from .llm import LLMBadOutput, LLMError, LLMRouter, Message
-from .memories import MEMORY_COLS, Memories, memory_from_row
+from .memories import Memories
 from .models import Memory, iso
 from .prompts import prompt, untrusted
+from .storage import memories as memory_rows
 
 log = logging.getLogger(__name__)
 
@@ -226,7 +227,7 @@ class Consolidation:
             )
             touched.memories.add(row[0])
             self.ctx.audit.record("restore", uid, {}, con=con)
-            mem = memory_from_row(self.memories.row_by_uid(con, uid))
+            mem = memory_rows.to_memory(self.memories.row_by_uid(con, uid))
         self.ctx.changes.notify("restore", memories=[uid])
         return mem
 
@@ -329,13 +330,13 @@ class Consolidation:
         pairs: list[ConflictPair] = []
         seen: set[str] = set()
         for row in con.execute(
-            f"SELECT {MEMORY_COLS} FROM memories WHERE conflict_with IS NOT NULL ORDER BY id"
+            f"SELECT {memory_rows.COLS} FROM memories WHERE conflict_with IS NOT NULL ORDER BY id"
         ).fetchall():
-            other = con.execute(f"SELECT {MEMORY_COLS} FROM memories WHERE uid = ?", (row[13],)).fetchone()
+            other = con.execute(f"SELECT {memory_rows.COLS} FROM memories WHERE uid = ?", (row[13],)).fetchone()
             if other is None or row[1] in seen:
                 continue
             seen.update((row[1], other[1]))
-            pairs.append(ConflictPair(a=memory_from_row(row), b=memory_from_row(other)))
+            pairs.append(ConflictPair(a=memory_rows.to_memory(row), b=memory_rows.to_memory(other)))
         return pairs
 
     def resolve(self, uid: str, keep: str) -> Resolution:

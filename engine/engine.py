@@ -29,7 +29,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from . import db, stats
+from . import db
 from .ask import Answers, AskResult
 from .audit import AuditLog
 from .backfill import Backfill
@@ -58,6 +58,7 @@ from .models import (
 )
 from .recall import Retriever
 from .space import Mutation, VectorSpace
+from .storage import state, stats
 from .transfer import ExportResult, ImportResult, Progress, Transfer
 
 
@@ -401,9 +402,4 @@ class Engine:
         if tok is not None:
             return tok
         with self.store.write() as con:
-            row = con.execute("SELECT value FROM state WHERE key = 'api_token'").fetchone()
-            if row:
-                return row[0]
-            tok = secrets.token_urlsafe(32)
-            con.execute("INSERT INTO state(key, value) VALUES ('api_token', ?)", (tok,))
-            return tok
+            return state.get_or_set(con, "api_token", lambda: secrets.token_urlsafe(32))

@@ -68,6 +68,7 @@ from .memories import Memories, new_uid
 from .models import ForgetResult, iso
 from .parsers import SUPPORTED_EXTENSIONS, DocumentError, ParsedDocument, parse_file, parse_text
 from .space import Touched
+from .storage import memories as memory_rows
 
 log = logging.getLogger(__name__)
 
@@ -441,10 +442,10 @@ class Documents:
         mem_ids = [r[0] for r in con.execute("SELECT id FROM memories WHERE document_id = ?", (doc_id,)).fetchall()]
         derived = self.memories.delete_memories(con, mem_ids, touched) if mem_ids else {"memories": 0}
         con.execute("DELETE FROM chunks WHERE document_id = ?", (doc_id,))
-        answers = self.memories.scrub_transcripts(con, [r[1] for r in chunk_rows])
+        answers = memory_rows.scrub_transcripts(con, [r[1] for r in chunk_rows])
         if not keep_document:
             con.execute("DELETE FROM documents WHERE id = ?", (doc_id,))
-        nodes = self.memories.drop_orphan_nodes(con)
+        nodes = memory_rows.drop_orphan_nodes(con)
         touched.chunks.update(chunk_ids)
         return {"chunks": len(chunk_ids), "edges": edges, "memories": derived["memories"], "nodes": nodes,
                 "answers": answers + derived.get("answers", 0)}

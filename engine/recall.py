@@ -20,8 +20,9 @@ from .db import Connection
 from .embeddings import EmbeddingUnavailable
 from .errors import UserError
 from .graph import Graph
-from .memories import IMPORTANCE_BY_SOURCE, MEMORY_COLS, Memories, parse_time
+from .memories import IMPORTANCE_BY_SOURCE, Memories, parse_time
 from .models import KINDS, Hit, iso
+from .storage import recall as rows
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +134,7 @@ class Retriever:
         """{key: graph strength} for the memories and chunks the knowledge graph links to entities named in
         the query (ranking.graph_strength), filtered like every other candidate. One indexed lookup while
         the graph has no edges."""
-        if not con.execute("SELECT EXISTS(SELECT 1 FROM edges)").fetchone()[0]:
+        if not rows.graph_has_edges(con):
             return {}
         try:
             keys = self.graph.graph_keys(query, 2, project=project)
@@ -146,10 +147,7 @@ class Retriever:
         if not self.space.ensure():
             return None
         try:
-            if self.ctx.con.execute(
-                "SELECT EXISTS(SELECT 1 FROM memories WHERE embedded_hash IS NULL) OR "
-                "EXISTS(SELECT 1 FROM chunks WHERE embedded_hash IS NULL)"
-            ).fetchone()[0] and self.space.embedder.ready:
+            if rows.anything_unembedded(self.ctx.con) and self.space.embedder.ready:
                 self.space.embed_pending(limit=512)
             return self.space.embedder.encode_one(query)
         except EmbeddingUnavailable:
@@ -163,10 +161,7 @@ class Retriever:
         cids = [i for (t, i) in fused if t == "c"]
         hits: list[Hit] = []
         if mids:
-            rows = con.execute(
-                f"SELECT {MEMORY_COLS} FROM memories WHERE id IN ({','.join('?' * len(mids))})", mids
-            ).fetchall()
-            for r in rows:
+            for r in rows.memory_rows(con, mids):
                 key = ("m", r[0])
                 t_ref = max(r[8] or r[6], r[9] or 0.0)
                 rec = ranking.recency(t_ref, now)
@@ -179,12 +174,7 @@ class Retriever:
                     via=[v for v, s in (("fts", lex), ("vector", dense), ("graph", graph)) if key in s] or ["context"],
                 ))
         if cids:
-            rows = con.execute(
-                "SELECT c.id, c.uid, c.text, d.project, d.created_at, d.uid, d.title, d.path, c.locator "
-                f"FROM chunks c JOIN documents d ON d.id = c.document_id WHERE c.id IN ({','.join('?' * len(cids))})",
-                cids,
-            ).fetchall()
-            for r in rows:
+            for r in rows.chunk_rows(con, cids):
                 key = ("c", r[0])
                 rec = ranking.recency(r[4], now)
                 sim = fused[key]
@@ -207,10 +197,7 @@ class Retriever:
         uids = [h.id for h in hits if h.kind != "chunk"]
         if not uids:
             return
-        rids = dict(con.execute(
-            f"SELECT m.uid, m.id FROM memories m WHERE m.uid IN ({','.join('?' * len(uids))}) "
-            "AND EXISTS (SELECT 1 FROM memory_windows w WHERE w.memory_id = m.id)", uids
-        ).fetchall()) if vectors.has_windows(con) else {}
+        rids = rows.windowed(con, uids)
         for h in hits:
             if h.id in rids:
                 span = self.space.index["memories"].best_window(con, rids[h.id], qvec)
@@ -229,9 +216,7 @@ class Retriever:
         for h in hits:
             if not h.conflict_with:
                 continue
-            other = con.execute(
-                "SELECT text, coalesce(event_at, created_at) FROM memories WHERE uid = ?", (h.conflict_with,)
-            ).fetchone()
+            other = rows.text_and_time(con, h.conflict_with)
             if other is None:
                 continue
             mine = (h.at or h.created_at or "")[:10]

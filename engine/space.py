@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -20,6 +19,8 @@ import numpy as np
 from . import vectors
 from .db import Connection, Store
 from .embeddings import Embedder, EmbeddingUnavailable, NoEmbedder, Windows
+from .storage import memories as memory_rows
+from .storage import space as space_rows
 
 if TYPE_CHECKING:
     from .audit import AuditLog
@@ -96,21 +97,10 @@ class VectorSpace:
             except EmbeddingUnavailable:
                 return False
             with self.store.write() as con:
-                row = con.execute("SELECT provider, model, dimension, version FROM embedding_space").fetchone()
+                row = space_rows.stamp(con)
                 current = (space.provider, space.model, space.dimension, space.version)
                 if row is None or tuple(row) != current:
-                    vectors.drop_tables(con)
-                    vectors.create_tables(con, space.dimension)
-                    con.execute("UPDATE memories SET embedded_hash = NULL")
-                    con.execute("UPDATE chunks SET embedded_hash = NULL")
-                    con.execute(
-                        "INSERT INTO embedding_space(id, provider, model, dimension, version, updated_at) "
-                        "VALUES (1,?,?,?,?,?) ON CONFLICT(id) DO UPDATE SET provider=excluded.provider, "
-                        "model=excluded.model, dimension=excluded.dimension, version=excluded.version, "
-                        "updated_at=excluded.updated_at",
-                        (*current, time.time()),
-                    )
-                    vectors.bump_epoch(con)
+                    space_rows.restamp(con, current)
                     if row is not None:
                         self.audit.record("embedding_space_changed", None,
                                           {"from": list(row), "to": list(current)}, con=con)
@@ -123,10 +113,7 @@ class VectorSpace:
 
     def pending(self, con: Connection | None = None) -> int:
         """Rows stored without a current vector."""
-        return (con or self.store.con).execute(
-            "SELECT (SELECT count(*) FROM memories WHERE embedded_hash IS NULL) + "
-            "(SELECT count(*) FROM chunks WHERE embedded_hash IS NULL)"
-        ).fetchone()[0]
+        return space_rows.pending(con or self.store.con)
 
     def embed_pending(self, *, limit: int | None = None, batch_size: int = 64,
                       progress: Callable[[int, int], None] | None = None,
@@ -143,21 +130,14 @@ class VectorSpace:
             while done < total:
                 if cancel is not None and cancel.is_set():
                     return done
-                extra = "" if table == "memories" else (
-                    " AND document_id IN (SELECT id FROM documents WHERE status = 'ready')"
-                )
-                rows = con.execute(
-                    f"SELECT id, text, content_hash FROM {table} WHERE embedded_hash IS NULL{extra} "
-                    "ORDER BY id LIMIT ?",
-                    (min(batch_size, total - done),),
-                ).fetchall()
-                if not rows:
+                batch = space_rows.waiting(con, table, min(batch_size, total - done))
+                if not batch:
                     break
-                texts = [r[1] for r in rows]
+                texts = [r[1] for r in batch]
                 vecs = self.embedder.encode(texts, batch_size=batch_size)
                 wins = self.embedder.encode_windows(texts, batch_size=batch_size) if table == "memories" else None
-                self.store_vectors(table, [(r[0], r[2]) for r in rows], vecs, wins)
-                done += len(rows)
+                self.store_vectors(table, [(r[0], r[2]) for r in batch], vecs, wins)
+                done += len(batch)
                 if progress:
                     progress(done, total)
         return done
@@ -168,17 +148,14 @@ class VectorSpace:
         with self.mutation() as (con, touched):
             keep_ids, keep_vecs, keep_wins = [], [], []
             for n, ((rid, chash), vec) in enumerate(zip(rows, vecs, strict=True)):
-                cur = con.execute(f"SELECT content_hash FROM {table} WHERE id = ?", (rid,)).fetchone()
-                if cur is None or cur[0] != chash:
+                if space_rows.content_hash(con, table, rid) != chash:
                     continue  # deleted or edited meanwhile: the next pass embeds the new text
                 keep_ids.append(rid)
                 keep_vecs.append(vec)
                 keep_wins.append(windows[n] if windows is not None else None)
             if keep_ids:
                 vectors.put(con, table, keep_ids, np.asarray(keep_vecs), keep_wins)
-                con.executemany(
-                    f"UPDATE {table} SET embedded_hash = content_hash WHERE id = ?", [(i,) for i in keep_ids]
-                )
+                memory_rows.mark_embedded(con, table, keep_ids)
                 (touched.memories if table == "memories" else touched.chunks).update(keep_ids)
 
     def status(self) -> tuple[str, str]:

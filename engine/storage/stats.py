@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from .context import Context
-from .migrations import SCHEMA_VERSION
-from .models import KINDS, Stats
+from ..context import Context
+from ..migrations import SCHEMA_VERSION
+from ..models import KINDS, Stats
 
 
 def collect(ctx: Context, *, pending_extraction: int, embedding_ready: bool, notes: list[str]) -> Stats:

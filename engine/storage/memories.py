@@ -1,0 +1,195 @@
+"""Memory rows: read, written and deleted with what is derived from them (edges, summaries, answers)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, cast
+
+from ..db import Connection
+from ..errors import NotFound
+from ..models import Memory, iso
+
+COLS = (
+    "id, uid, kind, text, project, importance, created_at, updated_at, event_at, last_accessed_at, "
+    "access_count, archived, source, conflict_with, embedded_hash, content_hash, meta"
+)
+
+
+def marks(items: list[Any] | set[Any]) -> str:
+    return ",".join("?" * len(items))
+
+
+def to_memory(row: tuple) -> Memory:
+    return Memory(
+        id=row[1], kind=row[2], text=row[3], project=row[4], importance=round(row[5], 4),
+        created_at=iso(row[6]), updated_at=iso(row[7]), at=iso(row[8]), last_accessed_at=iso(row[9]),
+        access_count=row[10], archived=bool(row[11]), source=row[12], conflict_with=row[13],
+        embedded=row[14] is not None and row[14] == row[15], meta=json.loads(row[16] or "{}"),
+    )
+
+
+def by_uid(con: Connection, uid: str) -> tuple:
+    row = con.execute(f"SELECT {COLS} FROM memories WHERE uid = ?", (uid,)).fetchone()
+    if row is None:
+        raise NotFound(f"No memory with id {uid}.")
+    return row
+
+
+def by_id(con: Connection, rid: int) -> tuple | None:
+    return con.execute(f"SELECT {COLS} FROM memories WHERE id = ?", (rid,)).fetchone()
+
+
+def same_words(con: Connection, chash: str, kind: str, project: str | None) -> tuple | None:
+    """The oldest live memory with this content hash, kind and project."""
+    return con.execute(
+        f"SELECT {COLS} FROM memories WHERE content_hash = ? AND kind = ? AND project IS ? "
+        "AND archived = 0 ORDER BY id LIMIT 1",
+        (chash, kind, project),
+    ).fetchone()
+
+
+def insert(con: Connection, *, uid: str, kind: str, text: str, chash: str, importance: float, now: float,
+           event_at: float | None, project: str | None, source: str, meta: dict[str, Any] | None,
+           conversation_id: int | None, document_id: int | None) -> int:
+    cur = con.execute(
+        "INSERT INTO memories(uid, kind, text, content_hash, importance, created_at, updated_at, "
+        "event_at, project, source, meta, conversation_id, document_id) "
+        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        (uid, kind, text, chash, importance, now, now, event_at, project, source,
+         json.dumps(meta or {}), conversation_id, document_id),
+    )
+    return cast(int, cur.lastrowid)
+
+
+def mark_embedded(con: Connection, table: str, ids: list[int]) -> None:
+    """These rows' vectors are of their current text."""
+    con.executemany(f"UPDATE {table} SET embedded_hash = content_hash WHERE id = ?", [(i,) for i in ids])
+
+
+def stated_again(con: Connection, rid: int, importance: float, now: float) -> None:
+    """A duplicate was merged into this memory: it counts as used, with the importance given."""
+    con.execute(
+        "UPDATE memories SET importance = ?, access_count = access_count + 1, last_accessed_at = ?, "
+        "updated_at = ? WHERE id = ?",
+        (importance, now, now, rid),
+    )
+
+
+def set_fields(con: Connection, rid: int, fields: dict[str, Any]) -> None:
+    con.execute(f"UPDATE memories SET {', '.join(f'{k} = ?' for k in fields)} WHERE id = ?", [*fields.values(), rid])
+
+
+def forget_old_words(con: Connection, rid: int, uid: str) -> None:
+    """What was derived from a memory's old words goes: its edges, its extraction and roll-up marks, and
+    the contradiction flags on both sides (the next consolidation judges the new words)."""
+    con.execute("DELETE FROM edges WHERE memory_id = ?", (rid,))
+    con.execute("UPDATE memories SET extracted = 0, processed = 0 WHERE id = ?", (rid,))
+    con.execute("UPDATE memories SET conflict_with = NULL WHERE id = ? OR conflict_with = ?", (rid, uid))
+
+
+def has_vectors(con: Connection) -> bool:
+    return con.execute("SELECT 1 FROM sqlite_master WHERE name = 'vec_memories'").fetchone() is not None
+
+
+def drop_orphan_nodes(con: Connection) -> int:
+    return con.execute(
+        "DELETE FROM nodes WHERE id NOT IN (SELECT src FROM edges) AND id NOT IN (SELECT dst FROM edges)"
+    ).rowcount
+
+
+def own_summary(con: Connection, rid: int, source: str) -> None:
+    """A summary the user edits or states again is theirs: its events' edits and deletes no longer
+    take it along."""
+    if con.execute("DELETE FROM derivations WHERE derived_id = ?", (rid,)).rowcount:
+        con.execute("UPDATE memories SET source = ? WHERE id = ? AND source = 'rollup'", (source, rid))
+
+
+def derived_from(con: Connection, ids: list[int]) -> list[int]:
+    """Facts summarised (even in part) from these memories."""
+    return [r[0] for r in con.execute(
+        f"SELECT DISTINCT derived_id FROM derivations WHERE source_id IN ({marks(ids)})", ids)]
+
+
+def requeue_sources(con: Connection, derived: list[int], gone: set[int] | None = None) -> None:
+    """The events these summaries were made from (except those in `gone`) wait for the next roll-up."""
+    keep = sorted(gone or ())
+    con.execute(f"UPDATE memories SET processed = 0 WHERE id IN (SELECT source_id FROM derivations "
+                f"WHERE derived_id IN ({marks(derived)})) AND id NOT IN ({marks(keep)})",
+                [*derived, *keep])
+
+
+def delete(con: Connection, ids: set[int]) -> tuple[list[str], int]:
+    """Delete these memories (their edges go by cascade); flags pointing at them are cleared.
+    Returns their uids and the number of edges that went with them."""
+    order = sorted(ids)
+    uids = [r[0] for r in con.execute(f"SELECT uid FROM memories WHERE id IN ({marks(order)})", order).fetchall()]
+    edges = con.execute(f"SELECT count(*) FROM edges WHERE memory_id IN ({marks(order)})", order).fetchone()[0]
+    # conflicts pointing at a deleted memory are no longer conflicts
+    con.execute(f"UPDATE memories SET conflict_with = NULL WHERE conflict_with IN ({marks(uids)})", uids)
+    con.execute(f"DELETE FROM memories WHERE id IN ({marks(order)})", order)
+    return uids, edges
+
+
+def scrub_transcripts(con: Connection, uids: list[str]) -> int:
+    """Delete stored answers that cited any of these memories or chunks: they carry its text."""
+    doomed: set[int] = set()
+    for uid in uids:
+        for mid, meta in con.execute(
+            "SELECT id, meta FROM messages WHERE role = 'assistant' AND meta LIKE ?", (f'%"{uid}"%',)
+        ).fetchall():
+            if uid in json.loads(meta or "{}").get("sources", []):
+                doomed.add(mid)
+    if doomed:
+        con.execute(f"DELETE FROM messages WHERE id IN ({marks(doomed)})", sorted(doomed))
+    return len(doomed)
+
+
+def listing(con: Connection, *, kind: str | None, project: str | None, archived: bool | None,
+            conflicts_only: bool, limit: int, offset: int) -> list[tuple]:
+    where: list[str] = []
+    args: list[Any] = []
+    if kind:
+        where.append("kind = ?")
+        args.append(kind)
+    if project is not None:
+        where.append("project IS ?")
+        args.append(project or None)
+    if archived is not None:
+        where.append("archived = ?")
+        args.append(int(archived))
+    if conflicts_only:
+        where.append("conflict_with IS NOT NULL")
+    sql = f"SELECT {COLS} FROM memories"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += " ORDER BY coalesce(event_at, created_at) DESC, id DESC LIMIT ? OFFSET ?"
+    return con.execute(sql, [*args, limit, offset]).fetchall()
+
+
+def projects(con: Connection) -> list[str]:
+    rows = con.execute(
+        "SELECT project FROM memories WHERE project IS NOT NULL UNION "
+        "SELECT project FROM documents WHERE project IS NOT NULL ORDER BY 1"
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def record_access(con: Connection, uids: list[str], now: float, boost: float) -> None:
+    """Each memory was used once more now; its importance grows as ranking.boosted_importance does."""
+    con.executemany(
+        "UPDATE memories SET access_count = access_count + 1, last_accessed_at = ?, "
+        "importance = min(1.0, importance + ? * (1.0 - importance)) WHERE uid = ?",
+        [(now, boost, uid) for uid in uids],
+    )
+
+
+def uids_of(con: Connection, table: str, ids: list[int]) -> list[str]:
+    if not ids:
+        return []
+    return [r[0] for r in con.execute(
+        f"SELECT uid FROM {table} WHERE id IN ({marks(ids)}) ORDER BY id", ids).fetchall()]
+
+
+def row_of(con: Connection, uid: str) -> tuple[int, str]:
+    """(row id, source) of a memory."""
+    return con.execute("SELECT id, source FROM memories WHERE uid = ?", (uid,)).fetchone()

@@ -1,0 +1,55 @@
+"""The embedding space's rows: which model made the vectors, and which rows wait for one."""
+
+from __future__ import annotations
+
+import time
+
+from .. import vectors
+from ..db import Connection
+
+Space = tuple[str, str, int, str]  # provider, model, dimension, version
+
+
+def stamp(con: Connection) -> tuple | None:
+    """The space the stored vectors were made in (None before the first)."""
+    return con.execute("SELECT provider, model, dimension, version FROM embedding_space").fetchone()
+
+
+def restamp(con: Connection, space: Space) -> None:
+    """Start over in another space: empty vector tables of its dimension, every row waiting for a vector."""
+    vectors.drop_tables(con)
+    vectors.create_tables(con, space[2])
+    con.execute("UPDATE memories SET embedded_hash = NULL")
+    con.execute("UPDATE chunks SET embedded_hash = NULL")
+    con.execute(
+        "INSERT INTO embedding_space(id, provider, model, dimension, version, updated_at) "
+        "VALUES (1,?,?,?,?,?) ON CONFLICT(id) DO UPDATE SET provider=excluded.provider, "
+        "model=excluded.model, dimension=excluded.dimension, version=excluded.version, "
+        "updated_at=excluded.updated_at",
+        (*space, time.time()),
+    )
+    vectors.bump_epoch(con)
+
+
+def pending(con: Connection) -> int:
+    """Rows stored without a current vector."""
+    return con.execute(
+        "SELECT (SELECT count(*) FROM memories WHERE embedded_hash IS NULL) + "
+        "(SELECT count(*) FROM chunks WHERE embedded_hash IS NULL)"
+    ).fetchone()[0]
+
+
+def waiting(con: Connection, table: str, limit: int) -> list[tuple[int, str, str]]:
+    """(id, text, content hash) of rows without a vector, oldest first (chunks of ready documents only)."""
+    extra = "" if table == "memories" else " AND document_id IN (SELECT id FROM documents WHERE status = 'ready')"
+    return con.execute(
+        f"SELECT id, text, content_hash FROM {table} WHERE embedded_hash IS NULL{extra} ORDER BY id LIMIT ?",
+        (limit,),
+    ).fetchall()
+
+
+def content_hash(con: Connection, table: str, rid: int) -> str | None:
+    """The row's current content hash (None when it is gone)."""
+    row = con.execute(f"SELECT content_hash FROM {table} WHERE id = ?", (rid,)).fetchone()
+    return None if row is None else row[0]
+
