@@ -267,7 +267,7 @@ class AskMixin:
         # a follow-up ("and her husband?") is looked up together with the question before it
         previous = next((m.content for m in reversed(history) if m.role == "user"), "")
         query = f"{previous}\n{question}" if previous else question
-        hits = self._engine.recall(query, k=k, project=project, record_access=True)
+        hits = self._engine.recall(query, k=k, project=project)
         emit = on_token or (lambda _piece: None)
         _check(cancel)
         if not answerable(hits):
@@ -278,6 +278,8 @@ class AskMixin:
             sources = [Source.from_hit(n, h) for n, h in enumerate(hits, start=1)]
             result = self._answer(question, project, sources, history, uid, emit, verify, cancel)
         self._save_exchange(conversation, uid, project, question, asked_at, result, verify, len(history))
+        if result.model is not None and result.grounded:  # a source the answer cites is used; one it doesn't, isn't
+            self._engine.mark_used([s.id for s in result.sources if s.n in cited(result.answer)], how="cited")
         log.info("ask: %d sources, grounded=%s, model=%s, %.2fs", len(result.sources), result.grounded,
                  result.model is not None, time.time() - asked_at)
         return result
@@ -376,6 +378,23 @@ class AskMixin:
             )
             self._engine.audit("ask", uid, {"sources": meta["sources"], "grounded": result.grounded,
                                     "llm": result.model is not None, "verify": verify, "history": history}, con=con)
+
+
+_CITATION = re.compile(r"\[(\d+(?:\s*[,;–-]\s*\d+)*)\]")
+
+
+def cited(answer: str) -> set[int]:
+    """The source numbers an answer cites: [2], [1, 3], [1-3] and [2][4] all count; a number that only
+    appears in the text (a year, an amount) does not."""
+    out: set[int] = set()
+    for m in _CITATION.finditer(answer):
+        parts = re.split(r"\s*([,;–-])\s*", m.group(1))
+        nums, seps = [int(x) for x in parts[0::2]], parts[1::2]
+        out.update(nums)
+        for a, sep, b in zip(nums, seps, nums[1:], strict=False):
+            if sep in "–-" and 0 < b - a <= 20:
+                out.update(range(a, b + 1))
+    return out
 
 
 def _check(cancel: threading.Event | None) -> None:

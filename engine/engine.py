@@ -19,7 +19,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from . import ranking, retrieval, vectors
+from . import ranking, retrieval, timecues, vectors
 from .ask import AskMixin
 from .config import STORE_FILE, Settings, home_dir, load_settings
 from .consolidation import ConsolidationMixin
@@ -36,7 +36,7 @@ from .transfer import TransferMixin
 log = logging.getLogger(__name__)
 
 # Importance at birth: an explicit statement outranks a document, which outranks incidental chat.
-IMPORTANCE_BY_SOURCE = {"user": 0.8, "import": 0.7, "rollup": 0.7, "document": 0.5, "chat": 0.3}
+IMPORTANCE_BY_SOURCE = {"user": 0.8, "import": 0.7, "rollup": 0.7, "document": 0.5, "chat": 0.3, "activity": 0.4}
 EPISODIC_DISCOUNT = 0.1
 NEAR_DUPLICATE_COSINE = 0.95
 MAX_TEXT_CHARS = 100_000
@@ -297,6 +297,7 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
     def _store_vectors(self, table: str, rows: list[tuple[int, str]], vecs: np.ndarray,
                        windows: list[Windows | None] | None = None) -> None:
         """Write vectors (and a memory's window vectors) for rows whose text is still the text embedded."""
+        late: set[str] = set()
         with self.mutation() as (con, touched):
             keep_ids, keep_vecs, keep_wins = [], [], []
             for n, ((rid, chash), vec) in enumerate(zip(rows, vecs, strict=True)):
@@ -306,12 +307,55 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
                 keep_ids.append(rid)
                 keep_vecs.append(vec)
                 keep_wins.append(windows[n] if windows is not None else None)
+            if table == "memories" and keep_ids:
+                merged = self._merge_late_duplicates(con, touched, keep_ids, keep_vecs)
+                late.update(uid for pair in merged.values() for uid in pair)
+                if merged:
+                    keep = [n for n, rid in enumerate(keep_ids) if rid not in merged]
+                    keep_ids = [keep_ids[n] for n in keep]
+                    keep_vecs = [keep_vecs[n] for n in keep]
+                    keep_wins = [keep_wins[n] for n in keep]
             if keep_ids:
                 vectors.put(con, table, keep_ids, np.asarray(keep_vecs), keep_wins)
                 con.executemany(
                     f"UPDATE {table} SET embedded_hash = content_hash WHERE id = ?", [(i,) for i in keep_ids]
                 )
                 (touched.memories if table == "memories" else touched.chunks).update(keep_ids)
+        if late:
+            self._emit(Changes("merge", memories=late))
+
+    def _merge_late_duplicates(self, con: Connection, touched: _Touched, ids: list[int],
+                               vecs: list[np.ndarray]) -> dict[int, tuple[str, str]]:
+        """One rule for every door: a fact or how-to that `remember` stored before its vector existed (a
+        quick capture, a remember while the model loaded, embed="background") is checked for near-duplicates
+        when its vector arrives, as one embedded at once is checked, and the two become one memory: the
+        older stays (as when a fact is stated again) and gains the use. Returns {row id whose vector is not
+        to be stored: (its uid, the uid it went into)}."""
+        out: dict[int, tuple[str, str]] = {}
+        for rid, vec in zip(ids, vecs, strict=True):
+            row = con.execute(f"SELECT {self._MEMORY_COLS} FROM memories WHERE id = ? AND dedup_pending = 1 "
+                              "AND archived = 0", (rid,)).fetchone()
+            if row is None:
+                continue
+            con.execute("UPDATE memories SET dedup_pending = 0 WHERE id = ?", (rid,))
+            dup = self._find_duplicate(con, row[3], row[15], row[2], row[4], row[8], vec, exclude=rid)
+            if dup is None:
+                continue
+            keep, gone = (dup, row) if dup[0] < rid else (row, dup)
+            now = time.time()
+            con.execute(
+                "UPDATE memories SET importance = ?, access_count = access_count + 1, last_accessed_at = ?, "
+                "updated_at = ? WHERE id = ?",
+                (max(ranking.boosted_importance(keep[5], 0.1), gone[5]), now, now, keep[0]))
+            if gone[12] != "rollup":
+                self._own_summary(con, keep[0], gone[12])
+            self._delete_memories(con, [gone[0]], touched)
+            self.audit("merge_duplicate", keep[1], {"kind": row[2], "late": True}, con=con)
+            if gone[0] == rid:
+                out[rid] = (gone[1], keep[1])
+            else:
+                touched.memories.add(rid)
+        return out
 
     # ------------------------------------------------------------------------------------------------
     # background work: embedding backfill (and hooks for consolidation)
@@ -438,12 +482,14 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
                 uid, merged = row[1], True
             else:
                 uid, merged = new_uid("mem"), False
+                done = int(source == vectors.ACTIVITY_SOURCE)  # the app's own events are not summarised or graphed
+                late = int(vec is None and kind != "episodic")  # checked for near-duplicates when embedded
                 cur = con.execute(
                     "INSERT INTO memories(uid, kind, text, content_hash, importance, created_at, updated_at, "
-                    "event_at, project, source, meta, conversation_id, document_id) "
-                    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    "event_at, project, source, meta, conversation_id, document_id, processed, extracted, "
+                    "dedup_pending) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (uid, kind, text, chash, importance, now, now, event_at, project, source,
-                     json.dumps(meta or {}), conversation_id, document_id),
+                     json.dumps(meta or {}), conversation_id, document_id, done, done, late),
                 )
                 rid = cast(int, cur.lastrowid)
                 if vec is not None:
@@ -458,11 +504,14 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
         return RememberResult(id=uid, merged=merged, memory=mem)
 
     def _find_duplicate(self, con: Connection, text: str, chash: str, kind: str, project: str | None,
-                        event_at: float | None, vec: np.ndarray | None) -> tuple | None:
-        proj_sql = "project IS ?"
+                        event_at: float | None, vec: np.ndarray | None, *, exclude: int | None = None) -> tuple | None:
+        """The memory this text would duplicate: the same words (an episodic event: at the same time), or
+        for facts and how-tos a vector at least NEAR_DUPLICATE_COSINE close, in the same project and kind.
+        `exclude`: a row not to match (the late check of a row stored without a vector)."""
+        older = "" if exclude is None else f" AND id != {int(exclude)}"
         row = con.execute(
-            f"SELECT {self._MEMORY_COLS} FROM memories WHERE content_hash = ? AND kind = ? AND {proj_sql} "
-            "AND archived = 0 ORDER BY id LIMIT 1",
+            f"SELECT {self._MEMORY_COLS} FROM memories WHERE content_hash = ? AND kind = ? AND project IS ? "
+            f"AND archived = 0{older} ORDER BY id LIMIT 1",
             (chash, kind, project),
         ).fetchone()
         if row is not None and (kind != "episodic" or row[8] == event_at):
@@ -472,9 +521,11 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
         idx = self._index.get("memories")
         if idx is None:
             return None
-        hits = idx.search(con, vec, 1, vectors.Filter(projects={project}, kinds={kind}), windows=False)
-        if hits and hits[0][1] >= NEAR_DUPLICATE_COSINE:
-            return con.execute(f"SELECT {self._MEMORY_COLS} FROM memories WHERE id = ?", (hits[0][0],)).fetchone()
+        for rid, cosine in idx.search(con, vec, 2, vectors.Filter(projects={project}, kinds={kind}), windows=False):
+            if cosine < NEAR_DUPLICATE_COSINE:
+                break
+            if rid != exclude:
+                return con.execute(f"SELECT {self._MEMORY_COLS} FROM memories WHERE id = ?", (rid,)).fetchone()
         return None
 
     def get(self, uid: str) -> Memory:
@@ -540,6 +591,8 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
             mem = self._memory(self._row_by_uid(con, uid))
         self._emit(Changes("update", memories={uid, *gone}, graph="text" in sets))
         if "text" in sets:
+            if "importance" not in sets:  # rewording a memory is using it (an importance set by hand stays)
+                self.mark_used([uid], how="edited")
             if self.embedder.ready:
                 self.embed_pending()
             else:
@@ -663,9 +716,15 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
                 "answers": answers + derived.get("answers", 0)}
 
     def list_memories(self, *, kind: str | None = None, project: str | None = None, archived: bool | None = False,
-                      conflicts_only: bool = False, limit: int = 100, offset: int = 0) -> list[Memory]:
+                      conflicts_only: bool = False, activity: bool | None = False, limit: int = 100,
+                      offset: int = 0) -> list[Memory]:
+        """Memories newest first. The app's own events ("Ingested X") are left out unless activity is True
+        (only them) or None (everything)."""
         where: list[str] = []
         args: list[Any] = []
+        if activity is not None:
+            where.append("source IS NOT ?" if not activity else "source IS ?")
+            args.append(vectors.ACTIVITY_SOURCE)
         if kind:
             where.append("kind = ?")
             args.append(self._check_kind(kind))
@@ -696,13 +755,19 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
     def recall(self, query: str, *, k: int = 10, project: str | None = None, kind: str | None = None,
                since: str | float | None = None, until: str | float | None = None,
                include_archived: bool = False, include_unscoped: bool = False, include_chunks: bool = True,
-               record_access: bool = True, candidates: int | None = None) -> list[Hit]:
+               record_access: bool = False, activity: bool | None = None,
+               candidates: int | None = None) -> list[Hit]:
         """Hybrid recall: BM25 and exact vector search, combined into a calibrated similarity (with the turns
-        around a conversation turn as context), then ranked by the engine's formula. Hits below the minimum
-        relevance are dropped: a question about nothing in memory returns nothing. docs/retrieval.md.
+        around a conversation turn as context), then ranked by relevance first, importance and recency
+        deciding only among hits of comparable relevance, and a time the question names preferred. Hits
+        below the minimum relevance are dropped: a question about nothing in memory returns nothing.
+        docs/retrieval.md.
 
         With a project, only that project's memories and documents are searched (plus memories with no
         project when include_unscoped). Works by words alone when the embedding model is unavailable.
+        A recall is not a use: `record_access=True` counts the hits returned as used (for a client that
+        shows them to its user as chosen; see `mark_used`). The app's own events ("Ingested X") are found
+        only by questions about activity ("what did I add today?"), or with activity=True; never with False.
         """
         query = (query or "").strip()
         if not query:
@@ -718,6 +783,7 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
             include_archived=include_archived,
             since=parse_time(since),
             until=parse_time(until),
+            activity=retrieval.asks_about_activity(query) if activity is None else activity,
         )
         from .relevance import MIN_HIT_RELEVANCE
 
@@ -752,14 +818,19 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
                 keys, lex, cos, neighbours=nb, graph=graph,
                 use_lexical=retrieval.match_expression(query) is not None, use_dense=qvec is not None,
             )
+            cue = timecues.cue(query)  # a time named in the question may lift a hit from further down
+            if f.activity:  # "what did I add today?": the app's own events of that time answer it
+                for rid, t in retrieval.activity_events(con, f, cue, n):
+                    fit = timecues.fit(t, cue) if cue is not None and cue.window else 1.0
+                    sims[("m", rid)] = max(sims.get(("m", rid), 0.0), ranking.ACTIVITY_RELEVANCE * fit)
             sims = {key: s for key, s in sims.items() if s >= MIN_HIT_RELEVANCE}
-            pool = sorted(sims, key=lambda key: -sims[key])[: max(3 * k, 30)]
-            hits = self._hydrate(con, {key: sims[key] for key in pool}, cos, set(lex), dense, set(graph))
+            pool = sorted(sims, key=lambda key: -sims[key])[: len(sims) if cue else max(3 * k, 30)]
+            hits = self._hydrate(con, {key: sims[key] for key in pool}, cos, set(lex), dense, set(graph), cue)
             hits.sort(key=lambda h: (-h.score, h.id))
             hits = hits[:k]
             self._name_passages(con, hits, qvec, query)
         if record_access:
-            self._record_access([h.id for h in hits if not h.id.startswith("chk_")])
+            self.mark_used([h.id for h in hits if not h.id.startswith("chk_")], how="recall")
         return hits
 
     def _merge_lexical(self, con: Connection, query: str, n: int, f: vectors.Filter, *, memories: bool,
@@ -815,12 +886,14 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
             return None
 
     def _hydrate(self, con: Connection, fused: dict[tuple[str, int], float], cos: dict[tuple[str, int], float],
-                 lex: set, dense: set, graph: set | frozenset = frozenset()) -> list[Hit]:
-        """Hits for these keys; `fused` holds each key's similarity."""
+                 lex: set, dense: set, graph: set | frozenset = frozenset(),
+                 cue: timecues.TimeCue | None = None) -> list[Hit]:
+        """Hits for these keys, scored by `ranking.ranked_score`; `fused` holds each key's similarity and
+        `cue` is the time the question names, if any."""
         now = time.time()
         mids = [i for (t, i) in fused if t == "m"]
         cids = [i for (t, i) in fused if t == "c"]
-        hits: list[Hit] = []
+        found: list[tuple[Hit, float | None]] = []  # (hit, its event time)
         if mids:
             rows = con.execute(
                 f"SELECT {self._MEMORY_COLS} FROM memories WHERE id IN ({','.join('?' * len(mids))})", mids
@@ -829,14 +902,12 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
                 key = ("m", r[0])
                 t_ref = max(r[8] or r[6], r[9] or 0.0)
                 rec = ranking.recency(t_ref, now)
-                sim = fused[key]
-                hits.append(Hit(
+                found.append((Hit(
                     id=r[1], kind=r[2], text=r[3], project=r[4], importance=round(r[5], 4), recency=round(rec, 4),
-                    similarity=round(sim, 4), cosine=None if key not in cos else round(cos[key], 4),
-                    score=round(ranking.final_score(sim, r[5], rec), 6), at=iso(r[8]), created_at=iso(r[6]),
-                    archived=bool(r[11]), conflict_with=r[13],
+                    similarity=round(fused[key], 4), cosine=None if key not in cos else round(cos[key], 4),
+                    score=0.0, at=iso(r[8]), created_at=iso(r[6]), archived=bool(r[11]), conflict_with=r[13],
                     via=[v for v, s in (("fts", lex), ("vector", dense), ("graph", graph)) if key in s] or ["context"],
-                ))
+                ), r[8] or r[6]))
         if cids:
             rows = con.execute(
                 "SELECT c.id, c.uid, c.text, d.project, d.created_at, d.uid, d.title, d.path, c.locator "
@@ -846,15 +917,22 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
             for r in rows:
                 key = ("c", r[0])
                 rec = ranking.recency(r[4], now)
-                sim = fused[key]
-                imp = IMPORTANCE_BY_SOURCE["document"]
-                hits.append(Hit(
-                    id=r[1], kind="chunk", text=r[2], project=r[3], importance=imp, recency=round(rec, 4),
-                    similarity=round(sim, 4), cosine=None if key not in cos else round(cos[key], 4),
-                    score=round(ranking.final_score(sim, imp, rec), 6), created_at=iso(r[4]),
+                found.append((Hit(
+                    id=r[1], kind="chunk", text=r[2], project=r[3], importance=IMPORTANCE_BY_SOURCE["document"],
+                    recency=round(rec, 4), similarity=round(fused[key], 4),
+                    cosine=None if key not in cos else round(cos[key], 4), score=0.0, created_at=iso(r[4]),
                     document_id=r[5], document_title=r[6], document_path=r[7], locator=r[8] or None,
                     via=[v for v, s in (("fts", lex), ("vector", dense), ("graph", graph)) if key in s] or ["context"],
-                ))
+                ), r[4]))
+        top = max(fused.values(), default=0.0)
+        fits: dict[str, float] = {}
+        if cue is not None and cue.window:
+            fits = {h.id: timecues.fit(t, cue) for h, t in found}
+        elif cue is not None and cue.prefer:
+            fits = timecues.order_fit({h.id: t for h, t in found}, cue)
+        for h, _t in found:
+            h.score = round(ranking.ranked_score(h.similarity, h.importance, h.recency, top, fits.get(h.id)), 6)
+        hits = [h for h, _t in found]
         self._describe_conflicts(con, hits)
         return hits
 
@@ -898,19 +976,34 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
                 f'You said "{h.text}" on {mine} and "{other[0]}" on {iso(other[1])[:10]}; these disagree.'
             )
 
-    def _record_access(self, uids: list[str]) -> None:
-        if not uids:
-            return
+    # What counts as a use (docs/retrieval.md, "Use means use"): the user opens, edits or copies a memory in
+    # the app, an answer cites it ([n] in the answer's text), or a client says so (POST /memory/{id}/used,
+    # the MCP tool `mark_used`, `personal-llm used`, recall with record_access). Appearing in a result
+    # list, search-as-you-type, an API or MCP recall, and sources retrieved but not cited are not uses.
+    USE_KINDS = ("opened", "edited", "copied", "cited", "client", "recall")
+
+    def mark_used(self, uids: Iterable[str], *, how: str = "client") -> int:
+        """Count memories as used: access count + 1, last used now (recency), importance a step towards 1
+        (ranking.boosted_importance). Unknown ids and document passages are skipped; returns how many
+        memories were counted. Never blocks on a busy store (a use is a hint, not data)."""
+        if how not in self.USE_KINDS:
+            raise UserError(f"Unknown kind of use '{how}'; use one of: {', '.join(self.USE_KINDS)}.")
+        ids = list(dict.fromkeys(u for u in uids if u and u.startswith("mem_")))
+        if not ids:
+            return 0
         now = time.time()
         try:
             with self.store.write() as con:  # importance grows as ranking.boosted_importance does
-                con.executemany(
+                n = sum(con.execute(
                     "UPDATE memories SET access_count = access_count + 1, last_accessed_at = ?, "
                     "importance = min(1.0, importance + ? * (1.0 - importance)) WHERE uid = ?",
-                    [(now, ranking.ACCESS_BOOST, uid) for uid in uids],
-                )
+                    (now, ranking.ACCESS_BOOST, uid)).rowcount for uid in ids)
+                if n:
+                    self.audit("use", ids[0] if len(ids) == 1 else None, {"how": how, "memories": n}, con=con)
         except UserError:
-            log.info("access not recorded: store busy")
+            log.info("use not recorded: store busy")
+            return 0
+        return n
 
     # ------------------------------------------------------------------------------------------------
     # stats and audit
@@ -919,7 +1012,8 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
         con = self.con
         by_kind = {k: 0 for k in KINDS}
         for kind, count in con.execute(
-            "SELECT kind, count(*) FROM memories WHERE archived = 0 GROUP BY kind ORDER BY kind"
+            "SELECT kind, count(*) FROM memories WHERE archived = 0 AND source IS NOT 'activity' GROUP BY kind "
+            "ORDER BY kind"
         ).fetchall():
             by_kind[kind] = count
         one = lambda sql: con.execute(sql).fetchone()[0]  # noqa: E731
@@ -931,7 +1025,8 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
         return Stats(
             store=str(self.store.path),
             schema_version=SCHEMA_VERSION,
-            memories=one("SELECT count(*) FROM memories WHERE archived = 0"),
+            memories=one("SELECT count(*) FROM memories WHERE archived = 0 AND source IS NOT 'activity'"),
+            activity=one("SELECT count(*) FROM memories WHERE source = 'activity' AND archived = 0"),
             by_kind=by_kind,
             archived=one("SELECT count(*) FROM memories WHERE archived = 1"),
             conflicts=one("SELECT count(*) FROM memories WHERE conflict_with IS NOT NULL"),

@@ -611,7 +611,7 @@ class IngestMixin(EngineParts):
                 verb = "Updated" if p.action == "replaced" else "Ingested"
                 project = con.execute("SELECT project FROM documents WHERE id = ?", (p.doc_id,)).fetchone()[0]
                 self.remember(f"{verb} {p.name} ({p.total} chunk{'s' if p.total != 1 else ''})", kind="episodic",
-                              source="document", document_id=p.doc_id, at=time.time(), embed="background",
+                              source=vectors.ACTIVITY_SOURCE, document_id=p.doc_id, at=time.time(), embed="background",
                               project=project)
                 self.audit("ingest", p.uid, {"chunks": p.total, "status": p.action}, con=con)
         except Exception as e:
