@@ -269,13 +269,19 @@ class Bridge(QObject):
     # memories
     # ------------------------------------------------------------------------------------------------
     def remember(self, text: str, *, kind: str = "fact", project: str | None = None,
-                 importance: float | None = None, at: str | None = None, embed: str = "background",
+                 importance: float | None = None, at: str | None = None, embed: str = "auto",
                  done: Done | None = None, failed: Failed | None = None) -> None:
+        """Store a memory on the writer thread. embed="auto": embedded at once when the model is loaded, so
+        near-duplicates merge as from any other door (else when its vector arrives, by the engine)."""
         self.write(lambda e: e.remember(text, kind=kind, project=project or None, importance=importance, at=at,
                                         embed=embed), done, failed)
 
     def update(self, uid: str, done: Done | None = None, failed: Failed | None = None, **fields: Any) -> None:
         self.write(lambda e: e.update(uid, **fields), done, failed)
+
+    def mark_used(self, uids: Sequence[str], how: str) -> None:
+        """The user opened, edited or copied these memories (counted as use; a search result list is not)."""
+        self.write(lambda e: e.mark_used(list(uids), how=how))
 
     def forget(self, uid: str, done: Done | None = None, failed: Failed | None = None) -> None:
         self.write(lambda e: e.forget(uid), done, failed)

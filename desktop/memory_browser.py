@@ -10,6 +10,7 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QApplication,
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
@@ -33,6 +34,7 @@ from .pending_deletes import PendingDeletes
 from .widgets import Banner, EmptyState, UndoBar, button, muted, page_title
 
 SEARCH_DEBOUNCE_MS = 180
+OPENED_AFTER_MS = 1500
 TIME_FILTERS = (("Any time", None), ("Today", 1), ("Past 7 days", 7), ("Past 30 days", 30), ("Past year", 365))
 SHOW_FILTERS = (("Active", "active"), ("Archived", "archived"), ("Conflicts", "conflicts"), ("All", "all"))
 KIND_FILTERS = (("All kinds", None), ("Facts", "fact"), ("Events", "episodic"), ("How-tos", "procedural"))
@@ -116,6 +118,12 @@ class MemoryBrowser(QWidget):
             header.resizeSection(col, width)
         header.setStretchLastSection(False)
         self.tree.itemSelectionChanged.connect(self._selection_changed)
+        # a memory shown in the editor for a moment counts as opened (not each row the arrow keys pass over)
+        self._open_timer = QTimer(self, singleShot=True, interval=OPENED_AFTER_MS)
+        self._open_timer.timeout.connect(self._opened)
+        copy = QShortcut(QKeySequence.StandardKey.Copy, self.tree)
+        copy.setContext(Qt.ShortcutContext.WidgetShortcut)
+        copy.activated.connect(self.copy_selected)
         self.empty = EmptyState()
         self.list_stack = QStackedWidget()
         self.list_stack.addWidget(self.tree)
@@ -375,8 +383,23 @@ class MemoryBrowser(QWidget):
         self._current = row
         if row is None:
             self.editor.clear(multiple=len(ids) > 1)
+            self._open_timer.stop()
         else:
             self.editor.load(row, can_resolve=True)
+            self._open_timer.start()
+
+    def _opened(self) -> None:
+        if self._current is not None:
+            self.bridge.mark_used([self._current.id], "opened")
+
+    def copy_selected(self) -> None:
+        """Ctrl+C in the list: the selected memories' text to the clipboard (a use of each)."""
+        ids = [uid for uid in self._selected_ids() if uid in self._rows]
+        if not ids:
+            return
+        QApplication.clipboard().setText("\n".join(self._rows[uid].text for uid in ids))
+        self.bridge.mark_used(ids, "copied")
+        self.status_posted.emit(f"Copied {len(ids)} memor{'y' if len(ids) == 1 else 'ies'}")
 
     def _search_changed(self, _text: str) -> None:
         self._debounce.start()

@@ -416,9 +416,22 @@ def _add_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
         kind: Literal["fact", "episodic", "procedural", "chunk"] | None = None,
         since: Annotated[datetime | None, Query(description="Only things from this time on (ISO 8601)")] = None,
         until: Annotated[datetime | None, Query(description="Only things up to this time (ISO 8601)")] = None,
+        used: Annotated[bool, Query(description="Count the memories returned as used by your user (a recall "
+                                                 "alone is not a use; see POST /memory/{id}/used)")] = False,
     ) -> list[Hit]:
         return await call(eng.recall, q, k=k, project=project, kind=kind,
-                          since=_query_epoch("since", since), until=_query_epoch("until", until))
+                          since=_query_epoch("since", since), until=_query_epoch("until", until), record_access=used)
+
+    @app.post("/memory/{id}/used", response_model=Memory, tags=["memory"],
+              summary="Tell the engine your user used this memory (it ranks a little higher among equals)",
+              responses={404: {"model": ErrorBody, "description": "No such memory"}})
+    async def mark_used(id: str) -> Memory:
+        def run() -> Memory:
+            memory = eng.get(id)  # 404 for an unknown id
+            eng.mark_used([memory.id], how="client")
+            return eng.get(id)
+
+        return await call(run)
 
     @app.get("/memory/{id}", response_model=Memory, tags=["memory"], summary="One memory",
              responses={404: {"model": ErrorBody, "description": "No such memory"}})

@@ -42,6 +42,7 @@ from .errors import Cancelled, UserError
 from .graph import Graph
 from .language import LanguageModel
 from .llm import LLMError, LLMModelMissing, LLMUnavailable, Message
+from .memories import Memories
 from .models import Hit
 from .prompts import prompt, untrusted
 from .recall import Retriever
@@ -204,8 +205,10 @@ def passages_answer(sources: Sequence[Source]) -> str:
 class Answers:
     """Grounded answers from memory, and the transcript of each conversation (`engine.answers`)."""
 
-    def __init__(self, ctx: Context, retrieval: Retriever, graph: Graph, language: LanguageModel):
+    def __init__(self, ctx: Context, memories: Memories, retrieval: Retriever, graph: Graph,
+                 language: LanguageModel):
         self.ctx = ctx
+        self.memories = memories
         self.retrieval = retrieval
         self.graph = graph
         self.language = language
@@ -229,7 +232,7 @@ class Answers:
         # a follow-up ("and her husband?") is looked up together with the question before it
         previous = next((m.content for m in reversed(history) if m.role == "user"), "")
         query = f"{previous}\n{question}" if previous else question
-        hits = self.retrieval.recall(query, k=k, project=project, record_access=True)
+        hits = self.retrieval.recall(query, k=k, project=project)
         emit = on_token or (lambda _piece: None)
         _check(cancel)
         if not answerable(hits):
@@ -240,6 +243,8 @@ class Answers:
             sources = [Source.from_hit(n, h) for n, h in enumerate(hits, start=1)]
             result = self._answer(question, project, sources, history, uid, emit, verify, cancel)
         self._save_exchange(conversation, uid, project, question, asked_at, result, verify, len(history))
+        if result.model is not None and result.grounded:  # a source the answer cites is used; one it doesn't, isn't
+            self.memories.mark_used([s.id for s in result.sources if s.n in cited(result.answer)], how="cited")
         log.info("ask: %d sources, grounded=%s, model=%s, %.2fs", len(result.sources), result.grounded,
                  result.model is not None, time.time() - asked_at)
         return result
@@ -323,6 +328,23 @@ class Answers:
             conversations.add_exchange(con, conversation, question, asked_at, result.answer, now, meta)
             self.ctx.audit.record("ask", uid, {"sources": meta["sources"], "grounded": result.grounded,
                                     "llm": result.model is not None, "verify": verify, "history": history}, con=con)
+
+
+_CITATION = re.compile(r"\[(\d+(?:\s*[,;–-]\s*\d+)*)\]")
+
+
+def cited(answer: str) -> set[int]:
+    """The source numbers an answer cites: [2], [1, 3], [1-3] and [2][4] all count; a number that only
+    appears in the text (a year, an amount) does not."""
+    out: set[int] = set()
+    for m in _CITATION.finditer(answer):
+        parts = re.split(r"\s*([,;–-])\s*", m.group(1))
+        nums, seps = [int(x) for x in parts[0::2]], parts[1::2]
+        out.update(nums)
+        for a, sep, b in zip(nums, seps, nums[1:], strict=False):
+            if sep in "–-" and 0 < b - a <= 20:
+                out.update(range(a, b + 1))
+    return out
 
 
 def _check(cancel: threading.Event | None) -> None:

@@ -80,11 +80,12 @@ class Engine:
         self.language = LanguageModel(self.ctx)
         self.backfill = Backfill(self.space)
         self.memories = Memories(self.ctx, self.backfill)
+        self.space.late = self.memories  # vectors arriving late are checked for near-duplicates by memories
         self.documents = Documents(self.ctx, self.memories)
         self.graph = Graph(self.ctx, self.language)
         self.retrieval = Retriever(self.ctx, self.memories, self.graph)
         self.consolidation = Consolidation(self.ctx, self.memories, self.graph, self.language)
-        self.answers = Answers(self.ctx, self.retrieval, self.graph, self.language)
+        self.answers = Answers(self.ctx, self.memories, self.retrieval, self.graph, self.language)
         self.transfer = Transfer(self.ctx, self.backfill)
 
     # ------------------------------------------------------------------------------------------------
@@ -265,9 +266,17 @@ class Engine:
         return self.documents.forget(uid) if uid.startswith("doc_") else self.memories.forget(uid)
 
     def list_memories(self, *, kind: str | None = None, project: str | None = None, archived: bool | None = False,
-                      conflicts_only: bool = False, limit: int = 100, offset: int = 0) -> list[Memory]:
+                      conflicts_only: bool = False, activity: bool | None = False, limit: int = 100,
+                      offset: int = 0) -> list[Memory]:
         return self.memories.list_memories(kind=kind, project=project, archived=archived,
-                                           conflicts_only=conflicts_only, limit=limit, offset=offset)
+                                           conflicts_only=conflicts_only, activity=activity, limit=limit,
+                                           offset=offset)
+
+    USE_KINDS = Memories.USE_KINDS
+
+    def mark_used(self, uids: Iterable[str], *, how: str = "client") -> int:
+        """Count memories as used (see Memories.mark_used: what counts as a use)."""
+        return self.memories.mark_used(uids, how=how)
 
     def projects(self) -> list[str]:
         return self.memories.projects()
@@ -278,12 +287,13 @@ class Engine:
     def recall(self, query: str, *, k: int = 10, project: str | None = None, kind: str | None = None,
                since: str | float | None = None, until: str | float | None = None,
                include_archived: bool = False, include_unscoped: bool = False, include_chunks: bool = True,
-               record_access: bool = True, candidates: int | None = None) -> list[Hit]:
-        """Hybrid recall (see Retriever.recall and docs/retrieval.md)."""
+               record_access: bool = False, activity: bool | None = None,
+               candidates: int | None = None) -> list[Hit]:
+        """Hybrid recall (see Retriever.recall and docs/retrieval.md). A recall is not a use."""
         return self.retrieval.recall(query, k=k, project=project, kind=kind, since=since, until=until,
                                      include_archived=include_archived, include_unscoped=include_unscoped,
                                      include_chunks=include_chunks, record_access=record_access,
-                                     candidates=candidates)
+                                     activity=activity, candidates=candidates)
 
     # ------------------------------------------------------------------------------------------------
     # documents

@@ -641,9 +641,9 @@ class Documents:
                         "SELECT id FROM chunks WHERE document_id = ?", (p.doc_id,)).fetchall())
                 verb = "Updated" if p.action == "replaced" else "Ingested"
                 project = con.execute("SELECT project FROM documents WHERE id = ?", (p.doc_id,)).fetchone()[0]
-                self.memories.remember(f"{verb} {p.name} ({p.total} chunk{'s' if p.total != 1 else ''})", kind="episodic",
-                              source="document", document_id=p.doc_id, at=time.time(), embed="background",
-                              project=project)
+                self.memories.remember(f"{verb} {p.name} ({p.total} chunk{'s' if p.total != 1 else ''})",
+                                       kind="episodic", source=vectors.ACTIVITY_SOURCE, document_id=p.doc_id,
+                                       at=time.time(), embed="background", project=project)
                 self.ctx.audit.record("ingest", p.uid, {"chunks": p.total, "status": p.action}, con=con)
         except Exception as e:
             log.exception("completing a document failed (%s)", type(e).__name__)

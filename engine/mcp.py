@@ -35,9 +35,14 @@ SERVER_NAME = "personal-llm"
 INSTRUCTIONS = (
     "The user's personal, local memory. Use `recall` before answering questions about the user, their "
     "projects, people or past events; use `remember` when the user states a fact, preference or event "
-    "worth keeping; `ask` returns an answer grounded in memory with sources. `forget` deletes for good: "
+    "worth keeping; `ask` returns an answer grounded in memory with sources; `mark_used` tells memory which "
+    "recalled memories you actually used (recalling alone is not a use). `forget` deletes for good: "
     "only call it when the user asked, with confirm set to the id (or the word 'forget')."
 )
+
+
+class UsedOutput(BaseModel):
+    counted: int = Field(description="How many of the ids were memories and were counted as used")
 
 
 class RememberOutput(BaseModel):
@@ -223,6 +228,19 @@ def create_server(eng: Any, pool: ThreadPoolExecutor | None = None) -> MCPServer
             return RecallOutput(hits=hits)
 
         return await off("recall", run)
+
+    @server.tool(annotations=ToolAnnotations(title="Mark as used", read_only_hint=False, destructive_hint=False,
+                                            idempotent_hint=False, open_world_hint=False))
+    async def mark_used(ids: Annotated[list[str], Field(min_length=1, max_length=100,
+                                                        description="Memory ids (mem_…) the user relied on")]
+                        ) -> Annotated[CallToolResult, UsedOutput]:
+        """Tell the user's memory which recalled memories were actually used (shown to the user as the
+        answer, quoted, acted on). Used memories rank a little higher among equally relevant ones later.
+        Recalling alone never counts: call this only for what was used."""
+        def run() -> UsedOutput:
+            return UsedOutput(counted=eng.mark_used(ids, how="client"))
+
+        return await off("mark_used", run)
 
     @server.tool(annotations=ToolAnnotations(title="Ask memory", read_only_hint=True, open_world_hint=False))
     async def ask(question: str, project: str | None = None) -> Annotated[CallToolResult, AskOutput]:

@@ -11,6 +11,7 @@ import logging
 import secrets
 import time
 import unicodedata
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -29,7 +30,7 @@ from .storage import memories as rows
 log = logging.getLogger(__name__)
 
 # Importance at birth: an explicit statement outranks a document, which outranks incidental chat.
-IMPORTANCE_BY_SOURCE = {"user": 0.8, "import": 0.7, "rollup": 0.7, "document": 0.5, "chat": 0.3}
+IMPORTANCE_BY_SOURCE = {"user": 0.8, "import": 0.7, "rollup": 0.7, "document": 0.5, "chat": 0.3, "activity": 0.4}
 EPISODIC_DISCOUNT = 0.1
 NEAR_DUPLICATE_COSINE = 0.95
 MAX_TEXT_CHARS = 100_000
@@ -130,7 +131,11 @@ class Memories:
                 uid, merged = new_uid("mem"), False
                 rid = rows.insert(con, uid=uid, kind=kind, text=text, chash=chash, importance=importance, now=now,
                                   event_at=event_at, project=project, source=source, meta=meta,
-                                  conversation_id=conversation_id, document_id=document_id)
+                                  conversation_id=conversation_id, document_id=document_id,
+                                  # the app's own events are not summarised or graphed
+                                  done=source == vectors.ACTIVITY_SOURCE,
+                                  # checked for near-duplicates when embedded
+                                  dedup_pending=vec is None and kind != "episodic")
                 if vec is not None:
                     vectors.put(con, "memories", [rid], vec[None, :], [wins])
                     rows.mark_embedded(con, "memories", [rid])
@@ -143,8 +148,11 @@ class Memories:
         return RememberResult(id=uid, merged=merged, memory=mem)
 
     def _find_duplicate(self, con: Connection, text: str, chash: str, kind: str, project: str | None,
-                        event_at: float | None, vec: np.ndarray | None) -> tuple | None:
-        row = rows.same_words(con, chash, kind, project)
+                        event_at: float | None, vec: np.ndarray | None, *, exclude: int | None = None) -> tuple | None:
+        """The memory this text would duplicate: the same words (an episodic event: at the same time), or
+        for facts and how-tos a vector at least NEAR_DUPLICATE_COSINE close, in the same project and kind.
+        `exclude`: a row not to match (the late check of a row stored without a vector)."""
+        row = rows.same_words(con, chash, kind, project, exclude)
         if row is not None and (kind != "episodic" or row[8] == event_at):
             return row
         if vec is None or kind == "episodic":  # separate events are separate memories
@@ -152,10 +160,43 @@ class Memories:
         idx = self.space.index.get("memories")
         if idx is None:
             return None
-        hits = idx.search(con, vec, 1, vectors.Filter(projects={project}, kinds={kind}), windows=False)
-        if hits and hits[0][1] >= NEAR_DUPLICATE_COSINE:
-            return rows.by_id(con, hits[0][0])
+        for rid, cosine in idx.search(con, vec, 2, vectors.Filter(projects={project}, kinds={kind}), windows=False):
+            if cosine < NEAR_DUPLICATE_COSINE:
+                break
+            if rid != exclude:
+                return rows.by_id(con, rid)
         return None
+
+    def merge_late_duplicates(self, con: Connection, touched: Touched, ids: list[int],
+                              vecs: list[np.ndarray]) -> dict[int, tuple[str, str]]:
+        """One rule for every door: a fact or how-to that `remember` stored before its vector existed (a
+        quick capture, a remember while the model loaded, embed="background") is checked for near-duplicates
+        when its vector arrives, as one embedded at once is checked, and the two become one memory: the
+        older stays (as when a fact is stated again) and gains the use. Returns {row id whose vector is not
+        to be stored: (its uid, the uid it went into)}. Called by the vector space as it stores vectors."""
+        out: dict[int, tuple[str, str]] = {}
+        for rid, vec in zip(ids, vecs, strict=True):
+            row = rows.take_dedup_pending(con, rid)
+            if row is None:
+                continue
+            dup = self._find_duplicate(con, row[3], row[15], row[2], row[4], row[8], vec, exclude=rid)
+            if dup is None:
+                continue
+            keep, gone = (dup, row) if dup[0] < rid else (row, dup)
+            rows.stated_again(con, keep[0], max(ranking.boosted_importance(keep[5], 0.1), gone[5]), time.time())
+            if gone[12] != "rollup":
+                rows.own_summary(con, keep[0], gone[12])
+            self.delete_memories(con, [gone[0]], touched)
+            self.ctx.audit.record("merge_duplicate", keep[1], {"kind": row[2], "late": True}, con=con)
+            if gone[0] == rid:
+                out[rid] = (gone[1], keep[1])
+            else:
+                touched.memories.add(rid)
+        return out
+
+    def announce_merged(self, uids: set[str]) -> None:
+        """After the late merges committed: the views learn which memories changed."""
+        self.ctx.changes.emit(Changes("merge", memories=uids))
 
     def get(self, uid: str) -> Memory:
         return rows.to_memory(rows.by_uid(self.ctx.con, uid))
@@ -216,6 +257,8 @@ class Memories:
             mem = rows.to_memory(rows.by_uid(con, uid))
         self.ctx.changes.emit(Changes("update", memories={uid, *gone}, graph="text" in sets))
         if "text" in sets:
+            if "importance" not in sets:  # rewording a memory is using it (an importance set by hand stays)
+                self.mark_used([uid], how="edited")
             if self.space.embedder.ready:
                 self.space.embed_pending()
             else:
@@ -253,22 +296,42 @@ class Memories:
                 "answers": answers, "_uids": uids}
 
     def list_memories(self, *, kind: str | None = None, project: str | None = None, archived: bool | None = False,
-                      conflicts_only: bool = False, limit: int = 100, offset: int = 0) -> list[Memory]:
+                      conflicts_only: bool = False, activity: bool | None = False, limit: int = 100,
+                      offset: int = 0) -> list[Memory]:
+        """Memories newest first. The app's own events ("Ingested X") are left out unless activity is True
+        (only them) or None (everything)."""
         return [rows.to_memory(r) for r in rows.listing(
             self.ctx.con, kind=check_kind(kind) if kind else None, project=project, archived=archived,
-            conflicts_only=conflicts_only, limit=limit, offset=offset)]
+            conflicts_only=conflicts_only, activity=activity, limit=limit, offset=offset)]
 
     def projects(self) -> list[str]:
         return rows.projects(self.ctx.con)
 
-    def record_access(self, uids: list[str]) -> None:
-        if not uids:
-            return
+    # What counts as a use (docs/retrieval.md, "Use means use"): the user opens, edits or copies a memory in
+    # the app, an answer cites it ([n] in the answer's text), or a client says so (POST /memory/{id}/used,
+    # the MCP tool `mark_used`, `personal-llm used`, recall with record_access). Appearing in a result
+    # list, search-as-you-type, an API or MCP recall, and sources retrieved but not cited are not uses.
+    USE_KINDS = ("opened", "edited", "copied", "cited", "client", "recall")
+
+    def mark_used(self, uids: Iterable[str], *, how: str = "client") -> int:
+        """Count memories as used: access count + 1, last used now (recency), importance a step towards 1
+        (ranking.boosted_importance). Unknown ids and document passages are skipped; returns how many
+        memories were counted. Never blocks on a busy store (a use is a hint, not data)."""
+        if how not in self.USE_KINDS:
+            raise UserError(f"Unknown kind of use '{how}'; use one of: {', '.join(self.USE_KINDS)}.")
+        ids = list(dict.fromkeys(u for u in uids if u and u.startswith("mem_")))
+        if not ids:
+            return 0
         try:
             with self.ctx.store.write() as con:  # importance grows as ranking.boosted_importance does
-                rows.record_access(con, uids, time.time(), ranking.ACCESS_BOOST)
+                n = rows.record_use(con, ids, time.time(), ranking.ACCESS_BOOST)
+                if n:
+                    self.ctx.audit.record("use", ids[0] if len(ids) == 1 else None, {"how": how, "memories": n},
+                                          con=con)
         except UserError:
-            log.info("access not recorded: store busy")
+            log.info("use not recorded: store busy")
+            return 0
+        return n
 
     def uids_of(self, table: str, ids: list[int]) -> list[str]:
         return rows.uids_of(self.ctx.con, table, ids)

@@ -255,9 +255,22 @@ def m002_consolidation(con: Connection) -> None:
     )
 
 
+def m003_activity_and_late_duplicates(con: Connection) -> None:
+    """The app's own events ("Ingested X (N chunks)", stored with the document they record) get their own
+    source, so that content questions, the memory list and the counts leave them out; they are never
+    summarised or graphed. `dedup_pending` marks a fact stored before its vector existed: it is checked
+    for near-duplicates when the vector arrives (Engine._merge_late_duplicates)."""
+    con.execute("ALTER TABLE memories ADD COLUMN dedup_pending INTEGER NOT NULL DEFAULT 0")
+    con.execute(
+        "UPDATE memories SET source = 'activity', processed = 1, extracted = 1 "
+        "WHERE document_id IS NOT NULL AND kind = 'episodic' AND source = 'document'"
+    )
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     m001_initial,
     m002_consolidation,
+    m003_activity_and_late_duplicates,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -78,8 +78,9 @@ class ForgetResult(BaseModel):
 class Stats(BaseModel):
     store: str
     schema_version: int
-    memories: int
+    memories: int = Field(description="The user's memories (not archived), without the app's own events")
     by_kind: dict[str, int]
+    activity: int = Field(default=0, description="The app's own events (\"Ingested X\"), not counted as memories")
     archived: int
     conflicts: int
     documents: int

@@ -1,7 +1,14 @@
 """Ranking: a hybrid relevance from the lexical and semantic signals, then the engine's formula.
 
-    score = 0.6 * similarity + 0.2 * importance + 0.2 * recency
+    score = 0.6 * similarity + gate * (0.2 * importance + 0.2 * recency)
     recency = 0.5 ** (days since the memory's time or last use / 30)
+    gate = 1.5 * BOOST_BAND * (the best similarity of the query)
+
+Relevance first: the gate caps what importance and recency can add at BOOST_BAND of the best hit's
+similarity, so a hit more than that far behind in relevance never overtakes a better one because it is
+newer, more important or was used (`ranked_score`); among hits of comparable relevance they decide, in
+seed 003's proportions. A time the question names ("last May", "recently") scales the relevance used for
+order by `time_factor` (engine/timecues.py).
 
 `similarity` is a calibrated relevance in [0, 1] (see `hybrid_similarity`): 1.0 means the memory holds
 every informative word of the question and is as close in meaning as a paraphrase; unrelated memories
@@ -28,6 +35,10 @@ W_LEXICAL = 0.5
 # all-MiniLM-L6-v2 cosine: unrelated sentences sit below COS_NONE, paraphrases reach COS_FULL.
 COS_NONE = 0.15
 COS_FULL = 0.75
+# Cosines of the candidates are min-max scaled for order, but a spread narrower than this is not stretched
+# to [0, 1]: in a small store two statements of the same thing (cosines 0.62 and 0.58) are comparably
+# relevant, not "best" and "worst".
+MIN_COS_SPREAD = 0.3
 # A hit's similarity may exceed its own absolute relevance by at most this much (see hybrid_similarity).
 ABSOLUTE_MARGIN = 0.1
 # Conversation context: a turn inherits this share of its best neighbour's relevance (offset -> weight).
@@ -77,14 +88,17 @@ def dense_strength(cosine: float | None) -> float:
     return min(1.0, max(0.0, (cosine - COS_NONE) / (COS_FULL - COS_NONE)))
 
 
-def min_max(values: Mapping[K, float]) -> dict[K, float]:
-    """Scale to [0, 1] across the candidates (all equal: all 1.0 when positive, else 0.0)."""
+def min_max(values: Mapping[K, float], min_spread: float = 0.0) -> dict[K, float]:
+    """Scale to [0, 1] across the candidates (all equal: all 1.0 when positive, else 0.0). A spread narrower
+    than `min_spread` is not stretched to the whole range: the best still scores 1, the others
+    1 - (best - v) / min_spread."""
     if not values:
         return {}
     lo, hi = min(values.values()), max(values.values())
     if hi - lo <= 1e-12:
         return {k: (1.0 if hi > 0 else 0.0) for k in values}
-    return {k: (v - lo) / (hi - lo) for k, v in values.items()}
+    spread = max(hi - lo, min_spread)
+    return {k: 1.0 - (hi - v) / spread for k, v in values.items()}
 
 
 def with_context(scores: Mapping[K, float], neighbours: Mapping[K, Mapping[int, K]],
@@ -126,7 +140,7 @@ def hybrid_similarity(keys: list[K], lex_ratio: Mapping[K, float], cosine: Mappi
     w_den = 1.0 - w_lex
     top_lex = max((lex_ratio.get(k, 0.0) for k in keys), default=0.0)
     l_rel = {k: lex_ratio.get(k, 0.0) / top_lex if top_lex > 0 else 0.0 for k in keys}
-    d_rel = min_max({k: cosine[k] for k in keys if k in cosine})
+    d_rel = min_max({k: cosine[k] for k in keys if k in cosine}, MIN_COS_SPREAD)
     rel = {k: w_lex * l_rel.get(k, 0.0) + w_den * d_rel.get(k, 0.0) for k in keys}
     if graph:
         rel = {k: v + W_GRAPH * graph.get(k, 0.0) for k, v in rel.items()}
@@ -144,10 +158,42 @@ def hybrid_similarity(keys: list[K], lex_ratio: Mapping[K, float], cosine: Mappi
 
 
 def final_score(similarity: float, importance: float, recency_value: float) -> float:
+    """Seed 003's formula without the gate (kept for comparisons: bench/recall_drift.py)."""
     return W_SIMILARITY * similarity + W_IMPORTANCE * importance + W_RECENCY * recency_value
 
 
-# Each time a memory is recalled, its importance moves this share of the way to 1.
+# The relevance of one of the app's own events ("Ingested X") to a question about activity at its time: enough
+# to answer from (above relevance.ANSWER_FLOOR), below a memory that also matches the question's words.
+ACTIVITY_RELEVANCE = 0.5
+# Importance and recency together may move a hit by at most this share of the query's best similarity.
+BOOST_BAND = 0.1
+# A time named in the question: a memory whose time does not fit it keeps (1 - TIME_WEIGHT) of its relevance
+# for order (its similarity, the absolute relevance shown and used by the answer floor, is unchanged).
+TIME_WEIGHT = 0.3
+
+
+def boost_gate(top_similarity: float) -> float:
+    """The factor on (0.2 importance + 0.2 recency): their most (0.4 * gate) is worth BOOST_BAND * top of
+    similarity (0.6 * BOOST_BAND * top)."""
+    return W_SIMILARITY * BOOST_BAND * max(0.0, top_similarity) / (W_IMPORTANCE + W_RECENCY)
+
+
+def ranked_score(similarity: float, importance: float, recency_value: float, top_similarity: float,
+                 time_fit: float | None = None) -> float:
+    """The score hits are ordered by: relevance (scaled by the time fit when the question names a time)
+    plus importance and recency under the gate. If a's similarity exceeds b's by more than BOOST_BAND * top
+    (with equal time fit), a ranks first whatever their importance, recency or use."""
+    rel = similarity * time_factor(time_fit)
+    return W_SIMILARITY * rel + boost_gate(top_similarity) * (W_IMPORTANCE * importance + W_RECENCY * recency_value)
+
+
+def time_factor(time_fit: float | None) -> float:
+    """1.0 without a time cue; else between 1 - TIME_WEIGHT (does not fit) and 1 (fits)."""
+    return 1.0 if time_fit is None else 1.0 - TIME_WEIGHT + TIME_WEIGHT * min(1.0, max(0.0, time_fit))
+
+
+# Each time a memory is used (opened, edited, copied, cited in an answer, or reported used by a client; never
+# merely for appearing in a result list), its importance moves this share of the way to 1.
 ACCESS_BOOST = 0.05
 
 

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from . import ranking, retrieval, vectors
+from . import ranking, retrieval, timecues, vectors
 from .context import Context
 from .db import Connection
 from .embeddings import EmbeddingUnavailable
@@ -40,13 +40,19 @@ class Retriever:
     def recall(self, query: str, *, k: int = 10, project: str | None = None, kind: str | None = None,
                since: str | float | None = None, until: str | float | None = None,
                include_archived: bool = False, include_unscoped: bool = False, include_chunks: bool = True,
-               record_access: bool = True, candidates: int | None = None) -> list[Hit]:
+               record_access: bool = False, activity: bool | None = None,
+               candidates: int | None = None) -> list[Hit]:
         """Hybrid recall: BM25 and exact vector search, combined into a calibrated similarity (with the turns
-        around a conversation turn as context), then ranked by the engine's formula. Hits below the minimum
-        relevance are dropped: a question about nothing in memory returns nothing. docs/retrieval.md.
+        around a conversation turn as context), then ranked by relevance first, importance and recency
+        deciding only among hits of comparable relevance, and a time the question names preferred. Hits
+        below the minimum relevance are dropped: a question about nothing in memory returns nothing.
+        docs/retrieval.md.
 
         With a project, only that project's memories and documents are searched (plus memories with no
         project when include_unscoped). Works by words alone when the embedding model is unavailable.
+        A recall is not a use: `record_access=True` counts the hits returned as used (for a client that
+        shows them to its user as chosen; see `mark_used`). The app's own events ("Ingested X") are found
+        only by questions about activity ("what did I add today?"), or with activity=True; never with False.
         """
         query = (query or "").strip()
         if not query:
@@ -62,6 +68,7 @@ class Retriever:
             include_archived=include_archived,
             since=parse_time(since),
             until=parse_time(until),
+            activity=retrieval.asks_about_activity(query) if activity is None else activity,
         )
         from .relevance import MIN_HIT_RELEVANCE
 
@@ -96,14 +103,19 @@ class Retriever:
                 keys, lex, cos, neighbours=nb, graph=graph,
                 use_lexical=retrieval.match_expression(query) is not None, use_dense=qvec is not None,
             )
+            cue = timecues.cue(query)  # a time named in the question may lift a hit from further down
+            if f.activity:  # "what did I add today?": the app's own events of that time answer it
+                for rid, t in retrieval.activity_events(con, f, cue, n):
+                    fit = timecues.fit(t, cue) if cue is not None and cue.window else 1.0
+                    sims[("m", rid)] = max(sims.get(("m", rid), 0.0), ranking.ACTIVITY_RELEVANCE * fit)
             sims = {key: s for key, s in sims.items() if s >= MIN_HIT_RELEVANCE}
-            pool = sorted(sims, key=lambda key: -sims[key])[: max(3 * k, 30)]
-            hits = self._hydrate(con, {key: sims[key] for key in pool}, cos, set(lex), dense, set(graph))
+            pool = sorted(sims, key=lambda key: -sims[key])[: len(sims) if cue else max(3 * k, 30)]
+            hits = self._hydrate(con, {key: sims[key] for key in pool}, cos, set(lex), dense, set(graph), cue)
             hits.sort(key=lambda h: (-h.score, h.id))
             hits = hits[:k]
             self._name_passages(con, hits, qvec, query)
         if record_access:
-            self.memories.record_access([h.id for h in hits if not h.id.startswith("chk_")])
+            self.memories.mark_used([h.id for h in hits if not h.id.startswith("chk_")], how="recall")
         return hits
 
     def _merge_lexical(self, con: Connection, query: str, n: int, f: vectors.Filter, *, memories: bool,
@@ -154,38 +166,45 @@ class Retriever:
             return None
 
     def _hydrate(self, con: Connection, fused: dict[tuple[str, int], float], cos: dict[tuple[str, int], float],
-                 lex: set, dense: set, graph: set | frozenset = frozenset()) -> list[Hit]:
-        """Hits for these keys; `fused` holds each key's similarity."""
+                 lex: set, dense: set, graph: set | frozenset = frozenset(),
+                 cue: timecues.TimeCue | None = None) -> list[Hit]:
+        """Hits for these keys, scored by `ranking.ranked_score`; `fused` holds each key's similarity and
+        `cue` is the time the question names, if any."""
         now = time.time()
         mids = [i for (t, i) in fused if t == "m"]
         cids = [i for (t, i) in fused if t == "c"]
-        hits: list[Hit] = []
+        found: list[tuple[Hit, float | None]] = []  # (hit, its event time)
         if mids:
             for r in rows.memory_rows(con, mids):
                 key = ("m", r[0])
                 t_ref = max(r[8] or r[6], r[9] or 0.0)
                 rec = ranking.recency(t_ref, now)
-                sim = fused[key]
-                hits.append(Hit(
+                found.append((Hit(
                     id=r[1], kind=r[2], text=r[3], project=r[4], importance=round(r[5], 4), recency=round(rec, 4),
-                    similarity=round(sim, 4), cosine=None if key not in cos else round(cos[key], 4),
-                    score=round(ranking.final_score(sim, r[5], rec), 6), at=iso(r[8]), created_at=iso(r[6]),
-                    archived=bool(r[11]), conflict_with=r[13],
+                    similarity=round(fused[key], 4), cosine=None if key not in cos else round(cos[key], 4),
+                    score=0.0, at=iso(r[8]), created_at=iso(r[6]), archived=bool(r[11]), conflict_with=r[13],
                     via=[v for v, s in (("fts", lex), ("vector", dense), ("graph", graph)) if key in s] or ["context"],
-                ))
+                ), r[8] or r[6]))
         if cids:
             for r in rows.chunk_rows(con, cids):
                 key = ("c", r[0])
                 rec = ranking.recency(r[4], now)
-                sim = fused[key]
-                imp = IMPORTANCE_BY_SOURCE["document"]
-                hits.append(Hit(
-                    id=r[1], kind="chunk", text=r[2], project=r[3], importance=imp, recency=round(rec, 4),
-                    similarity=round(sim, 4), cosine=None if key not in cos else round(cos[key], 4),
-                    score=round(ranking.final_score(sim, imp, rec), 6), created_at=iso(r[4]),
+                found.append((Hit(
+                    id=r[1], kind="chunk", text=r[2], project=r[3], importance=IMPORTANCE_BY_SOURCE["document"],
+                    recency=round(rec, 4), similarity=round(fused[key], 4),
+                    cosine=None if key not in cos else round(cos[key], 4), score=0.0, created_at=iso(r[4]),
                     document_id=r[5], document_title=r[6], document_path=r[7], locator=r[8] or None,
                     via=[v for v, s in (("fts", lex), ("vector", dense), ("graph", graph)) if key in s] or ["context"],
-                ))
+                ), r[4]))
+        top = max(fused.values(), default=0.0)
+        fits: dict[str, float] = {}
+        if cue is not None and cue.window:
+            fits = {h.id: timecues.fit(t, cue) for h, t in found}
+        elif cue is not None and cue.prefer:
+            fits = timecues.order_fit({h.id: t for h, t in found}, cue)
+        for h, _t in found:
+            h.score = round(ranking.ranked_score(h.similarity, h.importance, h.recency, top, fits.get(h.id)), 6)
+        hits = [h for h, _t in found]
         self._describe_conflicts(con, hits)
         return hits
 

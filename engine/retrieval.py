@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from . import ranking
 from .db import Connection
-from .vectors import Filter
+from .vectors import ACTIVITY_SOURCE, Filter
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -35,6 +35,20 @@ def terms(query: str) -> list[str]:
         if w not in out:
             out.append(w)
     return out
+
+
+# A question about what the user did with the app ("What did I add today?", "Which files did I import last
+# week?"): only such questions are answered from the app's own events ("Ingested X (N chunks)").
+_ACTIVITY_VERBS = re.compile(
+    r"\b(add|added|adding|ingest\w*|import|imported|importing|upload\w*|dropped|indexed|scanned)\b", re.I)
+_ACTIVITY_NOUNS = re.compile(r"\b(files?|documents?|pdfs?|uploads?|imports?)\b", re.I)
+_ACTIVITY_TIME = re.compile(r"\b(today|yesterday|this (week|month|morning)|last (week|month|night)|recent\w*|lately"
+                            r"|ago|latest|new)\b", re.I)
+
+
+def asks_about_activity(query: str) -> bool:
+    """Is this a question about what was added to memory (not about what the memories say)?"""
+    return bool(_ACTIVITY_VERBS.search(query)) or bool(_ACTIVITY_NOUNS.search(query) and _ACTIVITY_TIME.search(query))
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?…。！？])\s+")
@@ -79,9 +93,12 @@ def match_expression(query: str | list[str]) -> str | None:
     return " OR ".join('"' + t.replace('"', '""') + '"' for t in ts)
 
 
-def _filter_sql(f: Filter, alias: str, *, time_col: str, kind_col: str | None, archived_col: str | None):
+def _filter_sql(f: Filter, alias: str, *, time_col: str, kind_col: str | None, archived_col: str | None,
+                source_col: str | None = None):
     where: list[str] = []
     args: list = []
+    if source_col and not f.activity:
+        where.append(f"{source_col} IS NOT '{ACTIVITY_SOURCE}'")
     if f.projects is not None:
         named = [p for p in f.projects if p is not None]
         parts = []
@@ -111,7 +128,8 @@ def lexical_memories(con: Connection, query: str | list[str], limit: int, f: Fil
     if expr is None or limit <= 0:
         return []
     where, args = _filter_sql(
-        f, "m", time_col="coalesce(m.event_at, m.created_at)", kind_col="m.kind", archived_col="m.archived"
+        f, "m", time_col="coalesce(m.event_at, m.created_at)", kind_col="m.kind", archived_col="m.archived",
+        source_col="m.source",
     )
     sql = (
         "SELECT m.id, bm25(memories_fts) AS r FROM memories_fts JOIN memories m ON m.id = memories_fts.rowid "
@@ -298,7 +316,8 @@ def passing(con: Connection, keys: list[tuple[str, int]], f: Filter) -> list[tup
     mids = [i for t, i in keys if t == "m"]
     cids = [i for t, i in keys if t == "c"] if f.kinds is None or "chunk" in f.kinds else []
     where, args = _filter_sql(
-        f, "m", time_col="coalesce(m.event_at, m.created_at)", kind_col="m.kind", archived_col="m.archived"
+        f, "m", time_col="coalesce(m.event_at, m.created_at)", kind_col="m.kind", archived_col="m.archived",
+        source_col="m.source",
     )
     for p in range(0, len(mids), 500):
         part = mids[p : p + 500]
@@ -316,6 +335,23 @@ def passing(con: Connection, keys: list[tuple[str, int]], f: Filter) -> list[tup
     return [key for key in keys if key in ok]
 
 
+def activity_events(con: Connection, f: Filter, cue, limit: int) -> list[tuple[int, float]]:
+    """[(memory row id, event time)] of the app's own events passing the filter, newest first; inside the
+    cue's window when the question names a time (a timecues.TimeCue or None)."""
+    g = Filter(projects=f.projects, kinds=None, include_archived=f.include_archived, since=f.since,
+               until=f.until, activity=True)
+    where, args = _filter_sql(g, "m", time_col="coalesce(m.event_at, m.created_at)", kind_col=None,
+                              archived_col="m.archived")
+    where.append("m.source = ?")
+    args.append(ACTIVITY_SOURCE)
+    if cue is not None and cue.window:
+        where.append("coalesce(m.event_at, m.created_at) >= ? AND coalesce(m.event_at, m.created_at) < ?")
+        args += [cue.since, cue.until]
+    return [(r[0], r[1]) for r in con.execute(
+        "SELECT m.id, coalesce(m.event_at, m.created_at) AS t FROM memories m WHERE " + " AND ".join(where)
+        + " ORDER BY t DESC, m.id DESC LIMIT ?", [*args, limit]).fetchall()]
+
+
 # Two episodic memories are turns of one conversation when stored one after the other in the same project
 # within this many seconds of each other (by event time).
 CONTEXT_SECONDS = 6 * 3600
@@ -328,7 +364,8 @@ def neighbours(con: Connection, ids: list[int], f: Filter, reach: int = 2) -> di
     if not ids or (f.kinds is not None and "episodic" not in f.kinds):
         return {}
     where, args = _filter_sql(
-        f, "m", time_col="coalesce(m.event_at, m.created_at)", kind_col=None, archived_col="m.archived"
+        f, "m", time_col="coalesce(m.event_at, m.created_at)", kind_col=None, archived_col="m.archived",
+        source_col="m.source",
     )
     cond = "".join(" AND " + w for w in where)
     want = sorted({i + d for i in ids for d in range(-reach, reach + 1)})

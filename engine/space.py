@@ -12,7 +12,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -64,6 +64,15 @@ class Mutation:
         return result
 
 
+class LateDuplicates(Protocol):
+    """What the space asks of the memories part when vectors of memories arrive (engine/memories.py)."""
+
+    def merge_late_duplicates(self, con: Connection, touched: Touched, ids: list[int],
+                              vecs: list[np.ndarray]) -> dict[int, tuple[str, str]]: ...
+
+    def announce_merged(self, uids: set[str]) -> None: ...
+
+
 class VectorSpace:
     """The embedding model and the vectors made with it (see the module doc)."""
 
@@ -73,6 +82,7 @@ class VectorSpace:
         self.audit = audit
         self.mirror = mirror
         self.index: dict[str, vectors.VectorIndex] = {}
+        self.late: LateDuplicates | None = None  # the memories part, set by the facade (it depends on this)
         self._checked = False
         self._lock = threading.Lock()
 
@@ -144,7 +154,9 @@ class VectorSpace:
 
     def store_vectors(self, table: str, rows: list[tuple[int, str]], vecs: np.ndarray,
                       windows: list[Windows | None] | None = None) -> None:
-        """Write vectors (and a memory's window vectors) for rows whose text is still the text embedded."""
+        """Write vectors (and a memory's window vectors) for rows whose text is still the text embedded.
+        Memories stored before their vector are first checked for near-duplicates (`self.late`)."""
+        late: set[str] = set()
         with self.mutation() as (con, touched):
             keep_ids, keep_vecs, keep_wins = [], [], []
             for n, ((rid, chash), vec) in enumerate(zip(rows, vecs, strict=True)):
@@ -153,10 +165,20 @@ class VectorSpace:
                 keep_ids.append(rid)
                 keep_vecs.append(vec)
                 keep_wins.append(windows[n] if windows is not None else None)
+            if table == "memories" and keep_ids and self.late is not None:
+                merged = self.late.merge_late_duplicates(con, touched, keep_ids, keep_vecs)
+                late.update(uid for pair in merged.values() for uid in pair)
+                if merged:
+                    keep = [n for n, rid in enumerate(keep_ids) if rid not in merged]
+                    keep_ids = [keep_ids[n] for n in keep]
+                    keep_vecs = [keep_vecs[n] for n in keep]
+                    keep_wins = [keep_wins[n] for n in keep]
             if keep_ids:
                 vectors.put(con, table, keep_ids, np.asarray(keep_vecs), keep_wins)
                 memory_rows.mark_embedded(con, table, keep_ids)
                 (touched.memories if table == "memories" else touched.chunks).update(keep_ids)
+        if late and self.late is not None:
+            self.late.announce_merged(late)
 
     def status(self) -> tuple[str, str]:
         """(ready | loading | failed | off, a sentence for people)."""

@@ -27,13 +27,16 @@ from .embeddings import Windows
 
 log = logging.getLogger(__name__)
 
-KIND_CODES = {"fact": 0, "episodic": 1, "procedural": 2, "chunk": 3}
+KIND_CODES = {"fact": 0, "episodic": 1, "procedural": 2, "chunk": 3, "activity": 4}
+# The app's own events ("Ingested X"): episodic memories with this source, kept out of content searches.
+ACTIVITY_SOURCE = "activity"
 EPOCH_KEY = "vector_epoch"
 
 # table -> how to read its filter columns next to the vectors
 _SOURCES = {
     "memories": (
-        "SELECT m.id, m.kind, m.project, m.archived, coalesce(m.event_at, m.created_at), v.embedding "
+        "SELECT m.id, CASE WHEN m.source = 'activity' THEN 'activity' ELSE m.kind END, m.project, m.archived, "
+        "coalesce(m.event_at, m.created_at), v.embedding "
         "FROM vec_memories v JOIN memories m ON m.id = v.rowid"
     ),
     "chunks": (
@@ -157,6 +160,7 @@ class Filter:
     include_archived: bool = False
     since: float | None = None
     until: float | None = None
+    activity: bool = False  # also the app's own events (ACTIVITY_SOURCE), as episodic memories
 
 
 class _Mirror:
@@ -263,7 +267,12 @@ class _Mirror:
             codes = [self.projects[p] for p in f.projects if p in self.projects]
             mask &= np.isin(self.proj[:n], codes)
         if f.kinds is not None:
-            mask &= np.isin(self.kind[:n], [KIND_CODES[x] for x in f.kinds])
+            codes = [KIND_CODES[x] for x in f.kinds]
+            if f.activity and "episodic" in f.kinds:
+                codes.append(KIND_CODES["activity"])
+            mask &= np.isin(self.kind[:n], codes)
+        elif not f.activity:
+            mask &= self.kind[:n] != KIND_CODES["activity"]
         if not f.include_archived:
             mask &= ~self.archived[:n]
         if f.since is not None:

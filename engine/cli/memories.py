@@ -77,16 +77,19 @@ def update(p: argparse.ArgumentParser) -> Handler:
     return run
 
 
-def list(p: argparse.ArgumentParser) -> Handler:
+def list_memories(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("--kind", choices=["fact", "episodic", "procedural"])
     p.add_argument("--project")
     p.add_argument("--archived", action="store_true", help="list archived memories instead")
+    p.add_argument("--activity", action="store_true",
+                   help="list the app's own events instead (\"Ingested report.pdf (42 chunks)\")")
     p.add_argument("-n", "--limit", type=int, default=50)
     add_json(p)
 
     def run(a: argparse.Namespace, session: Session) -> int:
         with session.open_engine() as eng:
-            mems = eng.list_memories(kind=a.kind, project=a.project, archived=a.archived, limit=a.limit)
+            mems = eng.list_memories(kind=a.kind, project=a.project, archived=a.archived, activity=a.activity,
+                                     limit=a.limit)
         if a.json:
             print_json(mems)
             return 0
@@ -101,6 +104,21 @@ def list(p: argparse.ArgumentParser) -> Handler:
         for m in mems:
             t.add_row(m.id, m.kind, escape(m.project or ""), (m.at or m.created_at or "")[:10], escape(short(m.text, 160)))
         console().print(t)
+        return 0
+
+    return run
+
+
+def used(p: argparse.ArgumentParser) -> Handler:
+    p.add_argument("ids", nargs="+", metavar="ID", help="memory ids (mem_…)")
+    add_json(p)
+
+    def run(a: argparse.Namespace, session: Session) -> int:
+        with session.open_engine() as eng:
+            for uid in a.ids:
+                eng.get(uid)  # an unknown id is an error, not silently skipped
+            n = eng.mark_used(a.ids, how="client")
+        print_json({"counted": n}) if a.json else console().print(f"Counted {n} as used")
         return 0
 
     return run
@@ -127,6 +145,7 @@ COMMANDS = [
     Command("remember", "store a fact, event or recipe", remember),
     Command("get", "show one memory", get),
     Command("update", "edit a memory", update),
-    Command("list", "list memories, newest first", list),
+    Command("list", "list memories, newest first", list_memories),
+    Command("used", "count memories as used (they rank a little higher among equally relevant ones)", used),
     Command("forget", "delete a memory or a document and everything derived from it", forget),
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, cast
 
+from .. import vectors
 from ..db import Connection
 from ..errors import NotFound
 from ..models import Memory, iso
@@ -39,24 +40,37 @@ def by_id(con: Connection, rid: int) -> tuple | None:
     return con.execute(f"SELECT {COLS} FROM memories WHERE id = ?", (rid,)).fetchone()
 
 
-def same_words(con: Connection, chash: str, kind: str, project: str | None) -> tuple | None:
-    """The oldest live memory with this content hash, kind and project."""
+def same_words(con: Connection, chash: str, kind: str, project: str | None, exclude: int | None = None) -> tuple | None:
+    """The oldest live memory with this content hash, kind and project (other than row `exclude`)."""
+    older = "" if exclude is None else f" AND id != {int(exclude)}"
     return con.execute(
         f"SELECT {COLS} FROM memories WHERE content_hash = ? AND kind = ? AND project IS ? "
-        "AND archived = 0 ORDER BY id LIMIT 1",
+        f"AND archived = 0{older} ORDER BY id LIMIT 1",
         (chash, kind, project),
     ).fetchone()
 
 
+def take_dedup_pending(con: Connection, rid: int) -> tuple | None:
+    """The row, if it still waits for its near-duplicate check (stored before its vector); the mark is
+    cleared."""
+    row = con.execute(f"SELECT {COLS} FROM memories WHERE id = ? AND dedup_pending = 1 AND archived = 0",
+                      (rid,)).fetchone()
+    if row is not None:
+        con.execute("UPDATE memories SET dedup_pending = 0 WHERE id = ?", (rid,))
+    return row
+
+
 def insert(con: Connection, *, uid: str, kind: str, text: str, chash: str, importance: float, now: float,
            event_at: float | None, project: str | None, source: str, meta: dict[str, Any] | None,
-           conversation_id: int | None, document_id: int | None) -> int:
+           conversation_id: int | None, document_id: int | None, done: bool, dedup_pending: bool) -> int:
+    """A new memory row. `done`: not to be summarised or graphed; `dedup_pending`: checked for
+    near-duplicates when its vector arrives."""
     cur = con.execute(
         "INSERT INTO memories(uid, kind, text, content_hash, importance, created_at, updated_at, "
-        "event_at, project, source, meta, conversation_id, document_id) "
-        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        "event_at, project, source, meta, conversation_id, document_id, processed, extracted, "
+        "dedup_pending) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
         (uid, kind, text, chash, importance, now, now, event_at, project, source,
-         json.dumps(meta or {}), conversation_id, document_id),
+         json.dumps(meta or {}), conversation_id, document_id, int(done), int(done), int(dedup_pending)),
     )
     return cast(int, cur.lastrowid)
 
@@ -145,9 +159,13 @@ def scrub_transcripts(con: Connection, uids: list[str]) -> int:
 
 
 def listing(con: Connection, *, kind: str | None, project: str | None, archived: bool | None,
-            conflicts_only: bool, limit: int, offset: int) -> list[tuple]:
+            conflicts_only: bool, activity: bool | None, limit: int, offset: int) -> list[tuple]:
+    """Memories newest first; `activity`: only the app's own events (True), all but them (False), or all."""
     where: list[str] = []
     args: list[Any] = []
+    if activity is not None:
+        where.append("source IS NOT ?" if not activity else "source IS ?")
+        args.append(vectors.ACTIVITY_SOURCE)
     if kind:
         where.append("kind = ?")
         args.append(kind)
@@ -174,13 +192,13 @@ def projects(con: Connection) -> list[str]:
     return [r[0] for r in rows]
 
 
-def record_access(con: Connection, uids: list[str], now: float, boost: float) -> None:
-    """Each memory was used once more now; its importance grows as ranking.boosted_importance does."""
-    con.executemany(
+def record_use(con: Connection, uids: list[str], now: float, boost: float) -> int:
+    """Each memory was used once more now; its importance grows as ranking.boosted_importance does.
+    Returns how many of the uids were memories."""
+    return sum(con.execute(
         "UPDATE memories SET access_count = access_count + 1, last_accessed_at = ?, "
         "importance = min(1.0, importance + ? * (1.0 - importance)) WHERE uid = ?",
-        [(now, boost, uid) for uid in uids],
-    )
+        (now, boost, uid)).rowcount for uid in uids)
 
 
 def uids_of(con: Connection, table: str, ids: list[int]) -> list[str]:

@@ -11,7 +11,8 @@ def collect(ctx: Context, *, pending_extraction: int, embedding_ready: bool, not
     con = ctx.con
     by_kind = {k: 0 for k in KINDS}
     for kind, count in con.execute(
-        "SELECT kind, count(*) FROM memories WHERE archived = 0 GROUP BY kind ORDER BY kind"
+        "SELECT kind, count(*) FROM memories WHERE archived = 0 AND source IS NOT 'activity' GROUP BY kind "
+        "ORDER BY kind"
     ).fetchall():
         by_kind[kind] = count
     one = lambda sql: con.execute(sql).fetchone()[0]  # noqa: E731
@@ -19,7 +20,8 @@ def collect(ctx: Context, *, pending_extraction: int, embedding_ready: bool, not
     return Stats(
         store=str(ctx.store.path),
         schema_version=SCHEMA_VERSION,
-        memories=one("SELECT count(*) FROM memories WHERE archived = 0"),
+        memories=one("SELECT count(*) FROM memories WHERE archived = 0 AND source IS NOT 'activity'"),
+        activity=one("SELECT count(*) FROM memories WHERE source = 'activity' AND archived = 0"),
         by_kind=by_kind,
         archived=one("SELECT count(*) FROM memories WHERE archived = 1"),
         conflicts=one("SELECT count(*) FROM memories WHERE conflict_with IS NOT NULL"),

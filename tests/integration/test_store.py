@@ -315,17 +315,19 @@ def test_sigkill_mid_batch_keeps_every_committed_memory(profile_home: Path):
         assert eng.recall("crash")[0].text == "created before the crash"
 
 
-def test_recall_records_use_and_importance_grows_towards_one(eng: Engine):
+def test_a_recall_opted_in_as_use_counts_and_importance_grows_towards_one(eng: Engine):
     from engine.ranking import boosted_importance
 
     a = eng.remember("The spare tyre is under the boot floor.", importance=0.4).id
     b = eng.remember("The dog's vet is Dr. Silva on Elm Street.", importance=0.4).id
-    hits = eng.recall("spare tyre boot", k=1)
+    assert [h.id for h in eng.recall("spare tyre boot", k=1)] == [a]  # a plain recall is not a use
+    assert eng.con.execute("SELECT access_count FROM memories WHERE uid = ?", (a,)).fetchone()[0] == 0
+    hits = eng.recall("spare tyre boot", k=1, record_access=True)
     assert [h.id for h in hits] == [a]
     row = eng.con.execute("SELECT importance, access_count, last_accessed_at FROM memories WHERE uid = ?",
                           (a,)).fetchone()
     assert row[0] == pytest.approx(boosted_importance(0.4)) and row[1] == 1 and row[2] is not None
     untouched = eng.con.execute("SELECT importance, access_count FROM memories WHERE uid = ?", (b,)).fetchone()
     assert untouched == (0.4, 0)
-    eng.recall("spare tyre boot", k=1, record_access=False)
+    eng.recall("spare tyre boot", k=1)
     assert eng.con.execute("SELECT access_count FROM memories WHERE uid = ?", (a,)).fetchone()[0] == 1
