@@ -151,3 +151,86 @@ def fmt_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     out = [line(cells[0]) + " |", "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
     out += [line(r) + " |" for r in cells[1:]]
     return "\n".join(out)
+
+
+def add_http_args(ap) -> None:
+    ap.add_argument("--http", action="store_true",
+                    help="store and ask through the HTTP API (`personal-llm serve`, default options) as a client "
+                         "would, asking every question twice; prints both passes")
+
+
+class HttpClient:
+    """`personal-llm serve` in a subprocess on a free loopback port, over the profile in the environment
+    (see prepare_home), and a client with its token: what another program on the machine gets."""
+
+    def __init__(self, timeout: float = 120.0):
+        import socket
+        import subprocess
+
+        import httpx
+
+        env = dict(os.environ)
+        script = Path(sys.executable).with_name("personal-llm")
+        cli = [str(script)] if script.exists() else [sys.executable, "-c", "from engine.cli import main; main()"]
+        token = subprocess.run([*cli, "token"], capture_output=True, text=True, env=env, timeout=300)
+        if token.returncode != 0:
+            raise SystemExit(f"personal-llm token failed: {token.stderr.strip()}")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.proc = subprocess.Popen([*cli, "serve", "--port", str(port)], env=env, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=timeout,
+                                   headers={"Authorization": f"Bearer {token.stdout.strip()}"})
+        deadline = time.monotonic() + 120
+        while True:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"personal-llm serve exited: {self.proc.stderr.read() if self.proc.stderr else ''}")
+            try:
+                if self.client.get("/stats").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                self.close()
+                raise SystemExit("personal-llm serve did not answer within 120 s")
+            time.sleep(0.2)
+
+    def remember(self, text: str, **fields) -> dict:
+        r = self.client.post("/memory/remember", json={"text": text, **{k: v for k, v in fields.items() if v is not None}})
+        r.raise_for_status()
+        return r.json()
+
+    def recall(self, q: str, k: int = 10, project: str | None = None) -> list[dict]:
+        params: dict[str, object] = {"q": q, "k": k}
+        if project is not None:
+            params["project"] = project
+        r = self.client.get("/memory/recall", params=params)
+        r.raise_for_status()
+        return r.json()
+
+    def close(self) -> None:
+        self.client.close()
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except Exception:
+            self.proc.kill()
+
+    def __enter__(self) -> HttpClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def copy_home(home: Path) -> tuple[Path, str]:
+    """A throwaway copy of a cached benchmark profile (store and keychain file), made the current one, so a
+    run through the API cannot change the cache. Returns (profile dir, temp dir to delete)."""
+    tmp = tempfile.mkdtemp(prefix="pllm-bench-")
+    for name in ("profile", "xdg-data"):
+        if (home.parent / name).exists():
+            shutil.copytree(home.parent / name, Path(tmp) / name)
+    os.environ["PERSONAL_LLM_HOME"] = str(Path(tmp) / "profile")
+    os.environ["XDG_DATA_HOME"] = str(Path(tmp) / "xdg-data")
+    return Path(tmp) / "profile", tmp

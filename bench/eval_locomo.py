@@ -1,6 +1,6 @@
 """Evidence recall on LoCoMo (long-term conversational memory), through the engine's public interface.
 
-    .venv/bin/python bench/eval_locomo.py PATH_TO_LOCOMO_JSON [--out results.json] [--cache-dir DIR]
+    .venv/bin/python bench/eval_locomo.py PATH_TO_LOCOMO_JSON [--out results.json] [--cache-dir DIR] [--http]
 
 Every turn becomes one episodic memory ("Speaker: text", plus the shared image's caption) timed at its
 session's date, one project per conversation. Every question is asked through `Engine.recall` (scoped to
@@ -8,6 +8,11 @@ its conversation, record_access=False). Prints evidence recall@5/@10 — the fra
 gold dia_ids among the top k — overall (categories 1-4) and per category, beside BM25 alone and dense
 cosine alone computed in the same run on the same turns and vectors; then the relevance floor's refusal
 rates on unanswerable (category 5) vs answerable questions.
+
+With --http it is a client of `personal-llm serve` instead: every turn is stored with
+`POST /memory/remember` ({text, kind: "episodic", project, at}), every question asked with
+`GET /memory/recall?q=…&k=10&project=…` (default options), all questions twice; it prints both passes
+beside BM25 on the same texts. The second pass shows whether asking changed what later asks get.
 """
 
 from __future__ import annotations
@@ -69,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("path", help="a LoCoMo-format JSON file")
     C.add_eval_args(ap)
+    C.add_http_args(ap)
     args = ap.parse_args(argv)
 
     try:
@@ -79,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
                                                    and isinstance(d.get("qa"), list) for d in data)):
         ap.error(f"{args.path} is not a LoCoMo-format file: a list of samples, each with 'conversation' and 'qa'")
     key = "locomo-" + re.sub(r"\W+", "_", Path(args.path).stem) + f"-{Path(args.path).stat().st_size}"
+    if args.http:
+        return run_http(args, data, key + "-http")
     home, ready, tmp = C.prepare_home(args.cache_dir, key)
     from engine import Engine, relevance
 
@@ -185,6 +193,84 @@ def main(argv: list[str] | None = None) -> int:
                 "refused_answerable": refused_pos, "best_threshold": t}, "questions": results}, indent=1))
         eng.close()
     finally:
+        C.cleanup(tmp)
+    return 0
+
+
+def run_http(args, data: list[dict], key: str) -> int:
+    """The evaluation as a client of the HTTP API sees it (see the module's docstring)."""
+    home, ready, tmp = C.prepare_home(args.cache_dir, key)
+    copy_tmp = None
+    try:
+        t0 = time.perf_counter()
+        uid_dias: dict[str, set[str]] = {}
+        texts: dict[str, str] = {}
+        if ready:
+            uid_dias = {k: set(v) for k, v in json.loads((home.parent / "merges.json").read_text()).items()}
+            texts = json.loads((home.parent / "texts.json").read_text())
+            home, copy_tmp = C.copy_home(home)
+            print(f"reusing the cached store ({len(uid_dias)} memories), served from a copy", flush=True)
+        with C.HttpClient() as api:
+            if not ready:
+                n = 0
+                for sample in data:
+                    for dia, text, at in turns_of(sample):
+                        r = api.remember(text, kind="episodic", project=sample["sample_id"],
+                                         at=at.isoformat() if at else None)
+                        uid_dias.setdefault(r["id"], set()).add(dia)
+                        texts[r["id"]] = r["memory"]["text"]
+                        n += 1
+                print(f"stored {n} turns as {len(uid_dias)} memories through the API in "
+                      f"{time.perf_counter() - t0:.1f}s ({n / (time.perf_counter() - t0):.1f} turns/s)", flush=True)
+                if args.cache_dir:
+                    (home.parent / "merges.json").write_text(json.dumps({k: sorted(v) for k, v in uid_dias.items()}))
+                    (home.parent / "texts.json").write_text(json.dumps(texts))
+            bm25 = C.BM25Baseline(
+                (sid, uid, texts[uid]) for sid, uid in
+                ((s["sample_id"], u) for s in data for u in dict.fromkeys(
+                    uu for uu, dd in uid_dias.items() if any(d in {t[0] for t in turns_of(s)} for d in dd))))
+            questions = [(s["sample_id"], q) for s in data for q in s["qa"]]
+            kmax = max(KS)
+            results = [{"sample": sid, "category": q["category"], "question": q["question"],
+                        "gold": evidence_ids(q.get("evidence"))} for sid, q in questions]
+            lat: list[float] = []
+            for pass_no in (1, 2):
+                for rec, (sid, q) in zip(results, questions, strict=True):
+                    t1 = time.perf_counter()
+                    hits = api.recall(q["question"], k=kmax, project=sid)
+                    lat.append(time.perf_counter() - t1)
+                    ranked = {f"pass{pass_no}": [h["id"] for h in hits]}
+                    if pass_no == 1:
+                        ranked["bm25"] = bm25.search(q["question"], kmax, sid)
+                    for name, ids in ranked.items():
+                        for k in KS:
+                            found = set().union(*(uid_dias.get(u, set()) for u in ids[:k])) if ids else set()
+                            rec[f"{name}@{k}"] = len(found & set(rec["gold"])) / len(rec["gold"]) if rec["gold"] else None
+            if args.cache_dir and not ready:
+                C.mark_ready(home)
+        names = ("pass1", "pass2", "bm25")
+
+        def mean(rows, col):
+            vals = [r[col] for r in rows if r[col] is not None]
+            return sum(vals) / len(vals) if vals else float("nan")
+
+        groups = [("answerable (1-4)", [r for r in results if r["category"] != 5])]
+        groups += [(f"{c} {CATEGORIES[c]}", [r for r in results if r["category"] == c]) for c in (1, 2, 3, 4)]
+        groups += [("5 unanswerable", [r for r in results if r["category"] == 5])]
+        header = ["questions", "n"] + [f"{n} R@{k}" for k in KS for n in names]
+        rows = [[label, sum(1 for r in rs if r["gold"])] + [mean(rs, f"{nm}@{k}") for k in KS for nm in names]
+                for label, rs in groups]
+        print()
+        print(f"LoCoMo evidence recall through the HTTP API ({args.path}: {len(data)} conversations, "
+              f"{len(results)} questions, each asked twice)")
+        print(C.fmt_table(header, rows))
+        lat_ms = sorted(x * 1000 for x in lat)
+        print(f"recall over HTTP: median {lat_ms[len(lat_ms) // 2]:.1f} ms, p95 {lat_ms[int(len(lat_ms) * 0.95)]:.1f} ms")
+        if args.out:
+            summary = {label: dict(zip(header, row, strict=True)) for (label, _), row in zip(groups, rows, strict=True)}
+            Path(args.out).write_text(json.dumps({"summary": summary, "questions": results}, indent=1))
+    finally:
+        C.cleanup(copy_tmp)
         C.cleanup(tmp)
     return 0
 

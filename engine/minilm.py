@@ -17,10 +17,27 @@ from typing import Any
 import numpy as np
 
 
+_BLAS_LIMITED = False
+
+
+def _one_blas_thread() -> None:
+    """Run numpy's BLAS on one thread in this process. A query or a capture is a few small matrix products:
+    a BLAS thread per core gains nothing there and, on a busy machine, the threads fight whatever else
+    runs (one sentence took up to 1.4 s under load, against ~20 ms on one thread). Set in code, not
+    through environment variables, so every entry point gets it; torch keeps its own threads for batches."""
+    global _BLAS_LIMITED
+    if not _BLAS_LIMITED:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=1, user_api="blas")
+        _BLAS_LIMITED = True
+
+
 class MiniLM:
     """BertModel + mean pooling + L2 normalisation, as sentence-transformers runs all-MiniLM-L6-v2."""
 
     def __init__(self, model_dir: Path):
+        _one_blas_thread()
         from safetensors.numpy import load_file
         from scipy.special import erf
         from tokenizers import Tokenizer
