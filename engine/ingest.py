@@ -59,7 +59,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from . import vectors
-from .chunking import ChunkDraft, chunk_document, make_token_counter
+from .chunking import chunk_document, make_token_counter
 from .context import Changes, Context
 from .db import Connection
 from .embeddings import EmbeddingUnavailable
@@ -68,6 +68,7 @@ from .memories import Memories, new_uid
 from .models import ForgetResult, iso
 from .parsers import SUPPORTED_EXTENSIONS, DocumentError, ParsedDocument, parse_file, parse_text
 from .space import Touched
+from .storage import documents as rows
 from .storage import memories as memory_rows
 
 log = logging.getLogger(__name__)
@@ -297,7 +298,6 @@ def _sha256_text(text: str) -> str:
 # ---------------------------------------------------------------------------------------------------
 # the engine's methods
 # ---------------------------------------------------------------------------------------------------
-_DOC_COLS = "uid, path, title, mime, chunk_count, size, project, created_at, updated_at"
 
 
 class Documents:
@@ -361,10 +361,7 @@ class Documents:
             return IngestResult(path=None, status="failed",
                                 error=f"{title} is too big ({_human_size(size)}); the limit is {_human_size(limit)}")
         chash = _sha256_text(text or "")
-        existing = self.ctx.con.execute(
-            "SELECT id, uid, status, chunk_count, meta FROM documents WHERE path IS NULL AND title = ? "
-            "AND content_hash = ? ORDER BY id DESC LIMIT 1", (title, chash),
-        ).fetchone()
+        existing = rows.by_text(self.ctx.con, title, chash)
         if existing is not None:
             if existing[2] == "ready":
                 return IngestResult(path=None, document_id=existing[1], chunks=existing[3], status="unchanged")
@@ -387,11 +384,8 @@ class Documents:
 
         For the app to call after opening the store (off the UI thread). Cancelling leaves the rest pending.
         """
-        rows = self.ctx.con.execute(
-            "SELECT id, uid, path, title, size, meta FROM documents WHERE status = 'pending' ORDER BY id"
-        ).fetchall()
         queue = [self._pending(i, doc_id, uid, Path(path).name if path else title, path, _action(meta), size)
-                 for i, (doc_id, uid, path, title, size, meta) in enumerate(rows)]
+                 for i, (doc_id, uid, path, title, size, meta) in enumerate(rows.pending(self.ctx.con))]
         results: list[IngestResult | None] = [None] * len(queue)
         try:
             self._drain(queue, results, _Progress(None, len(queue), 0), cancel, full_batches_only=False)
@@ -403,18 +397,11 @@ class Documents:
 
     def list_documents(self, project: str | None = None) -> list[Document]:
         """Documents that are ready (searchable), most recently added or updated first."""
-        sql = f"SELECT {_DOC_COLS} FROM documents WHERE status = 'ready'"
-        args: list[str | None] = []
-        if project is not None:
-            sql += " AND project IS ?"
-            args.append(project.strip() or None)
-        rows = self.ctx.con.execute(sql + " ORDER BY updated_at DESC, id DESC", args).fetchall()
-        return [_document(r) for r in rows]
+        found = rows.ready(self.ctx.con, (project or "").strip() or None, any_project=project is None)
+        return [_document(r) for r in found]
 
     def get_document(self, uid: str) -> Document:
-        row = self.ctx.con.execute(
-            f"SELECT {_DOC_COLS} FROM documents WHERE uid = ? AND status = 'ready'", (uid,)
-        ).fetchone()
+        row = rows.ready_by_uid(self.ctx.con, uid)
         if row is None:
             raise NotFound(f"No document with id {uid}.")
         return _document(row)
@@ -422,10 +409,10 @@ class Documents:
     def forget(self, uid: str) -> ForgetResult:
         """Delete a document, its chunks and everything derived from them, in one transaction."""
         with self.ctx.mutation() as (con, touched):
-            doc = con.execute("SELECT id FROM documents WHERE uid = ?", (uid,)).fetchone()
-            if doc is None:
+            doc_id = rows.row_id(con, uid)
+            if doc_id is None:
                 raise NotFound(f"No document with id {uid}.")
-            removed = self.delete_document_rows(con, doc[0], touched)
+            removed = self.delete_document_rows(con, doc_id, touched)
             self.ctx.audit.record("forget_document", uid, removed, con=con)
         self.ctx.changes.emit(Changes("forget", documents={uid}, graph=True))
         return ForgetResult(id=uid, type="document", removed=removed)
@@ -434,17 +421,11 @@ class Documents:
                              keep_document: bool = False) -> dict[str, int]:
         """Remove a document's chunks (their vectors, FTS rows and edges by trigger/cascade) and the memories
         derived from it. With keep_document the document row stays (a changed file being replaced)."""
-        chunk_rows = con.execute("SELECT id, uid FROM chunks WHERE document_id = ?", (doc_id,)).fetchall()
-        chunk_ids = [r[0] for r in chunk_rows]
-        edges = con.execute(
-            "SELECT count(*) FROM edges WHERE chunk_id IN (SELECT id FROM chunks WHERE document_id = ?)", (doc_id,)
-        ).fetchone()[0]
-        mem_ids = [r[0] for r in con.execute("SELECT id FROM memories WHERE document_id = ?", (doc_id,)).fetchall()]
+        mem_ids = rows.derived_memories(con, doc_id)
         derived = self.memories.delete_memories(con, mem_ids, touched) if mem_ids else {"memories": 0}
-        con.execute("DELETE FROM chunks WHERE document_id = ?", (doc_id,))
+        chunk_rows, edges = rows.delete_contents(con, doc_id, keep_document=keep_document)
+        chunk_ids = [r[0] for r in chunk_rows]
         answers = memory_rows.scrub_transcripts(con, [r[1] for r in chunk_rows])
-        if not keep_document:
-            con.execute("DELETE FROM documents WHERE id = ?", (doc_id,))
         nodes = memory_rows.drop_orphan_nodes(con)
         touched.chunks.update(chunk_ids)
         return {"chunks": len(chunk_ids), "edges": edges, "memories": derived["memories"], "nodes": nodes,
@@ -466,10 +447,7 @@ class Documents:
             chash = _sha256_file(path)
         except OSError as e:
             return failed.model_copy(update={"error": _os_error(path, e)})
-        existing = self.ctx.con.execute(
-            "SELECT id, uid, status, content_hash, chunk_count, meta FROM documents WHERE path = ? "
-            "ORDER BY id DESC LIMIT 1", (str(path),),
-        ).fetchone()
+        existing = rows.by_path(self.ctx.con, str(path))
         if existing is not None and existing[3] == chash:
             if existing[2] == "ready":
                 return IngestResult(path=str(path), document_id=existing[1], chunks=existing[4], status="unchanged")
@@ -491,18 +469,12 @@ class Documents:
 
     def _pending(self, index: int, doc_id: int, uid: str, name: str, path: str | None, action: Status,
                  size: int) -> _Pending:
-        total, missing, status = self.ctx.con.execute(
-            "SELECT count(c.id), count(c.id) FILTER (WHERE c.embedded_hash IS NULL), d.status FROM documents d "
-            "LEFT JOIN chunks c ON c.document_id = d.id WHERE d.id = ?", (doc_id,),
-        ).fetchone()
+        total, missing, status = rows.progress(self.ctx.con, doc_id)
         done = total if status == "ready" else total - missing  # ready at once: no model when it was written
         return _Pending(index, doc_id, uid, name, path, action, size, total, done)
 
     def _find_moved(self, chash: str) -> tuple[int, str, str, int] | None:
-        for doc_id, uid, old, chunks in self.ctx.con.execute(
-            "SELECT id, uid, path, chunk_count FROM documents WHERE content_hash = ? AND status = 'ready' "
-            "AND path IS NOT NULL ORDER BY id", (chash,),
-        ).fetchall():
+        for doc_id, uid, old, chunks in rows.ready_with_content(self.ctx.con, chash):
             if not os.path.lexists(old):
                 return doc_id, uid, old, chunks
         return None
@@ -510,8 +482,7 @@ class Documents:
     def _move(self, moved: tuple[int, str, str, int], path: Path, st: os.stat_result) -> IngestResult:
         doc_id, uid, _, chunks = moved
         with self.ctx.mutation() as (con, _touched):
-            con.execute("UPDATE documents SET path = ?, mtime = ?, updated_at = ? WHERE id = ?",
-                        (str(path), st.st_mtime, time.time(), doc_id))
+            rows.move(con, doc_id, str(path), st.st_mtime, time.time())
             self.ctx.audit.record("move_document", uid, {"chunks": chunks}, con=con)
         self.ctx.changes.emit(Changes("ingest", documents={uid}))
         return IngestResult(path=str(path), document_id=uid, chunks=chunks, status="unchanged")
@@ -527,54 +498,26 @@ class Documents:
         now = time.time()
         meta = json.dumps({"action": action}) if embedding else "{}"
         with self.ctx.mutation() as (con, touched):
-            kept = self._old_vectors(con, doc_id) if embedding and doc_id is not None else {}
+            kept = rows.kept_vectors(con, doc_id) if embedding and doc_id is not None else {}
             if doc_id is None:
                 uid = new_uid("doc")
-                doc_id = con.execute(
-                    "INSERT INTO documents(uid, path, title, mime, content_hash, size, mtime, project, status, "
-                    "chunk_count, created_at, updated_at, meta) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (uid, path, parsed.title, parsed.mime, chash, size, mtime, project, status, len(drafts),
-                     now, now, meta),
-                ).lastrowid
-                assert doc_id is not None
+                doc_id = rows.insert(con, uid=uid, path=path, title=parsed.title, mime=parsed.mime, chash=chash,
+                                     size=size, mtime=mtime, project=project, status=status, chunks=len(drafts),
+                                     now=now, meta=meta)
             else:
-                uid = con.execute("SELECT uid FROM documents WHERE id = ?", (doc_id,)).fetchone()[0]
+                uid = rows.uid_of(con, doc_id)
                 self.delete_document_rows(con, doc_id, touched, keep_document=True)
-                con.execute(
-                    "UPDATE documents SET title = ?, mime = ?, content_hash = ?, size = ?, mtime = ?, status = ?, "
-                    "chunk_count = ?, updated_at = ?, meta = ? WHERE id = ?",
-                    (parsed.title, parsed.mime, chash, size, mtime, status, len(drafts), now, meta, doc_id),
-                )
-            ids = self._insert_chunks(con, doc_id, drafts, hashes)
+                rows.rewrite(con, doc_id, title=parsed.title, mime=parsed.mime, chash=chash, size=size, mtime=mtime,
+                             status=status, chunks=len(drafts), now=now, meta=meta)
+            ids = rows.insert_chunks(con, doc_id, [
+                (new_uid("chk"), doc_id, d.position, d.text, h, d.locator, d.page, " › ".join(d.heading_path) or None,
+                 d.token_count) for d, h in zip(drafts, hashes, strict=True)])
             reuse = [(i, kept[h]) for i, h in zip(ids, hashes, strict=True) if h in kept]
             if reuse:
                 vectors.put(con, "chunks", [i for i, _ in reuse], np.stack([v for _, v in reuse]))
-                con.executemany("UPDATE chunks SET embedded_hash = content_hash WHERE id = ?",
-                                [(i,) for i, _ in reuse])
+                memory_rows.mark_embedded(con, "chunks", [i for i, _ in reuse])
             touched.chunks.update(ids)
         return doc_id, uid
-
-    @staticmethod
-    def _old_vectors(con: Connection, doc_id: int) -> dict[str, np.ndarray]:
-        """Current vectors of a document's chunks by text hash, to keep across a replace."""
-        return {
-            h: np.frombuffer(blob, dtype=np.float32)
-            for h, blob in con.execute(
-                "SELECT c.content_hash, v.embedding FROM chunks c JOIN vec_chunks v ON v.rowid = c.id "
-                "WHERE c.document_id = ? AND c.embedded_hash = c.content_hash", (doc_id,),
-            ).fetchall()
-        }
-
-    @staticmethod
-    def _insert_chunks(con: Connection, doc_id: int, drafts: list[ChunkDraft], hashes: list[str]) -> list[int]:
-        con.executemany(
-            "INSERT INTO chunks(uid, document_id, position, text, content_hash, locator, page, heading, "
-            "token_count) VALUES (?,?,?,?,?,?,?,?,?)",
-            [(new_uid("chk"), doc_id, d.position, d.text, h, d.locator, d.page,
-              " › ".join(d.heading_path) or None, d.token_count) for d, h in zip(drafts, hashes, strict=True)],
-        )
-        return [r[0] for r in con.execute(
-            "SELECT id FROM chunks WHERE document_id = ? ORDER BY position", (doc_id,)).fetchall()]
 
     def _drain(self, queue: list[_Pending], results: list[IngestResult | None], tracker: _Progress,
                cancel: threading.Event | None, *, full_batches_only: bool) -> None:
@@ -592,24 +535,21 @@ class Documents:
             if cancel is not None and cancel.is_set():
                 raise _Cancelled
             by_id = {p.doc_id: p for p in queue}
-            rows = self.ctx.con.execute(
-                "SELECT id, text, content_hash, document_id FROM chunks WHERE embedded_hash IS NULL AND "
-                f"document_id IN ({','.join('?' * len(by_id))}) ORDER BY id LIMIT ?", (*by_id, EMBED_BATCH_SIZE),
-            ).fetchall()
-            if not rows or not self.space.ensure():
+            batch = rows.unembedded_chunks(self.ctx.con, list(by_id), EMBED_BATCH_SIZE)
+            if not batch or not self.space.ensure():
                 for p in queue:
                     p.done = p.total
                 continue
             try:
-                vecs = self.space.embedder.encode([r[1] for r in rows], batch_size=EMBED_BATCH_SIZE)
-                self.space.store_vectors("chunks", [(r[0], r[2]) for r in rows], vecs)
+                vecs = self.space.embedder.encode([r[1] for r in batch], batch_size=EMBED_BATCH_SIZE)
+                self.space.store_vectors("chunks", [(r[0], r[2]) for r in batch], vecs)
             except EmbeddingUnavailable:
                 for p in queue:  # lexical for now: the backfill embeds them once a model works
                     p.done = p.total
                 continue
             except Exception as e:
                 log.exception("embedding chunks failed (%s)", type(e).__name__)
-                for doc_id in dict.fromkeys(r[3] for r in rows):
+                for doc_id in dict.fromkeys(r[3] for r in batch):
                     p = by_id[doc_id]
                     queue.remove(p)
                     self._discard(p.doc_id, p.uid, type(e).__name__)
@@ -618,9 +558,9 @@ class Documents:
                         error=f"{p.name} could not be added ({type(e).__name__}); nothing was changed")
                     tracker.finished(p.size)
                 continue
-            for r in rows:
+            for r in batch:
                 by_id[r[3]].done += 1
-            tracker.embedding(by_id[rows[-1][3]], queue)
+            tracker.embedding(by_id[batch[-1][3]], queue)
 
     def _embed_ingest_memories(self, count: int) -> None:
         """Embed the ingest memories in one batch (one model call per file would cost ~10% of the run)."""
@@ -632,15 +572,11 @@ class Documents:
         memory, in one transaction. An unexpected error removes the document instead."""
         try:
             with self.ctx.mutation() as (con, touched):
-                flipped = con.execute(
-                    "UPDATE documents SET status = 'ready', meta = '{}', updated_at = ? WHERE id = ? "
-                    "AND status = 'pending'", (time.time(), p.doc_id),
-                ).rowcount
-                if flipped:
-                    touched.chunks.update(r[0] for r in con.execute(
-                        "SELECT id FROM chunks WHERE document_id = ?", (p.doc_id,)).fetchall())
+                chunks = rows.make_ready(con, p.doc_id, time.time())
+                if chunks is not None:
+                    touched.chunks.update(chunks)
                 verb = "Updated" if p.action == "replaced" else "Ingested"
-                project = con.execute("SELECT project FROM documents WHERE id = ?", (p.doc_id,)).fetchone()[0]
+                project = rows.project_of(con, p.doc_id)
                 self.memories.remember(f"{verb} {p.name} ({p.total} chunk{'s' if p.total != 1 else ''})",
                                        kind="episodic", source=vectors.ACTIVITY_SOURCE, document_id=p.doc_id,
                                        at=time.time(), embed="background", project=project)
@@ -656,7 +592,7 @@ class Documents:
     def _discard(self, doc_id: int, uid: str, reason: str) -> None:
         """Remove a document that did not finish ingesting (it was never visible in this state)."""
         with self.ctx.mutation() as (con, touched):
-            if con.execute("SELECT 1 FROM documents WHERE id = ? AND status = 'pending'", (doc_id,)).fetchone():
+            if rows.is_pending(con, doc_id):
                 removed = self.delete_document_rows(con, doc_id, touched)
                 self.ctx.audit.record("ingest_abandoned", uid, {**removed, "reason": reason}, con=con)
 

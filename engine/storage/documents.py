@@ -1,0 +1,161 @@
+"""Document and chunk rows: written pending, flipped ready once embedded, replaced, moved, deleted."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import numpy as np
+
+from ..db import Connection
+from .memories import marks
+
+DOC_COLS = "uid, path, title, mime, chunk_count, size, project, created_at, updated_at"
+
+
+def by_text(con: Connection, title: str, chash: str) -> tuple | None:
+    """(id, uid, status, chunk_count, meta) of the newest uploaded text with this title and content."""
+    return con.execute(
+        "SELECT id, uid, status, chunk_count, meta FROM documents WHERE path IS NULL AND title = ? "
+        "AND content_hash = ? ORDER BY id DESC LIMIT 1", (title, chash),
+    ).fetchone()
+
+
+def by_path(con: Connection, path: str) -> tuple | None:
+    """(id, uid, status, content_hash, chunk_count, meta) of the newest document at this path."""
+    return con.execute(
+        "SELECT id, uid, status, content_hash, chunk_count, meta FROM documents WHERE path = ? "
+        "ORDER BY id DESC LIMIT 1", (path,),
+    ).fetchone()
+
+
+def pending(con: Connection) -> list[tuple]:
+    """(id, uid, path, title, size, meta) of documents a crash left half-ingested."""
+    return con.execute(
+        "SELECT id, uid, path, title, size, meta FROM documents WHERE status = 'pending' ORDER BY id"
+    ).fetchall()
+
+
+def ready(con: Connection, project: str | None = None, *, any_project: bool = True) -> list[tuple]:
+    """DOC_COLS of ready documents (of one project unless any_project), most recently changed first."""
+    sql = f"SELECT {DOC_COLS} FROM documents WHERE status = 'ready'"
+    args: list[str | None] = []
+    if not any_project:
+        sql += " AND project IS ?"
+        args.append(project)
+    return con.execute(sql + " ORDER BY updated_at DESC, id DESC", args).fetchall()
+
+
+def ready_by_uid(con: Connection, uid: str) -> tuple | None:
+    return con.execute(f"SELECT {DOC_COLS} FROM documents WHERE uid = ? AND status = 'ready'", (uid,)).fetchone()
+
+
+def row_id(con: Connection, uid: str) -> int | None:
+    row = con.execute("SELECT id FROM documents WHERE uid = ?", (uid,)).fetchone()
+    return None if row is None else int(row[0])
+
+
+def uid_of(con: Connection, doc_id: int) -> str:
+    return str(con.execute("SELECT uid FROM documents WHERE id = ?", (doc_id,)).fetchone()[0])
+
+
+def project_of(con: Connection, doc_id: int) -> str | None:
+    return con.execute("SELECT project FROM documents WHERE id = ?", (doc_id,)).fetchone()[0]
+
+
+def is_pending(con: Connection, doc_id: int) -> bool:
+    return con.execute("SELECT 1 FROM documents WHERE id = ? AND status = 'pending'", (doc_id,)).fetchone() is not None
+
+
+def progress(con: Connection, doc_id: int) -> tuple[int, int, str]:
+    """(chunks, chunks without a vector, status) of a document."""
+    return con.execute(
+        "SELECT count(c.id), count(c.id) FILTER (WHERE c.embedded_hash IS NULL), d.status FROM documents d "
+        "LEFT JOIN chunks c ON c.document_id = d.id WHERE d.id = ?", (doc_id,),
+    ).fetchone()
+
+
+def ready_with_content(con: Connection, chash: str) -> list[tuple[int, str, str, int]]:
+    """(id, uid, path, chunk_count) of ready file documents with this content."""
+    return con.execute(
+        "SELECT id, uid, path, chunk_count FROM documents WHERE content_hash = ? AND status = 'ready' "
+        "AND path IS NOT NULL ORDER BY id", (chash,),
+    ).fetchall()
+
+
+def move(con: Connection, doc_id: int, path: str, mtime: float, now: float) -> None:
+    con.execute("UPDATE documents SET path = ?, mtime = ?, updated_at = ? WHERE id = ?", (path, mtime, now, doc_id))
+
+
+def insert(con: Connection, *, uid: str, path: str | None, title: str, mime: str, chash: str, size: int,
+           mtime: float | None, project: str | None, status: str, chunks: int, now: float, meta: str) -> int:
+    return cast(int, con.execute(
+        "INSERT INTO documents(uid, path, title, mime, content_hash, size, mtime, project, status, "
+        "chunk_count, created_at, updated_at, meta) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        (uid, path, title, mime, chash, size, mtime, project, status, chunks, now, now, meta),
+    ).lastrowid)
+
+
+def rewrite(con: Connection, doc_id: int, *, title: str, mime: str, chash: str, size: int, mtime: float | None,
+            status: str, chunks: int, now: float, meta: str) -> None:
+    con.execute(
+        "UPDATE documents SET title = ?, mime = ?, content_hash = ?, size = ?, mtime = ?, status = ?, "
+        "chunk_count = ?, updated_at = ?, meta = ? WHERE id = ?",
+        (title, mime, chash, size, mtime, status, chunks, now, meta, doc_id),
+    )
+
+
+def make_ready(con: Connection, doc_id: int, now: float) -> list[int] | None:
+    """Flip a pending document to ready; its chunk ids, or None when it was not pending."""
+    if not con.execute("UPDATE documents SET status = 'ready', meta = '{}', updated_at = ? WHERE id = ? "
+                       "AND status = 'pending'", (now, doc_id)).rowcount:
+        return None
+    return [r[0] for r in con.execute("SELECT id FROM chunks WHERE document_id = ?", (doc_id,)).fetchall()]
+
+
+def kept_vectors(con: Connection, doc_id: int) -> dict[str, np.ndarray]:
+    """Current vectors of a document's chunks by text hash, to keep across a replace."""
+    return {
+        h: np.frombuffer(blob, dtype=np.float32)
+        for h, blob in con.execute(
+            "SELECT c.content_hash, v.embedding FROM chunks c JOIN vec_chunks v ON v.rowid = c.id "
+            "WHERE c.document_id = ? AND c.embedded_hash = c.content_hash", (doc_id,),
+        ).fetchall()
+    }
+
+
+def insert_chunks(con: Connection, doc_id: int, rows: list[tuple[Any, ...]]) -> list[int]:
+    """Chunk rows (uid, document id, position, text, content hash, locator, page, heading, token count);
+    returns the document's chunk ids in position order."""
+    con.executemany(
+        "INSERT INTO chunks(uid, document_id, position, text, content_hash, locator, page, heading, "
+        "token_count) VALUES (?,?,?,?,?,?,?,?,?)", rows,
+    )
+    return [r[0] for r in con.execute(
+        "SELECT id FROM chunks WHERE document_id = ? ORDER BY position", (doc_id,)).fetchall()]
+
+
+def unembedded_chunks(con: Connection, doc_ids: list[int], limit: int) -> list[tuple[int, str, str, int]]:
+    """(id, text, content hash, document id) of these documents' chunks without a vector, in order."""
+    return con.execute(
+        "SELECT id, text, content_hash, document_id FROM chunks WHERE embedded_hash IS NULL AND "
+        f"document_id IN ({marks(doc_ids)}) ORDER BY id LIMIT ?", (*doc_ids, limit),
+    ).fetchall()
+
+
+def delete_contents(con: Connection, doc_id: int, *, keep_document: bool) -> tuple[list[tuple[int, str]], int]:
+    """Delete a document's chunks (their vectors, FTS rows and edges go by trigger and cascade), and the
+    document unless keep_document. Returns the chunks' (id, uid) and the number of edges that went."""
+    chunk_rows = [(r[0], r[1]) for r in con.execute("SELECT id, uid FROM chunks WHERE document_id = ?",
+                                                   (doc_id,)).fetchall()]
+    edges = con.execute(
+        "SELECT count(*) FROM edges WHERE chunk_id IN (SELECT id FROM chunks WHERE document_id = ?)", (doc_id,)
+    ).fetchone()[0]
+    con.execute("DELETE FROM chunks WHERE document_id = ?", (doc_id,))
+    if not keep_document:
+        con.execute("DELETE FROM documents WHERE id = ?", (doc_id,))
+    return chunk_rows, edges
+
+
+def derived_memories(con: Connection, doc_id: int) -> list[int]:
+    """Memories made from a document (the ingest event, facts extracted from it)."""
+    return [r[0] for r in con.execute("SELECT id FROM memories WHERE document_id = ?", (doc_id,)).fetchall()]
