@@ -31,19 +31,19 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import cast
 
-import numpy as np
 from pydantic import BaseModel, Field
 
 from . import vectors
 from .context import Context
 from .db import Connection
 from .errors import NotFound, UserError
-from .graph import ExtractionReport, Graph, batched
+from .graph import ExtractionReport, Graph
 from .language import LanguageModel
 from .llm import LLMBadOutput, LLMError, LLMRouter, Message
 from .memories import Memories
 from .models import Memory, iso
 from .prompts import prompt, untrusted
+from .storage import consolidation as rows
 from .storage import memories as memory_rows
 
 log = logging.getLogger(__name__)
@@ -124,10 +124,7 @@ class Consolidation:
         """For stats: what waits for a language model (empty when one answers or nothing waits)."""
         con = self.ctx.con
         extract = self.graph.pending_extraction(con)
-        rollup = con.execute(
-            "SELECT count(*) FROM memories WHERE kind = 'episodic' AND processed = 0 AND archived = 0"
-        ).fetchone()[0]
-        facts = con.execute("SELECT count(*) FROM memories WHERE kind = 'fact' AND archived = 0").fetchone()[0]
+        rollup, facts = rows.waiting_counts(con)
         if not (extract or rollup or facts > 1):
             return []
         router, why = self.language.ready()
@@ -184,23 +181,16 @@ class Consolidation:
     def _decay_and_archive(self, now: float) -> tuple[int, list[str]]:
         decay_after = self.ctx.settings.decay_after_days * DAY
         rate = DECAY_PER_30_DAYS ** (1 / 30)
-        last_use = "max(coalesce(event_at, created_at), coalesce(last_accessed_at, 0))"
         with self.ctx.mutation() as (con, touched):
             updates = []
-            for rid, importance, used, decayed_at in con.execute(
-                f"SELECT id, importance, {last_use}, decayed_at FROM memories WHERE archived = 0 AND {last_use} < ?",
-                (now - decay_after,),
-            ).fetchall():
+            for rid, importance, used, decayed_at in rows.idle_since(con, now - decay_after):
                 start = max(used + decay_after, decayed_at or 0.0)
                 if now > start:
                     updates.append((importance * rate ** ((now - start) / DAY), now, rid))
-            con.executemany("UPDATE memories SET importance = ?, decayed_at = ? WHERE id = ?", updates)
-            stale = con.execute(
-                f"SELECT id, uid FROM memories WHERE archived = 0 AND importance < ? AND {last_use} < ? ORDER BY id",
-                (self.ctx.settings.archive_floor, now - self.ctx.settings.archive_after_days * DAY),
-            ).fetchall()
-            con.executemany("UPDATE memories SET archived = 1, archived_at = ? WHERE id = ?",
-                            [(now, rid) for rid, _ in stale])
+            rows.set_decayed(con, updates)
+            stale = rows.below_floor(con, self.ctx.settings.archive_floor,
+                                     now - self.ctx.settings.archive_after_days * DAY)
+            rows.archive(con, [rid for rid, _ in stale], now)
             touched.memories.update(rid for rid, _ in stale)
             if updates:
                 self.ctx.audit.record("decay", None, {"count": len(updates), "after_days": self.ctx.settings.decay_after_days},
@@ -220,11 +210,7 @@ class Consolidation:
             row = self.memories.row_by_uid(con, uid)
             if not row[11]:
                 raise UserError(f"{uid} is not archived.")
-            con.execute(
-                "UPDATE memories SET archived = 0, archived_at = NULL, decayed_at = NULL, last_accessed_at = ?, "
-                "updated_at = ? WHERE id = ?",
-                (now, now, row[0]),
-            )
+            rows.unarchive(con, row[0], now)
             touched.memories.add(row[0])
             self.ctx.audit.record("restore", uid, {}, con=con)
             mem = memory_rows.to_memory(self.memories.row_by_uid(con, uid))
@@ -236,26 +222,15 @@ class Consolidation:
     def _contradiction_candidates(self, con: Connection) -> list[tuple[int, int]]:
         """Unflagged fact pairs in one project worth comparing: same subject and relation with another
         object in the graph first, then pairs close in meaning (closest first)."""
-        facts = {r[0]: r[1] for r in con.execute(
-            "SELECT id, project FROM memories WHERE kind = 'fact' AND archived = 0 AND conflict_with IS NULL"
-        ).fetchall()}
+        facts = rows.unflagged_facts(con)
         pairs: dict[tuple[int, int], None] = {}
-        for a, b in con.execute(
-            "SELECT DISTINCT e1.memory_id, e2.memory_id FROM edges e1 JOIN edges e2 ON e1.src = e2.src "
-            "AND e1.rel = e2.rel AND e1.dst <> e2.dst AND e1.memory_id < e2.memory_id ORDER BY 1, 2"
-        ).fetchall():
+        for a, b in rows.same_subject_and_relation(con):
             if a in facts and b in facts and facts[a] == facts[b]:
                 pairs.setdefault((a, b))
         if self.space.ensure() and facts:
             close: dict[tuple[int, int], float] = {}
             index = self.space.index["memories"]
-            stored = []
-            for part in batched(sorted(facts)):
-                stored += con.execute(
-                    f"SELECT rowid, embedding FROM vec_memories WHERE rowid IN ({','.join('?' * len(part))})", part
-                ).fetchall()
-            for rid, blob in stored:
-                query = np.frombuffer(blob, dtype=np.float32)
+            for rid, query in rows.stored_vectors(con, sorted(facts)):
                 f = vectors.Filter(projects={facts[rid]}, kinds={"fact"})
                 for other, cos in index.search(con, query, SIMILAR_FACTS + 1, f, windows=False):
                     if other != rid and other in facts and cos >= CONFLICT_COSINE:
@@ -274,17 +249,14 @@ class Consolidation:
         for a, b in self._contradiction_candidates(con):
             if report.pairs_checked >= MAX_PAIR_CHECKS or (cancel is not None and cancel.is_set()):
                 break
-            rows = con.execute(
-                "SELECT id, uid, text, content_hash, coalesce(event_at, created_at) FROM memories "
-                "WHERE id IN (?, ?) ORDER BY id", (a, b)).fetchall()
-            if len(rows) != 2:
+            pair = rows.statements(con, a, b)
+            if len(pair) != 2:
                 continue
-            pair_hash = _pair_hash(rows[0][3], rows[1][3])
-            seen = con.execute("SELECT pair_hash FROM fact_checks WHERE a = ? AND b = ?", (a, b)).fetchone()
-            if seen is not None and seen[0] == pair_hash:
+            pair_hash = _pair_hash(pair[0][3], pair[1][3])
+            if rows.judged(con, a, b) == pair_hash:
                 continue
             statements = "\n".join(f"Statement {label} (recorded {iso(r[4])[:10]}): {r[2]}"
-                                   for label, r in zip("AB", rows, strict=True))
+                                   for label, r in zip("AB", pair, strict=True))
             try:
                 verdict = cast(ContradictionVerdict, router.complete(
                     [system, Message(role="user", content=untrusted(statements))], schema=ContradictionVerdict).parsed)
@@ -294,45 +266,28 @@ class Consolidation:
                 report.notes.append(f"Contradiction checks stopped: {e}")
                 break
             report.pairs_checked += 1
-            if self._record_verdict(rows, pair_hash, verdict.contradicts, now):
-                report.conflicts.append((rows[0][1], rows[1][1]))
+            if self._record_verdict(pair, pair_hash, verdict.contradicts, now):
+                report.conflicts.append((pair[0][1], pair[1][1]))
 
-    def _record_verdict(self, rows: list[tuple], pair_hash: str, contradicts: bool, now: float) -> bool:
+    def _record_verdict(self, pair: list[tuple], pair_hash: str, contradicts: bool, now: float) -> bool:
         """Store the judgement; flag both facts when they contradict. True when flagged now."""
-        (a, a_uid, *_), (b, b_uid, *_) = rows
+        (a, a_uid, *_), (b, b_uid, *_) = pair
         with self.ctx.store.write() as con:
-            current = con.execute(
-                "SELECT count(*) FROM memories WHERE id IN (?, ?) AND archived = 0 AND conflict_with IS NULL "
-                "AND content_hash IN (?, ?)", (a, b, rows[0][3], rows[1][3])).fetchone()[0]
-            if current != 2:
+            if not rows.still_as_judged(con, a, b, pair[0][3], pair[1][3]):
                 return False  # changed meanwhile (edited, archived, flagged by another pair): judge again later
-            self._remember_check(con, a, b, pair_hash, "conflict" if contradicts else "consistent", now)
+            rows.remember_check(con, a, b, pair_hash, "conflict" if contradicts else "consistent", now)
             if not contradicts:
                 return False
-            con.execute("UPDATE memories SET conflict_with = ? WHERE id = ?", (b_uid, a))
-            con.execute("UPDATE memories SET conflict_with = ? WHERE id = ?", (a_uid, b))
+            rows.flag(con, a, a_uid, b, b_uid)
             self.ctx.audit.record("conflict_flagged", a_uid, {"with": b_uid}, con=con, actor="consolidation")
         self.ctx.changes.notify("conflict", memories=[a_uid, b_uid])
         return True
 
-    @staticmethod
-    def _remember_check(con: Connection, a: int, b: int, pair_hash: str, verdict: str, now: float) -> None:
-        con.execute(
-            "INSERT INTO fact_checks(a, b, pair_hash, verdict, checked_at) VALUES (?,?,?,?,?) "
-            "ON CONFLICT(a, b) DO UPDATE SET pair_hash = excluded.pair_hash, verdict = excluded.verdict, "
-            "checked_at = excluded.checked_at",
-            (min(a, b), max(a, b), pair_hash, verdict, now),
-        )
-
     def conflicts(self) -> list[ConflictPair]:
         """Pairs of facts flagged as contradicting each other, for the user to resolve."""
-        con = self.ctx.con
         pairs: list[ConflictPair] = []
         seen: set[str] = set()
-        for row in con.execute(
-            f"SELECT {memory_rows.COLS} FROM memories WHERE conflict_with IS NOT NULL ORDER BY id"
-        ).fetchall():
-            other = con.execute(f"SELECT {memory_rows.COLS} FROM memories WHERE uid = ?", (row[13],)).fetchone()
+        for row, other in rows.flagged(self.ctx.con):
             if other is None or row[1] in seen:
                 continue
             seen.update((row[1], other[1]))
@@ -354,13 +309,11 @@ class Consolidation:
                 raise UserError(f"The memory {uid} contradicted is gone; nothing to resolve.") from None
             if keep not in ("both", row[1], other[1]):
                 raise UserError(f"Choose what to keep: {row[1]}, {other[1]} or both.")
-            con.execute("UPDATE memories SET conflict_with = NULL, updated_at = ? WHERE id IN (?, ?)",
-                        (now, row[0], other[0]))
+            rows.unflag(con, row[0], other[0], now)
             dropped = [] if keep == "both" else [other if keep == row[1] else row]
-            for d in dropped:
-                con.execute("UPDATE memories SET archived = 1, archived_at = ? WHERE id = ?", (now, d[0]))
-                touched.memories.add(d[0])
-            self._remember_check(con, row[0], other[0], _pair_hash(*(r[15] for r in sorted((row, other)))),
+            rows.archive(con, [d[0] for d in dropped], now)
+            touched.memories.update(d[0] for d in dropped)
+            rows.remember_check(con, row[0], other[0], _pair_hash(*(r[15] for r in sorted((row, other)))),
                                  "not_conflict" if keep == "both" else "resolved", now)
             result = Resolution(kept=[r[1] for r in (row, other) if r not in dropped], archived=[d[1] for d in dropped])
             self.ctx.audit.record("resolve_conflict", uid, {"with": other[1], "keep": keep, "archived": result.archived}, con=con)
@@ -372,27 +325,12 @@ class Consolidation:
     def _rollup_scopes(self, con: Connection) -> dict[str, tuple[int | None, str | None]]:
         """Scopes with unprocessed episodic memories: scope key -> (conversation row id, project)."""
         scopes: dict[str, tuple[int | None, str | None]] = {}
-        for conv_id, conv_uid, conv_project, project in con.execute(
-            "SELECT DISTINCT m.conversation_id, c.uid, c.project, m.project FROM memories m "
-            "LEFT JOIN conversations c ON c.id = m.conversation_id "
-            "WHERE m.kind = 'episodic' AND m.processed = 0 AND m.archived = 0 ORDER BY 1, 4"
-        ).fetchall():
+        for conv_id, conv_uid, conv_project, project in rows.rollup_scopes(con):
             if conv_id is not None:
                 scopes.setdefault(f"conversation:{conv_uid}", (conv_id, conv_project if conv_project else project))
             else:
                 scopes.setdefault(f"project:{project or ''}", (None, project))
         return scopes
-
-    @staticmethod
-    def _scope_sql(conv_id: int | None, project: str | None) -> tuple[str, tuple]:
-        if conv_id is not None:
-            return "conversation_id = ?", (conv_id,)
-        return "conversation_id IS NULL AND project IS ?", (project,)
-
-    @staticmethod
-    def _watermark(con: Connection, scope: str) -> int:
-        row = con.execute("SELECT last_id FROM watermarks WHERE scope = ?", (scope,)).fetchone()
-        return row[0] if row else 0
 
     def _rollup(self, router: LLMRouter, now: float, cancel: threading.Event | None,
                 min_batch: int = ROLLUP_MIN_BATCH, max_batch: int = ROLLUP_MAX_BATCH) -> RollupReport:
@@ -400,25 +338,20 @@ class Consolidation:
         con = self.ctx.con
         system = Message(role="system", content=prompt("rollup"))
         for scope, (conv_id, project) in self._rollup_scopes(con).items():
-            where, args = self._scope_sql(conv_id, project)
-            # new events, and older ones waiting again (edited, or their summary went with a forgotten event)
-            pending = f"FROM memories WHERE kind = 'episodic' AND processed = 0 AND archived = 0 AND {where}"
-            mark = self._watermark(con, scope)
-            interrupted = con.execute("SELECT max(last_id) FROM rollups WHERE scope = ? AND last_id > ?",
-                                      (scope, mark)).fetchone()[0]
+            mark = rows.watermark(con, scope)
+            interrupted = rows.interrupted(con, scope, mark)
             if interrupted is not None:  # written before a crash, never marked: finish it, don't redo it
-                ids = [r[0] for r in con.execute("SELECT id " + pending + " AND id > ? AND id <= ? ORDER BY id",
-                                                 (*args, mark, interrupted))]
+                ids = rows.pending_between(con, conv_id, project, mark, interrupted)
                 self._mark_rolled_up(scope, ids, interrupted, now)
                 report.resumed += 1
                 report.sources += len(ids)
             while not (cancel is not None and cancel.is_set()):
-                rows = con.execute(f"SELECT id, content_hash {pending} ORDER BY id LIMIT ?", (*args, max_batch)).fetchall()
-                ids = [r[0] for r in rows]
+                window = rows.pending_window(con, conv_id, project, max_batch)
+                ids = [r[0] for r in window]
                 if len(ids) < min_batch:
                     break
-                source_hash = _window_hash(scope, rows)
-                if con.execute("SELECT 1 FROM rollups WHERE source_hash = ?", (source_hash,)).fetchone() is None:
+                source_hash = _window_hash(scope, window)
+                if not rows.window_done(con, source_hash):
                     try:
                         facts = self._summarise(router, system, ids)
                     except LLMBadOutput:
@@ -435,10 +368,8 @@ class Consolidation:
         return report
 
     def _summarise(self, router: LLMRouter, system: Message, ids: list[int]) -> list[str]:
-        rows = self.ctx.con.execute(
-            f"SELECT text, coalesce(event_at, created_at) FROM memories WHERE id IN ({','.join('?' * len(ids))}) "
-            "ORDER BY coalesce(event_at, created_at), id", ids).fetchall()
-        events = "\n".join(f"{i}. [{iso(at)[:16].replace('T', ' ')}] {text}" for i, (text, at) in enumerate(rows, 1))
+        events = "\n".join(f"{i}. [{iso(at)[:16].replace('T', ' ')}] {text}"
+                           for i, (text, at) in enumerate(rows.events(self.ctx.con, ids), 1))
         answer = router.complete([system, Message(role="user", content=untrusted(events))], schema=RollupFacts)
         facts: dict[str, None] = {}
         for fact in cast(RollupFacts, answer.parsed).facts:
@@ -455,14 +386,12 @@ class Consolidation:
             for text in facts:
                 result = self.memories.remember(text, kind="fact", project=project, source="rollup",
                                        conversation_id=conv_id, embed="background")
-                rid, source = con.execute("SELECT id, source FROM memories WHERE uid = ?", (result.id,)).fetchone()
+                rid, source = memory_rows.row_of(con, result.id)
                 if result.merged and source != "rollup":
                     continue  # already known on its own: not derived from these events alone
-                con.executemany("INSERT OR IGNORE INTO derivations(derived_id, source_id) VALUES (?, ?)",
-                                [(rid, sid) for sid in ids])
+                rows.derive(con, rid, ids)
                 written.append(result.id)
-            con.execute("INSERT INTO rollups(scope, source_hash, fact_count, created_at, last_id) VALUES (?,?,?,?,?)",
-                        (scope, source_hash, len(written), now, ids[-1]))
+            rows.add_rollup(con, scope, source_hash, len(written), now, ids[-1])
             self.ctx.audit.record("rollup", None, {"scope": scope.split(":", 1)[0], "sources": len(ids), "facts": written},
                        con=con, actor="consolidation")
         return len(written)
@@ -470,9 +399,4 @@ class Consolidation:
     def _mark_rolled_up(self, scope: str, ids: list[int], last_id: int, now: float) -> None:
         """After the facts are written: mark the window's sources processed and advance the watermark."""
         with self.ctx.store.write() as con:
-            con.executemany("UPDATE memories SET processed = 1 WHERE id = ?", [(i,) for i in ids])
-            con.execute(
-                "INSERT INTO watermarks(scope, last_id, updated_at) VALUES (?,?,?) ON CONFLICT(scope) "
-                "DO UPDATE SET last_id = max(last_id, excluded.last_id), updated_at = excluded.updated_at",
-                (scope, last_id, now),
-            )
+            rows.mark_rolled_up(con, scope, ids, last_id, now)

@@ -10,14 +10,13 @@ Traversal builds a networkx `DiGraph` of the neighbourhood on demand, walking ed
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import threading
 import time
 import unicodedata
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
 
 from pydantic import BaseModel, Field
 
@@ -28,6 +27,7 @@ from .errors import NotFound, UserError
 from .language import LanguageModel
 from .llm import LLMBadOutput, LLMError, LLMModelMissing, LLMUnavailable, Message
 from .prompts import prompt, untrusted
+from .storage import graph as rows
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -53,16 +53,6 @@ def norm_name(name: str) -> str:
 def _norm_type(value: str | None) -> str | None:
     text = norm_name(value or "")
     return text if text and len(text) <= 30 and " " not in text else None
-
-
-def _placeholders(items: list[Any]) -> str:
-    return ",".join("?" * len(items))
-
-
-def batched(items: list[int], size: int = 400) -> Iterator[list[int]]:
-    """Slices small enough for SQLite's limit on bound parameters."""
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
 
 
 # -- data ---------------------------------------------------------------------------------------------
@@ -131,11 +121,7 @@ class Graph:
 
     def pending_extraction(self, con: Connection | None = None) -> int:
         """Memories and chunks not read for triples yet."""
-        return (con or self.ctx.con).execute(
-            "SELECT (SELECT count(*) FROM memories WHERE extracted = 0 AND archived = 0) + "
-            "(SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.document_id AND d.status = 'ready' "
-            "WHERE c.extracted = 0)"
-        ).fetchone()[0]
+        return rows.pending_extraction(con or self.ctx.con)
 
     def extract_pending(self, limit: int | None = None, progress: Callable[[int, int], None] | None = None,
                         cancel: threading.Event | None = None) -> ExtractionReport:
@@ -152,13 +138,7 @@ class Graph:
         if router is None:
             report.waiting, report.note = True, f"Graph extraction waits for a language model. {why}"
             return report
-        items = con.execute(
-            "SELECT * FROM (SELECT 0, id, uid, text, content_hash FROM memories WHERE extracted = 0 AND archived = 0 "
-            "UNION ALL SELECT 1, c.id, c.uid, c.text, c.content_hash FROM chunks c "
-            "JOIN documents d ON d.id = c.document_id AND d.status = 'ready' WHERE c.extracted = 0) "
-            "ORDER BY 1, 2 LIMIT ?",
-            (-1 if limit is None else limit,),
-        ).fetchall()
+        items = rows.unread(con, limit)
         system = Message(role="system", content=prompt("extract_triples"))
         for done, (is_chunk, rid, uid, text, chash) in enumerate(items, start=1):
             if cancel is not None and cancel.is_set():
@@ -191,7 +171,7 @@ class Graph:
         edges = nodes = 0
         rejected: dict[str, int] = {}
         with self.ctx.store.write() as con:
-            row = con.execute(f"SELECT content_hash, extracted FROM {table} WHERE id = ?", (rid,)).fetchone()
+            row = rows.read_state(con, table, rid)
             if row is None or row[0] != chash or row[1]:
                 return  # forgotten, edited or done meanwhile: its current text is handled on its own turn
             for t in triples or ():
@@ -207,20 +187,9 @@ class Graph:
                     rejected["self_loop"] = rejected.get("self_loop", 0) + 1
                     continue
                 rel = " ".join(clean(t.relation).casefold().split())
-                col = "memory_id" if table == "memories" else "chunk_id"
-                if con.execute(
-                    f"SELECT 1 FROM edges WHERE src = ? AND rel = ? AND dst = ? AND {col} = ?", (src, rel, dst, rid)
-                ).fetchone():
-                    continue
-                con.execute(f"INSERT INTO edges(src, rel, dst, {col}, created_at) VALUES (?,?,?,?,?)",
-                            (src, rel, dst, rid, now))
-                edges += 1
-            con.executemany(
-                "INSERT INTO admission_rejections(reason, count) VALUES (?, ?) "
-                "ON CONFLICT(reason) DO UPDATE SET count = count + excluded.count",
-                sorted(rejected.items()),
-            )
-            con.execute(f"UPDATE {table} SET extracted = 1 WHERE id = ?", (rid,))
+                edges += rows.add_edge(con, src, rel, dst, table, rid, now)
+            rows.count_rejections(con, rejected)
+            rows.mark_read(con, table, rid)
             self.ctx.audit.record("extract_triples", uid, {"edges": edges, "nodes": nodes, "rejected": sum(rejected.values()),
                                                 "failed": triples is None}, con=con)
         report.processed += 1
@@ -240,52 +209,43 @@ class Graph:
         "Paris Hilton", nor "Apple" "Apple Pie".
         """
         display, norm, kind = clean(name), norm_name(name), _norm_type(type_)
-        row = con.execute("SELECT id, type FROM nodes WHERE norm_name = ?", (norm,)).fetchone()
+        row = rows.node_named(con, norm)
         if row is None:
             aliased = [rid for rid, aliases in Graph._aliased(con) if norm in aliases]
             if len(aliased) == 1:
-                row = con.execute("SELECT id, type FROM nodes WHERE id = ?", (aliased[0],)).fetchone()
+                row = rows.node(con, aliased[0])
         if row is None:
             tokens = norm.split()
-            like = tokens[0].replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + " %"
             matches = []
-            for rid, other, other_type in con.execute(
-                "SELECT id, norm_name, type FROM nodes WHERE norm_name = ? OR norm_name LIKE ? ESCAPE '\\'",
-                (tokens[0], like),
-            ).fetchall():
+            for rid, other, other_type in rows.first_word_matches(con, tokens[0]):
                 short, long_ = sorted((tokens, other.split()), key=len)
                 if (len(short) == 1 and 1 < len(long_) <= MAX_ALIAS_TOKENS
                         and "person" in (kind, other_type) and {kind, other_type} <= {"person", None}):
                     matches.append((rid, other_type))
             if len(matches) == 1:
                 row = matches[0]
-                aliases = json.loads(con.execute("SELECT aliases FROM nodes WHERE id = ?", (row[0],)).fetchone()[0])
-                con.execute("UPDATE nodes SET aliases = ? WHERE id = ?", (json.dumps([*aliases, display]), row[0]))
+                rows.add_alias(con, row[0], display)
         if row is not None:
             if row[1] is None and kind is not None:
-                con.execute("UPDATE nodes SET type = ? WHERE id = ?", (kind, row[0]))
+                rows.set_type(con, row[0], kind)
             return row[0], False
-        cur = con.execute("INSERT INTO nodes(name, norm_name, type, created_at) VALUES (?,?,?,?)",
-                          (display, norm, kind, now))
-        return cast(int, cur.lastrowid), True
+        return rows.add_node(con, display, norm, kind, now), True
 
     @staticmethod
     def _aliased(con: Connection) -> list[tuple[int, set[str]]]:
         """Nodes with aliases: (id, normalised aliases)."""
-        return [(rid, {norm_name(a) for a in json.loads(aliases)}) for rid, aliases in con.execute(
-            "SELECT id, aliases FROM nodes WHERE aliases <> '[]'").fetchall()]
+        return [(rid, {norm_name(a) for a in aliases}) for rid, aliases in rows.aliases(con)]
 
     def admission_rejections(self) -> dict[str, int]:
         """How many extracted candidates the admission policy refused, by reason."""
-        return dict(self.ctx.con.execute("SELECT reason, count FROM admission_rejections ORDER BY reason").fetchall())
+        return rows.rejections(self.ctx.con)
 
     # -- traversal -----------------------------------------------------------------------------------
 
     def _nodes_in(self, con: Connection, text: str) -> list[int]:
         """The nodes named (by name or alias, as whole words) in a piece of text, longest names first."""
         padded = f" {norm_name(text)} "
-        found = {rid: len(norm) for rid, norm in con.execute(
-            "SELECT id, norm_name FROM nodes WHERE instr(?, ' ' || norm_name || ' ') > 0", (padded,)).fetchall()}
+        found = rows.nodes_named_in(con, padded)
         for rid, aliases in self._aliased(con):
             for alias in aliases:
                 if alias and f" {alias} " in padded:
@@ -296,9 +256,9 @@ class Graph:
         norm = norm_name(entity)
         if not norm:
             raise UserError("Name an entity to look up in the graph.")
-        row = con.execute("SELECT id FROM nodes WHERE norm_name = ?", (norm,)).fetchone()
-        if row is not None:
-            return row[0]
+        found = rows.node_id(con, norm)
+        if found is not None:
+            return found
         named = self._nodes_in(con, entity)
         if not named:
             raise NotFound(f"Nothing in the knowledge graph is called '{entity}'.")
@@ -317,20 +277,8 @@ class Graph:
         for depth in range(1, hops + 1):
             if not frontier:
                 break
-            rows = []
-            for part in batched(sorted(frontier)):
-                marks = _placeholders(part)
-                rows += con.execute(
-                    "SELECT e.id, e.src, e.rel, e.dst, e.memory_id, m.uid, e.chunk_id, c.uid FROM edges e "
-                    "LEFT JOIN memories m ON m.id = e.memory_id "
-                    "LEFT JOIN chunks c ON c.id = e.chunk_id LEFT JOIN documents d ON d.id = c.document_id "
-                    f"WHERE (e.src IN ({marks}) OR e.dst IN ({marks})) "
-                    "AND (e.memory_id IS NULL OR m.archived = 0) AND (e.chunk_id IS NULL OR d.status = 'ready') "
-                    "AND (? IS NULL OR coalesce(m.project, d.project) IS ?)",
-                    (*part, *part, project, project),
-                ).fetchall()
             nxt: set[int] = set()
-            for eid, src, rel, dst, mid, muid, cid, cuid in sorted(rows):
+            for eid, src, rel, dst, mid, muid, cid, cuid in sorted(rows.edges_touching(con, sorted(frontier), project)):
                 if eid in seen_edges:
                     continue
                 seen_edges.add(eid)
@@ -343,11 +291,8 @@ class Graph:
                 source = ("m", mid, muid) if mid is not None else ("c", cid, cuid)
                 g.edges[src, dst]["facts"].setdefault(rel, []).append(source)
             frontier = nxt
-        for part in batched(list(g.nodes)):
-            for rid, name, type_ in con.execute(
-                f"SELECT id, name, type FROM nodes WHERE id IN ({_placeholders(part)})", part
-            ).fetchall():
-                g.nodes[rid].update(name=name, type=type_)
+        for rid, name, type_ in rows.names(con, list(g.nodes)):
+            g.nodes[rid].update(name=name, type=type_)
         return g
 
     @staticmethod

@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-
 _BLAS_LIMITED = False
 
 
