@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 FACE = "engine"  # engine/__init__.py: the package face
 FACADE = "engine.engine"
 ENTRY_POINTS = ("engine.cli", "engine.api", "engine.mcp", "engine.selftest")  # and their submodules
-STORAGE = ("engine.db", "engine.vectors", "engine.migrations", "engine.storage")
+STORAGE = ("engine.db", "engine.vectors", "engine.migrations", "engine.retrieval", "engine.storage")  # the seam
+KEY_PRAGMA = "engine.keys"  # builds the `PRAGMA key` that db.connect runs
 STORE_ATTRIBUTES = {"con", "store"}
 QT = ("PySide6", "PyQt5", "PyQt6", "shiboken6", "qasync")
 SQL = re.compile(r"\b(SELECT .* FROM|INSERT (OR \w+ )?INTO|UPDATE \w+ SET|DELETE FROM|CREATE (TABLE|INDEX)|PRAGMA)\b")
@@ -149,6 +150,9 @@ RULES = [
          ("engine.mcp", "from .migrations import SCHEMA_VERSION\n")),
     Rule("entry points touch no connection or store (.con, .store)", _is_entry_point, _store_attributes,
          ("engine.selftest", "def f(eng):\n    return eng.con.execute('PRAGMA user_version')\n")),
+    Rule("only the storage modules speak SQL",
+         lambda m: _is_engine(m) and not _within(m.name, STORAGE) and m.name != KEY_PRAGMA, _sql,
+         ("engine.memories", "def f(con):\n    con.execute('DELETE FROM memories WHERE id = ?', (1,))\n")),
     Rule("entry points and the desktop speak no SQL",
          lambda m: _is_entry_point(m) or _within(m.name, "desktop"), _sql,
          ("engine.api", "Q = 'SELECT uid FROM memories'\n")),
