@@ -1,11 +1,15 @@
 """nDCG@10 on a BEIR data set (SciFact) through the engine's public interface.
 
-    .venv/bin/python bench/eval_beir.py DIR [--split test] [--out results.json] [--cache-dir DIR]
+    .venv/bin/python bench/eval_beir.py DIR [--split test] [--out results.json] [--cache-dir DIR] [--http]
 
 DIR holds corpus.jsonl, queries.jsonl and qrels/SPLIT.tsv. Every document (title + abstract) becomes one
 memory of kind fact in project "scifact"; every query of the split is asked through `Engine.recall`
 (record_access=False). Prints nDCG@10 (and recall@10) beside BM25 alone and dense cosine alone, computed
 in the same run on the same texts and vectors.
+
+With --http it is a client of `personal-llm serve`: every document is stored with `POST /memory/remember`
+({text, project}), every query asked with `GET /memory/recall?q=…&k=10&project=scifact` (default
+options), all queries twice; it prints both passes beside BM25 on the same texts.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("dir", help="a BEIR data set folder (corpus.jsonl, queries.jsonl, qrels/)")
     ap.add_argument("--split", default="test")
     C.add_eval_args(ap)
+    C.add_http_args(ap)
     args = ap.parse_args(argv)
 
     root = Path(args.dir)
@@ -61,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     if not corpus or not qids:
         ap.error(f"{root}: no documents, or no queries with judgements in qrels/{args.split}.tsv")
     key = f"beir-{root.resolve().name}-{len(corpus)}"
+    if args.http:
+        return run_http(args, root, corpus, queries, qrels, qids, key + "-http")
     home, ready, tmp = C.prepare_home(args.cache_dir, key)
     from engine import Engine
 
@@ -129,6 +136,76 @@ def main(argv: list[str] | None = None) -> int:
                                                   "queries": results}, indent=1))
         eng.close()
     finally:
+        C.cleanup(tmp)
+    return 0
+
+
+def run_http(args, root: Path, corpus: list[dict], queries: dict, qrels: dict, qids: list[str], key: str) -> int:
+    """The evaluation as a client of the HTTP API sees it (see the module's docstring)."""
+    home, ready, tmp = C.prepare_home(args.cache_dir, key)
+    copy_tmp = None
+    try:
+        t0 = time.perf_counter()
+        uid_doc: dict[str, list[str]] = {}
+        texts: dict[str, str] = {}
+        if ready:
+            uid_doc = json.loads((home.parent / "docs.json").read_text())
+            texts = json.loads((home.parent / "texts.json").read_text())
+            home, copy_tmp = C.copy_home(home)
+            print(f"reusing the cached store ({len(uid_doc)} memories), served from a copy", flush=True)
+        with C.HttpClient() as api:
+            if not ready:
+                for i, doc in enumerate(corpus, start=1):
+                    text = (doc.get("title", "").strip() + "\n" + doc.get("text", "").strip()).strip()
+                    r = api.remember(text, project=PROJECT)
+                    uid_doc.setdefault(r["id"], []).append(str(doc["_id"]))
+                    texts[r["id"]] = r["memory"]["text"]
+                    if i % 500 == 0:
+                        print(f"  {i} documents stored ({i / (time.perf_counter() - t0):.1f}/s)", flush=True)
+                print(f"stored {len(corpus)} documents as {len(uid_doc)} memories through the API in "
+                      f"{time.perf_counter() - t0:.1f}s", flush=True)
+                if args.cache_dir:
+                    (home.parent / "docs.json").write_text(json.dumps(uid_doc))
+                    (home.parent / "texts.json").write_text(json.dumps(texts))
+            bm25 = C.BM25Baseline((PROJECT, uid, t) for uid, t in texts.items())
+
+            def docs_of(uids: list[str]) -> list[str]:
+                out: list[str] = []
+                for u in uids:
+                    for d in uid_doc.get(u, []):
+                        if d not in out:
+                            out.append(d)
+                return out
+
+            results = [{"qid": q} for q in qids]
+            lat: list[float] = []
+            for pass_no in (1, 2):
+                for rec in results:
+                    qid = rec["qid"]
+                    t1 = time.perf_counter()
+                    hits = api.recall(queries[qid], k=K, project=PROJECT)
+                    lat.append(time.perf_counter() - t1)
+                    runs = {f"pass{pass_no}": docs_of([h["id"] for h in hits])}
+                    if pass_no == 1:
+                        runs["bm25"] = docs_of(bm25.search(queries[qid], K, PROJECT))
+                    for name, ranked in runs.items():
+                        rec[f"{name} nDCG@10"] = C.ndcg_at_k(ranked, qrels[qid], K)
+                        rec[f"{name} R@10"] = len(set(ranked[:K]) & set(qrels[qid])) / len(qrels[qid])
+            if args.cache_dir and not ready:
+                C.mark_ready(home)
+        cols = [f"{n} {m}" for m in ("nDCG@10", "R@10") for n in ("pass1", "pass2", "bm25")]
+        row = [f"{args.split} queries", len(results)] + [sum(r[c] for r in results) / len(results) for c in cols]
+        print()
+        print(f"BEIR {root.name} through the HTTP API: {len(uid_doc)} documents, {len(results)} {args.split} "
+              "queries, each asked twice")
+        print(C.fmt_table(["", "n", *cols], [row]))
+        lat_ms = sorted(x * 1000 for x in lat)
+        print(f"recall over HTTP: median {lat_ms[len(lat_ms) // 2]:.1f} ms, p95 {lat_ms[int(len(lat_ms) * 0.95)]:.1f} ms")
+        if args.out:
+            Path(args.out).write_text(json.dumps({"summary": dict(zip(cols, row[2:], strict=True)),
+                                                  "queries": results}, indent=1))
+    finally:
+        C.cleanup(copy_tmp)
         C.cleanup(tmp)
     return 0
 

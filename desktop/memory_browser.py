@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QKeySequence, QShortcut
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QKeyEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QApplication,
@@ -121,9 +121,7 @@ class MemoryBrowser(QWidget):
         # a memory shown in the editor for a moment counts as opened (not each row the arrow keys pass over)
         self._open_timer = QTimer(self, singleShot=True, interval=OPENED_AFTER_MS)
         self._open_timer.timeout.connect(self._opened)
-        copy = QShortcut(QKeySequence.StandardKey.Copy, self.tree)
-        copy.setContext(Qt.ShortcutContext.WidgetShortcut)
-        copy.activated.connect(self.copy_selected)
+        self.tree.installEventFilter(self)  # Ctrl+C copies the selected memories (the view's own copy: one cell)
         self.empty = EmptyState()
         self.list_stack = QStackedWidget()
         self.list_stack.addWidget(self.tree)
@@ -387,6 +385,13 @@ class MemoryBrowser(QWidget):
         else:
             self.editor.load(row, can_resolve=True)
             self._open_timer.start()
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if (watched is self.tree and event.type() == QEvent.Type.KeyPress
+                and cast(QKeyEvent, event).matches(QKeySequence.StandardKey.Copy)):
+            self.copy_selected()
+            return True
+        return super().eventFilter(watched, event)
 
     def _opened(self) -> None:
         if self._current is not None:

@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 IMPORTANCE_BY_SOURCE = {"user": 0.8, "import": 0.7, "rollup": 0.7, "document": 0.5, "chat": 0.3, "activity": 0.4}
 EPISODIC_DISCOUNT = 0.1
 NEAR_DUPLICATE_COSINE = 0.95
+# remember(embed="auto") embeds a text this long or shorter at once (about one model window, 128 word-pieces)
+AUTO_EMBED_CHARS = 700
 MAX_TEXT_CHARS = 100_000
 
 
@@ -97,8 +99,9 @@ class Memories:
         """Store a memory (durable and searchable by its words at once).
 
         embed: "sync" embeds now (loading the model if needed), "auto" embeds now only if the model is
-        already loaded, "background" leaves it to the backfill. A near-duplicate of an existing memory in
-        the same project is merged into it instead of stored twice.
+        already loaded and the text is at most AUTO_EMBED_CHARS long, "background" leaves it to the backfill
+        (a fact stored without its vector is checked for near-duplicates when the vector arrives). A
+        near-duplicate of an existing memory in the same project is merged into it instead of stored twice.
         """
         text = check_text(text)
         kind = check_kind(kind)
@@ -111,7 +114,9 @@ class Memories:
         if importance is None:
             importance = IMPORTANCE_BY_SOURCE.get(source, 0.5) - (EPISODIC_DISCOUNT if kind == "episodic" else 0.0)
         vec = wins = None
-        want_vec = embed == "sync" or (embed == "auto" and self.space.embedder.ready)
+        # "auto": a sentence or a note is embedded at once (its near-duplicate merges at once); a long text is
+        # left to the background backfill, which embeds in batches many times faster (and checks it then)
+        want_vec = embed == "sync" or (embed == "auto" and self.space.embedder.ready and len(text) <= AUTO_EMBED_CHARS)
         if want_vec and self.space.ensure():
             try:
                 vec = self.space.embedder.encode_one(text)
