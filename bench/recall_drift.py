@@ -14,8 +14,9 @@ of using the engine, each in a fresh store with the same facts:
 - used top-1: a client that reports the first hit as used every time (right or wrong), through
   `Engine.mark_used` — the worst feedback loop a client can build with the opt-in.
 
-At the start and after every block of the stream, a fixed set of probe questions is asked (the same way,
-so they count as questions too); it prints their mean reciprocal rank of the right memory and hit@1/@10.
+At the start and after every block of the stream, a fixed set of probe questions is asked (as a
+measurement: the probes themselves change nothing); it prints their mean reciprocal rank of the right
+memory and hit@1/@10.
 A ranking that drifts loses MRR checkpoint after checkpoint; one that doesn't stays flat. The data are generated
 here (no download).
 """
@@ -95,24 +96,25 @@ def run_mode(mode: str, facts: list[tuple[str, str]], asks: list[tuple[str, int]
             eng.embed_pending()
             lat: list[float] = []
 
-            def ask(q: str) -> list[str]:
+            def ask(q: str, record: bool = True) -> list[str]:
                 t0 = time.perf_counter()
                 if mode == "before":
                     pool = eng.recall(q, k=50)
                     pool.sort(key=lambda h: (-ranking.final_score(h.similarity, h.importance, h.recency), h.id))
                     ids = [h.id for h in pool[:10]]
-                    eng.mark_used(ids, how="recall")
+                    if record:
+                        eng.mark_used(ids, how="recall")
                 else:
                     ids = [h.id for h in eng.recall(q, k=10)]
-                    if mode == "used top-1" and ids:
+                    if mode == "used top-1" and ids and record:
                         eng.mark_used(ids[:1], how="client")
                 lat.append(time.perf_counter() - t0)
                 return ids
 
-            def checkpoint(asked: int) -> None:  # the probes are asked like any question (and count as such)
+            def checkpoint(asked: int) -> None:  # a measurement: the probes change nothing
                 rr, h1, h10 = [], [], []
                 for q, right in probes:
-                    ids = ask(q)
+                    ids = ask(q, record=False)
                     rank = ids.index(uids[right]) + 1 if uids[right] in ids else None
                     rr.append(1.0 / rank if rank else 0.0)
                     h1.append(rank == 1)

@@ -89,3 +89,14 @@ def wait_idle(qtbot, desktop, timeout: int = 10_000) -> None:
 def engine_of(desktop):
     """The engine behind the bridge — for assertions only (tests may block the UI thread)."""
     return desktop.bridge._engine.result(timeout=20)
+
+
+@pytest.fixture
+def semantic_app(qtbot, qasync_loop, profile_home, shared_embedder) -> Iterator:
+    """The desktop with the real model, once the status bar says semantic search is ready."""
+    app = make_desktop(qtbot, profile_home, shared_embedder)
+    try:
+        qtbot.waitUntil(lambda: app.window.status.model_state == "ready", timeout=30_000)
+        yield app
+    finally:
+        app.quit()

@@ -3,22 +3,9 @@ when the model is ready."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-from .conftest import engine_of, make_desktop
-
-
-@pytest.fixture
-def semantic_app(qtbot, qasync_loop, profile_home, shared_embedder) -> Iterator:
-    """The desktop with the real model, once the status bar says semantic search is ready."""
-    app = make_desktop(qtbot, profile_home, shared_embedder)
-    try:
-        qtbot.waitUntil(lambda: app.window.status.model_state == "ready", timeout=30_000)
-        yield app
-    finally:
-        app.quit()
+from .conftest import engine_of
 
 
 @pytest.mark.slow

@@ -11,7 +11,6 @@ from PySide6.QtWidgets import QApplication
 
 from .conftest import engine_of, wait_idle
 from .test_capture_and_browse import capture
-from .test_semantic import semantic_app  # noqa: F401  (fixture)
 
 
 def access(eng, uid: str) -> int:

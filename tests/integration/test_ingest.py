@@ -88,8 +88,8 @@ def test_every_type_is_recalled_with_its_locator_and_reingest_changes_nothing(en
     report = eng.get_document(by_name["report.pdf"].document_id)
     assert report.title == "Field Report" and report.mime == "application/pdf" and report.path == str(
         good["report.pdf"][0]) and report.chunks == by_name["report.pdf"].chunks and report.project == "home"
-    episodic = eng.list_memories(kind="episodic", limit=100)
-    assert all(m.embedded and m.source == "document" for m in episodic)  # embedded together, after the files
+    episodic = eng.list_memories(kind="episodic", activity=True, limit=100)
+    assert all(m.embedded and m.source == "activity" for m in episodic)  # embedded together, after the files
     events = [m.text for m in episodic]
     assert f"Ingested report.pdf ({report.chunks} chunks)" in events and len(events) == len(good)
     stats = eng.stats()
@@ -127,7 +127,7 @@ def test_an_edited_file_replaces_its_old_chunks_and_keeps_unchanged_vectors(
     assert any(new_fact in h.text for h in chunk_hits(eng, "where is the shed key kept", first.document_id))
     c = counts(eng)
     assert c["documents"] == 1 and c["chunks"] == c["fts"] == c["vectors"] == second.chunks
-    events = [m.text for m in eng.list_memories(kind="episodic")]
+    events = [m.text for m in eng.list_memories(kind="episodic", activity=True)]
     assert events == [f"Updated garden.md ({second.chunks} chunks)"]  # the first ingest's memory went with its chunks
 
 
@@ -176,14 +176,14 @@ def test_forgetting_a_document_removes_every_trace(eng: Engine, tmp_path: Path):
         con.execute("INSERT INTO edges(src, rel, dst, chunk_id, created_at) VALUES (?, 'runs_on', ?, ?, 0)",
                     (a, b, chunk_id))
     assert chunk_hits(eng, "where does the frob config file live on Linux")
-    assert eng.list_memories(kind="episodic")
+    assert eng.list_memories(kind="episodic", activity=True)
 
     gone = eng.forget(r.document_id)
     assert gone.type == "document" and gone.removed["chunks"] == r.chunks and gone.removed["edges"] == 1
     c = counts(eng)
     assert c == {"documents": 0, "chunks": 0, "fts": 0, "vectors": 0, "memories": 1, "edges": 0}
     assert eng.con.execute("SELECT count(*) FROM nodes").fetchone()[0] == 0
-    assert eng.list_memories(kind="episodic") == [] and eng.get(baseline)
+    assert eng.list_memories(kind="episodic", activity=True) == [] and eng.get(baseline)
     for query in ("frob config file Linux", "Markdown fact", "Ingested handbook.md"):
         assert all(h.id == baseline for h in eng.recall(query)), query
     assert eng.stats().documents == 0 and eng.list_documents() == []
@@ -276,7 +276,7 @@ def test_a_crash_mid_ingest_shows_nothing_and_the_next_run_completes_it(
                                f"({','.join(str(k[0]) for k in kept)}) ORDER BY rowid").fetchall() == kept
         assert any("eastern pier" in h.text for h in chunk_hits(eng, "where did the lantern festival move"))
         assert eng.ingest([path])[0].status == "unchanged"
-        assert [m.text for m in eng.list_memories(kind="episodic")] == [f"Ingested big.md ({r.chunks} chunks)"]
+        assert [m.text for m in eng.list_memories(kind="episodic", activity=True)] == [f"Ingested big.md ({r.chunks} chunks)"]
 
 
 def test_an_interrupted_process_leaves_a_pending_document_that_resume_finishes(

@@ -42,7 +42,7 @@ def test_tools_over_stdio(profile_home: Path, tmp_path: Path):
                     assert init.server_info.name == "personal-llm"
 
                     tools = {t.name: t for t in (await session.list_tools()).tools}
-                    assert set(tools) == {"remember", "recall", "ask", "forget"}
+                    assert set(tools) == {"remember", "recall", "mark_used", "ask", "forget"}
                     assert tools["forget"].annotations.destructive_hint is True
                     assert "confirm" in tools["forget"].input_schema["required"]
                     for name in ("recall", "ask"):
@@ -115,7 +115,7 @@ def test_console_script_serves_mcp(profile_home: Path):
         async with stdio_client(params) as (read, write):
             async with ClientSession(read, write) as session:
                 await session.initialize()
-                assert len((await session.list_tools()).tools) == 4
+                assert len((await session.list_tools()).tools) == 5
                 stats = json.loads((await session.read_resource("memory://stats")).contents[0].text)
                 assert stats["memories"] == 0
 
