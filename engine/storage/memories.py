@@ -44,8 +44,10 @@ def same_words(con: Connection, chash: str, kind: str, project: str | None, excl
     """The oldest live memory with this content hash, kind and project (other than row `exclude`)."""
     older = "" if exclude is None else f" AND id != {int(exclude)}"
     return con.execute(
-        f"SELECT {COLS} FROM memories WHERE content_hash = ? AND kind = ? AND project IS ? "
-        f"AND archived = 0{older} ORDER BY id LIMIT 1",
+        # the hash index, always: planned without statistics, SQLite chose memories_project and walked every
+        # row of the project, so remember slowed as the store grew (1.9 ms at 2k rows, 3.1 ms at 6k)
+        f"SELECT {COLS} FROM memories INDEXED BY memories_hash WHERE content_hash = ? AND kind = ? "
+        f"AND project IS ? AND archived = 0{older} ORDER BY id LIMIT 1",
         (chash, kind, project),
     ).fetchone()
 
