@@ -205,9 +205,13 @@ def run_http(args, data: list[dict], key: str) -> int:
         t0 = time.perf_counter()
         uid_dias: dict[str, set[str]] = {}
         texts: dict[str, str] = {}
+        projects: dict[str, str] = {}
+        if ready and not (home.parent / "projects.json").exists():  # a cache from an older version of this script
+            home, ready, tmp = C.prepare_home(args.cache_dir, key + "-2")
         if ready:
             uid_dias = {k: set(v) for k, v in json.loads((home.parent / "merges.json").read_text()).items()}
             texts = json.loads((home.parent / "texts.json").read_text())
+            projects = json.loads((home.parent / "projects.json").read_text())
             home, copy_tmp = C.copy_home(home)
             print(f"reusing the cached store ({len(uid_dias)} memories), served from a copy", flush=True)
         with C.HttpClient() as api:
@@ -219,16 +223,15 @@ def run_http(args, data: list[dict], key: str) -> int:
                                          at=at.isoformat() if at else None)
                         uid_dias.setdefault(r["id"], set()).add(dia)
                         texts[r["id"]] = r["memory"]["text"]
+                        projects[r["id"]] = sample["sample_id"]
                         n += 1
                 print(f"stored {n} turns as {len(uid_dias)} memories through the API in "
                       f"{time.perf_counter() - t0:.1f}s ({n / (time.perf_counter() - t0):.1f} turns/s)", flush=True)
                 if args.cache_dir:
                     (home.parent / "merges.json").write_text(json.dumps({k: sorted(v) for k, v in uid_dias.items()}))
                     (home.parent / "texts.json").write_text(json.dumps(texts))
-            bm25 = C.BM25Baseline(
-                (sid, uid, texts[uid]) for sid, uid in
-                ((s["sample_id"], u) for s in data for u in dict.fromkeys(
-                    uu for uu, dd in uid_dias.items() if any(d in {t[0] for t in turns_of(s)} for d in dd))))
+                    (home.parent / "projects.json").write_text(json.dumps(projects))
+            bm25 = C.BM25Baseline((projects[uid], uid, text) for uid, text in texts.items())
             questions = [(s["sample_id"], q) for s in data for q in s["qa"]]
             kmax = max(KS)
             results = [{"sample": sid, "category": q["category"], "question": q["question"],
