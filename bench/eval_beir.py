@@ -45,6 +45,16 @@ def read_qrels(path: Path) -> dict[str, dict[str, int]]:
     return out
 
 
+def documents_of(uids: list[str], uid_doc: dict[str, list[str]]) -> list[str]:
+    """The documents behind ranked memories, in order, each once."""
+    out: list[str] = []
+    for u in uids:
+        for d in uid_doc.get(u, []):
+            if d not in out:
+                out.append(d)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dir", help="a BEIR data set folder (corpus.jsonl, queries.jsonl, qrels/)")
@@ -100,12 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         dense_runs = C.dense_search(qvecs, mat, ids, K)
 
         def docs_of(uids: list[str]) -> list[str]:
-            out: list[str] = []
-            for u in uids:
-                for d in uid_doc.get(u, []):
-                    if d not in out:
-                        out.append(d)
-            return out
+            return documents_of(uids, uid_doc)
 
         results = []
         lat = []
@@ -170,12 +175,7 @@ def run_http(args, root: Path, corpus: list[dict], queries: dict, qrels: dict, q
             bm25 = C.BM25Baseline((PROJECT, uid, t) for uid, t in texts.items())
 
             def docs_of(uids: list[str]) -> list[str]:
-                out: list[str] = []
-                for u in uids:
-                    for d in uid_doc.get(u, []):
-                        if d not in out:
-                            out.append(d)
-                return out
+                return documents_of(uids, uid_doc)
 
             results = [{"qid": q} for q in qids]
             lat: list[float] = []

@@ -70,6 +70,29 @@ def turns_of(sample: dict) -> list[tuple[str, str, datetime | None]]:
     return out
 
 
+def evidence_recall(ranked: list[str], uid_dias: dict[str, set[str]], gold: list[str], k: int) -> float | None:
+    """The share of the question's gold turns among the memories ranked in the top k (None: no gold)."""
+    if not gold:
+        return None
+    found = set().union(*(uid_dias.get(u, set()) for u in ranked[:k])) if ranked else set()
+    return len(found & set(gold)) / len(gold)
+
+
+def recall_table(results: list[dict], names: tuple[str, ...]) -> tuple[list[str], list[tuple[str, list]], list[list]]:
+    """(header, groups, rows): evidence recall per category group for each run name."""
+    def mean(rows, col):
+        vals = [r[col] for r in rows if r[col] is not None]
+        return sum(vals) / len(vals) if vals else float("nan")
+
+    groups = [("answerable (1-4)", [r for r in results if r["category"] != 5])]
+    groups += [(f"{c} {CATEGORIES[c]}", [r for r in results if r["category"] == c]) for c in (1, 2, 3, 4)]
+    groups += [("5 unanswerable", [r for r in results if r["category"] == 5])]
+    header = ["questions", "n"] + [f"{n} R@{k}" for k in KS for n in names]
+    rows = [[label, sum(1 for r in rs if r["gold"])] + [mean(rs, f"{nm}@{k}") for k in KS for nm in names]
+            for label, rs in groups]
+    return header, groups, rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("path", help="a LoCoMo-format JSON file")
@@ -144,25 +167,11 @@ def main(argv: list[str] | None = None) -> int:
                    "top": relevance.top_relevance(hits), "answerable": relevance.answerable(hits)}
             for name, ranked in runs.items():
                 for k in KS:
-                    found = set().union(*(uid_dias.get(u, set()) for u in ranked[:k])) if ranked else set()
-                    rec[f"{name}@{k}"] = (len(found & set(gold)) / len(gold)) if gold else None
+                    rec[f"{name}@{k}"] = evidence_recall(ranked, uid_dias, gold, k)
             results.append(rec)
 
         # ---- the table ------------------------------------------------------------------------------
-        names = ("ours", "bm25", "dense")
-
-        def mean(rows, col):
-            vals = [r[col] for r in rows if r[col] is not None]
-            return sum(vals) / len(vals) if vals else float("nan")
-
-        groups = [("answerable (1-4)", [r for r in results if r["category"] != 5])]
-        groups += [(f"{c} {CATEGORIES[c]}", [r for r in results if r["category"] == c]) for c in (1, 2, 3, 4)]
-        groups += [("5 unanswerable", [r for r in results if r["category"] == 5])]
-        header = ["questions", "n"] + [f"{n} R@{k}" for k in KS for n in names]
-        rows = []
-        for label, rs in groups:
-            n = sum(1 for r in rs if r["gold"])
-            rows.append([label, n] + [mean(rs, f"{nm}@{k}") for k in KS for nm in names])
+        header, groups, rows = recall_table(results, ("ours", "bm25", "dense"))
         print()
         print(f"LoCoMo evidence recall ({args.path}: {len(data)} conversations, {len(mems)} memories, "
               f"{len(results)} questions)")
@@ -247,22 +256,10 @@ def run_http(args, data: list[dict], key: str) -> int:
                         ranked["bm25"] = bm25.search(q["question"], kmax, sid)
                     for name, ids in ranked.items():
                         for k in KS:
-                            found = set().union(*(uid_dias.get(u, set()) for u in ids[:k])) if ids else set()
-                            rec[f"{name}@{k}"] = len(found & set(rec["gold"])) / len(rec["gold"]) if rec["gold"] else None
+                            rec[f"{name}@{k}"] = evidence_recall(ids, uid_dias, rec["gold"], k)
             if args.cache_dir and not ready:
                 C.mark_ready(home)
-        names = ("pass1", "pass2", "bm25")
-
-        def mean(rows, col):
-            vals = [r[col] for r in rows if r[col] is not None]
-            return sum(vals) / len(vals) if vals else float("nan")
-
-        groups = [("answerable (1-4)", [r for r in results if r["category"] != 5])]
-        groups += [(f"{c} {CATEGORIES[c]}", [r for r in results if r["category"] == c]) for c in (1, 2, 3, 4)]
-        groups += [("5 unanswerable", [r for r in results if r["category"] == 5])]
-        header = ["questions", "n"] + [f"{n} R@{k}" for k in KS for n in names]
-        rows = [[label, sum(1 for r in rs if r["gold"])] + [mean(rs, f"{nm}@{k}") for k in KS for nm in names]
-                for label, rs in groups]
+        header, groups, rows = recall_table(results, ("pass1", "pass2", "bm25"))
         print()
         print(f"LoCoMo evidence recall through the HTTP API ({args.path}: {len(data)} conversations, "
               f"{len(results)} questions, each asked twice)")
