@@ -928,6 +928,7 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
         if self.embedder.failed is not None:
             notes.append(str(self.embedder.failed))
         notes += self.graph_notes()
+        notes += self.document_notes()
         return Stats(
             store=str(self.store.path),
             schema_version=SCHEMA_VERSION,
