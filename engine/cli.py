@@ -329,6 +329,7 @@ def _load_command_modules() -> None:
 
 EXTRA_COMMAND_MODULES: list[str] = [
     "engine.cli_ingest", "engine.cli_ask", "engine.cli_graph", "engine.cli_interfaces", "engine.selftest",
+    "engine.cli_folders",
 ]
 
 
