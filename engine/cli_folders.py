@@ -46,10 +46,10 @@ def _folders(p: argparse.ArgumentParser) -> Handler:
                     folders.append(str(path))
         elif a.action == "remove":
             for raw in a.paths:
-                path = str(Path(os.path.realpath(Path(raw).expanduser())))
-                if path not in folders and raw not in folders:
+                real = str(Path(os.path.realpath(Path(raw).expanduser())))
+                if real not in folders and raw not in folders:
                     raise UserError(f"{raw} is not an allowed folder (`personal-llm folders` lists them).")
-                folders = [f for f in folders if f not in (path, raw)]
+                folders = [f for f in folders if f not in (real, raw)]
         if folders != settings.ingest.allowed_folders:
             settings.ingest.allowed_folders = folders
             save_settings(settings, home)
