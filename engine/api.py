@@ -39,7 +39,8 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .ask import AskResult
-from .errors import EngineError, NotFound, StoreLocked, UserError
+from .db import DatabaseError, environment_error
+from .errors import DiskFull, EngineError, NotFound, StoreLocked, StoreUnavailable, UserError
 from .ingest import IngestResult
 from .models import ForgetResult, Hit, Memory, RememberResult, Stats
 from .pathpolicy import PathPolicy, PathRefused
@@ -317,6 +318,19 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def locked(_: Request, exc: StoreLocked) -> JSONResponse:
         return JSONResponse(status_code=503, content={"detail": str(exc)}, headers={"Retry-After": "1"})
 
+    @app.exception_handler(StoreUnavailable)
+    async def unavailable(request: Request, exc: StoreUnavailable) -> JSONResponse:
+        """The disk is full or read-only, or the store is damaged: the server works, the store can't."""
+        log.warning("%s %s: store unavailable: %s", request.method, request.url.path, type(exc).__name__)
+        return JSONResponse(status_code=507 if isinstance(exc, DiskFull) else 503, content={"detail": str(exc)})
+
+    @app.exception_handler(DatabaseError)
+    async def database_error(request: Request, exc: DatabaseError) -> JSONResponse:
+        env = environment_error(exc)
+        if env is None:
+            raise exc  # a bug: the generic 500 of the API guard
+        return await (locked(request, env) if isinstance(env, StoreLocked) else unavailable(request, env))
+
     from .llm import LLMError
 
     @app.exception_handler(LLMError)
@@ -347,7 +361,8 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     403: {"model": ErrorBody, "description": "Host not loopback, or a path outside the folders allowed for ingest"},
     413: {"model": ErrorBody, "description": "Request body too large"},
     422: {"model": ErrorBody, "description": "Invalid input"},
-    503: {"model": ErrorBody, "description": "The store is busy in another program; retry"},
+    503: {"model": ErrorBody, "description": "The store is busy in another program (retry), read-only or damaged"},
+    507: {"model": ErrorBody, "description": "The disk holding the store is full"},
 }
 
 

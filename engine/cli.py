@@ -355,6 +355,12 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except Exception as e:
+        from .db import environment_error
+
+        if (env := environment_error(e)) is not None:  # a read that found the disk full, the file damaged, …
+            log.error("command %s failed: %s", args.command, type(env).__name__)
+            print(f"error: {env}", file=sys.stderr)
+            return EXIT_USER_ERROR
         log.exception("command %s crashed", args.command)
         from .config import log_dir
 

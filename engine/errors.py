@@ -29,5 +29,21 @@ class StoreLocked(UserError):
     """Another process holds the write lock for too long."""
 
 
+class StoreUnavailable(UserError):
+    """The store's file, folder or disk is in a state the engine cannot work with (see db.environment_error)."""
+
+
+class StoreReadOnly(StoreUnavailable):
+    """The store (or its folder, or the disk) cannot be written."""
+
+
+class DiskFull(StoreUnavailable):
+    """The disk holding the store has no space left."""
+
+
+class StoreCorrupt(StoreUnavailable):
+    """The store file is damaged."""
+
+
 class Cancelled(EngineError):
     """The user cancelled a long job. Not an error to report."""

@@ -27,6 +27,7 @@ from mcp.server.stdio import stdio_server
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
+from .db import DatabaseError, environment_error
 from .errors import UserError
 from .models import ForgetResult, Hit
 
@@ -247,6 +248,12 @@ def _guarded(name: str, fn: Callable[[], BaseModel]) -> CallToolResult:
     except UserError as e:
         log.info("mcp tool %s refused: %s", name, type(e).__name__)
         return _refusal(str(e))
+    except DatabaseError as e:
+        env = environment_error(e)  # a read that found the disk full, the store damaged, …
+        if env is None:
+            raise
+        log.warning("mcp tool %s: store unavailable: %s", name, type(env).__name__)
+        return _refusal(str(env))
     return CallToolResult(content=[TextContent(type="text", text=out.model_dump_json())],
                           structured_content=out.model_dump(mode="json"))
 
