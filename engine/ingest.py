@@ -28,6 +28,15 @@ How a file becomes a document, and what the rules are:
   next ingest of the same file, or by :meth:`IngestMixin.resume_pending_documents` (for the app to call
   after opening the store). Without an embedding model the document is ``ready`` at once and its
   chunks are embedded later by the background backfill.
+- **Limits and giving up.** A document that would cost too much to read (engine/limits.py: a zip bomb,
+  deep XML, too much text, more than ``limits.MAX_CHUNKS`` chunks) is ``failed`` before anything is
+  written. A pending document counts its attempts (the first ingest is one, each resume another); after
+  ``limits.MAX_RESUME_ATTEMPTS`` it is given up: its chunks go and its row stays, still ``pending`` with
+  ``meta.failed`` = the reason (invisible to recall), listed by ``list_documents(failed=True)`` and noted
+  in stats. Only a new ingest of the file (or upload of the bytes) tries it again.
+- **Names and policies.** A file name that is not valid UTF-8 fails alone (shown with ``\\xNN``
+  escapes). ``allow`` (the HTTP API's path policy, engine/pathpolicy.py) is asked about every file and
+  folder found; what it refuses is a ``failed`` result.
 - **Cancellation** (the ``cancel`` event, checked between files and between embedding batches) never
   raises: files whose chunks were still waiting for vectors are rolled back (their pending rows are
   removed; one that was replacing an older version is removed too, since its old chunks are already
