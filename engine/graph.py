@@ -38,7 +38,9 @@ MAX_ALIAS_TOKENS = 3  # "Alice" may stand for "Alice Smith", not for "Alice Spri
 CONTEXT_FACTS = 30
 _POSSESSIVE = re.compile(r"['’]s\b")
 _NON_WORD = re.compile(r"[\W_]+")
-_UNTRUSTED_TAG = re.compile(r"</?\s*untrusted_content\s*>", re.IGNORECASE)
+# "<" that would open or close the wrapper inside stored text, however spaced, cased or with attributes
+# ("< /untrusted_content>", "</untrusted_content foo=1>"); the same rule as Ask's
+_UNTRUSTED_TAG = re.compile(r"<(?=\s*/?\s*untrusted_content)", re.IGNORECASE)
 
 
 # -- helpers shared with consolidation ----------------------------------------------------------------
@@ -51,7 +53,7 @@ def load_prompt(name: str) -> str:
 
 def untrusted(text: str) -> str:
     """Wrap stored text for a prompt; tags inside the text cannot close the wrapper early."""
-    return f"<untrusted_content>\n{_UNTRUSTED_TAG.sub(' ', text)}\n</untrusted_content>"
+    return f"<untrusted_content>\n{_UNTRUSTED_TAG.sub('&lt;', text)}\n</untrusted_content>"
 
 
 def norm_name(name: str) -> str:
