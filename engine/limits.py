@@ -45,7 +45,8 @@ class LimitExceeded(UserError):
 
 
 def _mib(n: int) -> str:
-    return f"{n / MIB:,.1f} MiB"
+    text = f"{n / MIB:,.2f}".rstrip("0").rstrip(".")
+    return f"{text} MiB"
 
 
 def check_archive(path: Path, kind: str) -> None:
@@ -62,7 +63,7 @@ def check_archive(path: Path, kind: str) -> None:
                                 f"{MAX_ARCHIVE_MEMBERS:,}. Not read.")
         declared = sum(i.file_size for i in infos)
         if declared > MAX_ARCHIVE_INFLATED:
-            raise LimitExceeded(f"{name} would unpack to {_mib(declared)}; the limit is "
+            raise LimitExceeded(f"{name} would unpack to {_mib(declared)}, more than the limit of "
                                 f"{_mib(MAX_ARCHIVE_INFLATED)}. Not read (it may be a zip bomb).")
         for info in infos:
             _check_member(name, info)
@@ -90,8 +91,8 @@ def check_archive(path: Path, kind: str) -> None:
 def _check_member(name: str, info: zipfile.ZipInfo) -> None:
     size, packed = info.file_size, max(info.compress_size, 1)
     if info.filename.lower().endswith(_MARKUP_SUFFIXES) and size > MAX_MARKUP_MEMBER:
-        raise LimitExceeded(f"{name}: its part {info.filename!r} would unpack to {_mib(size)}; the limit for one "
-                            f"part is {_mib(MAX_MARKUP_MEMBER)}. Not read.")
+        raise LimitExceeded(f"{name}: its part {info.filename!r} would unpack to {_mib(size)}, more than the limit "
+                            f"of {_mib(MAX_MARKUP_MEMBER)} for one part. Not read.")
     if size > RATIO_CHECKED_ABOVE and size > MAX_COMPRESSION_RATIO * packed:
         raise LimitExceeded(f"{name}: its part {info.filename!r} is compressed {size // packed:,} to 1 (more than "
                             f"{MAX_COMPRESSION_RATIO} to 1); not read (it may be a zip bomb).")
