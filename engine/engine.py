@@ -38,9 +38,9 @@ from .consolidation import ConflictPair, Consolidation, ConsolidationReport, Res
 from .context import ChangeFeed, Changes, Context
 from .db import Connection, Store
 from .embeddings import Embedder, NoEmbedder
-from .errors import KeyMissing, NotFound
+from .errors import EngineError, KeyMissing, NotFound
 from .graph import ExtractionReport, Graph, GraphView
-from .ingest import Document, Documents, IngestProgress, IngestResult
+from .ingest import Allow, Document, Documents, IngestProgress, IngestResult
 from .keys import Profile, key_pragma, keychain_token, new_profile, read_profile
 from .language import LanguageModel
 from .llm import Health, LLMRouter
@@ -128,6 +128,13 @@ class Engine:
             store.close()
             raise
         return eng
+
+    @staticmethod
+    def explain(e: BaseException) -> EngineError | None:
+        """What an error from the store or its disk means for people (read-only, disk full, locked, damaged…;
+        db.explain, the one place these are mapped), or None when it is a bug. For the programs' last-resort
+        handlers: the engine's own statements already raise the mapped errors."""
+        return db.explain(e)
 
     @staticmethod
     def store_exists(home: Path | str | None = None) -> bool:
@@ -300,17 +307,22 @@ class Engine:
     # ------------------------------------------------------------------------------------------------
     def ingest(self, paths: Sequence[str | Path], *, project: str | None = None,
                progress: Callable[[IngestProgress], None] | None = None,
-               cancel: threading.Event | None = None, max_mb: float | None = None) -> list[IngestResult]:
-        return self.documents.ingest(paths, project=project, progress=progress, cancel=cancel, max_mb=max_mb)
+               cancel: threading.Event | None = None, max_mb: float | None = None,
+               allow: Allow | None = None) -> list[IngestResult]:
+        return self.documents.ingest(paths, project=project, progress=progress, cancel=cancel, max_mb=max_mb,
+                                     allow=allow)
 
     def ingest_text(self, text: str, title: str, *, project: str | None = None) -> IngestResult:
         return self.documents.ingest_text(text, title, project=project)
 
+    def ingest_upload(self, data: bytes, filename: str, *, project: str | None = None) -> IngestResult:
+        return self.documents.ingest_upload(data, filename, project=project)
+
     def resume_pending_documents(self, *, cancel: threading.Event | None = None) -> list[IngestResult]:
         return self.documents.resume_pending_documents(cancel=cancel)
 
-    def list_documents(self, project: str | None = None) -> list[Document]:
-        return self.documents.list_documents(project)
+    def list_documents(self, project: str | None = None, *, failed: bool = False) -> list[Document]:
+        return self.documents.list_documents(project, failed=failed)
 
     def get_document(self, uid: str) -> Document:
         return self.documents.get_document(uid)
@@ -397,7 +409,8 @@ class Engine:
     def stats(self) -> Stats:
         return stats.collect(self.ctx, pending_extraction=self.graph.pending_extraction(),
                              embedding_ready=self.space.embedder.ready,
-                             notes=self.space.notes() + self.consolidation.notes())
+                             notes=self.space.notes() + self.consolidation.notes()
+                             + self.documents.notes())
 
     def audit_log(self, *, limit: int = 200, offset: int = 0) -> list[AuditEntry]:
         return self.audit.entries(limit=limit, offset=offset)

@@ -18,6 +18,7 @@ from . import (
     answers,
     consolidation,
     documents,
+    folders,
     graph,
     interfaces,
     memories,
@@ -34,8 +35,8 @@ EXIT_USER_ERROR = 1
 EXIT_BUG = 70
 
 COMMANDS: dict[str, Command] = {
-    c.name: c for module in (memories, retrieval, status, documents, answers, settings, graph, consolidation,
-                             interfaces, transfer)
+    c.name: c for module in (memories, retrieval, status, documents, folders, answers, settings, graph,
+                             consolidation, interfaces, transfer)
     for c in module.COMMANDS
 }
 
@@ -64,7 +65,7 @@ def session() -> Session:
     def save(s: Settings) -> None:
         save_settings(s, home)
 
-    return Session(lambda: Engine.open(home, actor="cli"), load, save)
+    return Session(lambda: Engine.open(home, actor="cli"), load, save, home)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except Exception as e:
+        if (env := Engine.explain(e)) is not None:  # a read that found the disk full, the file damaged, …
+            log.error("command %s failed: %s", args.command, type(env).__name__)
+            print(f"error: {env}", file=sys.stderr)
+            return EXIT_USER_ERROR
         log.exception("command %s crashed", args.command)
         print(f"error: an internal error occurred ({type(e).__name__}); details are in {log_dir()}",
               file=sys.stderr)
