@@ -19,19 +19,21 @@ from typing import Any, cast
 
 import numpy as np
 
-from . import ranking, retrieval, vectors
+from . import erasure, ranking, retrieval, vectors
 from .ask import AskMixin
-from .config import STORE_FILE, Settings, home_dir, load_settings
+from .config import Settings, home_dir, load_settings
 from .consolidation import ConsolidationMixin
 from .db import Connection, Store
 from .embeddings import Embedder, EmbeddingUnavailable, NoEmbedder, Windows
-from .errors import KeyMissing, NotFound, UserError
+from .errors import NotFound, UserError
 from .graph import GraphMixin
 from .ingest import IngestMixin
-from .keys import Profile, key_pragma, keychain_token, new_profile, read_profile
+from .keys import Profile, keychain_token
+from .locking import InUse
 from .migrations import SCHEMA_VERSION, migrate
 from .models import KINDS, AuditEntry, ForgetResult, Hit, Memory, RememberResult, Stats, iso
 from .transfer import TransferMixin
+from .unlock import open_store
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +91,10 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
                  embedder: Embedder | None = None):
         self.store = store
         self.profile = profile
+        self._in_use: InUse | None = None  # the shared hold on the store (engine.locking)
+        self._data_key: bytes | None = None
+        self.recovery_key: str | None = None  # only right after this process created the store: show it once
+        self.notices: list[str] = []  # what the opening repaired or finished, to tell the user once
         self.settings = settings
         self.home = home
         self.actor = actor
@@ -118,31 +124,22 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
         passphrase comes from PERSONAL_LLM_PASSPHRASE or (when `interactive`) a terminal prompt.
         """
         home = Path(home).expanduser().resolve() if home else home_dir()
-        path = home / STORE_FILE
-        exists = path.exists() and path.stat().st_size > 0
-        profile = read_profile(home)
-        if exists and profile is None:
-            raise KeyMissing(
-                f"{home / 'profile.json'} is missing, so the key of the store at {path} cannot be found. "
-                "Restore the file from a backup; the store was left untouched."
-            )
-        if not exists:
-            if not create:
-                raise NotFound(f"There is no memory store at {path}.")
-            home.mkdir(parents=True, exist_ok=True)
-            if profile is None:
-                profile = new_profile(home)
-        assert profile is not None
-        pragma = key_pragma(profile, creating=not exists, passphrase=passphrase, interactive=interactive)
-        store = Store(path, pragma)
+        opened = open_store(home, create=create, passphrase=passphrase, interactive=interactive)
+        store, profile = opened.store, opened.profile
         try:
             migrate(store.con)
+            erasure.prepare(store)
             settings = settings or load_settings(home)
             eng = cls(store, profile, settings, home, actor=actor, embedder=embedder)
-            if not exists:
+            eng._in_use, eng._data_key = opened.in_use, opened.data_key
+            eng.recovery_key, eng.notices = opened.recovery_key, list(opened.notices)
+            if opened.created:
                 eng.audit("create_store", None, {"key_source": profile.key_source})
+            if opened.notices:
+                eng.audit("key_notice", None, {"notices": len(opened.notices)})
         except BaseException:
             store.close()
+            opened.in_use.release()
             raise
         return eng
 
@@ -150,6 +147,8 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
         self.stop_background()
         self.reset_llm()
         self.store.close()
+        if self._in_use is not None:
+            self._in_use.release()
 
     def __enter__(self) -> Engine:
         return self
@@ -565,8 +564,15 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
             row = self._row_by_uid(con, uid)
             removed = self._delete_memories(con, [row[0]], touched)
             self.audit("forget", uid, removed, con=con)
+        erasure.after_forget(self.store)
         self._emit(Changes("forget", memories=set(removed.pop("_uids", [uid])), graph=True))
         return ForgetResult(id=uid, type="memory", removed=removed)
+
+    def compact(self) -> dict[str, int]:
+        """Rebuild the file without free pages (VACUUM); sizes before and after, in bytes."""
+        result = erasure.compact(self.store)
+        self.audit("compact", None, result)
+        return result
 
     @staticmethod
     def _own_summary(con: Connection, rid: int, source: str) -> None:
@@ -639,6 +645,7 @@ class Engine(IngestMixin, AskMixin, GraphMixin, ConsolidationMixin, TransferMixi
                 raise NotFound(f"No document with id {uid}.")
             removed = self.delete_document_rows(con, doc[0], touched)
             self.audit("forget_document", uid, removed, con=con)
+        erasure.after_forget(self.store)
         self._emit(Changes("forget", documents={uid}, graph=True))
         return ForgetResult(id=uid, type="document", removed=removed)
 

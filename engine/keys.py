@@ -14,9 +14,9 @@ import secrets
 import sys
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from .config import PROFILE_FILE, write_atomic
 from .errors import KeyMissing, UserError
@@ -32,6 +32,7 @@ KeySource = Literal["keychain", "passphrase"]
 class Profile:
     store_id: str
     key_source: KeySource
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)  # wrapped keys, rotation state
 
     @property
     def key_account(self) -> str:
@@ -85,9 +86,51 @@ def read_profile(home: Path) -> Profile | None:
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        return Profile(store_id=str(data["store_id"]), key_source=data["key_source"])
-    except (OSError, ValueError, KeyError) as e:
+        return Profile(store_id=str(data["store_id"]), key_source=data["key_source"], raw=data)
+    except (OSError, ValueError, KeyError, TypeError) as e:
         raise UserError(f"{path} is damaged; it names the key of this store, so restore it from a backup.") from e
+
+
+def write_profile(home: Path, raw: dict[str, Any]) -> Profile:
+    """Replace profile.json atomically (0600) and return what it now says."""
+    write_atomic(home / PROFILE_FILE, json.dumps(raw, indent=2))
+    return Profile(store_id=str(raw["store_id"]), key_source=raw["key_source"], raw=raw)
+
+
+def _keyring_delete(account: str) -> None:
+    import keyring
+
+    try:
+        keyring.delete_password(SERVICE, account)
+    except Exception as e:  # absent, or the backend refuses: nothing depends on it being gone
+        log.info("keychain entry not deleted: %s", type(e).__name__)
+
+
+def keychain_accounts() -> list[str]:
+    """The store-key accounts the keychain holds for this app, where the backend can list them (the file
+    keychains of keyrings.alt and the Secret Service); [] elsewhere."""
+    import configparser
+
+    import keyring
+
+    found: list[str] = []
+    try:
+        kr = keyring.get_keyring()
+        for backend in getattr(kr, "backends", None) or [kr]:
+            path = getattr(backend, "file_path", None)
+            if isinstance(path, str) and os.path.exists(path):
+                from keyrings.alt.escape import escape, unescape
+
+                cfg = configparser.RawConfigParser()
+                cfg.read(path, encoding="utf-8")
+                if cfg.has_section(escape(SERVICE)):
+                    found += [unescape(o) for o in cfg.options(escape(SERVICE))]
+            elif hasattr(backend, "get_preferred_collection"):
+                coll = backend.get_preferred_collection()
+                found += [i.get_attributes().get("username", "") for i in coll.search_items({"service": SERVICE})]
+    except Exception as e:
+        log.info("keychain entries could not be listed: %s", type(e).__name__)
+    return sorted({a for a in found if a.startswith("store-") and not a.endswith(".next")})
 
 
 def new_profile(home: Path) -> Profile:
