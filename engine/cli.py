@@ -71,7 +71,14 @@ def short(text: str, n: int = 90) -> str:
 def open_engine(args: argparse.Namespace | None = None):
     from .engine import Engine
 
-    return Engine.open(actor="cli")
+    eng = Engine.open(actor="cli")
+    for notice in eng.notices:
+        print(f"note: {notice}", file=sys.stderr)
+    if eng.recovery_key:  # this command created the store: the only time the key is shown unasked
+        from .cli_keys import show_recovery_key
+
+        show_recovery_key(eng.recovery_key, fresh=True)
+    return eng
 
 
 def add_json(p: argparse.ArgumentParser) -> None:
@@ -329,6 +336,7 @@ def _load_command_modules() -> None:
 
 EXTRA_COMMAND_MODULES: list[str] = [
     "engine.cli_ingest", "engine.cli_ask", "engine.cli_graph", "engine.cli_interfaces", "engine.selftest",
+    "engine.cli_keys",
 ]
 
 

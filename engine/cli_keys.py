@@ -1,0 +1,111 @@
+"""CLI commands for keys, erasure and backups: `unlock`, `key`, `compact`, `backup`."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+import sys
+
+from .cli import Handler, add_json, command, console, open_engine, print_json
+from .errors import KeyMissing, UserError
+
+NEW_PASSPHRASE_ENV = "PERSONAL_LLM_NEW_PASSPHRASE"
+
+
+def new_passphrase(required: bool = True) -> str | None:
+    """A new passphrase: $PERSONAL_LLM_NEW_PASSPHRASE, else typed twice in a terminal."""
+    env = os.environ.get(NEW_PASSPHRASE_ENV)
+    if env:
+        return env
+    if not sys.stdin or not sys.stdin.isatty():
+        if not required:
+            return None
+        raise KeyMissing(f"Set {NEW_PASSPHRASE_ENV} or run this command in a terminal to type the new passphrase.")
+    first = getpass.getpass("New passphrase: ")
+    if getpass.getpass("Repeat the new passphrase: ") != first:
+        raise UserError("The two passphrases differ; nothing was changed.")
+    if not first:
+        raise UserError("An empty passphrase cannot protect the store.")
+    return first
+
+
+def show_recovery_key(key: str, *, fresh: bool) -> None:
+    """Print a recovery key for a person (on stderr, so --json output stays clean)."""
+    what = "Your new recovery key" if fresh else "Your recovery key"
+    print(f"\n{what} (write it down or print it, and keep it away from this computer):\n\n    {key}\n\n"
+          "It opens your memory on any computer: personal-llm unlock --recovery-key …\n", file=sys.stderr)
+
+
+@command("unlock", "open the store with its recovery key on a new computer (writes a new keychain entry)")
+def _unlock(p: argparse.ArgumentParser) -> Handler:
+    p.add_argument("--recovery-key", required=True, help="the recovery key shown when the store was made")
+    p.add_argument("--new-passphrase", action="store_true",
+                   help=f"protect the store with a new passphrase instead of the keychain (${NEW_PASSPHRASE_ENV} "
+                        "or typed)")
+    add_json(p)
+
+    def run(a: argparse.Namespace) -> int:
+        from .config import home_dir
+        from .keyops import unlock_with_recovery
+        from .keys import keychain_usable
+
+        phrase = new_passphrase() if a.new_passphrase or not keychain_usable() else None
+        msg = unlock_with_recovery(home_dir(), a.recovery_key, new_passphrase=phrase)
+        if a.json:
+            print_json({"ok": True, "message": msg})
+        else:
+            console().print(msg)
+        return 0
+
+    return run
+
+
+@command("key", "manage the store's key: change-passphrase, rotate, show-recovery")
+def _key(p: argparse.ArgumentParser) -> Handler:
+    p.add_argument("action", choices=["change-passphrase", "rotate", "show-recovery"])
+    add_json(p)
+
+    def run(a: argparse.Namespace) -> int:
+        from . import keyops
+        from .keys import PASSPHRASE_ENV
+
+        with open_engine(a) as eng:
+            out: dict[str, object] = {"action": a.action}
+            if a.action == "change-passphrase":
+                out["message"] = keyops.change_passphrase(eng, new_passphrase() or "")
+            elif a.action == "rotate":
+                phrase = None
+                if eng._data_key is None:  # a store whose key is its passphrase: wrap the new key with it
+                    phrase = os.environ.get(PASSPHRASE_ENV) or getpass.getpass("Passphrase (to keep using it): ")
+                rk = keyops.rotate(eng, passphrase=phrase)
+                out["message"] = "The store was re-encrypted with a new key."
+                if rk:
+                    show_recovery_key(rk, fresh=True)
+            else:
+                rk, fresh = keyops.show_recovery(eng)
+                show_recovery_key(rk, fresh=fresh)
+                out["message"] = "A recovery key was made for this store." if fresh else "Recovery key shown."
+        if a.json:
+            print_json(out)
+        else:
+            console().print(out["message"])
+        return 0
+
+    return run
+
+
+@command("compact", "rebuild the store file without free space (VACUUM); forgotten data is already erased")
+def _compact(p: argparse.ArgumentParser) -> Handler:
+    add_json(p)
+
+    def run(a: argparse.Namespace) -> int:
+        with open_engine(a) as eng:
+            r = eng.compact()
+        if a.json:
+            print_json(r)
+        else:
+            console().print(f"Compacted: {r['bytes_before'] / 1e6:.1f} MB → {r['bytes_after'] / 1e6:.1f} MB")
+        return 0
+
+    return run
