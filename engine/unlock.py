@@ -266,13 +266,14 @@ def _repair(home: Path, path: Path, profile: Profile, in_use: InUse) -> Opened |
                 store = Store(path, recovery.pragma_for(dk))
             except WrongKey:
                 continue
-            raw = {"version": PROFILE_VERSION, "store_id": account.removeprefix("store-"),
+            store_id = account.removeprefix("store-")
+            raw: dict[str, Any] = {"version": PROFILE_VERSION, "store_id": store_id,
                    "key_source": "keychain", "created_at": profile.raw.get("created_at"),
                    "repaired_at": time.time()}
             with contextlib.suppress(Exception):
-                keep = recovery.unseal(dk, profile.raw.get("sealed"), raw["store_id"])
+                keep = recovery.unseal(dk, profile.raw.get("sealed"), store_id)
                 if keep:  # only records made for this very key survive
-                    raw["wraps"], raw["sealed"] = recovery.key_records(dk, raw["store_id"], keep=keep)
+                    raw["wraps"], raw["sealed"] = recovery.key_records(dk, store_id, keep=keep)
             fixed = write_profile(home, raw)
             log.warning("profile.json named a key that does not open the store; repaired from the keychain")
             opened = Opened(store, fixed, in_use, dk)

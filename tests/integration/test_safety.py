@@ -212,9 +212,9 @@ def test_change_passphrase_rewraps_and_the_old_one_stops_working(profile_home: P
 
 def test_a_store_keyed_by_its_passphrase_is_migrated_by_rotate(profile_home: Path, monkeypatch):
     """Stores made before wrapped keys used the passphrase itself as SQLCipher's key."""
+    import keyring.core
     import sqlcipher3
 
-    import keyring.core
     from engine.migrations import migrate
 
     monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.fail.Keyring")
