@@ -74,6 +74,7 @@ class EngineInfo:
     settings: Settings
     capabilities: Capabilities
     log_dir: Path
+    recovery_key: str | None = None  # only when this launch created the store: shown to the user once
 
 
 @dataclass
@@ -223,6 +224,7 @@ class Bridge(QObject):
             home=eng.home, store=Path(eng.store.path), key_source=eng.profile.key_source,
             created=self._created, settings=eng.settings.model_copy(deep=True),
             capabilities=Capabilities.of(type(eng)), log_dir=log_dir(),
+            recovery_key=getattr(eng, "recovery_key", None),
         )
         self._relay.delivered.emit(self._set_info, info)
         threading.Thread(target=self._watch_model, args=(eng,), name="bridge-model-watch", daemon=True).start()

@@ -74,11 +74,12 @@ def open_engine(args: argparse.Namespace | None = None):
     eng = Engine.open(actor="cli")
     for notice in eng.notices:
         print(f"note: {notice}", file=sys.stderr)
-    if eng.recovery_key:  # this command created the store: the only time the key is shown unasked
-        from .cli_keys import show_recovery_key
-
-        show_recovery_key(eng.recovery_key, fresh=True)
+    if eng.recovery_key:  # this command created the store: shown (once, unasked) when the command succeeded
+        SHOW_AFTER.append(eng.recovery_key)
     return eng
+
+
+SHOW_AFTER: list[str] = []  # a new store's recovery key, printed after the command's own output
 
 
 def add_json(p: argparse.ArgumentParser) -> None:
@@ -348,7 +349,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     handler = COMMANDS[args.command][1]
     try:
-        return handler(args)
+        code = handler(args)
+        if SHOW_AFTER and code == 0:
+            from .cli_keys import show_recovery_key
+
+            show_recovery_key(SHOW_AFTER.pop(), fresh=True)
+        return code
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USER_ERROR

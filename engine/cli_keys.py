@@ -109,3 +109,50 @@ def _compact(p: argparse.ArgumentParser) -> Handler:
         return 0
 
     return run
+
+
+@command("backup", "encrypted snapshots of the store: backup now | list | restore SNAPSHOT")
+def _backup(p: argparse.ArgumentParser) -> Handler:
+    p.add_argument("action", choices=["now", "list", "restore"])
+    p.add_argument("snapshot", nargs="?", help="for restore: a name from `backup list`, or a snapshot file")
+    add_json(p)
+
+    def run(a: argparse.Namespace) -> int:
+        from . import backup
+        from .config import STORE_FILE, home_dir
+
+        home = home_dir()
+        out: dict[str, object]
+        if a.action == "restore":
+            if not a.snapshot:
+                raise UserError("Name the snapshot to restore (see `personal-llm backup list`).")
+            if (home / STORE_FILE).exists():
+                with open_engine(a) as eng:
+                    pragma, where = eng.store._key_pragma, backup.folder(eng)
+                snap = backup.find(where, a.snapshot)
+                aside = backup.restore(home, snap, pragma)
+                out = {"restored": snap.name, "previous_store_kept_at": str(aside) if aside else None}
+                msg = f"Restored {snap.name}." + (f" The store it replaced is kept at {aside}." if aside else "")
+            else:
+                snap = backup.find(home / "backups", a.snapshot)
+                opens = backup.restore_into_empty(home, snap)
+                out = {"restored": snap.name, "opens_here": opens}
+                msg = f"Restored {snap.name}." + ("" if opens else " Open it with `personal-llm unlock "
+                                                                   "--recovery-key …`.")
+        else:
+            with open_engine(a) as eng:
+                if a.action == "now":
+                    s = backup.backup_now(eng)
+                    out = {"snapshot": s.name, "path": str(s.path), "bytes": s.bytes}
+                    msg = f"Snapshot {s.name} written ({s.bytes / 1e6:.1f} MB) to {s.path.parent}."
+                else:
+                    snaps = backup.snapshots(backup.folder(eng))
+                    out = {"snapshots": [{"name": s.name, "at": s.at, "bytes": s.bytes} for s in snaps]}
+                    msg = "\n".join(f"{s.name}  {s.bytes / 1e6:.1f} MB" for s in snaps) or "No snapshots yet."
+        if a.json:
+            print_json(out)
+        else:
+            console().print(msg)
+        return 0
+
+    return run

@@ -3,8 +3,11 @@ show the recovery key. See `engine.recovery` for the design and `engine.unlock` 
 
 Crash safety: every step is either one atomic file replacement (`profile.json`), one keychain write, or
 SQLite's own atomic commit (`PRAGMA rekey` rewrites every page in one transaction). A rotation records the
-new key (`next` in the profile, and a `.next` keychain entry) *before* re-keying the file, so whichever
-key the file has after a crash, the next open finds it and finishes or undoes the rotation.
+new key (`next` in the profile: sealed under the current key, and wrapped by the recovery key and the
+passphrase) *before* re-keying the file, so whichever key the file has after a crash, the next open finds
+it and finishes or undoes the rotation. The keychain is written once, after the re-key (file-based
+keychains such as keyrings.alt's rewrite their whole file non-atomically, so fewer writes mean fewer
+windows in which a kill could damage them; the recovery key still opens the store then).
 """
 
 from __future__ import annotations
@@ -18,9 +21,9 @@ from . import recovery
 from .config import STORE_FILE
 from .db import Store, connect
 from .errors import KeyMissing, UserError, WrongKey
-from .keys import _keyring_delete, _keyring_set, keychain_usable, read_profile, write_profile
+from .keys import _keyring_set, keychain_usable, read_profile, write_profile
 from .locking import InUse, creation_lock
-from .unlock import next_account, settle_rotation, store_exists
+from .unlock import settle_rotation, store_exists
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -152,9 +155,9 @@ def rotate(eng: Engine, *, passphrase: str | None = None) -> str | None:
         eng.stop_background()
         raw = dict(profile.raw)
         raw["next"] = {"wraps": wraps, "sealed": sealed, "started_at": time.time()}
-        if profile.key_source == "keychain":
-            _keyring_set(next_account(profile), dk2.hex())  # 1. the new key, findable
-        write_profile(eng.home, raw)                         # 2. the profile says a rotation is under way
+        if eng._data_key is not None:  # the new key, sealed under the current one: no keychain write yet
+            raw["next"]["key"] = recovery.seal(eng._data_key, {"dk": dk2.hex()}, profile.store_id)
+        write_profile(eng.home, raw)                         # 1-2. the profile says a rotation is under way
         store.close()
         con = connect(store.path, store._key_pragma)
         try:
@@ -170,8 +173,6 @@ def rotate(eng: Engine, *, passphrase: str | None = None) -> str | None:
         if legacy:
             raw["key_source"] = "passphrase"
         eng.profile = write_profile(eng.home, raw)           # 5. done
-        if profile.key_source == "keychain":
-            _keyring_delete(next_account(profile))
         eng._data_key = dk2
     eng.audit("key_rotated", None, {"new_recovery_key": new_rk is not None})
     log.info("store key rotated")

@@ -97,15 +97,6 @@ def write_profile(home: Path, raw: dict[str, Any]) -> Profile:
     return Profile(store_id=str(raw["store_id"]), key_source=raw["key_source"], raw=raw)
 
 
-def _keyring_delete(account: str) -> None:
-    import keyring
-
-    try:
-        keyring.delete_password(SERVICE, account)
-    except Exception as e:  # absent, or the backend refuses: nothing depends on it being gone
-        log.info("keychain entry not deleted: %s", type(e).__name__)
-
-
 def keychain_accounts() -> list[str]:
     """The store-key accounts the keychain holds for this app, where the backend can list them (the file
     keychains of keyrings.alt and the Secret Service); [] elsewhere."""

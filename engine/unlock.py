@@ -29,7 +29,6 @@ from .keys import (
     SERVICE,
     KeySource,
     Profile,
-    _keyring_delete,
     _keyring_get,
     _keyring_set,
     _passphrase,
@@ -59,10 +58,6 @@ class Opened:
 
 def store_exists(path: Path) -> bool:
     return path.exists() and path.stat().st_size > 0
-
-
-def next_account(profile: Profile) -> str:
-    return profile.key_account + ".next"
 
 
 def open_store(home: Path, *, create: bool = True, passphrase: str | None = None,
@@ -172,8 +167,9 @@ def candidates(profile: Profile, passphrase: str | None, interactive: bool) -> l
                 raise KeyMissing("The keychain entry for this store is not a valid key; the store was left "
                                  "untouched.")
             out.append(("current", dk))
-        if nxt:
-            nk = _parse_hex(_keyring_get(next_account(profile)))
+        if nxt and out:
+            sealed = recovery.unseal(out[0][1], nxt.get("key"), profile.store_id)  # type: ignore[arg-type]
+            nk = _parse_hex(sealed.get("dk")) if sealed else None
             if nk is not None:
                 out.append(("next", nk))
         if not out:
@@ -237,8 +233,9 @@ def settle_rotation(home: Path, opened: Opened, label: str, cands: list[tuple[st
     profile = opened.profile
     raw = dict(profile.raw)
     nxt = raw.pop("next")
-    new_key = next((k for lab, k in cands if lab == "next"), None)
-    finished = label == "next" or (new_key is not None and opened.data_key == new_key)
+    # `next.sealed` is sealed under the new key: it unseals exactly when the file already has that key
+    finished = label == "next" or (opened.data_key is not None
+                                   and recovery.unseal(opened.data_key, nxt.get("sealed"), profile.store_id) is not None)
     if finished:
         raw["wraps"], raw["sealed"] = nxt["wraps"], nxt["sealed"]
         if profile.key_source == "keychain" and opened.data_key is not None:
@@ -248,8 +245,6 @@ def settle_rotation(home: Path, opened: Opened, label: str, cands: list[tuple[st
         opened.notices.append("A key rotation that was interrupted before it changed the store was undone; "
                               "run `personal-llm key rotate` again if you want a new key.")
     opened.profile = write_profile(home, raw)
-    if profile.key_source == "keychain":
-        _keyring_delete(next_account(profile))
     log.info("interrupted key rotation %s", "finished" if finished else "undone")
 
 

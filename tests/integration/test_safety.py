@@ -248,7 +248,8 @@ eng.close()
 """
 
 
-def _kill_trials(profile_home: Path, op: str, trials: int, env: dict[str, str], check) -> dict[str, int]:
+def _kill_trials(profile_home: Path, op: str, trials: int, env: dict[str, str], check,
+                 within: float = 0.25) -> dict[str, int]:
     outcomes = {"killed": 0, "finished": 0}
     for _ in range(trials):
         p = subprocess.Popen([sys.executable, "-c", ROTATOR.format(op=op)], stdin=subprocess.PIPE,
@@ -256,7 +257,7 @@ def _kill_trials(profile_home: Path, op: str, trials: int, env: dict[str, str], 
         assert p.stdout.readline().strip() == "ready", p.stderr.read()
         p.stdin.write("go\n")
         p.stdin.flush()
-        time.sleep(random.uniform(0, 0.25))
+        time.sleep(random.uniform(0, within))
         p.send_signal(signal.SIGKILL)
         out, _ = p.communicate()
         outcomes["finished" if "done" in out else "killed"] += 1
@@ -270,9 +271,22 @@ def test_rotation_killed_at_random_points_leaves_a_store_that_opens(profile_home
             eng.remember(f"Memory {i}: " + "filler words to give the file some pages " * 20)
         rk, _ = __import__("engine.keyops", fromlist=["x"]).show_recovery(eng)
     keys_seen = set()
+    keychain_damaged = 0
 
     def check() -> None:
-        with Engine.open(profile_home, embedder=NoEmbedder()) as e:  # the old or the new key, found by itself
+        nonlocal keychain_damaged
+        from engine.errors import KeyMissing
+        from engine.keyops import unlock_with_recovery
+
+        try:
+            e = Engine.open(profile_home, embedder=NoEmbedder())  # the old or the new key, found by itself
+        except KeyMissing:
+            # keyrings.alt's file keychain rewrites its whole file non-atomically: a kill inside that write
+            # empties it. The recovery key then opens the store, whichever key the file has.
+            keychain_damaged += 1
+            unlock_with_recovery(profile_home, rk)
+            e = Engine.open(profile_home, embedder=NoEmbedder())
+        with e:
             assert e.stats().memories == 400
             assert e.con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
             keys_seen.add(e._data_key)
@@ -280,6 +294,8 @@ def test_rotation_killed_at_random_points_leaves_a_store_that_opens(profile_home
     outcomes = _kill_trials(profile_home, "rotate(eng)", 20, {}, check)
     assert outcomes["killed"] >= 5, outcomes  # the kills did land inside rotations
     assert len(keys_seen) >= 2  # and some rotations completed
+    assert keychain_damaged <= 2, keychain_damaged
+    print(f"rotation kill trials: {outcomes}, keys seen {len(keys_seen)}, keychain file damaged {keychain_damaged}")
     # the recovery key still opens it on a new machine, whatever key the file has now
     new_home = tmp_path / "elsewhere"
     shutil.copytree(profile_home, new_home)
@@ -320,7 +336,82 @@ def test_passphrase_change_killed_at_random_points_opens_with_the_old_or_the_new
            "NEXT": "phrase-x"}
     outcomes = {"killed": 0, "finished": 0}
     for _ in range(20):
-        r = _kill_trials(profile_home, "change_passphrase(eng, __import__('os').environ['NEXT'])", 1, env, check)
+        r = _kill_trials(profile_home, "change_passphrase(eng, __import__('os').environ['NEXT'])", 1, env, check,
+                         within=1.2)
         for k in outcomes:
             outcomes[k] += r[k]
-    assert outcomes["finished"] + outcomes["killed"] == 20
+    assert outcomes["finished"] + outcomes["killed"] == 20 and 0 < len(phrases) - 1
+    print(f"passphrase kill trials: {outcomes}, passphrases that took effect {len(phrases) - 1}")
+
+
+def test_snapshot_while_four_writers_run_restores_into_a_fresh_profile(profile_home: Path, embedder,
+                                                                      tmp_path: Path):
+    import threading
+
+    from engine import backup
+
+    queries = ["Where is the spare key?", "When was the boiler serviced?", "note 3 from writer 2"]
+    with Engine.open(profile_home, embedder=embedder) as eng:
+        eng.remember("The spare key is under the blue pot.")
+        eng.remember("The boiler was serviced in March.")
+        stop = threading.Event()
+
+        def writer(n: int) -> None:
+            i = 0
+            while not stop.is_set():
+                eng.remember(f"note {i} from writer {n}", embed="none")
+                i += 1
+
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        time.sleep(0.3)
+        snap = backup.backup_now(eng)
+        stop.set()
+        for t in threads:
+            t.join()
+        assert stat.S_IMODE(snap.path.stat().st_mode) == 0o600
+        assert snap.path.read_bytes()[:16] != b"SQLite format 3\x00"  # encrypted
+    # restore into a fresh profile (same keychain), then compare recall with the snapshot opened in place
+    fresh = tmp_path / "fresh-profile"
+    shutil.copytree(profile_home / "backups", fresh / "backups")
+    assert backup.restore_into_empty(fresh, backup.find(fresh / "backups", snap.name))
+    with Engine.open(fresh, embedder=embedder) as restored:
+        n = restored.stats().memories
+        restored.embed_pending()
+        got = [[h.id for h in restored.recall(q, k=5)] for q in queries]
+        assert restored.con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert n >= 2
+    # over the existing profile: the current store is kept aside until the user deletes it
+    with Engine.open(profile_home, embedder=embedder) as eng:
+        total = eng.stats().memories
+        pragma = eng.store._key_pragma
+    assert total > n
+    aside = backup.restore(profile_home, snap, pragma)
+    assert aside is not None and aside.exists()
+    with Engine.open(profile_home, embedder=embedder) as eng:
+        assert eng.stats().memories == n
+        eng.embed_pending()
+        assert [[h.id for h in eng.recall(q, k=5)] for q in queries] == got
+
+
+def test_retention_keeps_seven_daily_and_four_weekly(tmp_path: Path):
+    from datetime import datetime, timedelta
+
+    from engine import backup
+
+    now = datetime(2026, 6, 30, 12, 0)
+    made = []
+    for days in range(60):  # two snapshots a day for 60 days
+        for hour in (9, 18):
+            at = now - timedelta(days=days) + timedelta(hours=hour - 12)
+            p = tmp_path / f"memory-{at.strftime('%Y%m%dT%H%M%S%f')}.db"
+            p.write_bytes(b"x")
+            made.append(at)
+    backup.prune(tmp_path)
+    kept = sorted((s.at for s in backup.snapshots(tmp_path)), reverse=True)
+    assert len(kept) == 11
+    days = {datetime.fromtimestamp(t).date() for t in kept[:7]}
+    assert len(days) == 7 and all(datetime.fromtimestamp(t).hour == 18 for t in kept[:7])  # newest of each day
+    weeks = {datetime.fromtimestamp(t).isocalendar()[:2] for t in kept[7:]}
+    assert len(weeks) == 4
