@@ -152,10 +152,10 @@ def restore(home: Path, snap: Snapshot, key_pragma: str) -> Path | None:
             aside = None
             if db.exists():
                 aside = home / f"{STORE_FILE}.before-restore-{datetime.now().strftime('%Y%m%dT%H%M%S')}"
-                con = connect(db, key_pragma) if _opens(db, key_pragma) else None
-                if con is not None:
-                    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-                    con.close()
+                if _opens(db, key_pragma):  # fold its log into the file that is kept aside
+                    cur = connect(db, key_pragma)
+                    cur.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                    cur.close()
                 os.replace(db, aside)
                 for extra in store_files(db)[1:]:
                     extra.unlink(missing_ok=True)
