@@ -203,6 +203,7 @@ def connect(path: Path, key_pragma: str) -> Connection:
                 "Nothing was changed."
             ) from e
         con.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        con.execute("PRAGMA secure_delete = ON")  # deleted cells and freed pages are zeroed (engine.erasure)
         con.execute("PRAGMA journal_mode = WAL")
         con.execute("PRAGMA synchronous = NORMAL")
         con.execute("PRAGMA foreign_keys = ON")

@@ -21,6 +21,7 @@ from . import (
     folders,
     graph,
     interfaces,
+    keys,
     memories,
     retrieval,
     settings,
@@ -36,7 +37,7 @@ EXIT_BUG = 70
 
 COMMANDS: dict[str, Command] = {
     c.name: c for module in (memories, retrieval, status, documents, folders, answers, settings, graph,
-                             consolidation, interfaces, transfer)
+                             consolidation, interfaces, transfer, keys)
     for c in module.COMMANDS
 }
 
@@ -65,14 +66,28 @@ def session() -> Session:
     def save(s: Settings) -> None:
         save_settings(s, home)
 
-    return Session(lambda: Engine.open(home, actor="cli"), load, save, home)
+    shown: list[str] = []
+
+    def open_engine() -> Engine:
+        eng = Engine.open(home, actor="cli")
+        for notice in eng.notices:  # what the opening repaired or finished
+            print(f"note: {notice}", file=sys.stderr)
+        if eng.recovery_key:  # this command created the store: shown (once, unasked) when the command succeeds
+            shown.append(eng.recovery_key)
+        return eng
+
+    return Session(open_engine, load, save, home, shown)
 
 
 def main(argv: list[str] | None = None) -> int:
     setup_logging("cli")
     args = build_parser().parse_args(argv)
     try:
-        return args.handler(args, session())
+        s = session()
+        code: int = args.handler(args, s)
+        if code == 0 and s.new_recovery_keys:  # after the command's own output, so `error:` would come first
+            keys.show_recovery_key(s.new_recovery_keys.pop(), fresh=True)
+        return code
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USER_ERROR
