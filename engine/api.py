@@ -400,6 +400,7 @@ def create_app(engine: Any, token: str, allowed_origins: list[str] | None = None
         description="Your local memory over HTTP (127.0.0.1 only). Every route needs "
                     "`Authorization: Bearer <token>`; `personal-llm token` prints the token.",
         lifespan=lifespan,
+        redirect_slashes=False,  # "/memory/x/" is a JSON 404, not a bodiless 307 to another URL
         dependencies=[Security(HTTPBearer(auto_error=False, description="`personal-llm token`"))],
         responses=_ERRORS,
     )
