@@ -165,6 +165,21 @@ class DesktopApp(QObject):
         QTimer.singleShot(CONSOLIDATE_FIRST_MS, self._scheduled_consolidation)
         if info.created:
             self.window.show_first_run(info, None)
+        if info.recovery_key:
+            self._show_recovery_key(info.recovery_key)
+
+    def _show_recovery_key(self, key: str) -> None:
+        """Shown once, not modal: the key opens this memory on any computer if this one's keychain is lost."""
+        box = QMessageBox(QMessageBox.Icon.Information, "Your recovery key",
+                          "Write down or print this recovery key and keep it away from this computer. It opens "
+                          "your memory on any computer (personal-llm unlock --recovery-key …) if this "
+                          f"computer or its keychain is lost.\n\n{key}\n\n"
+                          "`personal-llm key show-recovery` shows it again later.", parent=self.window)
+        box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        box.addButton("I have kept it", QMessageBox.ButtonRole.AcceptRole)
+        box.setModal(False)
+        box.show()
+        self._recovery_box = box
 
     def _scheduled_consolidation(self) -> None:
         if self._quitting or self.bridge.paused or self.bridge.busy:

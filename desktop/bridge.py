@@ -46,6 +46,7 @@ class EngineInfo:
     created: bool  # this launch created the store (first run)
     settings: Settings
     log_dir: Path
+    recovery_key: str | None = None  # only when this launch created the store: shown to the user once
 
 
 class _Relay(QObject):
@@ -171,6 +172,7 @@ class Bridge(QObject):
         info = EngineInfo(
             home=eng.home, store=eng.store_path, key_source=eng.key_source,
             created=self._created, settings=eng.settings.model_copy(deep=True), log_dir=log_dir(),
+            recovery_key=eng.recovery_key,
         )
         self._relay.delivered.emit(self._set_info, info)
         threading.Thread(target=self._watch_model, args=(eng,), name="bridge-model-watch", daemon=True).start()

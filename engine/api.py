@@ -30,7 +30,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-from fastapi import FastAPI, HTTPException, Query, Request, Security
+from fastapi import FastAPI, File, Form, HTTPException, Query, Request, Security, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPBearer
@@ -39,9 +39,10 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .ask import AskResult
-from .errors import EngineError, NotFound, StoreLocked, UserError
+from .errors import DiskFull, EngineError, NotFound, StoreLocked, StoreUnavailable, UserError
 from .ingest import IngestResult
 from .models import ForgetResult, Hit, Memory, RememberResult, Stats
+from .pathpolicy import PathPolicy, PathRefused
 
 log = logging.getLogger(__name__)
 
@@ -259,7 +260,8 @@ class ApiGuard:
     async def _too_large(self, send: Send) -> None:
         mb = self.max_body / (1024 * 1024)
         await _send_json(send, 413, {"detail": f"The request body is larger than the limit of {mb:g} MB. "
-                                               "Ingest big files by path instead of uploading them."})
+                                               "Ingest big files by path instead of uploading them (from a "
+                                               "folder allowed with `personal-llm folders allow`)."})
 
     async def _read_body(self, receive: Receive) -> bytes:
         """Read the whole body (at most max_body bytes), so an oversized chunked upload is refused too."""
@@ -306,9 +308,20 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def not_found(_: Request, exc: NotFound) -> JSONResponse:
         return JSONResponse(status_code=404, content={"detail": str(exc)})
 
+    @app.exception_handler(PathRefused)
+    async def refused(request: Request, exc: PathRefused) -> JSONResponse:
+        log.info("%s %s: a path was refused by the ingest policy", request.method, request.url.path)
+        return JSONResponse(status_code=403, content={"detail": str(exc)})
+
     @app.exception_handler(StoreLocked)
     async def locked(_: Request, exc: StoreLocked) -> JSONResponse:
         return JSONResponse(status_code=503, content={"detail": str(exc)}, headers={"Retry-After": "1"})
+
+    @app.exception_handler(StoreUnavailable)
+    async def unavailable(request: Request, exc: StoreUnavailable) -> JSONResponse:
+        """The disk is full or read-only, or the store is damaged: the server works, the store can't."""
+        log.warning("%s %s: store unavailable: %s", request.method, request.url.path, type(exc).__name__)
+        return JSONResponse(status_code=507 if isinstance(exc, DiskFull) else 503, content={"detail": str(exc)})
 
     from .llm import LLMError
 
@@ -337,9 +350,11 @@ def _install_error_handlers(app: FastAPI) -> None:
 _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorBody, "description": "The engine refused the request (message says why)"},
     401: {"model": ErrorBody, "description": "Missing or wrong bearer token"},
+    403: {"model": ErrorBody, "description": "Host not loopback, or a path outside the folders allowed for ingest"},
     413: {"model": ErrorBody, "description": "Request body too large"},
     422: {"model": ErrorBody, "description": "Invalid input"},
-    503: {"model": ErrorBody, "description": "The store is busy in another program; retry"},
+    503: {"model": ErrorBody, "description": "The store is busy in another program (retry), read-only or damaged"},
+    507: {"model": ErrorBody, "description": "The disk holding the store is full"},
 }
 
 
@@ -361,9 +376,21 @@ def create_app(engine: Any, token: str, allowed_origins: list[str] | None = None
             pool.shutdown(wait=True, cancel_futures=True)
 
     async def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run an engine call on the worker pool (the engine is synchronous and thread-safe)."""
+        """Run an engine call on the worker pool (the engine is synchronous and thread-safe). An error of
+        the store's disk that reached here unmapped (a read that found it full, the file damaged, …) is
+        answered like the engine's own (503/507); anything else is a bug (the API guard's 500)."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(pool, functools.partial(fn, *args, **kwargs))
+        try:
+            return await loop.run_in_executor(pool, functools.partial(fn, *args, **kwargs))
+        except EngineError:
+            raise
+        except Exception as e:
+            from .engine import Engine
+
+            mapped = Engine.explain(e)
+            if mapped is None:
+                raise
+            raise mapped from e
 
     from .version import __version__
 
@@ -373,6 +400,7 @@ def create_app(engine: Any, token: str, allowed_origins: list[str] | None = None
         description="Your local memory over HTTP (127.0.0.1 only). Every route needs "
                     "`Authorization: Bearer <token>`; `personal-llm token` prints the token.",
         lifespan=lifespan,
+        redirect_slashes=False,  # "/memory/x/" is a JSON 404, not a bodiless 307 to another URL
         dependencies=[Security(HTTPBearer(auto_error=False, description="`personal-llm token`"))],
         responses=_ERRORS,
     )
@@ -389,12 +417,21 @@ def create_app(engine: Any, token: str, allowed_origins: list[str] | None = None
 
 def _add_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
     @app.post("/ingest", response_model=list[IngestResult], tags=["documents"],
-              summary="Ingest files or folders on this machine, or a text (one result per file)")
+              summary="Ingest files or folders under the folders you allowed, or a text (one result per file)")
     async def ingest(body: IngestRequest) -> list[IngestResult]:
         if body.text is not None:
             result = await call(eng.ingest_text, body.text, body.title or "Untitled", project=body.project)
             return [result]
-        return await call(eng.ingest, [Path(p) for p in body.paths], project=body.project)
+        policy = PathPolicy.for_engine(eng)
+        policy.check_request(body.paths)  # 403 for a path named outside the policy; inside a walk: failed results
+        return await call(eng.ingest, [Path(p) for p in body.paths], project=body.project, allow=policy)
+
+    @app.post("/ingest/upload", response_model=list[IngestResult], tags=["documents"],
+              summary="Ingest a file whose bytes the client sends (multipart form: `file`, optional `project`)")
+    async def ingest_upload(file: Annotated[UploadFile, File(description="The document; its name gives its type")],
+                            project: Annotated[str | None, Form(max_length=200)] = None) -> list[IngestResult]:
+        data = await file.read()
+        return [await call(eng.ingest_upload, data, file.filename or "", project=project)]
 
     @app.post("/ask", response_model=AskResult, tags=["ask"],
               summary="A grounded answer from memory, with numbered sources")

@@ -29,7 +29,7 @@ from .parsers import ParsedDocument, Section
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MODEL_MAX_TOKENS", "ChunkDraft", "TokenCounter", "chunk_document", "make_token_counter"]
+__all__ = ["MODEL_MAX_TOKENS", "ChunkDraft", "TokenCounter", "TooManyChunks", "chunk_document", "make_token_counter"]
 
 MODEL_MAX_TOKENS = 256
 """all-MiniLM-L6-v2 reads at most this many word pieces, [CLS] and [SEP] included."""
@@ -206,11 +206,23 @@ _SPLITTERS = (_sentences, _lines, _words)
 class _Splitter:
     """Cuts one section's text into units that each fit the token budget."""
 
-    def __init__(self, text: str, count: Callable[[str], int], max_tokens: int) -> None:
+    def __init__(self, text: str, count: Callable[[str], int], max_tokens: int,
+                 token_budget: int | None = None) -> None:
         self.text = text
         self.count = count
         self.max_tokens = max_tokens
         self.units: list[_Unit] = []
+        # A unit never spans more characters than this: a word the tokenizer reads as one [UNK] piece
+        # can be any length, and a chunk must still be a readable passage of bounded size.
+        self.max_chars = _SURELY_TOO_LONG_CHARS_PER_TOKEN * max_tokens
+        self._budget = token_budget
+        self._tokens = 0
+
+    def _add(self, unit: _Unit) -> None:
+        self.units.append(unit)
+        self._tokens += unit.tokens
+        if self._budget is not None and self._tokens > self._budget:
+            raise _OverBudget
 
     def run(self) -> list[_Unit]:
         for number, (start, end) in enumerate(_paragraphs(self.text, 0, len(self.text)), start=1):
@@ -221,7 +233,7 @@ class _Splitter:
         if end - start <= _SURELY_TOO_LONG_CHARS_PER_TOKEN * self.max_tokens:  # else don't bother counting
             tokens = self.count(self.text[start:end])
             if tokens <= self.max_tokens:
-                self.units.append(_Unit(start, end, tokens, paragraph))
+                self._add(_Unit(start, end, tokens, paragraph))
                 return
         for next_level in range(level, len(_SPLITTERS)):
             pieces = _SPLITTERS[next_level](self.text, start, end)
@@ -238,16 +250,17 @@ class _Splitter:
         while start < end:
             fits, tokens = start, 0
             too_long = end + 1
-            probe = min(end, start + limit)
+            stop = min(end, start + self.max_chars)
+            probe = min(stop, start + limit)
             while True:  # gallop: double the probe until it no longer fits
                 n = count(text[start:probe])
                 if n > limit:
                     too_long = probe
                     break
                 fits, tokens = probe, n
-                if probe == end:
+                if probe == stop:
                     break
-                probe = min(end, start + 2 * (probe - start))
+                probe = min(stop, start + 2 * (probe - start))
             while too_long - fits > 1 and too_long <= end:  # binary search between the two
                 mid = (fits + too_long) // 2
                 n = count(text[start:mid])
@@ -264,7 +277,7 @@ class _Splitter:
                         break
             if fits == start:  # a single character over the budget: nothing smaller exists
                 fits, tokens = start + 1, count(text[start:start + 1])
-            self.units.append(_Unit(start, fits, tokens, paragraph, glued))
+            self._add(_Unit(start, fits, tokens, paragraph, glued))
             start, glued = fits, True
 
 
@@ -289,13 +302,15 @@ def _pack(
     spans: list[_Span] = []
     overlap: tuple[int, int] | None = None  # (start, tokens) carried over from the previous chunk
     i = 0
+    max_chars = _SURELY_TOO_LONG_CHARS_PER_TOKEN * max_tokens
     while i < len(units):
         tokens = overlap[1] if overlap else 0
+        start = overlap[0] if overlap else units[i].start
         j = i
-        while j < len(units) and (j == i or tokens + units[j].tokens <= max_tokens):
+        while j < len(units) and (j == i or (tokens + units[j].tokens <= max_tokens
+                                             and units[j].end - start <= max_chars)):
             tokens += units[j].tokens
             j += 1
-        start = overlap[0] if overlap else units[i].start
         # Sums are exact for TokenCounter unless a unit was cut out of a word; otherwise measure the
         # real text and give back units (then the overlap) until it fits.
         if not additive or any(u.glued for u in units[i:j]):
@@ -340,23 +355,65 @@ def _overlap(
 # ---------------------------------------------------------------------------------------------------
 
 
+_SAMPLE_CHARS = 65_536
+_SAMPLED_ABOVE = 1_000_000
+
+
+def _estimated_chunks(doc: ParsedDocument, count: Callable[[str], int], max_tokens: int) -> int:
+    """At least how many chunks a long document needs, extrapolated from the tokens of three samples of
+    its text (start, middle, end): a cheap early refusal, long before all of it has been split. Each
+    chunk holds at most max_tokens tokens, so tokens / max_tokens is a lower bound."""
+    total = sum(len(s.text) for s in doc.sections)
+    if total <= _SAMPLED_ABOVE:
+        return 0
+    text = "\n".join(s.text for s in doc.sections)
+    picks = [text[at:at + _SAMPLE_CHARS] for at in (0, (len(text) - _SAMPLE_CHARS) // 2, len(text) - _SAMPLE_CHARS)]
+    sample = sum(len(p) for p in picks)
+    tokens = sum(count(" ".join(p.split(" ")[1:-1])) for p in picks)  # cut at spaces: whole words only
+    return int(total * tokens / sample / max_tokens)
+
+
+class _OverBudget(Exception):
+    """The section's text holds more tokens than max_chunks chunks could carry."""
+
+
+class TooManyChunks(ValueError):
+    """The document would make more than ``max_chunks`` chunks (``at_least`` is a lower bound)."""
+
+    def __init__(self, at_least: int) -> None:
+        super().__init__(f"more than {at_least} chunks")
+        self.at_least = at_least
+
+
 def chunk_document(
     doc: ParsedDocument,
     *,
     count_tokens: Callable[[str], int],
     max_tokens: int = 200,
     overlap_tokens: int = 40,
+    max_chunks: int | None = None,
 ) -> list[ChunkDraft]:
-    """Chunk every section of ``doc``; each chunk has ``count_tokens(chunk.text) <= max_tokens``."""
+    """Chunk every section of ``doc``; each chunk has ``count_tokens(chunk.text) <= max_tokens`` and, unless
+    one sentence's overlap makes it longer, at most ``16 * max_tokens`` characters. With ``max_chunks``, raise :class:`TooManyChunks` as soon as the
+    document is known to need more (a section's units are abandoned once their tokens could not fit)."""
     if max_tokens < 1:
         raise ValueError("max_tokens must be positive")
     if not 0 <= overlap_tokens < max_tokens:
         raise ValueError("overlap_tokens must be at least 0 and less than max_tokens")
+    if max_chunks is not None and (estimate := _estimated_chunks(doc, count_tokens, max_tokens)) > (
+            max_chunks + max_chunks // 4):
+        raise TooManyChunks(estimate)
     drafts: list[ChunkDraft] = []
     for section in doc.sections:
         text = section.text
-        units = _Splitter(text, count_tokens, max_tokens).run()
+        budget = None if max_chunks is None else (max_chunks - len(drafts)) * max_tokens
+        try:
+            units = _Splitter(text, count_tokens, max_tokens, budget).run()
+        except _OverBudget:
+            raise TooManyChunks(max_chunks or 0) from None
         spans = _pack(text, units, count_tokens, max_tokens, overlap_tokens)
+        if max_chunks is not None and len(drafts) + len(spans) > max_chunks:
+            raise TooManyChunks(max_chunks)
         locate = _Locator(section)
         for span in spans:
             drafts.append(ChunkDraft(

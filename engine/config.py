@@ -44,6 +44,11 @@ class LLMSettings(BaseModel):
     timeout: float = 60.0
 
 
+class IngestSettings(BaseModel):
+    # Folders the HTTP API may ingest files from (engine/pathpolicy.py); the CLI and the app are not limited.
+    allowed_folders: list[str] = Field(default_factory=list)
+
+
 class Settings(BaseModel):
     """User settings, stored as JSON next to the store. Nothing secret lives here."""
 
@@ -51,6 +56,7 @@ class Settings(BaseModel):
     embedding_model: str = "all-MiniLM-L6-v2"  # or a local sentence-transformers model dir; "none" = lexical only
     hotkey: str = "Ctrl+Shift+Space"
     max_file_mb: float = 50.0
+    ingest: IngestSettings = Field(default_factory=IngestSettings)
     vector_cache: bool = True  # keep an in-memory mirror of the vectors for exact, fast search
     api_port: int = 8765
     api_allowed_origins: list[str] = Field(default_factory=list)

@@ -1,16 +1,20 @@
 """Opening the encrypted store: SQLCipher with sqlite-vec loaded, FTS5, WAL.
 
 SQLite errors are mapped here, in one place (`explain`, by result code): an environment problem (busy,
-disk full, read-only, damaged file) becomes an error written for people; anything else is our bug and
-is raised as it is. Every connection the store opens is a `MappedConnection`, so every statement's
-errors pass through `explain`.
+disk full, read-only, damaged file, a folder that can't be opened; also the OSErrors of writing the
+profile's own files) becomes an error written for people; anything else is our bug and is raised as it
+is. Every connection the store opens is a `MappedConnection`, so every statement's errors pass through
+`explain`; `Store.write` and the entry points' last-resort handlers (through `Engine.explain`) use it too.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
+import os
+import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +23,15 @@ from typing import TYPE_CHECKING, Any
 import sqlcipher3
 import sqlite_vec
 
-from .errors import EngineError, StoreDamaged, StoreLocked, StoreUnavailable, WrongKey
+from .errors import (
+    DiskFull,
+    EngineError,
+    StoreCorrupt,
+    StoreLocked,
+    StoreReadOnly,
+    StoreUnavailable,
+    WrongKey,
+)
 from .models import StoreDiagnostics
 
 log = logging.getLogger(__name__)
@@ -38,45 +50,115 @@ BUSY_TIMEOUT_MS = 10_000
 CACHE_KIB = 262_144
 
 
-# primary result codes (https://sqlite.org/rescode.html)
+# SQLite's primary result codes (the low byte of the extended code in e.sqlite_errorcode;
+# https://sqlite.org/rescode.html)
 SQLITE_PERM, SQLITE_BUSY, SQLITE_LOCKED, SQLITE_NOMEM, SQLITE_READONLY = 3, 5, 6, 7, 8
 SQLITE_IOERR, SQLITE_CORRUPT, SQLITE_FULL, SQLITE_CANTOPEN, SQLITE_PROTOCOL = 10, 11, 13, 14, 15
 SQLITE_NOTADB = 26
-_ENVIRONMENT = {
-    SQLITE_PERM: "the operating system refused access to it",
-    SQLITE_NOMEM: "the computer ran out of memory",
-    SQLITE_READONLY: "it can only be read (a read-only disk or file)",
-    SQLITE_IOERR: "the disk reported an input/output error",
-    SQLITE_FULL: "the disk is full",
-    SQLITE_CANTOPEN: "the file cannot be opened (check that its folder exists and is writable)",
-    SQLITE_PROTOCOL: "another program holds a lock it should not",
-}
+SQLITE_IOERR_SHMSIZE = SQLITE_IOERR | (19 << 8)  # the shared-memory (-shm) file could not be grown: no space
+_OS_ERRORS = {errno.ENOSPC: SQLITE_FULL, errno.EDQUOT: SQLITE_FULL, errno.EROFS: SQLITE_READONLY,
+              errno.EACCES: SQLITE_PERM, errno.EPERM: SQLITE_PERM}
 
 
-def explain(e: Exception) -> EngineError | None:
-    """Map a SQLite error by its result code: an environment problem becomes an error for people; None
-    means it is a bug (a wrong statement, a broken constraint), to be raised as it is."""
-    code = getattr(e, "sqlite_errorcode", None)
-    if code is None:
+def explain(e: BaseException, path: Path | str | None = None) -> StoreUnavailable | StoreLocked | None:
+    """The error written for people when a SQLite error is the environment's fault (the one place these
+    are mapped, by result code): the store is busy or locked, the disk is full, the file, its folder or
+    the disk is read-only, the file is damaged or can't be opened, the disk reported an I/O error. An
+    OSError from writing the profile's other files (no space, read-only, no permission) maps the same
+    way. None for anything else: a bug (a wrong statement, a broken constraint), to be raised as it is.
+    ``path`` (the store file) is named in the message when known."""
+    if isinstance(e, OSError):  # writing the profile's own files (profile.json, settings, logs) beside the store
+        code = _OS_ERRORS.get(e.errno or 0)
+        if code is None:
+            return None
+        return explain(_coded(e, code), path or (Path(e.filename).parent if e.filename else None))
+    if not isinstance(e, DatabaseError):
         return None
+    code = getattr(e, "sqlite_errorcode", None)
+    if not isinstance(code, int):
+        return _by_message(e, path)
     primary = code & 0xFF
+    where = f" at {path}" if path else ""
     if primary in (SQLITE_BUSY, SQLITE_LOCKED):
         return StoreLocked("Your memory store is busy in another program; try again in a moment.")
-    if primary in _ENVIRONMENT:
-        return StoreUnavailable(f"Your memory store could not be used: {_ENVIRONMENT[primary]}. Nothing was changed.")
+    if primary == SQLITE_FULL or code == SQLITE_IOERR_SHMSIZE:
+        return DiskFull(f"The disk holding your memory store{where} is full. Free some space and try again; "
+                        "the change was not saved, and nothing stored before was lost.")
+    if primary in (SQLITE_READONLY, SQLITE_PERM):
+        return StoreReadOnly(f"Your memory store{where} can't be written: the file, its folder or the disk is "
+                             "read-only. Check the permissions (the folder must be writable too: SQLite keeps its "
+                             "journal files beside the store) or whether the disk is mounted read-only.")
+    if primary == SQLITE_CANTOPEN and path and _read_only_folder(Path(path)):
+        return explain(_coded(e, SQLITE_READONLY), path)  # WAL files can't be made beside it
+    if primary == SQLITE_CANTOPEN:
+        return StoreUnavailable(f"Your memory store{where} can't be opened: its folder is missing, not writable or "
+                                "on a disk that is not available. Check the folder and its permissions.")
     if primary in (SQLITE_CORRUPT, SQLITE_NOTADB):
-        return StoreDamaged("Your memory store looks damaged. Restore it from a backup or an export.")
+        return StoreCorrupt(f"Your memory store{where} looks damaged. Restore it from a backup or an export "
+                            "(`personal-llm import`); do not write to it meanwhile.")
+    if primary == SQLITE_IOERR and path and _no_space_left(Path(path)):
+        return explain(_coded(e, SQLITE_FULL), path)  # SQLite often reports ENOSPC as an I/O error
+    if primary == SQLITE_IOERR:
+        return StoreUnavailable(f"The disk reported an error while reading or writing your memory store{where} "
+                                "(a disk I/O error). Check the disk (free space, a removed or failing drive) and "
+                                "try again.")
+    if primary == SQLITE_NOMEM:
+        return StoreUnavailable("The memory store ran out of memory; close other programs and try again.")
+    if primary == SQLITE_PROTOCOL:
+        return StoreUnavailable(f"Your memory store{where} could not be used: another program holds a lock it "
+                                "should not. Nothing was changed; close other programs using it and try again.")
+    return None
+
+
+def _coded(e: BaseException, code: int) -> Exception:
+    stand_in = DatabaseError(str(e))
+    stand_in.sqlite_errorcode = code  # type: ignore[attr-defined]
+    return stand_in
+
+
+def _read_only_folder(path: Path) -> bool:
+    """True when the store's folder exists but can't be written (a read-only disk, or no permission)."""
+    folder = path if path.is_dir() else path.parent
+    try:
+        return folder.is_dir() and (bool(os.statvfs(folder).f_flag & os.ST_RDONLY) or not os.access(folder, os.W_OK))
+    except (OSError, AttributeError):  # no statvfs on Windows
+        return folder.is_dir() and not os.access(folder, os.W_OK)
+
+
+def _no_space_left(path: Path) -> bool:
+    """True when the disk holding path has (almost) no free space: the usual cause of a write's I/O error."""
+    try:
+        return shutil.disk_usage(path if path.is_dir() else path.parent).free < 256 * 1024
+    except OSError:
+        return False
+
+
+def _by_message(e: BaseException, path: Path | str | None) -> StoreUnavailable | StoreLocked | None:
+    """For an error without a result code (older drivers): the same mapping, by SQLite's message."""
+    msg = str(e).lower()
+    for words, code in ((("locked", "busy"), SQLITE_BUSY), (("full",), SQLITE_FULL),
+                        (("readonly", "read-only"), SQLITE_READONLY), (("unable to open",), SQLITE_CANTOPEN),
+                        (("malformed", "not a database"), SQLITE_CORRUPT), (("disk i/o",), SQLITE_IOERR)):
+        if any(w in msg for w in words):
+            return explain(_coded(e, code), path)
     return None
 
 
 class MappedConnection(sqlcipher3.Connection):
     """A connection whose statements raise `explain`ed errors for environment problems."""
 
+    def __init__(self, database: str, *args: Any, **kwargs: Any) -> None:
+        super().__init__(database, *args, **kwargs)
+        self._store_path = database
+
+    def _mapped(self, e: Exception) -> EngineError | None:
+        return explain(e, self._store_path)
+
     def execute(self, sql: str, parameters: Any = (), /) -> Any:
         try:
             return super().execute(sql, parameters)
         except DatabaseError as e:
-            mapped = explain(e)
+            mapped = self._mapped(e)
             if mapped is None:
                 raise
             raise mapped from e
@@ -85,7 +167,7 @@ class MappedConnection(sqlcipher3.Connection):
         try:
             return super().executemany(sql, seq)
         except DatabaseError as e:
-            mapped = explain(e)
+            mapped = self._mapped(e)
             if mapped is None:
                 raise
             raise mapped from e
@@ -94,7 +176,7 @@ class MappedConnection(sqlcipher3.Connection):
         try:
             return super().executescript(script)
         except DatabaseError as e:
-            mapped = explain(e)
+            mapped = self._mapped(e)
             if mapped is None:
                 raise
             raise mapped from e
@@ -106,7 +188,7 @@ def connect(path: Path, key_pragma: str) -> Connection:
         con = sqlcipher3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
                                  check_same_thread=False, factory=MappedConnection)
     except DatabaseError as e:
-        mapped = explain(e)
+        mapped = explain(e, path)
         if mapped is None:
             raise
         raise mapped from e
@@ -115,12 +197,13 @@ def connect(path: Path, key_pragma: str) -> Connection:
         con.execute(key_pragma)
         try:
             con.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        except (DatabaseError, StoreDamaged) as e:
+        except (DatabaseError, StoreCorrupt) as e:  # read-only, full, locked: raised as they are (the key may be right)
             raise WrongKey(
                 f"This key does not open the store at {path} (or the file is not a Personal LLM store). "
                 "Nothing was changed."
             ) from e
         con.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        con.execute("PRAGMA secure_delete = ON")  # deleted cells and freed pages are zeroed (engine.erasure)
         con.execute("PRAGMA journal_mode = WAL")
         con.execute("PRAGMA synchronous = NORMAL")
         con.execute("PRAGMA foreign_keys = ON")
@@ -129,6 +212,12 @@ def connect(path: Path, key_pragma: str) -> Connection:
         con.enable_load_extension(True)
         sqlite_vec.load(con)
         con.enable_load_extension(False)
+    except DatabaseError as e:
+        con.close()
+        mapped = explain(e, path)
+        if mapped is None:
+            raise
+        raise mapped from e
     except BaseException:
         con.close()
         raise
@@ -186,9 +275,11 @@ class Store:
             try:
                 yield con
                 con.execute("COMMIT")
-            except BaseException:
+            except BaseException as e:
                 with contextlib.suppress(DatabaseError, EngineError):
                     con.execute("ROLLBACK")
+                if isinstance(e, DatabaseError) and (env := explain(e, self.path)) is not None:
+                    raise env from e  # disk full, read-only, damaged: say so (a bug stays what it is)
                 raise
 
     @contextlib.contextmanager

@@ -29,7 +29,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from . import db
+from . import backup, db, erasure, keyops
 from .ask import Answers, AskResult
 from .audit import AuditLog
 from .backfill import Backfill
@@ -38,12 +38,13 @@ from .consolidation import ConflictPair, Consolidation, ConsolidationReport, Res
 from .context import ChangeFeed, Changes, Context
 from .db import Connection, Store
 from .embeddings import Embedder, NoEmbedder
-from .errors import KeyMissing, NotFound
+from .errors import EngineError
 from .graph import ExtractionReport, Graph, GraphView
-from .ingest import Document, Documents, IngestProgress, IngestResult
-from .keys import Profile, key_pragma, keychain_token, new_profile, read_profile
+from .ingest import Allow, Document, Documents, IngestProgress, IngestResult
+from .keys import Profile, keychain_token, read_profile
 from .language import LanguageModel
 from .llm import Health, LLMRouter
+from .locking import InUse
 from .memories import Memories
 from .migrations import SCHEMA_VERSION, migrate
 from .models import (
@@ -60,6 +61,7 @@ from .recall import Retriever
 from .space import Mutation, VectorSpace
 from .storage import state, stats
 from .transfer import ExportResult, ImportResult, Progress, Transfer
+from .unlock import open_store
 
 
 class Engine:
@@ -73,6 +75,11 @@ class Engine:
         self.profile = profile
         self.home = home
         self.actor = actor
+        # the key and locks of an engine made by Engine.open (engine/unlock.py, engine/keyops.py)
+        self._in_use: InUse | None = None  # the shared hold on the store (engine/locking.py)
+        self._data_key: bytes | None = None  # None: a store whose key is its passphrase (made before data keys)
+        self.recovery_key: str | None = None  # only right after this process created the store: show it once
+        self.notices: list[str] = []  # what the opening repaired or finished, to tell the user once
         self.audit = AuditLog(store, actor)
         self.space = VectorSpace(store, embedder, self.audit, mirror=settings.vector_cache)
         self.changes = ChangeFeed()
@@ -101,33 +108,31 @@ class Engine:
         passphrase comes from PERSONAL_LLM_PASSPHRASE or (when `interactive`) a terminal prompt.
         """
         home = Path(home).expanduser().resolve() if home else home_dir()
-        path = home / STORE_FILE
-        exists = path.exists() and path.stat().st_size > 0
-        profile = read_profile(home)
-        if exists and profile is None:
-            raise KeyMissing(
-                f"{home / 'profile.json'} is missing, so the key of the store at {path} cannot be found. "
-                "Restore the file from a backup; the store was left untouched."
-            )
-        if not exists:
-            if not create:
-                raise NotFound(f"There is no memory store at {path}.")
-            home.mkdir(parents=True, exist_ok=True)
-            if profile is None:
-                profile = new_profile(home)
-        assert profile is not None
-        pragma = key_pragma(profile, creating=not exists, passphrase=passphrase, interactive=interactive)
-        store = Store(path, pragma)
+        opened = open_store(home, create=create, passphrase=passphrase, interactive=interactive)
+        store, profile = opened.store, opened.profile
         try:
             migrate(store.con)
+            erasure.prepare(store)
             settings = settings or load_settings(home)
             eng = cls(store, profile, settings, home, actor=actor, embedder=embedder)
-            if not exists:
+            eng._in_use, eng._data_key = opened.in_use, opened.data_key
+            eng.recovery_key, eng.notices = opened.recovery_key, list(opened.notices)
+            if opened.created:
                 eng.audit.record("create_store", None, {"key_source": profile.key_source})
+            if opened.notices:
+                eng.audit.record("key_notice", None, {"notices": len(opened.notices)})
         except BaseException:
             store.close()
+            opened.in_use.release()
             raise
         return eng
+
+    @staticmethod
+    def explain(e: BaseException) -> EngineError | None:
+        """What an error from the store or its disk means for people (read-only, disk full, locked, damaged…;
+        db.explain, the one place these are mapped), or None when it is a bug. For the programs' last-resort
+        handlers: the engine's own statements already raise the mapped errors."""
+        return db.explain(e)
 
     @staticmethod
     def store_exists(home: Path | str | None = None) -> bool:
@@ -147,6 +152,8 @@ class Engine:
         self.backfill.stop()
         self.language.reset()
         self.store.close()
+        if self._in_use is not None:
+            self._in_use.release()
 
     def __enter__(self) -> Engine:
         return self
@@ -263,7 +270,9 @@ class Engine:
 
     def forget(self, uid: str) -> ForgetResult:
         """Delete a memory or a document and everything derived from it, in one transaction."""
-        return self.documents.forget(uid) if uid.startswith("doc_") else self.memories.forget(uid)
+        result = self.documents.forget(uid) if uid.startswith("doc_") else self.memories.forget(uid)
+        erasure.after_forget(self.store)  # the log's older copies of the changed pages go (engine/erasure.py)
+        return result
 
     def list_memories(self, *, kind: str | None = None, project: str | None = None, archived: bool | None = False,
                       conflicts_only: bool = False, activity: bool | None = False, limit: int = 100,
@@ -300,17 +309,22 @@ class Engine:
     # ------------------------------------------------------------------------------------------------
     def ingest(self, paths: Sequence[str | Path], *, project: str | None = None,
                progress: Callable[[IngestProgress], None] | None = None,
-               cancel: threading.Event | None = None, max_mb: float | None = None) -> list[IngestResult]:
-        return self.documents.ingest(paths, project=project, progress=progress, cancel=cancel, max_mb=max_mb)
+               cancel: threading.Event | None = None, max_mb: float | None = None,
+               allow: Allow | None = None) -> list[IngestResult]:
+        return self.documents.ingest(paths, project=project, progress=progress, cancel=cancel, max_mb=max_mb,
+                                     allow=allow)
 
     def ingest_text(self, text: str, title: str, *, project: str | None = None) -> IngestResult:
         return self.documents.ingest_text(text, title, project=project)
 
+    def ingest_upload(self, data: bytes, filename: str, *, project: str | None = None) -> IngestResult:
+        return self.documents.ingest_upload(data, filename, project=project)
+
     def resume_pending_documents(self, *, cancel: threading.Event | None = None) -> list[IngestResult]:
         return self.documents.resume_pending_documents(cancel=cancel)
 
-    def list_documents(self, project: str | None = None) -> list[Document]:
-        return self.documents.list_documents(project)
+    def list_documents(self, project: str | None = None, *, failed: bool = False) -> list[Document]:
+        return self.documents.list_documents(project, failed=failed)
 
     def get_document(self, uid: str) -> Document:
         return self.documents.get_document(uid)
@@ -397,7 +411,61 @@ class Engine:
     def stats(self) -> Stats:
         return stats.collect(self.ctx, pending_extraction=self.graph.pending_extraction(),
                              embedding_ready=self.space.embedder.ready,
-                             notes=self.space.notes() + self.consolidation.notes())
+                             notes=self.space.notes() + self.consolidation.notes()
+                             + self.documents.notes())
+
+    # ------------------------------------------------------------------------------------------------
+    # keys, erasure and backups (engine/keyops.py, engine/erasure.py, engine/backup.py)
+    # ------------------------------------------------------------------------------------------------
+    @property
+    def has_data_key(self) -> bool:
+        """False for a store whose key is its passphrase (made before wrapped data keys)."""
+        return self._data_key is not None
+
+    def compact(self) -> dict[str, int]:
+        """Rebuild the file without free pages (VACUUM); sizes before and after, in bytes."""
+        result = erasure.compact(self.store)
+        self.audit.record("compact", None, result)
+        return result
+
+    def change_passphrase(self, new: str) -> str:
+        return keyops.change_passphrase(self, new)
+
+    def rotate_key(self, *, passphrase: str | None = None) -> str | None:
+        """Re-encrypt the store with a new data key; a new recovery key when one had to be made."""
+        return keyops.rotate(self, passphrase=passphrase)
+
+    def show_recovery_key(self) -> tuple[str, bool]:
+        """(the recovery key, whether it was made just now)."""
+        return keyops.show_recovery(self)
+
+    def backup_now(self) -> backup.Snapshot:
+        return backup.backup_now(self)
+
+    def snapshots(self) -> list[backup.Snapshot]:
+        """This store's snapshots in the backup folder, newest first."""
+        return backup.snapshots(backup.folder(self.home))
+
+    @staticmethod
+    def unlock_with_recovery(home: Path | str | None, recovery_key: str, *,
+                             new_passphrase: str | None = None) -> str:
+        """Open the profile's store with its recovery key and make it open normally on this computer."""
+        home = Path(home).expanduser().resolve() if home else home_dir()
+        return keyops.unlock_with_recovery(home, recovery_key, new_passphrase=new_passphrase)
+
+    @classmethod
+    def restore_snapshot(cls, home: Path | str | None, name: str, *,
+                         actor: str = "sdk") -> tuple[backup.Snapshot, Path | None, bool]:
+        """Put a snapshot in place of the profile's store (kept aside) or into an empty profile. Returns
+        (the snapshot, where the replaced store was kept or None, whether this computer opens it)."""
+        home = Path(home).expanduser().resolve() if home else home_dir()
+        if (home / STORE_FILE).exists():
+            with cls.open(home, actor=actor, create=False) as eng:
+                pragma = eng.store._key_pragma
+            snap = backup.find(backup.folder(home), name)
+            return snap, backup.restore(home, snap, pragma), True
+        snap = backup.find(backup.folder(home), name)
+        return snap, None, backup.restore_into_empty(home, snap)
 
     def audit_log(self, *, limit: int = 200, offset: int = 0) -> list[AuditEntry]:
         return self.audit.entries(limit=limit, offset=offset)

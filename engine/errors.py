@@ -29,13 +29,22 @@ class StoreLocked(UserError):
     """Another process holds the write lock for too long."""
 
 
+class StoreUnavailable(UserError):
+    """The store's file, folder or disk is in a state the engine cannot work with (full, read-only, no
+    permission, I/O error, damaged; see db.explain)."""
+
+
+class StoreReadOnly(StoreUnavailable):
+    """The store (or its folder, or the disk) cannot be written."""
+
+
+class DiskFull(StoreUnavailable):
+    """The disk holding the store has no space left."""
+
+
+class StoreCorrupt(StoreUnavailable):
+    """The store file is damaged (or not a store at all)."""
+
+
 class Cancelled(EngineError):
     """The user cancelled a long job. Not an error to report."""
-
-
-class StoreUnavailable(UserError):
-    """The disk or the operating system refused the store (full, read-only, no permission, I/O error)."""
-
-
-class StoreDamaged(UserError):
-    """The store file is corrupt (or not a store at all)."""

@@ -28,6 +28,15 @@ How a file becomes a document, and what the rules are:
   next ingest of the same file, or by :meth:`Documents.resume_pending_documents` (for the app to call
   after opening the store). Without an embedding model the document is ``ready`` at once and its
   chunks are embedded later by the background backfill.
+- **Limits and giving up.** A document that would cost too much to read (engine/limits.py: a zip bomb,
+  deep XML, too much text, more than ``limits.MAX_CHUNKS`` chunks) is ``failed`` before anything is
+  written. A pending document counts its attempts (the first ingest is one, each resume another); after
+  ``limits.MAX_RESUME_ATTEMPTS`` it is given up: its chunks go and its row stays, still ``pending`` with
+  ``meta.failed`` = the reason (invisible to recall), listed by ``list_documents(failed=True)`` and noted
+  in stats. Only a new ingest of the file (or upload of the bytes) tries it again.
+- **Names and policies.** A file name that is not valid UTF-8 fails alone (shown with ``\\xNN``
+  escapes). ``allow`` (the HTTP API's path policy, engine/pathpolicy.py) is asked about every file and
+  folder found; what it refuses is a ``failed`` result.
 - **Cancellation** (the ``cancel`` event, checked between files and between embedding batches) never
   raises: files whose chunks were still waiting for vectors are rolled back (their pending rows are
   removed; one that was replacing an older version is removed too, since its old chunks are already
@@ -48,6 +57,7 @@ import json
 import logging
 import os
 import stat
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -58,8 +68,8 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
-from . import vectors
-from .chunking import chunk_document, make_token_counter
+from . import limits, vectors
+from .chunking import ChunkDraft, TooManyChunks, chunk_document, make_token_counter
 from .context import Changes, Context
 from .db import Connection
 from .embeddings import EmbeddingUnavailable
@@ -115,6 +125,11 @@ class Document(BaseModel):
     project: str | None = None
     created_at: str
     updated_at: str
+    error: str | None = Field(default=None, description="Why it could not be ingested (failed documents only)")
+
+
+Allow = Callable[[Path], "str | None"]
+"""A path policy: None when a file or folder may be read, else why not (see engine.pathpolicy)."""
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -130,11 +145,32 @@ class _Found:
 
 
 def _os_error(path: Path, e: OSError) -> str:
+    name = display_path(path.name)
     if e.errno == errno.ELOOP:
-        return f"{path.name} is a symbolic link loop; skipped"
+        return f"{name} is a symbolic link loop; skipped"
     if isinstance(e, FileNotFoundError):
-        return f"{path.name} doesn't exist (was it moved or deleted?)"
-    return f"{path.name} can't be read: {e.strerror or e}"
+        return f"{name} doesn't exist (was it moved or deleted?)"
+    return f"{name} can't be read: {e.strerror or e}"
+
+
+def display_path(path: str | Path) -> str:
+    """The path as text that can be stored, printed and sent as JSON: bytes of a file name that are not
+    UTF-8 (which POSIX file systems allow) appear as ``\\xNN``."""
+    text = str(path)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return os.fsencode(text).decode("utf-8", "backslashreplace")
+    return text
+
+
+def _name_problem(path: Path) -> str | None:
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return (f"{display_path(path.name)}: the name is not valid UTF-8 text, so it can't be stored; rename it "
+                "and add it again")
+    return None
 
 
 def _human_size(n: int) -> str:
@@ -156,17 +192,27 @@ def _file_problem(path: Path, st: os.stat_result, max_bytes: int) -> str | None:
     return None
 
 
-def scan(paths: Sequence[str | Path]) -> list[_Found]:
-    """Files named and files in folders named, in a stable order; problems are entries with an error."""
+def scan(paths: Sequence[str | Path], allow: Allow | None = None) -> list[_Found]:
+    """Files named and files in folders named, in a stable order; problems are entries with an error.
+
+    ``allow`` (a path policy) is asked about every file and every folder before it is read or walked;
+    what it refuses is an entry with its reason as the error."""
     found: list[_Found] = []
     seen_files: set[str] = set()
     seen_dirs: set[tuple[int, int]] = set()
+
+    def refused(path: Path) -> bool:
+        problem = _name_problem(path) or (allow(path) if allow is not None else None)
+        if problem is not None:
+            found.append(_Found(path, error=problem))
+        return problem is not None
 
     def add_file(path: Path, st: os.stat_result) -> None:
         real = os.path.realpath(path)
         if real not in seen_files:
             seen_files.add(real)
-            found.append(_Found(path, st.st_size))
+            if not refused(path):
+                found.append(_Found(path, st.st_size))
 
     def walk(folder: Path, ancestors: frozenset[tuple[int, int]]) -> None:
         try:
@@ -189,17 +235,18 @@ def scan(paths: Sequence[str | Path]) -> list[_Found]:
             if stat.S_ISDIR(st.st_mode):
                 key = (st.st_dev, st.st_ino)
                 if key in ancestors:
-                    found.append(_Found(path, error=f"{path.name} links back to a folder that contains it "
-                                                    "(a symbolic link loop); skipped"))
+                    found.append(_Found(path, error=f"{display_path(path.name)} links back to a folder that "
+                                                    "contains it (a symbolic link loop); skipped"))
                 elif key not in seen_dirs:
                     seen_dirs.add(key)
-                    walk(path, ancestors | {key})
+                    if not refused(path):
+                        walk(path, ancestors | {key})
             elif supported:
                 if stat.S_ISREG(st.st_mode):
                     add_file(path, st)
                 else:
-                    found.append(_Found(path, error=f"{path.name} is not a regular file (a pipe, device or "
-                                                    "socket); skipped"))
+                    found.append(_Found(path, error=f"{display_path(path.name)} is not a regular file (a pipe, "
+                                                    "device or socket); skipped"))
 
     for raw in paths:
         path = Path(os.path.abspath(Path(raw).expanduser()))
@@ -212,7 +259,8 @@ def scan(paths: Sequence[str | Path]) -> list[_Found]:
             key = (st.st_dev, st.st_ino)
             if key not in seen_dirs:
                 seen_dirs.add(key)
-                walk(path, frozenset({key}))
+                if not refused(path):
+                    walk(path, frozenset({key}))
         else:
             add_file(path, st)  # named explicitly: its type is checked when it is ingested
     return found
@@ -253,7 +301,7 @@ class _Progress:
 
     def reading(self, found: _Found) -> None:
         self.state.stage = "parsing"
-        self.state.current_file = str(found.path)
+        self.state.current_file = display_path(found.path)
         self.state.chunks_done, self.state.chunks_total = 0, None
         self._send()
 
@@ -286,6 +334,38 @@ def _action(meta: str) -> Status:
     return "replaced" if json.loads(meta or "{}").get("action") == "replaced" else "added"
 
 
+def _failure(meta: str) -> str | None:
+    """Why a document could not be ingested, for one that gave up (status 'pending' with meta.failed)."""
+    failed = json.loads(meta or "{}").get("failed")
+    return str(failed) if failed else None
+
+
+def _chunks(parsed: ParsedDocument, name: str) -> list[ChunkDraft]:
+    """The document's chunks, or a DocumentError once it is known to need more than limits.MAX_CHUNKS."""
+    try:
+        return chunk_document(parsed, count_tokens=make_token_counter(), max_chunks=limits.MAX_CHUNKS)
+    except TooManyChunks as e:
+        raise DocumentError(str(limits.too_many_chunks(name, e.at_least))) from None
+
+
+def _upload_name(filename: str) -> str:
+    """The last component of a client's file name, checked: a name for messages and a type to parse by."""
+    name = display_path((filename or "").replace("\\", "/").rsplit("/", 1)[-1]).strip()
+    if not name or name in (".", "..") or "\x00" in name or len(name) > 255:
+        raise DocumentError("An uploaded file needs a file name (with its extension, e.g. notes.pdf).")
+    if Path(name).suffix.lower() not in SUPPORTED_EXTENSIONS:
+        ext = Path(name).suffix.lower()
+        kind = f"{ext} files aren't" if ext else "Files without an extension aren't"
+        raise DocumentError(f"{name}: {kind} supported. Supported types: {', '.join(sorted(SUPPORTED_EXTENSIONS))}")
+    return name
+
+
+def _private_tmp() -> str | None:
+    """Memory-backed /dev/shm when it is usable (an upload's bytes then never reach a disk), else the default."""
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
+
+
 def _sha256_file(path: Path) -> str:
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
@@ -310,17 +390,19 @@ class Documents:
 
     def ingest(self, paths: Sequence[str | Path], *, project: str | None = None,
                progress: Callable[[IngestProgress], None] | None = None,
-               cancel: threading.Event | None = None, max_mb: float | None = None) -> list[IngestResult]:
+               cancel: threading.Event | None = None, max_mb: float | None = None,
+               allow: Allow | None = None) -> list[IngestResult]:
         """Ingest files and folders; one result per file found, in order (see the module doc for the rules).
 
         Files are read one by one, but their chunks are embedded in full batches that may span several
         small files (the model is much faster that way); each document becomes visible as soon as all its
-        chunks have vectors. ``max_mb`` overrides ``settings.max_file_mb`` for this call. Never raises for
-        a bad file or a cancellation; those are results.
+        chunks have vectors. ``max_mb`` overrides ``settings.max_file_mb`` for this call. ``allow`` is a
+        path policy (the HTTP API's, see engine.pathpolicy): what it refuses is a failed result. Never
+        raises for a bad file or a cancellation; those are results.
         """
         project = (project or "").strip() or None
         max_bytes = int((self.ctx.settings.max_file_mb if max_mb is None else max_mb) * _MB)
-        files = scan(paths)
+        files = scan(paths, allow)
         tracker = _Progress(progress, len(files), sum(f.size for f in files))
         tracker.scanned()
         results: list[IngestResult | None] = [None] * len(files)
@@ -345,7 +427,7 @@ class Documents:
         final = []
         for found, r in zip(files, results, strict=True):
             if r is None:
-                r = IngestResult(path=str(found.path), status="failed", error=CANCELLED)
+                r = IngestResult(path=display_path(found.path), status="failed", error=CANCELLED)
                 tracker.finished(found.size)
             final.append(r)
         tracker.done()
@@ -360,19 +442,51 @@ class Documents:
         if size > limit:
             return IngestResult(path=None, status="failed",
                                 error=f"{title} is too big ({_human_size(size)}); the limit is {_human_size(limit)}")
-        chash = _sha256_text(text or "")
-        existing = rows.by_text(self.ctx.con, title, chash)
-        if existing is not None:
+        return self._ingest_unfiled(title, title, _sha256_text(text or ""), size, project,
+                                    lambda: parse_text(text, title))
+
+    def ingest_upload(self, data: bytes, filename: str, *, project: str | None = None) -> IngestResult:
+        """Ingest a file's bytes sent by a client (the HTTP API's upload form): parsed like a file of that
+        name, stored as a document without a path, keyed by its content hash. The bytes are written to a
+        private temporary file (in memory-backed /dev/shm where there is one) only while they are parsed."""
+        name = _upload_name(filename)
+        project = (project or "").strip() or None
+        size, limit = len(data), int(self.ctx.settings.max_file_mb * _MB)
+        if size > limit:
+            return IngestResult(path=None, status="failed",
+                                error=f"{name} is too big ({_human_size(size)}); the limit is {_human_size(limit)}")
+
+        def parse() -> ParsedDocument:
+            with tempfile.TemporaryDirectory(prefix="personal-llm-upload-", dir=_private_tmp()) as tmp:
+                path = Path(tmp) / name
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                return parse_file(path, max_bytes=limit)
+
+        return self._ingest_unfiled(None, name, hashlib.sha256(data).hexdigest(), size, project, parse)
+
+    def _ingest_unfiled(self, key_title: str | None, name: str, chash: str, size: int, project: str | None,
+                        parse: Callable[[], ParsedDocument]) -> IngestResult:
+        """Ingest a document without a path: unchanged when the same content (and key title) is stored."""
+        existing = rows.by_content(self.ctx.con, chash, key_title)
+        given_up = existing is not None and _failure(existing[4]) is not None
+        if existing is not None and not given_up:
             if existing[2] == "ready":
                 return IngestResult(path=None, document_id=existing[1], chunks=existing[3], status="unchanged")
-            pending = self._pending(0, existing[0], existing[1], title, None, _action(existing[4]), size)
+            pending = self._pending(0, existing[0], existing[1], name, None, _action(existing[4]), size)
         else:
             try:
-                parsed = parse_text(text, title)
+                parsed = parse()
+                drafts = _chunks(parsed, name)
             except DocumentError as e:
+                if given_up:
+                    assert existing is not None
+                    self._give_up(existing[0], existing[1], str(e), "unreadable")
                 return IngestResult(path=None, status="failed", error=str(e))
-            doc_id, uid = self._write_rows(None, None, parsed, chash, size, None, project, "added")
-            pending = self._pending(0, doc_id, uid, title, None, "added", size)
+            doc_id, uid = self._write_rows(existing[0] if given_up and existing else None, None, parsed, drafts,
+                                           chash, size, None, project, "added")
+            pending = self._pending(0, doc_id, uid, name, None, "added", size)
         results: list[IngestResult | None] = [None]
         self._drain([pending], results, _Progress(None, 1, size), None, full_batches_only=False)
         assert results[0] is not None
@@ -384,8 +498,25 @@ class Documents:
 
         For the app to call after opening the store (off the UI thread). Cancelling leaves the rest pending.
         """
-        queue = [self._pending(i, doc_id, uid, Path(path).name if path else title, path, _action(meta), size)
-                 for i, (doc_id, uid, path, title, size, meta) in enumerate(rows.pending(self.ctx.con))]
+        queue: list[_Pending] = []
+        given_up: list[IngestResult] = []
+        for doc_id, uid, path, title, size, meta, chunks in rows.pending(self.ctx.con):
+            if _failure(meta) is not None:
+                continue  # gave up before: only a new ingest of the file tries again
+            name = Path(path).name if path else title
+            attempts = int(json.loads(meta or "{}").get("attempts", 1))
+            if chunks > limits.MAX_CHUNKS:
+                reason = str(limits.too_many_chunks(name))
+            elif attempts >= limits.MAX_RESUME_ATTEMPTS:
+                reason = (f"{name} could not be indexed: it was interrupted {attempts} times (the program stopped "
+                          "while indexing it). Add it again to retry, or forget it.")
+            else:
+                with self.ctx.store.write() as con:  # counted before the work, so a crash during it counts too
+                    rows.count_attempt(con, doc_id, attempts + 1)
+                queue.append(self._pending(len(queue), doc_id, uid, name, path, _action(meta), size))
+                continue
+            self._give_up(doc_id, uid, reason, "too_many_chunks" if chunks > limits.MAX_CHUNKS else "interrupted")
+            given_up.append(IngestResult(path=path, document_id=uid, status="failed", error=reason))
         results: list[IngestResult | None] = [None] * len(queue)
         try:
             self._drain(queue, results, _Progress(None, len(queue), 0), cancel, full_batches_only=False)
@@ -393,12 +524,25 @@ class Documents:
             pass
         done = [r for r in results if r is not None]
         self._embed_ingest_memories(sum(r.status != "failed" for r in done))
-        return done
+        return given_up + done
 
-    def list_documents(self, project: str | None = None) -> list[Document]:
-        """Documents that are ready (searchable), most recently added or updated first."""
-        found = rows.ready(self.ctx.con, (project or "").strip() or None, any_project=project is None)
-        return [_document(r) for r in found]
+    def list_documents(self, project: str | None = None, *, failed: bool = False) -> list[Document]:
+        """Documents that are ready (searchable), most recently added or updated first. With ``failed``,
+        instead the documents that could not be ingested and will not be retried on their own (each
+        with its ``error``); re-ingesting the file retries, forgetting it removes the entry."""
+        scope = (project or "").strip() or None
+        if failed:
+            return [_document(r[:-1], _failure(r[-1]))
+                    for r in rows.given_up(self.ctx.con, scope, any_project=project is None)]
+        return [_document(r) for r in rows.ready(self.ctx.con, scope, any_project=project is None)]
+
+    def notes(self) -> list[str]:
+        """Lines for stats: documents that could not be ingested."""
+        failed = rows.count_given_up(self.ctx.con)
+        if not failed:
+            return []
+        return [f"{failed} document{'s' if failed != 1 else ''} could not be ingested (list_documents(failed=True) "
+                "says why); add the file again to retry, or forget it"]
 
     def get_document(self, uid: str) -> Document:
         row = rows.ready_by_uid(self.ctx.con, uid)
@@ -436,7 +580,7 @@ class Documents:
                       max_bytes: int) -> IngestResult | _Pending:
         """Settle a file at once (failed, unchanged, moved) or write its rows and return it to be embedded."""
         path = found.path
-        failed = IngestResult(path=str(path), status="failed")
+        failed = IngestResult(path=display_path(path), status="failed")
         if found.error is not None:
             return failed.model_copy(update={"error": found.error})
         try:
@@ -448,9 +592,14 @@ class Documents:
         except OSError as e:
             return failed.model_copy(update={"error": _os_error(path, e)})
         existing = rows.by_path(self.ctx.con, str(path))
-        if existing is not None and existing[3] == chash:
+        given_up = existing is not None and _failure(existing[5]) is not None  # a new ingest tries again
+        if existing is not None and existing[3] == chash and not given_up:
             if existing[2] == "ready":
                 return IngestResult(path=str(path), document_id=existing[1], chunks=existing[4], status="unchanged")
+            if existing[4] > limits.MAX_CHUNKS:  # written before the limit existed
+                reason = str(limits.too_many_chunks(path.name))
+                self._give_up(existing[0], existing[1], reason, "too_many_chunks")
+                return failed.model_copy(update={"error": reason, "document_id": existing[1]})
             return self._pending(index, existing[0], existing[1], path.name, str(path), _action(existing[5]),
                                  st.st_size)
         if existing is None:
@@ -459,12 +608,16 @@ class Documents:
                 return self._move(moved, path, st)
         try:
             parsed = parse_file(path, max_bytes=max_bytes)
+            drafts = _chunks(parsed, path.name)
         except DocumentError as e:
+            if given_up:
+                assert existing is not None
+                self._give_up(existing[0], existing[1], str(e), "unreadable")
             return failed.model_copy(update={"error": str(e)})
-        action: Status = "replaced" if existing is not None and (
+        action: Status = "replaced" if existing is not None and not given_up and (
             existing[2] == "ready" or _action(existing[5]) == "replaced") else "added"
-        doc_id, uid = self._write_rows(existing[0] if existing else None, str(path), parsed, chash, st.st_size,
-                                       st.st_mtime, project, action)
+        doc_id, uid = self._write_rows(existing[0] if existing else None, str(path), parsed, drafts, chash,
+                                       st.st_size, st.st_mtime, project, action)
         return self._pending(index, doc_id, uid, path.name, str(path), action, st.st_size)
 
     def _pending(self, index: int, doc_id: int, uid: str, name: str, path: str | None, action: Status,
@@ -487,16 +640,16 @@ class Documents:
         self.ctx.changes.emit(Changes("ingest", documents={uid}))
         return IngestResult(path=str(path), document_id=uid, chunks=chunks, status="unchanged")
 
-    def _write_rows(self, doc_id: int | None, path: str | None, parsed: ParsedDocument, chash: str,
-                    size: int, mtime: float | None, project: str | None, action: Status) -> tuple[int, str]:
+    def _write_rows(self, doc_id: int | None, path: str | None, parsed: ParsedDocument, drafts: list[ChunkDraft],
+                    chash: str, size: int, mtime: float | None, project: str | None,
+                    action: Status) -> tuple[int, str]:
         """Write the document (pending, or ready when there is no embedding model) and all its chunks in
         one transaction; replacing, drop the old chunks and what was derived from them. (row id, uid)."""
-        drafts = chunk_document(parsed, count_tokens=make_token_counter())
         hashes = [_sha256_text(d.text) for d in drafts]
         embedding = self.space.ensure()
         status = "pending" if embedding else "ready"
         now = time.time()
-        meta = json.dumps({"action": action}) if embedding else "{}"
+        meta = json.dumps({"action": action, "attempts": 1}) if embedding else "{}"
         with self.ctx.mutation() as (con, touched):
             kept = rows.kept_vectors(con, doc_id) if embedding and doc_id is not None else {}
             if doc_id is None:
@@ -589,6 +742,16 @@ class Documents:
         self.ctx.changes.emit(Changes("ingest", documents={p.uid}))
         return IngestResult(path=p.path, document_id=p.uid, chunks=p.total, status=p.action)
 
+    def _give_up(self, doc_id: int, uid: str, reason: str, code: str) -> None:
+        """Stop trying to ingest a pending document: its chunks go, its row stays with the reason (status
+        'pending' with meta.failed: invisible to recall, listed by list_documents(failed=True))."""
+        with self.ctx.mutation() as (con, touched):
+            if rows.is_pending(con, doc_id):
+                removed = self.delete_document_rows(con, doc_id, touched, keep_document=True)
+                rows.mark_given_up(con, doc_id, json.dumps({"failed": reason}), time.time())
+                self.ctx.audit.record("ingest_failed", uid, {**removed, "reason": code}, con=con)
+        self.ctx.changes.emit(Changes("ingest", documents={uid}))
+
     def _discard(self, doc_id: int, uid: str, reason: str) -> None:
         """Remove a document that did not finish ingesting (it was never visible in this state)."""
         with self.ctx.mutation() as (con, touched):
@@ -597,6 +760,6 @@ class Documents:
                 self.ctx.audit.record("ingest_abandoned", uid, {**removed, "reason": reason}, con=con)
 
 
-def _document(r: tuple) -> Document:
+def _document(r: tuple, error: str | None = None) -> Document:
     return Document(id=r[0], path=r[1], title=r[2], mime=r[3], chunks=r[4], size=r[5], project=r[6],
-                    created_at=iso(r[7]) or "", updated_at=iso(r[8]) or "")
+                    created_at=iso(r[7]) or "", updated_at=iso(r[8]) or "", error=error)

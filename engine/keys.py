@@ -1,7 +1,9 @@
-"""The store's key: a random 32-byte raw key in the OS keychain, or a passphrase where none works.
+"""The store's key: a random 32-byte data key in the OS keychain, or unwrapped with a passphrase where no
+keychain works (engine/recovery.py wraps it; engine/unlock.py opens and creates the store with it).
 
-The profile file (`profile.json`, not secret) records which of the two opens the store and the
-store's id, which names its keychain entry. Nothing here ever writes a key to disk in plaintext.
+The profile file (`profile.json`, not secret) records which of the two opens the store, the store's id
+(which names its keychain entry) and the wrapped keys. Nothing here ever writes a key to disk in
+plaintext. This is the one module outside the storage seam that builds a `PRAGMA key`.
 """
 
 from __future__ import annotations
@@ -12,11 +14,9 @@ import logging
 import os
 import secrets
 import sys
-import time
-import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from .config import PROFILE_FILE, write_atomic
 from .errors import KeyMissing, UserError
@@ -32,6 +32,7 @@ KeySource = Literal["keychain", "passphrase"]
 class Profile:
     store_id: str
     key_source: KeySource
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)  # wrapped keys, rotation state
 
     @property
     def key_account(self) -> str:
@@ -85,20 +86,42 @@ def read_profile(home: Path) -> Profile | None:
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        return Profile(store_id=str(data["store_id"]), key_source=data["key_source"])
-    except (OSError, ValueError, KeyError) as e:
+        return Profile(store_id=str(data["store_id"]), key_source=data["key_source"], raw=data)
+    except (OSError, ValueError, KeyError, TypeError) as e:
         raise UserError(f"{path} is damaged; it names the key of this store, so restore it from a backup.") from e
 
 
-def new_profile(home: Path) -> Profile:
-    """Choose the key source for a new store and record it (the keychain when one works)."""
-    source: KeySource = "keychain" if keychain_usable() else "passphrase"
-    profile = Profile(store_id=uuid.uuid4().hex, key_source=source)
-    write_atomic(
-        home / PROFILE_FILE,
-        json.dumps({"store_id": profile.store_id, "key_source": source, "created_at": time.time()}, indent=2),
-    )
-    return profile
+def write_profile(home: Path, raw: dict[str, Any]) -> Profile:
+    """Replace profile.json atomically (0600) and return what it now says."""
+    write_atomic(home / PROFILE_FILE, json.dumps(raw, indent=2))
+    return Profile(store_id=str(raw["store_id"]), key_source=raw["key_source"], raw=raw)
+
+
+def keychain_accounts() -> list[str]:
+    """The store-key accounts the keychain holds for this app, where the backend can list them (the file
+    keychains of keyrings.alt and the Secret Service); [] elsewhere."""
+    import configparser
+
+    import keyring
+
+    found: list[str] = []
+    try:
+        kr = keyring.get_keyring()
+        for backend in getattr(kr, "backends", None) or [kr]:
+            path = getattr(backend, "file_path", None)
+            if isinstance(path, str) and os.path.exists(path):
+                from keyrings.alt.escape import escape, unescape
+
+                cfg = configparser.RawConfigParser()
+                cfg.read(path, encoding="utf-8")
+                if cfg.has_section(escape(SERVICE)):
+                    found += [unescape(o) for o in cfg.options(escape(SERVICE))]
+            elif hasattr(backend, "get_preferred_collection"):
+                coll = backend.get_preferred_collection()
+                found += [i.get_attributes().get("username", "") for i in coll.search_items({"service": SERVICE})]
+    except Exception as e:
+        log.info("keychain entries could not be listed: %s", type(e).__name__)
+    return sorted({a for a in found if a.startswith("store-") and not a.endswith(".next")})
 
 
 def _passphrase(confirm: bool, interactive: bool = True) -> str:
@@ -118,30 +141,13 @@ def _passphrase(confirm: bool, interactive: bool = True) -> str:
     return first
 
 
-def key_pragma(profile: Profile, *, creating: bool, passphrase: str | None = None,
-               interactive: bool = True) -> str:
-    """The `PRAGMA key` statement that opens this profile's store (never logged)."""
-    if profile.key_source == "keychain":
-        if not keychain_usable():
-            raise KeyMissing(
-                "This store's key lives in the keychain, but no keychain is available now. "
-                "Unlock or start your keychain (Secret Service, macOS Keychain, Windows Credential Manager) "
-                "and try again; the store was left untouched."
-            )
-        hexkey = _keyring_get(profile.key_account)
-        if hexkey is None:
-            if not creating:
-                raise KeyMissing(
-                    f"The key for this store is not in the keychain (service '{SERVICE}', account "
-                    f"'{profile.key_account}'). If you moved the store from another computer or user, "
-                    "restore that keychain entry; the store was left untouched."
-                )
-            hexkey = secrets.token_hex(32)
-            _keyring_set(profile.key_account, hexkey)
-        if len(hexkey) != 64 or any(c not in "0123456789abcdefABCDEF" for c in hexkey):
-            raise KeyMissing("The keychain entry for this store is not a valid key; the store was left untouched.")
-        return f"PRAGMA key = \"x'{hexkey}'\""
-    phrase = passphrase or _passphrase(confirm=creating, interactive=interactive)
+def pragma_for(dk: bytes) -> str:
+    """The `PRAGMA key` statement for a raw data key (never logged)."""
+    return f"PRAGMA key = \"x'{dk.hex()}'\""
+
+
+def pragma_for_passphrase(phrase: str) -> str:
+    """The `PRAGMA key` of a store made before wrapped data keys: SQLCipher derives the key from the passphrase."""
     return "PRAGMA key = '" + phrase.replace("'", "''") + "'"
 
 

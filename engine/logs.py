@@ -23,6 +23,7 @@ def setup_logging(name: str = "personal-llm", level: int = logging.INFO) -> None
     _configured = True
     root = logging.getLogger()
     root.setLevel(level)
+    logging.raiseExceptions = False  # a full or read-only disk must not print logging tracebacks to the terminal
     try:
         d = log_dir()
         d.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -68,6 +69,55 @@ class AskOutput(BaseModel):
 # answer: at the end of stdin the server waits up to this long for the requests it has read.
 DRAIN_SECONDS = 300.0
 
+# What one line of input may be. A request for these tools nests a few levels and is at most a memory's text
+# (100,000 characters, up to six times that once escaped); anything beyond is refused with a JSON-RPC error,
+# and the server goes on reading.
+MAX_LINE_CHARS = 4 * 1024 * 1024
+MAX_JSON_DEPTH = 64
+PARSE_ERROR, INVALID_REQUEST = -32700, -32600
+_JSON_STRING = re.compile(r'"(?:[^"\\]++|\\.)*+"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]++")
+
+
+def _too_deep(line: str) -> bool:
+    """True when the JSON text nests deeper than MAX_JSON_DEPTH (checked before parsing: a parser recurses)."""
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", line))
+    if len(brackets) <= MAX_JSON_DEPTH:
+        return False
+    depth = 0
+    for c in brackets:
+        depth += 1 if c in "[{" else -1
+        if depth > MAX_JSON_DEPTH:
+            return True
+    return False
+
+
+def _problem(line: str) -> tuple[int, str, Any] | None:
+    """Why this line is not a JSON-RPC message the server can take: (code, message, id to answer), or None."""
+    if _too_deep(line):
+        return INVALID_REQUEST, f"Invalid Request: nested more than {MAX_JSON_DEPTH} levels deep", None
+    try:
+        message = json.loads(line)
+    except (ValueError, RecursionError):
+        return PARSE_ERROR, "Parse error: not valid JSON", None
+    if isinstance(message, list):
+        return INVALID_REQUEST, "Invalid Request: batches are not supported; send one message per line", None
+    if isinstance(message, dict) and "id" in message and (
+            isinstance(message["id"], bool) or not isinstance(message["id"], str | int)):
+        # MCP ids are strings or integers; the SDK's lax parsing would turn true into 1 and 2.0 into 2,
+        # answering under an id the client never sent
+        return INVALID_REQUEST, "Invalid Request: an id must be a string or an integer", None
+    from mcp.types import jsonrpc_message_adapter
+
+    try:
+        jsonrpc_message_adapter.validate_python(message, by_name=False)
+    except Exception:  # pydantic's ValidationError; its text would quote the request
+        rid = message.get("id") if isinstance(message, dict) else None
+        if isinstance(rid, bool) or not isinstance(rid, str | int):
+            rid = None
+        return INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 request, notification or response", rid
+    return None
+
 
 class _InFlight:
     """Ids of the requests read from stdin and not yet answered on stdout."""
@@ -79,7 +129,7 @@ class _InFlight:
     def note(self, raw: str, incoming: bool) -> None:
         try:
             message = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             return
         for m in message if isinstance(message, list) else [message]:
             if not isinstance(m, dict):
@@ -99,32 +149,60 @@ class _InFlight:
                 await self._changed.wait()
 
 
-class _Stdin:
-    """Lines from stdin for the SDK's transport; at the end, waits for the requests in flight."""
+class _Stdout:
+    def __init__(self, file: IO[str], flight: _InFlight) -> None:
+        self._file, self._flight = anyio.wrap_file(file), flight
+        self._lock = anyio.Lock()  # the SDK's writer and the error replies below share the pipe
 
-    def __init__(self, file: IO[str], flight: _InFlight, limit: float) -> None:
-        self._file, self._flight, self._limit = anyio.wrap_file(file), flight, limit
+    async def write(self, text: str) -> None:
+        async with self._lock:
+            await self._file.write(text)
+        self._flight.note(text, incoming=False)
+
+    async def flush(self) -> None:
+        async with self._lock:
+            await self._file.flush()
+
+    async def error(self, rid: Any, code: int, message: str) -> None:
+        """Answer a message the SDK will never see with a JSON-RPC error."""
+        await self.write(json.dumps({"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message}}) + "\n")
+        await self.flush()
+
+
+class _Stdin:
+    """Lines from stdin for the SDK's transport, each checked first: a line that is too long, nested too
+    deeply, not JSON or not JSON-RPC is answered here with a JSON-RPC error and not passed on (the SDK
+    would drop it unanswered). At the end of input, waits for the requests in flight."""
+
+    def __init__(self, file: IO[str], flight: _InFlight, limit: float, out: _Stdout) -> None:
+        self._file, self._flight, self._limit, self._out = file, flight, limit, out
+
+    async def _readline(self, limit: int) -> str:
+        return await anyio.to_thread.run_sync(self._file.readline, limit)
 
     def __aiter__(self) -> AsyncIterator[str]:
         return self._lines()
 
     async def _lines(self) -> AsyncIterator[str]:
-        async for line in self._file:
+        while line := await self._readline(MAX_LINE_CHARS + 1):
+            if len(line) > MAX_LINE_CHARS and not line.endswith("\n"):
+                while (rest := await self._readline(MAX_LINE_CHARS)) and not rest.endswith("\n"):
+                    pass  # skip the rest of the line without holding it
+                log.info("mcp: refused a line longer than %d characters", MAX_LINE_CHARS)
+                await self._out.error(None, INVALID_REQUEST,
+                                      f"Invalid Request: a message may be at most {MAX_LINE_CHARS} characters")
+                continue
+            if not line.strip():
+                continue
+            problem = _problem(line)
+            if problem is not None:
+                code, message, rid = problem
+                log.info("mcp: refused a malformed message (%d)", code)
+                await self._out.error(rid, code, message)
+                continue
             self._flight.note(line, incoming=True)
             yield line
         await self._flight.drain(self._limit)
-
-
-class _Stdout:
-    def __init__(self, file: IO[str], flight: _InFlight) -> None:
-        self._file, self._flight = anyio.wrap_file(file), flight
-
-    async def write(self, text: str) -> None:
-        await self._file.write(text)
-        self._flight.note(text, incoming=False)
-
-    async def flush(self) -> None:
-        await self._file.flush()
 
 
 @contextmanager
@@ -156,7 +234,8 @@ class _StdioServer(MCPServer):
     async def run_stdio_async(self) -> None:
         flight = _InFlight()
         with _claimed_stdio() as (fin, fout):
-            wire = (_Stdin(fin, flight, self.drain_seconds), _Stdout(fout, flight))
+            out = _Stdout(fout, flight)
+            wire = (_Stdin(fin, flight, self.drain_seconds, out), out)
             async with stdio_server(*wire) as (r, w):  # type: ignore[arg-type]  # duck-typed AsyncFile
                 await self._lowlevel_server.run(r, w, self._lowlevel_server.create_initialization_options())
 
@@ -173,6 +252,14 @@ def _guarded(name: str, fn: Callable[[], BaseModel]) -> CallToolResult:
     except UserError as e:
         log.info("mcp tool %s refused: %s", name, type(e).__name__)
         return _refusal(str(e))
+    except Exception as e:
+        from .engine import Engine
+
+        env = Engine.explain(e)  # a read that found the disk full, the store damaged, …
+        if env is None:
+            raise
+        log.warning("mcp tool %s: store unavailable: %s", name, type(env).__name__)
+        return _refusal(str(env))
     return CallToolResult(content=[TextContent(type="text", text=out.model_dump_json())],
                           structured_content=out.model_dump(mode="json"))
 

@@ -16,12 +16,12 @@ import json
 import logging
 import re
 import unicodedata
-import zipfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from . import limits
 from .errors import UserError
 
 log = logging.getLogger(__name__)
@@ -149,9 +149,18 @@ def parse_file(path: Path, *, max_bytes: int) -> ParsedDocument:
 
     reader = _READERS.get(ext, _read_code)
     try:
+        if ext in _ZIP_CONTAINERS:
+            limits.check_archive(path, _KIND_NAMES[ext])  # sizes, ratio, XML depth and entities, before any parser
         doc = reader(path)
     except DocumentError:
         raise
+    except limits.EncryptedArchive as e:
+        raise UnsupportedDocument(str(e)) from None
+    except limits.LimitExceeded as e:
+        log.info("a %s file exceeds a limit", ext)
+        raise DocumentError(str(e)) from None
+    except RecursionError:
+        raise DocumentError(f"{name} is nested too deeply to read") from None
     except OSError as e:
         raise DocumentError(f"{name} can't be read: {e.strerror or e}") from None
     except Exception as e:  # third-party parsers raise anything on malformed input
@@ -161,6 +170,7 @@ def parse_file(path: Path, *, max_bytes: int) -> ParsedDocument:
     sections = [s for s in doc.sections if s.text.strip()]
     if not sections:
         raise DocumentError(f"{name} has no text to remember")
+    _check_text(name, sections)
     log.debug("parsed %s: %d sections", ext, len(sections))
     return ParsedDocument(title=doc.title, mime=_MIME[ext], sections=sections)
 
@@ -171,6 +181,7 @@ def parse_text(text: str, title: str) -> ParsedDocument:
     if not cleaned.strip():
         raise DocumentError(f"{title or 'The text'} is empty")
     md_title, sections = _markdown_sections(cleaned)
+    _check_text(title or "The text", sections)
     return ParsedDocument(title=title or md_title or "Untitled", mime="text/markdown", sections=sections)
 
 
@@ -183,6 +194,16 @@ def content_hash(path: Path) -> str:
 # ---------------------------------------------------------------------------------------------------
 # Shared helpers
 # ---------------------------------------------------------------------------------------------------
+
+
+_ZIP_CONTAINERS = frozenset({".docx", ".odt", ".epub"})
+
+
+def _check_text(name: str, sections: list[Section]) -> None:
+    try:
+        limits.check_text(name, sum(len(s.text) for s in sections))
+    except limits.LimitExceeded as e:
+        raise DocumentError(str(e)) from None
 
 
 def _megabytes(n: int) -> str:
@@ -735,9 +756,7 @@ def _read_epub(path: Path) -> ParsedDocument:
     import lxml.html
     from ebooklib import epub
 
-    with zipfile.ZipFile(path) as z:  # a clear "damaged" error before ebooklib's less helpful ones
-        if z.testzip() is not None:
-            raise DocumentError(f"{path.name} is damaged or not a valid EPUB file")
+    # parse_file has inflated and CRC-checked every member (limits.check_archive): damage is reported already
     book = epub.read_epub(str(path), options={"ignore_ncx": True})
     toc_titles: dict[str, str] = {}
     for href, label in _epub_toc(book.toc):

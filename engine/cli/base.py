@@ -7,6 +7,7 @@ import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
@@ -23,7 +24,10 @@ class Session:
     and the settings. Commands never open a store or read configuration themselves."""
 
     def __init__(self, open_engine: Callable[[], Engine], load_settings: Callable[[], Settings],
-                 save_settings: Callable[[Settings], None]):
+                 save_settings: Callable[[Settings], None], home: Path,
+                 new_recovery_keys: list[str] | None = None):
+        self.home = home  # the profile directory (what `folders` keeps the API away from)
+        self.new_recovery_keys = new_recovery_keys if new_recovery_keys is not None else []  # shown after success
         self.open_engine = open_engine
         self.load_settings = load_settings
         self.save_settings = save_settings

@@ -18,8 +18,10 @@ from . import (
     answers,
     consolidation,
     documents,
+    folders,
     graph,
     interfaces,
+    keys,
     memories,
     retrieval,
     settings,
@@ -34,8 +36,8 @@ EXIT_USER_ERROR = 1
 EXIT_BUG = 70
 
 COMMANDS: dict[str, Command] = {
-    c.name: c for module in (memories, retrieval, status, documents, answers, settings, graph, consolidation,
-                             interfaces, transfer)
+    c.name: c for module in (memories, retrieval, status, documents, folders, answers, settings, graph,
+                             consolidation, interfaces, transfer, keys)
     for c in module.COMMANDS
 }
 
@@ -64,14 +66,28 @@ def session() -> Session:
     def save(s: Settings) -> None:
         save_settings(s, home)
 
-    return Session(lambda: Engine.open(home, actor="cli"), load, save)
+    shown: list[str] = []
+
+    def open_engine() -> Engine:
+        eng = Engine.open(home, actor="cli")
+        for notice in eng.notices:  # what the opening repaired or finished
+            print(f"note: {notice}", file=sys.stderr)
+        if eng.recovery_key:  # this command created the store: shown (once, unasked) when the command succeeds
+            shown.append(eng.recovery_key)
+        return eng
+
+    return Session(open_engine, load, save, home, shown)
 
 
 def main(argv: list[str] | None = None) -> int:
     setup_logging("cli")
     args = build_parser().parse_args(argv)
     try:
-        return args.handler(args, session())
+        s = session()
+        code: int = args.handler(args, s)
+        if code == 0 and s.new_recovery_keys:  # after the command's own output, so `error:` would come first
+            keys.show_recovery_key(s.new_recovery_keys.pop(), fresh=True)
+        return code
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USER_ERROR
@@ -85,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except Exception as e:
+        if (env := Engine.explain(e)) is not None:  # a read that found the disk full, the file damaged, …
+            log.error("command %s failed: %s", args.command, type(env).__name__)
+            print(f"error: {env}", file=sys.stderr)
+            return EXIT_USER_ERROR
         log.exception("command %s crashed", args.command)
         print(f"error: an internal error occurred ({type(e).__name__}); details are in {log_dir()}",
               file=sys.stderr)

@@ -12,12 +12,15 @@ from .memories import marks
 DOC_COLS = "uid, path, title, mime, chunk_count, size, project, created_at, updated_at"
 
 
-def by_text(con: Connection, title: str, chash: str) -> tuple | None:
-    """(id, uid, status, chunk_count, meta) of the newest uploaded text with this title and content."""
-    return con.execute(
-        "SELECT id, uid, status, chunk_count, meta FROM documents WHERE path IS NULL AND title = ? "
-        "AND content_hash = ? ORDER BY id DESC LIMIT 1", (title, chash),
-    ).fetchone()
+def by_content(con: Connection, chash: str, title: str | None = None) -> tuple | None:
+    """(id, uid, status, chunk_count, meta) of the newest document without a path (a pasted text or an
+    upload) with this content (and this title, when one is given)."""
+    sql = "SELECT id, uid, status, chunk_count, meta FROM documents WHERE path IS NULL AND content_hash = ?"
+    args: list[str] = [chash]
+    if title is not None:
+        sql += " AND title = ?"
+        args.append(title)
+    return con.execute(sql + " ORDER BY id DESC LIMIT 1", args).fetchone()
 
 
 def by_path(con: Connection, path: str) -> tuple | None:
@@ -29,10 +32,38 @@ def by_path(con: Connection, path: str) -> tuple | None:
 
 
 def pending(con: Connection) -> list[tuple]:
-    """(id, uid, path, title, size, meta) of documents a crash left half-ingested."""
+    """(id, uid, path, title, size, meta, chunk_count) of documents a crash left half-ingested (and of those
+    given up, which carry meta.failed)."""
     return con.execute(
-        "SELECT id, uid, path, title, size, meta FROM documents WHERE status = 'pending' ORDER BY id"
+        "SELECT id, uid, path, title, size, meta, chunk_count FROM documents WHERE status = 'pending' ORDER BY id"
     ).fetchall()
+
+
+def count_attempt(con: Connection, doc_id: int, attempts: int) -> None:
+    """Record how many times ingesting a pending document has been started (meta.attempts)."""
+    con.execute("UPDATE documents SET meta = json_set(meta, '$.attempts', ?) WHERE id = ?", (attempts, doc_id))
+
+
+def mark_given_up(con: Connection, doc_id: int, meta: str, now: float) -> None:
+    """A pending document that will not be retried on its own: no chunks, meta.failed says why."""
+    con.execute("UPDATE documents SET chunk_count = 0, meta = ?, updated_at = ? WHERE id = ?", (meta, now, doc_id))
+
+
+_GIVEN_UP = "status = 'pending' AND json_extract(meta, '$.failed') IS NOT NULL"
+
+
+def given_up(con: Connection, project: str | None = None, *, any_project: bool = True) -> list[tuple]:
+    """DOC_COLS + meta of documents given up (of one project unless any_project), most recently changed first."""
+    sql = f"SELECT {DOC_COLS}, meta FROM documents WHERE {_GIVEN_UP}"
+    args: list[str | None] = []
+    if not any_project:
+        sql += " AND project IS ?"
+        args.append(project)
+    return con.execute(sql + " ORDER BY updated_at DESC, id DESC", args).fetchall()
+
+
+def count_given_up(con: Connection) -> int:
+    return int(con.execute(f"SELECT count(*) FROM documents WHERE {_GIVEN_UP}").fetchone()[0])
 
 
 def ready(con: Connection, project: str | None = None, *, any_project: bool = True) -> list[tuple]:

@@ -65,6 +65,15 @@ def live(eng: Engine) -> Iterator[Live]:
     sock.close()
 
 
+def allow_folders(eng: Engine, *folders: Path) -> None:
+    """What `personal-llm folders allow` does: the API may then ingest files under these folders."""
+    from engine.config import load_settings, save_settings
+
+    settings = load_settings(eng.home)
+    settings.ingest.allowed_folders = [str(f) for f in folders]
+    save_settings(settings, eng.home)
+
+
 def remember(live: Live, text: str, **fields: Any) -> dict:
     r = live.client.post("/memory/remember", json={"text": text, **fields})
     assert r.status_code == 200, r.text
@@ -213,6 +222,7 @@ def test_ingest_text_and_a_path(live: Live, tmp_path: Path):
     assert r.json()[0]["status"] == "added" and r.json()[0]["document_id"].startswith("doc_")
     note = tmp_path / "boat.md"
     note.write_text("# Boat\n\nThe sailing boat is moored at pier 7 in Sausalito.\n", encoding="utf-8")
+    allow_folders(live.eng, tmp_path)
     r = live.client.post("/ingest", json={"paths": [str(note)]})
     assert r.status_code == 200, r.text
     assert [(x["path"], x["status"]) for x in r.json()] == [(str(note), "added")]
@@ -398,7 +408,9 @@ def _operations(spec: dict, tmp_path: Path) -> list[st.SearchStrategy[tuple[str,
                            for p in params if p["in"] == "path"}
             query = {p["name"]: _from_schema(spec, p["schema"]) for p in params if p["in"] == "query"}
             body: st.SearchStrategy[Any] = st.none()
-            if "requestBody" in op:
+            if "requestBody" in op and "application/json" not in op["requestBody"]["content"]:
+                body = st.none() | st.text(max_size=20)  # the upload form (multipart) has tests of its own
+            elif "requestBody" in op:
                 schema = op["requestBody"]["content"]["application/json"]["schema"]
                 body = _from_schema(spec, schema)
                 if path == "/ingest":  # never let a fuzzer ingest real files from this machine

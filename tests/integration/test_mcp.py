@@ -151,3 +151,76 @@ def test_requests_piped_in_are_all_answered_after_stdin_closes(profile_home: Pat
     assert replies["three"]["result"]["structuredContent"]["merged"] is False
     with Engine.open(profile_home) as eng:
         assert "The boiler was serviced in March." in [m.text for m in eng.list_memories()]
+
+
+def test_malformed_deep_and_huge_messages_are_each_answered_and_the_server_keeps_serving(profile_home: Path):
+    """A fuzz of bad lines between good requests: every bad one gets a JSON-RPC error (id null unless the
+    message had a usable id), the good ones their results, and the server exits promptly at end of input."""
+    import random
+    import subprocess
+    import time
+
+    from engine.mcp import MAX_LINE_CHARS
+
+    with Engine.open(profile_home) as eng:
+        eng.remember(PRIVATE)
+    rng = random.Random(21)
+    bad: list[tuple[str, object]] = [  # (line, the id its error must carry)
+        ("[" * 1000 + "]" * 1000, None),  # the 2 KB line that used to kill the server
+        ('{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": ' + '{"a": ' * 1000 + "1" + "}" * 1001, None),
+        ("{" * 100_000, None),
+        ('{"jsonrpc": "2.0", "id": 5, "method": "tools/list"', None),  # cut off
+        ("not json at all", None),
+        ("42", None),
+        ('"a string"', None),
+        ("null", None),
+        ("[]", None),
+        ('[{"jsonrpc": "2.0", "id": 8, "method": "ping"}]', None),  # a batch
+        ('{"id": 9, "method": "ping"}', 9),  # no jsonrpc member
+        ('{"jsonrpc": "1.0", "id": "v1", "method": "ping"}', "v1"),
+        ('{"jsonrpc": "2.0", "id": 10, "method": 12}', 10),
+        ('{"jsonrpc": "2.0", "id": {"x": 1}, "method": "ping"}', None),
+        ('{"jsonrpc": "2.0", "id": true, "method": "ping"}', None),
+        ('{"jsonrpc": "2.0", "id": 2.5, "method": "ping"}', None),
+        ('{"jsonrpc": "2.0"}', None),
+        ("\udcff\udcfe garbage bytes", None),
+        ('{"jsonrpc": "2.0", "id": 11, "method": "tools/call", "params": {"name": "recall", "arguments": '
+         '{"query": "' + "x" * (MAX_LINE_CHARS + 10) + '"}}}', None),  # longer than a line may be
+    ]
+    for _ in range(20):  # random bytes, random truncations of a good request
+        good = json.dumps({"jsonrpc": "2.0", "id": 99, "method": "tools/list"})
+        bad.append((good[:rng.randrange(1, len(good) - 1)], None))
+        bad.append(("".join(chr(rng.randrange(33, 127)) for _ in range(rng.randrange(1, 200))).replace("\n", ""), None))
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "fuzz", "version": "1"}}}
+    lines = [json.dumps(init), json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+             json.dumps({"jsonrpc": "2.0", "id": "unknown-method", "method": "no/such/method"}),
+             json.dumps({"jsonrpc": "2.0", "id": "unknown-tool", "method": "tools/call",
+                         "params": {"name": "no_such_tool", "arguments": {}}})]
+    for n, (line, _) in enumerate(bad):
+        lines.append(line)
+        if n % 6 == 0:  # the server still answers real requests between the bad ones
+            lines.append(json.dumps({"jsonrpc": "2.0", "id": f"recall-{n}", "method": "tools/call",
+                                     "params": {"name": "recall", "arguments": {"query": "where is the spare key"}}}))
+    params = server_params(profile_home)
+    t0 = time.monotonic()
+    proc = subprocess.run([params.command, *params.args], input="\n".join(lines) + "\n", capture_output=True,
+                          text=True, env=params.env, cwd=params.cwd, timeout=180, errors="surrogateescape")
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    replies = [json.loads(r) for r in proc.stdout.splitlines()]
+    errors = [r for r in replies if "error" in r]
+    results = {r["id"]: r for r in replies if "result" in r}
+    assert {r["id"] for r in replies} >= {"unknown-method", "unknown-tool"}  # answered by the SDK itself
+    errors = [e for e in errors if e["id"] not in ("unknown-method", "unknown-tool")]
+    assert len(errors) == len(bad), [e["error"]["message"] for e in errors]
+    for e in errors:
+        assert e["error"]["code"] in (-32700, -32600) and e["error"]["message"]
+    assert sorted((e["id"] for e in errors if e["id"] is not None), key=str) == sorted(
+        [i for _, i in bad if i is not None], key=str)
+    recalls = [r for k, r in results.items() if str(k).startswith("recall-")]
+    assert len(recalls) == len(range(0, len(bad), 6))
+    assert all(r["result"]["structuredContent"]["hits"][0]["text"] == PRIVATE for r in recalls)
+    assert "Traceback" not in proc.stderr
+    assert elapsed < 60  # exits at end of input, not after the five-minute drain
+    print(f"{len(bad)} bad lines answered, {len(recalls)} recalls served, exited after {elapsed:.1f} s")

@@ -1,0 +1,204 @@
+"""Encrypted snapshots of the store: `personal-llm backup now|list|restore SNAPSHOT`.
+
+A snapshot is made with SQLite's online backup API (a consistent copy while other programs write), into a
+file encrypted with the store's own data key, plus a copy of `profile.json` beside it (not secret: it holds
+the wrapped keys, so the recovery key opens the snapshot on any machine). Files are 0600.
+
+Retention (after each snapshot): the newest snapshot of each of the last 7 days that have one, and the
+newest of each of the 4 weeks before those; older snapshots are deleted.
+
+Restore replaces the store only after the snapshot was opened with its key and passed `integrity_check`;
+the current store is kept aside as `memory.db.before-restore-<time>` until the user deletes it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from .config import PROFILE_FILE, STORE_FILE
+from .db import connect
+from .errors import NotFound, UserError, WrongKey
+from .keyops import OpenStore
+from .keys import read_profile
+from .locking import InUse, precreate, private_dir, private_file, store_files
+from .storage import maintenance
+
+log = logging.getLogger(__name__)
+
+PREFIX = "memory-"
+SUFFIX = ".db"
+KEEP_DAILY = 7
+KEEP_WEEKLY = 4
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    name: str
+    path: Path
+    at: float
+    bytes: int
+
+
+BACKUP_DIR_ENV = "PERSONAL_LLM_BACKUP_DIR"
+
+
+def folder(home: Path) -> Path:
+    """`$PERSONAL_LLM_BACKUP_DIR` (another disk, a synced folder), else `backups/` in the profile `home`."""
+    env = os.environ.get(BACKUP_DIR_ENV)
+    return Path(env).expanduser() if env else home / "backups"
+
+
+def snapshots(where: Path) -> list[Snapshot]:
+    """Newest first."""
+    out = []
+    for p in where.glob(f"{PREFIX}*{SUFFIX}"):
+        try:
+            at = datetime.strptime(p.stem.removeprefix(PREFIX), "%Y%m%dT%H%M%S%f").timestamp()
+        except ValueError:
+            continue
+        out.append(Snapshot(p.stem, p, at, p.stat().st_size))
+    return sorted(out, key=lambda s: s.at, reverse=True)
+
+
+def backup_now(eng: OpenStore, where: Path | None = None) -> Snapshot:
+    where = where or folder(eng.home)
+    private_dir(where)
+    stamp = datetime.now().strftime("%Y%m%dT%H%M%S%f")
+    final = where / f"{PREFIX}{stamp}{SUFFIX}"
+    tmp = where / f".{final.name}.partial"
+    precreate(tmp)
+    dst = connect(tmp, eng.store._key_pragma)
+    try:
+        maintenance.copy_into(eng.store.con, dst)  # online: consistent while other connections write
+        ok = maintenance.integrity_ok(dst)
+    finally:
+        dst.close()
+    if not ok:
+        tmp.unlink(missing_ok=True)
+        raise UserError("The snapshot did not verify; nothing was kept. Try again.")
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, final)
+    prof = where / f"{PREFIX}{stamp}.{PROFILE_FILE}"
+    shutil.copyfile(eng.home / PROFILE_FILE, prof)
+    private_file(prof)
+    eng.audit.record("backup", final.name, {"bytes": final.stat().st_size})
+    prune(where)
+    log.info("snapshot written (%d bytes)", final.stat().st_size)
+    return Snapshot(final.stem, final, time.time(), final.stat().st_size)
+
+
+def prune(where: Path, now: float | None = None) -> list[str]:
+    """Apply the retention rule; returns the names deleted."""
+    keep: set[str] = set()
+    days: dict[str, Snapshot] = {}
+    weeks: dict[str, Snapshot] = {}
+    for s in snapshots(where):  # newest first: the first seen per day/week is the newest
+        d = datetime.fromtimestamp(s.at)
+        days.setdefault(d.strftime("%Y-%m-%d"), s)
+    daily = sorted(days.values(), key=lambda s: s.at, reverse=True)[:KEEP_DAILY]
+    keep |= {s.name for s in daily}
+    oldest_daily = min((s.at for s in daily), default=now or time.time())
+    for s in snapshots(where):
+        if s.at < oldest_daily:
+            year, week, _ = datetime.fromtimestamp(s.at).isocalendar()
+            weeks.setdefault(f"{year}-{week:02d}", s)
+    keep |= {s.name for s in sorted(weeks.values(), key=lambda s: s.at, reverse=True)[:KEEP_WEEKLY]}
+    gone = []
+    for s in snapshots(where):
+        if s.name not in keep:
+            s.path.unlink(missing_ok=True)
+            (where / f"{s.name}.{PROFILE_FILE}").unlink(missing_ok=True)
+            gone.append(s.name)
+    return gone
+
+
+def find(where: Path, name: str) -> Snapshot:
+    for s in snapshots(where):
+        if name in (s.name, s.path.name, str(s.path)):
+            return s
+    p = Path(name).expanduser()
+    if p.is_file():
+        return Snapshot(p.stem, p, p.stat().st_mtime, p.stat().st_size)
+    raise NotFound(f"No snapshot named {name} in {where}.")
+
+
+def restore(home: Path, snap: Snapshot, key_pragma: str) -> Path | None:
+    """Put the snapshot in place of the store (or into an empty profile). Returns where the old store was
+    kept aside, or None when there was none. The caller holds no engine on this profile."""
+    try:
+        con = connect(snap.path, key_pragma)
+        ok = maintenance.integrity_ok(con)
+        con.close()
+    except WrongKey as e:
+        raise WrongKey("This snapshot was made with another key (a rotation since?); restore its profile copy "
+                       "and open it with the recovery key. Nothing was changed.") from e
+    if not ok:
+        raise UserError("The snapshot is damaged (integrity check failed); nothing was changed.")
+    private_dir(home)
+    in_use = InUse(home)
+    try:
+        with in_use.exclusive("the restore"):
+            db = home / STORE_FILE
+            aside = None
+            if db.exists():
+                aside = home / f"{STORE_FILE}.before-restore-{datetime.now().strftime('%Y%m%dT%H%M%S')}"
+                if _opens(db, key_pragma):  # fold its log into the file that is kept aside
+                    cur = connect(db, key_pragma)
+                    maintenance.checkpoint(cur)
+                    cur.close()
+                os.replace(db, aside)
+                for extra in store_files(db)[1:]:
+                    extra.unlink(missing_ok=True)
+            tmp = home / f".{STORE_FILE}.restoring"
+            shutil.copyfile(snap.path, tmp)
+            private_file(tmp)
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, db)
+            if read_profile(home) is None:
+                prof = snap.path.with_name(f"{snap.name}.{PROFILE_FILE}")
+                if prof.exists():
+                    shutil.copyfile(prof, home / PROFILE_FILE)
+                    private_file(home / PROFILE_FILE)
+    finally:
+        in_use.release()
+    log.info("snapshot restored")
+    return aside
+
+
+def _opens(db: Path, key_pragma: str) -> bool:
+    try:
+        connect(db, key_pragma).close()
+        return True
+    except WrongKey:
+        return False
+
+
+def restore_into_empty(home: Path, snap: Snapshot) -> bool:
+    """A profile without a store: copy the snapshot and its profile in. True when this computer's keychain
+    opens it; otherwise `personal-llm unlock --recovery-key …` does."""
+    from .unlock import candidates, pragma_of
+
+    prof = snap.path.with_name(f"{snap.name}.{PROFILE_FILE}")
+    if not prof.exists():
+        raise UserError(f"{prof.name} is missing next to the snapshot: it holds the snapshot's wrapped key.")
+    private_dir(home)
+    for src, name in ((snap.path, STORE_FILE), (prof, PROFILE_FILE)):
+        tmp = home / f".{name}.restoring"
+        shutil.copyfile(src, tmp)
+        private_file(tmp)
+        os.replace(tmp, home / name)
+    profile = read_profile(home)
+    assert profile is not None
+    try:
+        cands = candidates(profile, None, interactive=False)
+    except UserError:
+        return False
+    return any(_opens(home / STORE_FILE, pragma_of(k)) for _, k in cands)

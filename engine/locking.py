@@ -1,0 +1,157 @@
+"""File locks on the profile folder, and the private permissions of everything the store writes.
+
+Two lock files live in the profile folder (both empty, 0600):
+
+- `.create.lock`, held exclusively while one process creates the key, `profile.json` and the store, so
+  that processes started at once (the app at login, a CLI command, an agent) never make two stores or a
+  profile naming another store's key; the others wait and then open what was made.
+- `.in-use.lock`, held *shared* by every open engine for its lifetime and taken *exclusively* (without
+  waiting) by the operations that replace the file's key or the file itself (`key rotate`, a restore),
+  which therefore refuse to run while another program has the store open. (POSIX only; on Windows the
+  exclusive check is skipped and the user is told to close other programs.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+from .errors import StoreLocked
+
+CREATE_LOCK = ".create.lock"
+IN_USE_LOCK = ".in-use.lock"
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+CREATE_WAIT_S = 120.0
+
+
+def private_dir(path: Path) -> None:
+    """Create the folder if needed and make it the owner's alone (0700)."""
+    path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    if os.name == "posix":
+        with contextlib.suppress(OSError):  # not ours (e.g. a shared mount): leave it as it is
+            if (path.stat().st_mode & 0o777) != DIR_MODE:
+                os.chmod(path, DIR_MODE)
+
+
+def private_file(path: Path) -> None:
+    """Make an existing file the owner's alone (0600); missing files are fine."""
+    if os.name != "posix":
+        return
+    with contextlib.suppress(FileNotFoundError, PermissionError):
+        if (path.stat().st_mode & 0o777) != FILE_MODE:
+            os.chmod(path, FILE_MODE)
+
+
+def precreate(path: Path) -> None:
+    """Create an empty file 0600 before SQLite opens it: SQLite gives the -wal and -shm files it makes
+    later the same mode as the database file."""
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE))
+    private_file(path)
+
+
+def store_files(db: Path) -> list[Path]:
+    return [db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm"),
+            db.with_name(db.name + "-journal")]
+
+
+def secure_store_files(db: Path) -> None:
+    """0600 on the database and its companions (heals stores made world-readable by older versions)."""
+    for p in store_files(db):
+        private_file(p)
+
+
+def _open_lock(path: Path) -> IO[bytes]:
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, FILE_MODE)
+    private_file(path)
+    return os.fdopen(fd, "r+b", buffering=0)
+
+
+if os.name == "posix":
+    import fcntl
+
+    def _lock(f: IO[bytes], *, shared: bool, wait: bool) -> bool:
+        flags = (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (0 if wait else fcntl.LOCK_NB)
+        try:
+            fcntl.flock(f.fileno(), flags)
+            return True
+        except BlockingIOError:
+            return False
+
+    def _unlock(f: IO[bytes]) -> None:
+        fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+else:  # Windows: msvcrt byte-range locks (exclusive only)
+    import msvcrt
+
+    def _lock(f: IO[bytes], *, shared: bool, wait: bool) -> bool:
+        if shared:
+            return True  # no shared locks in msvcrt; the in-use check is POSIX only
+        while True:
+            try:
+                f.seek(0)
+                msvcrt.locking(f.fileno(), msvcrt.LK_NBLCK, 1)  # type: ignore[attr-defined]
+                return True
+            except OSError:
+                if not wait:
+                    return False
+                time.sleep(0.05)
+
+    def _unlock(f: IO[bytes]) -> None:
+        f.seek(0)
+        msvcrt.locking(f.fileno(), msvcrt.LK_UNLCK, 1)  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
+def creation_lock(home: Path, timeout: float = CREATE_WAIT_S) -> Iterator[None]:
+    """Exclusive: one process at a time creates (or repairs) this profile's key, profile and store."""
+    private_dir(home)
+    f = _open_lock(home / CREATE_LOCK)
+    try:
+        deadline = time.monotonic() + timeout
+        while not _lock(f, shared=False, wait=False):
+            if time.monotonic() > deadline:
+                raise StoreLocked(
+                    "Another program has been creating your memory store for a long time; try again in a moment."
+                )
+            time.sleep(0.02)
+        try:
+            yield
+        finally:
+            _unlock(f)
+    finally:
+        f.close()
+
+
+class InUse:
+    """A shared hold on the store for an open engine's lifetime (see the module docstring)."""
+
+    def __init__(self, home: Path):
+        self._f: IO[bytes] | None = _open_lock(home / IN_USE_LOCK)
+        _lock(self._f, shared=True, wait=True)
+
+    def release(self) -> None:
+        if self._f is not None:
+            with contextlib.suppress(OSError):
+                _unlock(self._f)
+            self._f.close()
+            self._f = None
+
+    @contextlib.contextmanager
+    def exclusive(self, what: str) -> Iterator[None]:
+        """Upgrade to exclusive for `what`, or refuse at once when another program holds the store."""
+        assert self._f is not None
+        if not _lock(self._f, shared=False, wait=False):
+            raise StoreLocked(
+                f"Another program (the app, a server or another command) has your memory store open; close it "
+                f"and run {what} again. Nothing was changed."
+            )
+        try:
+            yield
+        finally:
+            _lock(self._f, shared=True, wait=True)
