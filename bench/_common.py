@@ -142,6 +142,12 @@ def best_threshold(pos: Sequence[float], neg: Sequence[float]) -> tuple[float, f
     return best[0], best[1], best[2]
 
 
+def latency_line(label: str, seconds: Sequence[float]) -> str:
+    """'LABEL: median … ms, p95 … ms' for a list of timings in seconds."""
+    ms = sorted(x * 1000 for x in seconds)
+    return f"{label}: median {ms[len(ms) // 2]:.1f} ms, p95 {ms[int(len(ms) * 0.95)]:.1f} ms"
+
+
 def fmt_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     cells = [[str(c) for c in header]] + [[f"{c:.3f}" if isinstance(c, float) else str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]

@@ -134,8 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(f"BEIR {root.name}: {len(mems)} documents, {len(results)} {args.split} queries")
         print(C.fmt_table(["", "n", *cols], [row]))
-        lat_ms = sorted(x * 1000 for x in lat)
-        print(f"recall latency: median {lat_ms[len(lat_ms) // 2]:.1f} ms, p95 {lat_ms[int(len(lat_ms) * 0.95)]:.1f} ms")
+        print(C.latency_line("recall latency", lat))
         if args.out:
             Path(args.out).write_text(json.dumps({"summary": dict(zip(cols, row[2:], strict=True)),
                                                   "queries": results}, indent=1))
@@ -199,8 +198,7 @@ def run_http(args, root: Path, corpus: list[dict], queries: dict, qrels: dict, q
         print(f"BEIR {root.name} through the HTTP API: {len(uid_doc)} documents, {len(results)} {args.split} "
               "queries, each asked twice")
         print(C.fmt_table(["", "n", *cols], [row]))
-        lat_ms = sorted(x * 1000 for x in lat)
-        print(f"recall over HTTP: median {lat_ms[len(lat_ms) // 2]:.1f} ms, p95 {lat_ms[int(len(lat_ms) * 0.95)]:.1f} ms")
+        print(C.latency_line("recall over HTTP", lat))
         if args.out:
             Path(args.out).write_text(json.dumps({"summary": dict(zip(cols, row[2:], strict=True)),
                                                   "queries": results}, indent=1))

@@ -176,8 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"LoCoMo evidence recall ({args.path}: {len(data)} conversations, {len(mems)} memories, "
               f"{len(results)} questions)")
         print(C.fmt_table(header, rows))
-        lat_ms = sorted(x * 1000 for x in lat)
-        print(f"recall latency: median {lat_ms[len(lat_ms) // 2]:.1f} ms, p95 {lat_ms[int(len(lat_ms) * 0.95)]:.1f} ms")
+        print(C.latency_line("recall latency", lat))
 
         # ---- the relevance floor ---------------------------------------------------------------------
         pos = [r["top"] for r in results if r["category"] != 5]
@@ -215,8 +214,6 @@ def run_http(args, data: list[dict], key: str) -> int:
         uid_dias: dict[str, set[str]] = {}
         texts: dict[str, str] = {}
         projects: dict[str, str] = {}
-        if ready and not (home.parent / "projects.json").exists():  # a cache from an older version of this script
-            home, ready, tmp = C.prepare_home(args.cache_dir, key + "-2")
         if ready:
             uid_dias = {k: set(v) for k, v in json.loads((home.parent / "merges.json").read_text()).items()}
             texts = json.loads((home.parent / "texts.json").read_text())
@@ -264,8 +261,7 @@ def run_http(args, data: list[dict], key: str) -> int:
         print(f"LoCoMo evidence recall through the HTTP API ({args.path}: {len(data)} conversations, "
               f"{len(results)} questions, each asked twice)")
         print(C.fmt_table(header, rows))
-        lat_ms = sorted(x * 1000 for x in lat)
-        print(f"recall over HTTP: median {lat_ms[len(lat_ms) // 2]:.1f} ms, p95 {lat_ms[int(len(lat_ms) * 0.95)]:.1f} ms")
+        print(C.latency_line("recall over HTTP", lat))
         if args.out:
             summary = {label: dict(zip(header, row, strict=True)) for (label, _), row in zip(groups, rows, strict=True)}
             Path(args.out).write_text(json.dumps({"summary": summary, "questions": results}, indent=1))
