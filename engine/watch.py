@@ -308,34 +308,37 @@ class Watch:
     def _watch(self, stop: threading.Event, on_report: Callable[[ScanReport], None] | None) -> None:
         import watchfiles
 
-        scanned: set[str] = set()
+        def tell(reports: list[ScanReport]) -> None:
+            for report in reports:
+                if on_report is not None:
+                    on_report(report)
+
+        scanned: set[str] = set()  # folders scanned since they were last (re)watched
         log.info("watching folders")
         while not stop.is_set():
             self._wake.clear()
             key = self._config_key()
             roots = [f for f in self._folders() if not f.paused and self._check_available(f)]
-            fresh = [f for f in roots if f.path not in scanned]
-            if fresh:
-                for report in self._apply([_Plan(f, None, ScanReport(path=f.path)) for f in fresh], stop):
-                    if on_report is not None:
-                        on_report(report)
-                scanned = {f.path for f in roots}
-                continue  # the configuration may have changed during the scan
-            scanned = {f.path for f in roots}
+            scanned &= {f.path for f in roots}  # one paused, removed or gone is scanned again when back
             if not roots:
                 while not stop.is_set() and not self._wake.is_set() and self._config_key() == key:
                     stop.wait(POLL_MS / 1000)
                 continue
             by_path = {f.path: f for f in roots}
+            fresh = [f for f in roots if f.path not in scanned]
             try:
+                # the scan runs once the watch is set up (at its first yield), so that nothing changed
+                # during the scan is missed: the watcher keeps what happens meanwhile for the next yield
                 for changes in watchfiles.watch(
                         *by_path, watch_filter=self._event_wanted, debounce=DEBOUNCE_MS, step=50,
                         stop_event=_Either(stop, self._wake), rust_timeout=POLL_MS, yield_on_timeout=True,
                         raise_interrupt=False, ignore_permission_denied=True):
+                    if fresh:
+                        tell(self._apply([_Plan(f, None, ScanReport(path=f.path)) for f in fresh], stop))
+                        scanned |= {f.path for f in fresh}
+                        fresh = []
                     if changes:
-                        for report in self._on_events(by_path, {p for _, p in changes}, stop):
-                            if on_report is not None:
-                                on_report(report)
+                        tell(self._on_events(by_path, {p for _, p in changes}, stop))
                     if self._wake.is_set() or self._config_key() != key:
                         break
             except OSError as e:  # a folder went between the look and the watch
