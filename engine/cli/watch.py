@@ -116,8 +116,8 @@ def _run(a: argparse.Namespace, session: Session) -> int:
     c = console()
 
     def report(r: ScanReport) -> None:
-        if a.json:
-            print_json(r)
+        if a.json:  # one JSON object a line, as the scans and events happen
+            print(r.model_dump_json(), flush=True)
             return
         if not r.available:
             c.print(f"{escape(r.path)}: unavailable (its documents are kept)")
@@ -129,7 +129,10 @@ def _run(a: argparse.Namespace, session: Session) -> int:
 
     with session.open_engine() as eng:
         if a.once:
-            for r in eng.watch_scan():
+            reports = eng.watch_scan()
+            if a.json:
+                print_json(reports)
+            for r in [] if a.json else reports:
                 report(r)
             return 0
         stop = threading.Event()

@@ -385,3 +385,30 @@ def test_watched_folders_from_every_door(eng: Engine, tmp_path: Path):
         server.should_exit = True
         thread.join(timeout=20)
         sock.close()
+
+
+def test_the_watch_commands(profile_home: Path, tmp_path: Path):
+    """`personal-llm watch add|run --once|list|remove` and `documents`, as a user runs them (pause and resume
+    are the engine's, tested above)."""
+    import subprocess
+    import sys
+
+    cli = shutil.which("personal-llm", path=str(Path(sys.executable).parent)) or "personal-llm"
+
+    def run(*args: str):
+        p = subprocess.run([cli, *args, "--json"], capture_output=True, text=True, timeout=300, env=os.environ)
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout)
+
+    folder = tmp_path / "recipes"
+    note = write(folder / "bread.md", "Sourdough: feed the starter the night before baking.")
+    added = run("watch", "add", str(folder), "--project", "kitchen", "--include", "*.md", "--exclude", "old")
+    assert added["path"] == str(folder) and added["project"] == "kitchen" and added["include"] == ["*.md"]
+    [report] = run("watch", "run", "--once")
+    assert report["added"] == 1
+    listed = run("watch", "list")
+    assert listed["watching"] is False and listed["folders"][0]["files"] == 1  # no watcher runs now
+    [doc] = run("documents")
+    assert doc["path"] == str(note) and doc["project"] == "kitchen"
+    p = subprocess.run([cli, "watch", "remove", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1 and "not a watched folder" in p.stderr and "Traceback" not in p.stderr
