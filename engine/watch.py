@@ -72,8 +72,10 @@ log = logging.getLogger(__name__)
 WATCH_LOCK = "watch.lock"
 SKIP_FOLDERS = SKIP_DIRS | {".hg", ".svn", ".bzr", "_darcs", "CVS", ".tox", ".mypy_cache", ".pytest_cache",
                             ".idea", "$RECYCLE.BIN", "System Volume Information"}
-DEBOUNCE_MS = 600
-"""Events are gathered until none has come for this long (at most 10 times as long), then applied."""
+QUIET_MS = 300
+"""Events are gathered until no new one has come for this long (a save that writes in steps is one batch)…"""
+DEBOUNCE_MS = 2000
+"""…or for at most this long while they keep coming; then the batch is applied."""
 POLL_MS = 1000
 """How often the watcher looks for folders added, removed, paused or gone while it watches."""
 LOCK_RETRY_S = 3.0
@@ -330,7 +332,7 @@ class Watch:
                 # the scan runs once the watch is set up (at its first yield), so that nothing changed
                 # during the scan is missed: the watcher keeps what happens meanwhile for the next yield
                 for changes in watchfiles.watch(
-                        *by_path, watch_filter=self._event_wanted, debounce=DEBOUNCE_MS, step=50,
+                        *by_path, watch_filter=self._event_wanted, debounce=DEBOUNCE_MS, step=QUIET_MS,
                         stop_event=_Either(stop, self._wake), rust_timeout=POLL_MS, yield_on_timeout=True,
                         raise_interrupt=False, ignore_permission_denied=True):
                     if fresh:

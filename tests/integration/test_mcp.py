@@ -120,7 +120,7 @@ def test_console_script_serves_mcp(profile_home: Path):
         async with stdio_client(params) as (read, write):
             async with ClientSession(read, write) as session:
                 await session.initialize()
-                assert len((await session.list_tools()).tools) == 5
+                assert len((await session.list_tools()).tools) == 6
                 stats = json.loads((await session.read_resource("memory://stats")).contents[0].text)
                 assert stats["memories"] == 0
 
