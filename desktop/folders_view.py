@@ -35,6 +35,8 @@ def folder_state(f: Any) -> str:
         return "Paused"
     if f.scan_interrupted:
         return "Scan to finish"
+    if f.scanned_at is None:
+        return "Not scanned yet"
     return "Watched"
 
 

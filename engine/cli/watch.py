@@ -25,6 +25,8 @@ def _state(f: WatchedFolder) -> str:
         return "[dim]paused[/]"
     if f.scan_interrupted:
         return "[yellow]scan to finish[/]"
+    if f.scanned_at is None:
+        return "[dim]not scanned yet[/]"
     return "[green]watched[/]"
 
 

@@ -14,9 +14,10 @@ def test_a_folder_added_in_settings_is_watched_and_its_status_shown(qtbot, deskt
     (folder / "monday.md").write_text("Monday: the plumber fixed the kitchen tap.", encoding="utf-8")
     box.add_folder(str(folder), "home")
     qtbot.waitUntil(lambda: box.list.topLevelItemCount() == 1, timeout=20_000)
-    qtbot.waitUntil(lambda: box.list.topLevelItem(0).text(3) == "1", timeout=30_000)  # files indexed
+    qtbot.waitUntil(lambda: box.list.topLevelItem(0).text(3) == "1"  # files indexed
+                    and box.list.topLevelItem(0).text(2) == "Watched", timeout=30_000)  # and the scan done
     item = box.list.topLevelItem(0)
-    assert item.text(0) == str(folder) and item.text(1) == "home" and item.text(2) == "Watched"
+    assert item.text(0) == str(folder) and item.text(1) == "home"
 
     (folder / "tuesday.md").write_text("Tuesday: the piano tuner comes at noon.", encoding="utf-8")
     qtbot.waitUntil(lambda: box.list.topLevelItem(0).text(3) == "2", timeout=30_000)  # the watcher follows
