@@ -182,7 +182,10 @@ class Bridge(QObject):
         self.opened.emit(info)
 
     def _watch_model(self, eng: Engine) -> None:
-        """Start the engine's background work (model load + backfill) and report the model's state."""
+        """Start the engine's background work (model load + backfill, the folder watcher) and report the
+        model's state."""
+        if self._start_background:
+            eng.start_watching()  # unless another program of this profile watches the folders
         if eng.embedding_status()[0] == "off":
             self.model_state_changed.emit("off", "Embeddings are off; search matches words only.")
             return
@@ -367,6 +370,20 @@ class Bridge(QObject):
             lambda results: self.ingest_finished.emit(list(results or [])),
             lambda message: (self.failed.emit(message), self.ingest_finished.emit([])),
         )
+
+    def watch_status(self, done: Done) -> None:
+        self.read(lambda e: e.watch_status(), done)
+
+    def watch_add(self, path: str | Path, *, project: str | None = None, done: Done | None = None,
+                  failed: Failed | None = None) -> None:
+        self.write(lambda e: e.watch_add(path, project=project), done, failed)
+
+    def watch_remove(self, path: str, *, done: Done | None = None, failed: Failed | None = None) -> None:
+        self.write(lambda e: e.watch_remove(path), done, failed)
+
+    def watch_pause(self, path: str, paused: bool, *, done: Done | None = None,
+                    failed: Failed | None = None) -> None:
+        self.write(lambda e: e.watch_pause(path, paused), done, failed)
 
     def cancel_ingest(self) -> None:
         if self._ingest_cancel is not None:

@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 
 from . import autostart
 from .bridge import Bridge, EngineInfo
+from .folders_view import FoldersBox
 from .hotkey import HotkeyStatus
 from .widgets import Banner, button, muted, page_title
 
@@ -119,7 +120,8 @@ class SettingsView(QWidget):
         bl.setContentsMargins(20, 16, 20, 12)
         bl.setSpacing(14)
         bl.addWidget(page_title("Settings"))
-        for box in (llm, capture, data, maintenance, appearance):
+        self.folders = FoldersBox(bridge)
+        for box in (llm, capture, data, self.folders, maintenance, appearance):
             bl.addWidget(box)
         bl.addLayout(bottom)
         bl.addStretch(1)

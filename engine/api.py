@@ -40,9 +40,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .ask import AskResult
 from .errors import DiskFull, EngineError, NotFound, StoreLocked, StoreUnavailable, UserError
-from .ingest import IngestResult
+from .ingest import Document, IngestResult
 from .models import ForgetResult, Hit, Memory, RememberResult, Stats
 from .pathpolicy import PathPolicy, PathRefused
+from .watch import WatchStatus
 
 log = logging.getLogger(__name__)
 
@@ -426,6 +427,18 @@ def _add_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
         policy.check_request(body.paths)  # 403 for a path named outside the policy; inside a walk: failed results
         return await call(eng.ingest, [Path(p) for p in body.paths], project=body.project, allow=policy)
 
+    @app.get("/documents", response_model=list[Document], tags=["documents"],
+             summary="Documents, newest first (failed=true: those that could not be ingested, and why)")
+    async def documents(project: Annotated[str | None, Query(max_length=200)] = None,
+                        failed: Annotated[bool, Query(description="List failed documents instead")] = False,
+                        ) -> list[Document]:
+        return await call(eng.list_documents, project, failed=failed)
+
+    @app.get("/watch", response_model=WatchStatus, tags=["documents"],
+             summary="The watched folders and their status (read-only; `personal-llm watch` changes them)")
+    async def watched() -> WatchStatus:
+        return await call(eng.watch_status)
+
     @app.post("/ingest/upload", response_model=list[IngestResult], tags=["documents"],
               summary="Ingest a file whose bytes the client sends (multipart form: `file`, optional `project`)")
     async def ingest_upload(file: Annotated[UploadFile, File(description="The document; its name gives its type")],
@@ -538,6 +551,7 @@ def serve(port: int | None = None, *, max_body_mb: float | None = None,
                          max_body_bytes=int(max_body_mb * 1024 * 1024))
         sock = bind_socket(port)
         eng.start_background()  # load the embedding model off-thread; backfill vectors
+        eng.start_watching()  # the watched folders, unless another program of this profile watches them
         url = f"http://{HOST}:{sock.getsockname()[1]}"
         log.info("serving the API on %s", url)
         if announce:

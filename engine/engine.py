@@ -15,6 +15,7 @@ The parts are attributes (docs/architecture.md draws them):
     eng.space          the embedding model and vectors             engine/space.py
     eng.language       the language model                          engine/language.py
     eng.backfill       background embedding                        engine/backfill.py
+    eng.watch          watched folders and their watcher           engine/watch.py
 
 Each takes the shared `Context` and the sibling parts it uses, so `__init__` shows the order of
 dependencies. The methods below are one-line delegations (verbs that span parts choose the part).
@@ -62,6 +63,7 @@ from .space import Mutation, VectorSpace
 from .storage import state, stats
 from .transfer import ExportResult, ImportResult, Progress, Transfer
 from .unlock import open_store
+from .watch import ScanReport, Watch, WatchedFolder, WatchRemoved, WatchStatus
 
 
 class Engine:
@@ -94,6 +96,7 @@ class Engine:
         self.consolidation = Consolidation(self.ctx, self.memories, self.graph, self.language)
         self.answers = Answers(self.ctx, self.memories, self.retrieval, self.graph, self.language)
         self.transfer = Transfer(self.ctx, self.backfill)
+        self.watch = Watch(self.ctx, self.documents)
 
     # ------------------------------------------------------------------------------------------------
     # opening
@@ -149,6 +152,7 @@ class Engine:
         return profile is not None and profile.key_source == "passphrase"
 
     def close(self) -> None:
+        self.watch.stop()
         self.backfill.stop()
         self.language.reset()
         self.store.close()
@@ -310,9 +314,9 @@ class Engine:
     def ingest(self, paths: Sequence[str | Path], *, project: str | None = None,
                progress: Callable[[IngestProgress], None] | None = None,
                cancel: threading.Event | None = None, max_mb: float | None = None,
-               allow: Allow | None = None) -> list[IngestResult]:
+               allow: Allow | None = None, retry_failed: bool = True) -> list[IngestResult]:
         return self.documents.ingest(paths, project=project, progress=progress, cancel=cancel, max_mb=max_mb,
-                                     allow=allow)
+                                     allow=allow, retry_failed=retry_failed)
 
     def ingest_text(self, text: str, title: str, *, project: str | None = None) -> IngestResult:
         return self.documents.ingest_text(text, title, project=project)
@@ -328,6 +332,40 @@ class Engine:
 
     def get_document(self, uid: str) -> Document:
         return self.documents.get_document(uid)
+
+    # ------------------------------------------------------------------------------------------------
+    # watched folders (engine/watch.py)
+    # ------------------------------------------------------------------------------------------------
+    def watch_add(self, path: str | Path, *, project: str | None = None, include: Iterable[str] | None = None,
+                  exclude: Iterable[str] | None = None) -> WatchedFolder:
+        return self.watch.add(path, project=project, include=include, exclude=exclude)
+
+    def watch_remove(self, path: str | Path, *, forget: bool = False) -> WatchRemoved:
+        return self.watch.remove(path, forget=forget)
+
+    def watch_pause(self, path: str | Path, paused: bool = True) -> WatchedFolder:
+        return self.watch.set_paused(path, paused)
+
+    def watch_status(self) -> WatchStatus:
+        return self.watch.status()
+
+    def watched_paths(self) -> list[str]:
+        return self.watch.paths()
+
+    def watch_scan(self, paths: Iterable[str | Path] | None = None,
+                   cancel: threading.Event | None = None) -> list[ScanReport]:
+        return self.watch.scan(paths, cancel)
+
+    def start_watching(self) -> None:
+        """Watch the folders in a background thread while the engine is open (one process per profile)."""
+        self.watch.start()
+
+    def stop_watching(self) -> None:
+        self.watch.stop()
+
+    def run_watcher(self, stop: threading.Event, on_report: Callable[[ScanReport], None] | None = None) -> None:
+        """Watch the folders on this thread until `stop` is set."""
+        self.watch.run(stop, on_report)
 
     # ------------------------------------------------------------------------------------------------
     # answers and the language model

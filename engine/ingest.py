@@ -31,9 +31,11 @@ How a file becomes a document, and what the rules are:
 - **Limits and giving up.** A document that would cost too much to read (engine/limits.py: a zip bomb,
   deep XML, too much text, more than ``limits.MAX_CHUNKS`` chunks) is ``failed`` before anything is
   written. A pending document counts its attempts (the first ingest is one, each resume another); after
-  ``limits.MAX_RESUME_ATTEMPTS`` it is given up: its chunks go and its row stays, still ``pending`` with
-  ``meta.failed`` = the reason (invisible to recall), listed by ``list_documents(failed=True)`` and noted
-  in stats. Only a new ingest of the file (or upload of the bytes) tries it again.
+  ``limits.MAX_RESUME_ATTEMPTS`` it is given up: its chunks go and its row stays with status ``failed`` and
+  ``meta.failed`` = the reason (invisible to recall, never resumed), listed by
+  ``list_documents(failed=True)`` and counted in stats. Only a new ingest of the file (or upload of the
+  bytes) tries it again; a watched folder (engine/watch.py) ingests with ``retry_failed=False``, so it
+  retries a failed file only once its content changes.
 - **Names and policies.** A file name that is not valid UTF-8 fails alone (shown with ``\\xNN``
   escapes). ``allow`` (the HTTP API's path policy, engine/pathpolicy.py) is asked about every file and
   folder found; what it refuses is a ``failed`` result.
@@ -335,7 +337,7 @@ def _action(meta: str) -> Status:
 
 
 def _failure(meta: str) -> str | None:
-    """Why a document could not be ingested, for one that gave up (status 'pending' with meta.failed)."""
+    """Why a document could not be ingested, for one given up (status 'failed', the reason in meta.failed)."""
     failed = json.loads(meta or "{}").get("failed")
     return str(failed) if failed else None
 
@@ -391,14 +393,16 @@ class Documents:
     def ingest(self, paths: Sequence[str | Path], *, project: str | None = None,
                progress: Callable[[IngestProgress], None] | None = None,
                cancel: threading.Event | None = None, max_mb: float | None = None,
-               allow: Allow | None = None) -> list[IngestResult]:
+               allow: Allow | None = None, retry_failed: bool = True) -> list[IngestResult]:
         """Ingest files and folders; one result per file found, in order (see the module doc for the rules).
 
         Files are read one by one, but their chunks are embedded in full batches that may span several
         small files (the model is much faster that way); each document becomes visible as soon as all its
         chunks have vectors. ``max_mb`` overrides ``settings.max_file_mb`` for this call. ``allow`` is a
         path policy (the HTTP API's, see engine.pathpolicy): what it refuses is a failed result. Never
-        raises for a bad file or a cancellation; those are results.
+        raises for a bad file or a cancellation; those are results. With ``retry_failed`` False, a file
+        whose document failed before and whose content is the same is not tried again (a failed result
+        with the stored reason).
         """
         project = (project or "").strip() or None
         max_bytes = int((self.ctx.settings.max_file_mb if max_mb is None else max_mb) * _MB)
@@ -412,7 +416,7 @@ class Documents:
                 if cancel is not None and cancel.is_set():
                     raise _Cancelled
                 tracker.reading(found)
-                out = self._prepare_file(i, found, project, max_bytes)
+                out = self._prepare_file(i, found, project, max_bytes, retry_failed)
                 if isinstance(out, IngestResult):
                     results[i] = out
                     tracker.finished(found.size)
@@ -470,7 +474,7 @@ class Documents:
                         parse: Callable[[], ParsedDocument]) -> IngestResult:
         """Ingest a document without a path: unchanged when the same content (and key title) is stored."""
         existing = rows.by_content(self.ctx.con, chash, key_title)
-        given_up = existing is not None and _failure(existing[4]) is not None
+        given_up = existing is not None and existing[2] == "failed"
         if existing is not None and not given_up:
             if existing[2] == "ready":
                 return IngestResult(path=None, document_id=existing[1], chunks=existing[3], status="unchanged")
@@ -501,8 +505,6 @@ class Documents:
         queue: list[_Pending] = []
         given_up: list[IngestResult] = []
         for doc_id, uid, path, title, size, meta, chunks in rows.pending(self.ctx.con):
-            if _failure(meta) is not None:
-                continue  # gave up before: only a new ingest of the file tries again
             name = Path(path).name if path else title
             attempts = int(json.loads(meta or "{}").get("attempts", 1))
             if chunks > limits.MAX_CHUNKS:
@@ -541,8 +543,11 @@ class Documents:
         failed = rows.count_given_up(self.ctx.con)
         if not failed:
             return []
-        return [f"{failed} document{'s' if failed != 1 else ''} could not be ingested (list_documents(failed=True) "
-                "says why); add the file again to retry, or forget it"]
+        return [f"{failed} document{'s' if failed != 1 else ''} could not be ingested (`personal-llm documents "
+                "--failed` says why); add the file again to retry, or forget it"]
+
+    def count_failed(self) -> int:
+        return rows.count_given_up(self.ctx.con)
 
     def get_document(self, uid: str) -> Document:
         row = rows.ready_by_uid(self.ctx.con, uid)
@@ -576,8 +581,8 @@ class Documents:
                 "answers": answers + derived.get("answers", 0)}
 
     # --- one file --------------------------------------------------------------------------------------
-    def _prepare_file(self, index: int, found: _Found, project: str | None,
-                      max_bytes: int) -> IngestResult | _Pending:
+    def _prepare_file(self, index: int, found: _Found, project: str | None, max_bytes: int,
+                      retry_failed: bool = True) -> IngestResult | _Pending:
         """Settle a file at once (failed, unchanged, moved) or write its rows and return it to be embedded."""
         path = found.path
         failed = IngestResult(path=display_path(path), status="failed")
@@ -592,7 +597,10 @@ class Documents:
         except OSError as e:
             return failed.model_copy(update={"error": _os_error(path, e)})
         existing = rows.by_path(self.ctx.con, str(path))
-        given_up = existing is not None and _failure(existing[5]) is not None  # a new ingest tries again
+        given_up = existing is not None and existing[2] == "failed"  # a new ingest tries again
+        if given_up and not retry_failed and existing is not None and existing[3] == chash:
+            return failed.model_copy(update={"error": _failure(existing[5]) or "could not be ingested",
+                                             "document_id": existing[1]})
         if existing is not None and existing[3] == chash and not given_up:
             if existing[2] == "ready":
                 return IngestResult(path=str(path), document_id=existing[1], chunks=existing[4], status="unchanged")
@@ -743,10 +751,10 @@ class Documents:
         return IngestResult(path=p.path, document_id=p.uid, chunks=p.total, status=p.action)
 
     def _give_up(self, doc_id: int, uid: str, reason: str, code: str) -> None:
-        """Stop trying to ingest a pending document: its chunks go, its row stays with the reason (status
-        'pending' with meta.failed: invisible to recall, listed by list_documents(failed=True))."""
+        """Stop trying to ingest a document: its chunks go, its row stays with status 'failed' and the reason
+        in meta.failed (invisible to recall, never resumed, listed by list_documents(failed=True))."""
         with self.ctx.mutation() as (con, touched):
-            if rows.is_pending(con, doc_id):
+            if rows.is_pending(con, doc_id, or_failed=True):
                 removed = self.delete_document_rows(con, doc_id, touched, keep_document=True)
                 rows.mark_given_up(con, doc_id, json.dumps({"failed": reason}), time.time())
                 self.ctx.audit.record("ingest_failed", uid, {**removed, "reason": code}, con=con)

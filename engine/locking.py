@@ -155,3 +155,42 @@ class InUse:
             yield
         finally:
             _lock(self._f, shared=True, wait=True)
+
+
+class SoleHolder:
+    """An exclusive, non-blocking lock a process holds while it does what only one process of a profile
+    may do at a time (watching its folders): ``try_acquire`` never waits, ``release`` lets another take it."""
+
+    def __init__(self, path: Path):
+        self._path = path
+        self._f: IO[bytes] | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._f is not None
+
+    def try_acquire(self) -> bool:
+        if self._f is not None:
+            return True
+        f = _open_lock(self._path)
+        if not _lock(f, shared=False, wait=False):
+            f.close()
+            return False
+        self._f = f
+        return True
+
+    def release(self) -> None:
+        if self._f is not None:
+            with contextlib.suppress(OSError):
+                _unlock(self._f)
+            self._f.close()
+            self._f = None
+
+    def held_elsewhere(self) -> bool:
+        """True when another process (or another holder in this one) holds the lock now."""
+        if self._f is not None:
+            return False
+        if self.try_acquire():
+            self.release()
+            return False
+        return True

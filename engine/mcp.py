@@ -1,7 +1,8 @@
-"""The MCP server: other AI assistants use the user's memory through four tools and a stats resource.
+"""The MCP server: other AI assistants use the user's memory through a few tools and a stats resource.
 
 `personal-llm mcp` (or `python -m engine.mcp`) speaks MCP over stdio with the official SDK. Tools:
-`remember`, `recall`, `ask`, and `forget` — destructive (annotated so clients ask the user) and refused
+`remember`, `recall`, `mark_used`, `ask`, `watched_folders` (read-only: the folders kept indexed and
+their status), and `forget` — destructive (annotated so clients ask the user) and refused
 unless its `confirm` argument repeats the id or says "forget". Resources: `memory://stats`.
 When stdin ends, the requests already read are still answered before the server exits.
 
@@ -29,6 +30,7 @@ from pydantic import BaseModel, Field
 
 from .errors import UserError
 from .models import ForgetResult, Hit
+from .watch import WatchStatus
 
 log = logging.getLogger(__name__)
 
@@ -359,6 +361,13 @@ def create_server(eng: Any, pool: ThreadPoolExecutor | None = None) -> MCPServer
             return _refusal('Not deleted: set confirm to the id being forgotten (or "forget") once the user '
                             "has agreed.")
         return await off("forget", lambda: eng.forget(id))
+
+    @server.tool(annotations=ToolAnnotations(title="Watched folders", read_only_hint=True, open_world_hint=False))
+    async def watched_folders() -> Annotated[CallToolResult, WatchStatus]:
+        """The folders the user keeps indexed, with each one's project, patterns and status (files indexed,
+        pending, failed, errors, whether it is paused or unavailable). Read-only: the user changes them
+        with `personal-llm watch` or in the app."""
+        return await off("watched_folders", eng.watch_status)
 
     @server.resource("memory://stats", name="stats", title="Memory statistics", mime_type="application/json",
                      description="Counts by kind, documents, chunks, graph size and the embedding model")

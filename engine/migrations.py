@@ -267,10 +267,58 @@ def m003_activity_and_late_duplicates(con: Connection) -> None:
     )
 
 
+_OLD_STATUS = "CHECK(status IN ('pending','ready'))"
+_NEW_STATUS = "CHECK(status IN ('pending','ready','failed'))"
+
+
+def m004_watched_folders_and_failed_documents(con: Connection) -> None:
+    """Watched folders (engine/watch.py), and a real `failed` status for documents that could not be
+    ingested and are not retried on their own (they were `pending` with meta.failed).
+
+    The status CHECK is widened in place (SQLite's documented way for a change that leaves every stored
+    row valid: edit the table's definition in sqlite_schema and bump schema_version); rebuilding the
+    table would cascade-delete its chunks through the foreign keys."""
+    (sql,) = con.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'documents'").fetchone()
+    if _NEW_STATUS not in sql:
+        if _OLD_STATUS not in sql:
+            raise RuntimeError("documents table has an unexpected definition; not migrated")
+        version = con.execute("PRAGMA schema_version").fetchone()[0]
+        con.execute("PRAGMA writable_schema = ON")
+        try:
+            con.execute("UPDATE sqlite_master SET sql = ? WHERE type = 'table' AND name = 'documents'",
+                        (sql.replace(_OLD_STATUS, _NEW_STATUS),))
+            con.execute(f"PRAGMA schema_version = {int(version) + 1}")
+        finally:
+            con.execute("PRAGMA writable_schema = OFF")
+    con.execute("UPDATE documents SET status = 'failed' "
+                "WHERE status = 'pending' AND json_extract(meta, '$.failed') IS NOT NULL")
+    run_script(
+        con,
+        """
+        CREATE TABLE watched_folders(
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            path TEXT NOT NULL UNIQUE,      -- resolved absolute path
+            project TEXT,
+            include TEXT NOT NULL DEFAULT '[]',   -- JSON list of glob patterns; empty: every supported file
+            exclude TEXT NOT NULL DEFAULT '[]',
+            paused INTEGER NOT NULL DEFAULT 0,
+            available INTEGER NOT NULL DEFAULT 1, -- 0: the folder was missing at the last look (unplugged)
+            queued INTEGER NOT NULL DEFAULT 0,    -- files the watcher found to read and has not read yet
+            skipped INTEGER NOT NULL DEFAULT 0,   -- files left out at the last scan (too big, unreadable name)
+            errors TEXT NOT NULL DEFAULT '[]',    -- JSON list of [path, reason] from the last scan and events
+            added_at REAL NOT NULL,
+            scan_started_at REAL,
+            scanned_at REAL                       -- NULL or older than scan_started_at: a scan did not finish
+        );
+        """,
+    )
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     m001_initial,
     m002_consolidation,
     m003_activity_and_late_duplicates,
+    m004_watched_folders_and_failed_documents,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

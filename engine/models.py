@@ -84,6 +84,8 @@ class Stats(BaseModel):
     archived: int
     conflicts: int
     documents: int
+    documents_failed: int = Field(default=0, description="Documents that could not be ingested and are not retried "
+                                                         "on their own (`personal-llm documents --failed`)")
     chunks: int
     nodes: int
     edges: int

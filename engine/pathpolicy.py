@@ -4,7 +4,7 @@ The CLI and the desktop app act for the user at the keyboard and read any file t
 of the API is a program that holds the token; it may ask the server to ingest files only:
 
 - **under a folder the user allowed** (``settings.ingest.allowed_folders``; ``personal-llm folders allow
-  PATH`` adds one). Paths are compared after resolving symbolic links, so a link inside an allowed folder
+  PATH`` adds one) **or watches** (``personal-llm watch add PATH``, engine/watch.py). Paths are compared after resolving symbolic links, so a link inside an allowed folder
   that leads out of it is refused, and so is ``..``;
 - **never** from the places that hold secrets, even inside an allowed folder: the profile (the store, its
   settings and logs), the keychain file, ``~/.ssh``, ``~/.gnupg``, cloud and container credentials
@@ -99,8 +99,8 @@ class PathPolicy:
 
     @classmethod
     def for_engine(cls, eng: Any) -> PathPolicy:
-        """The policy for an open engine, with the allowed folders as saved now (`personal-llm folders
-        allow` takes effect without restarting the server)."""
+        """The policy for an open engine, with the allowed and watched folders as saved now (`personal-llm
+        folders allow` and `watch add` take effect without restarting the server)."""
         from .config import load_settings, log_dir
 
         home: Path = eng.home
@@ -108,7 +108,8 @@ class PathPolicy:
             settings = load_settings(home)
         except UserError:
             settings = eng.settings
-        return cls(settings.ingest.allowed_folders, profile=home, extra_denied=[log_dir()])
+        watched = eng.watched_paths() if hasattr(eng, "watched_paths") else []
+        return cls([*settings.ingest.allowed_folders, *watched], profile=home, extra_denied=[log_dir()])
 
     def secret(self, path: str | Path) -> str | None:
         """Why this path is a place of secrets the API never reads, or None."""

@@ -111,6 +111,39 @@ def ingest(p: argparse.ArgumentParser) -> Handler:
     return run
 
 
+def documents(p: argparse.ArgumentParser) -> Handler:
+    p.add_argument("--project", help="only this project's documents")
+    p.add_argument("--failed", action="store_true",
+                   help="the documents that could not be ingested (status failed) and why")
+    add_json(p)
+
+    def run(a: argparse.Namespace, session: Session) -> int:
+        with session.open_engine() as eng:
+            docs = eng.list_documents(a.project, failed=a.failed)
+        if a.json:
+            print_json(docs)
+            return 0
+        from rich.table import Table
+
+        c = console()
+        if not docs:
+            c.print("No documents could not be ingested." if a.failed else "No documents yet.")
+            return 0
+        t = Table(expand=True)
+        for col in ("id", "title", "project", "chunks" if not a.failed else "why it failed", "path"):
+            t.add_column(col, ratio=1 if col in ("title", "path", "why it failed") else None)
+        for d in docs:
+            t.add_row(d.id, escape(d.title), escape(d.project or ""), escape(d.error or "") if a.failed
+                      else str(d.chunks), escape(d.path or "(text)"))
+        c.print(t)
+        if a.failed:
+            c.print("A failed document is not retried on its own; ingest the file again to retry, or forget it.")
+        return 0
+
+    return run
+
+
 COMMANDS = [
+    Command("documents", "list documents (--failed: those that could not be ingested, and why)", documents),
     Command("ingest", "add files or folders to memory (text, Markdown, PDF, Word, HTML, ePub, code, …)", ingest),
 ]

@@ -27,6 +27,7 @@ from . import (
     settings,
     status,
     transfer,
+    watch,
 )
 from .base import Command, Session
 
@@ -37,7 +38,7 @@ EXIT_BUG = 70
 
 COMMANDS: dict[str, Command] = {
     c.name: c for module in (memories, retrieval, status, documents, folders, answers, settings, graph,
-                             consolidation, interfaces, transfer, keys)
+                             consolidation, interfaces, transfer, keys, watch)
     for c in module.COMMANDS
 }
 

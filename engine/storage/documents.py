@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any, cast
 
 import numpy as np
@@ -32,8 +33,7 @@ def by_path(con: Connection, path: str) -> tuple | None:
 
 
 def pending(con: Connection) -> list[tuple]:
-    """(id, uid, path, title, size, meta, chunk_count) of documents a crash left half-ingested (and of those
-    given up, which carry meta.failed)."""
+    """(id, uid, path, title, size, meta, chunk_count) of documents a crash left half-ingested."""
     return con.execute(
         "SELECT id, uid, path, title, size, meta, chunk_count FROM documents WHERE status = 'pending' ORDER BY id"
     ).fetchall()
@@ -45,11 +45,12 @@ def count_attempt(con: Connection, doc_id: int, attempts: int) -> None:
 
 
 def mark_given_up(con: Connection, doc_id: int, meta: str, now: float) -> None:
-    """A pending document that will not be retried on its own: no chunks, meta.failed says why."""
-    con.execute("UPDATE documents SET chunk_count = 0, meta = ?, updated_at = ? WHERE id = ?", (meta, now, doc_id))
+    """A document that will not be retried on its own: status 'failed', no chunks, meta.failed says why."""
+    con.execute("UPDATE documents SET status = 'failed', chunk_count = 0, meta = ?, updated_at = ? WHERE id = ?",
+                (meta, now, doc_id))
 
 
-_GIVEN_UP = "status = 'pending' AND json_extract(meta, '$.failed') IS NOT NULL"
+_GIVEN_UP = "status = 'failed'"
 
 
 def given_up(con: Connection, project: str | None = None, *, any_project: bool = True) -> list[tuple]:
@@ -76,6 +77,24 @@ def ready(con: Connection, project: str | None = None, *, any_project: bool = Tr
     return con.execute(sql + " ORDER BY updated_at DESC, id DESC", args).fetchall()
 
 
+def under(con: Connection, folder: str) -> list[tuple[str, str, str, str, int, float | None, str]]:
+    """(path, uid, status, content_hash, size, mtime, meta) of file documents under a folder (``folder`` is an
+    absolute path without a trailing separator)."""
+    prefix = os.path.join(folder, "")
+    return con.execute(
+        "SELECT path, uid, status, content_hash, size, mtime, meta FROM documents WHERE path IS NOT NULL "
+        "AND substr(path, 1, ?) = ? ORDER BY path", (len(prefix), prefix),
+    ).fetchall()
+
+
+def count_under(con: Connection, folder: str) -> dict[str, int]:
+    """Documents under a folder by status."""
+    prefix = os.path.join(folder, "")
+    return {status: int(n) for status, n in con.execute(
+        "SELECT status, count(*) FROM documents WHERE path IS NOT NULL AND substr(path, 1, ?) = ? GROUP BY status",
+        (len(prefix), prefix)).fetchall()}
+
+
 def ready_by_uid(con: Connection, uid: str) -> tuple | None:
     return con.execute(f"SELECT {DOC_COLS} FROM documents WHERE uid = ? AND status = 'ready'", (uid,)).fetchone()
 
@@ -93,8 +112,10 @@ def project_of(con: Connection, doc_id: int) -> str | None:
     return con.execute("SELECT project FROM documents WHERE id = ?", (doc_id,)).fetchone()[0]
 
 
-def is_pending(con: Connection, doc_id: int) -> bool:
-    return con.execute("SELECT 1 FROM documents WHERE id = ? AND status = 'pending'", (doc_id,)).fetchone() is not None
+def is_pending(con: Connection, doc_id: int, *, or_failed: bool = False) -> bool:
+    statuses = "('pending','failed')" if or_failed else "('pending')"
+    return con.execute(f"SELECT 1 FROM documents WHERE id = ? AND status IN {statuses}",
+                       (doc_id,)).fetchone() is not None
 
 
 def progress(con: Connection, doc_id: int) -> tuple[int, int, str]:

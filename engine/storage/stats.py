@@ -26,6 +26,7 @@ def collect(ctx: Context, *, pending_extraction: int, embedding_ready: bool, not
         archived=one("SELECT count(*) FROM memories WHERE archived = 1"),
         conflicts=one("SELECT count(*) FROM memories WHERE conflict_with IS NOT NULL"),
         documents=one("SELECT count(*) FROM documents WHERE status = 'ready'"),
+        documents_failed=one("SELECT count(*) FROM documents WHERE status = 'failed'"),
         chunks=one("SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.document_id AND d.status='ready'"),
         nodes=one("SELECT count(*) FROM nodes"),
         edges=one("SELECT count(*) FROM edges"),

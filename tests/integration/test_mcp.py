@@ -42,7 +42,8 @@ def test_tools_over_stdio(profile_home: Path, tmp_path: Path):
                     assert init.server_info.name == "personal-llm"
 
                     tools = {t.name: t for t in (await session.list_tools()).tools}
-                    assert set(tools) == {"remember", "recall", "mark_used", "ask", "forget"}
+                    assert set(tools) == {"remember", "recall", "mark_used", "ask", "forget", "watched_folders"}
+                    assert tools["watched_folders"].annotations.read_only_hint is True
                     assert tools["forget"].annotations.destructive_hint is True
                     assert "confirm" in tools["forget"].input_schema["required"]
                     for name in ("recall", "ask"):
@@ -77,6 +78,9 @@ def test_tools_over_stdio(profile_home: Path, tmp_path: Path):
 
                     r = await call(session, "recall", query="spare key flowerpot", k=5)
                     assert mem_id not in [h["id"] for h in r.structured_content["hits"]]
+
+                    watched = await call(session, "watched_folders")
+                    assert watched.structured_content["folders"] == []  # `personal-llm watch add` adds them
 
                     resources = (await session.list_resources()).resources
                     assert [str(x.uri) for x in resources] == ["memory://stats"]
@@ -116,7 +120,7 @@ def test_console_script_serves_mcp(profile_home: Path):
         async with stdio_client(params) as (read, write):
             async with ClientSession(read, write) as session:
                 await session.initialize()
-                assert len((await session.list_tools()).tools) == 5
+                assert len((await session.list_tools()).tools) == 6
                 stats = json.loads((await session.read_resource("memory://stats")).contents[0].text)
                 assert stats["memories"] == 0
 

@@ -1,0 +1,158 @@
+"""Watched folders in Settings: add, remove, pause or resume a folder, and each folder's status.
+
+Everything goes through the bridge; the engine's watcher (started by the bridge when the store opens)
+does the indexing, and its writes arrive as `changed`, which refreshes the list.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QFileDialog,
+    QGroupBox,
+    QHBoxLayout,
+    QLineEdit,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from .bridge import Bridge
+from .widgets import Banner, button, muted
+
+COLUMNS = ("Folder", "Project", "State", "Files", "Pending", "Errors")
+
+
+def folder_state(f: Any) -> str:
+    if not f.available:
+        return "Unavailable (documents kept)"
+    if f.paused:
+        return "Paused"
+    if f.scan_interrupted:
+        return "Scan to finish"
+    if f.scanned_at is None:
+        return "Not scanned yet"
+    return "Watched"
+
+
+class FoldersBox(QGroupBox):
+    """The "Watched folders" section (a group box for the Settings page)."""
+
+    def __init__(self, bridge: Bridge, parent: QWidget | None = None) -> None:
+        super().__init__("Watched folders", parent)
+        self.bridge = bridge
+        self.list = QTreeWidget()
+        self.list.setHeaderLabels(list(COLUMNS))
+        self.list.setRootIsDecorated(False)
+        self.list.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.list.setMinimumHeight(110)
+        self.list.itemSelectionChanged.connect(self._selection_changed)
+        self.project = QLineEdit()
+        self.project.setPlaceholderText("Project for a new folder (optional)")
+        self.add_button = button("Add folder…")
+        self.add_button.clicked.connect(self._choose_folder)
+        self.pause_button = button("Pause")
+        self.pause_button.clicked.connect(self._toggle_pause)
+        self.remove_button = button("Stop watching", danger=True)
+        self.remove_button.clicked.connect(self._remove_selected)
+        self.feedback = Banner()
+        self.watching = muted("")
+        row = QHBoxLayout()
+        row.addWidget(self.project, 1)
+        row.addWidget(self.add_button)
+        row.addWidget(self.pause_button)
+        row.addWidget(self.remove_button)
+        layout = QVBoxLayout(self)
+        layout.addWidget(muted("Files in these folders are kept indexed: new and changed files are added, "
+                               "deleted ones are forgotten. Hidden files, links and very large files are skipped."))
+        layout.addWidget(self.list)
+        layout.addLayout(row)
+        layout.addWidget(self.watching)
+        layout.addWidget(self.feedback)
+        self._folders: list[Any] = []
+        self._refresh_soon = QTimer(self)
+        self._refresh_soon.setSingleShot(True)
+        self._refresh_soon.setInterval(300)
+        self._refresh_soon.timeout.connect(self.refresh)
+        bridge.opened.connect(lambda _info: self.refresh())
+        bridge.changed.connect(self._engine_changed)
+        self._selection_changed()
+
+    # ------------------------------------------------------------------------------------------------
+    def refresh(self) -> None:
+        if self.bridge.info is not None:
+            self.bridge.watch_status(self._populate)
+
+    def add_folder(self, path: str, project: str | None = None) -> None:
+        self.bridge.watch_add(path, project=project or None, done=self._added, failed=self._failed)
+
+    def selected_path(self) -> str | None:
+        items = self.list.selectedItems()
+        return items[0].data(0, Qt.ItemDataRole.UserRole) if items else None
+
+    # ------------------------------------------------------------------------------------------------
+    def _engine_changed(self, changes: Any) -> None:
+        if getattr(changes, "action", "") in ("watch", "ingest", "forget"):
+            self._refresh_soon.start()
+
+    def _populate(self, status: Any) -> None:
+        selected = self.selected_path()
+        self._folders = list(status.folders)
+        self.list.clear()
+        for f in self._folders:
+            errors = f.failed + len(f.errors)
+            item = QTreeWidgetItem([f.path, f.project or "", folder_state(f), str(f.files), str(f.pending),
+                                    str(errors)])
+            item.setData(0, Qt.ItemDataRole.UserRole, f.path)
+            if f.errors:
+                item.setToolTip(5, "\n".join(f"{e.path}: {e.error}" for e in f.errors[:10]))
+            self.list.addTopLevelItem(item)
+            if f.path == selected:
+                item.setSelected(True)
+        for i in range(1, len(COLUMNS)):
+            self.list.resizeColumnToContents(i)
+        self.watching.setText("" if status.watching or not self._folders else
+                              "Another copy of the app or `personal-llm serve` may be watching; none runs now.")
+        self._selection_changed()
+
+    def _selection_changed(self) -> None:
+        path = self.selected_path()
+        folder = next((f for f in self._folders if f.path == path), None)
+        self.pause_button.setEnabled(folder is not None)
+        self.remove_button.setEnabled(folder is not None)
+        self.pause_button.setText("Resume" if folder is not None and folder.paused else "Pause")
+
+    def _choose_folder(self) -> None:
+        path = QFileDialog.getExistingDirectory(self, "Watch a folder")
+        if path:
+            self.add_folder(path, self.project.text().strip() or None)
+
+    def _toggle_pause(self) -> None:
+        path = self.selected_path()
+        folder = next((f for f in self._folders if f.path == path), None)
+        if folder is not None:
+            self.bridge.watch_pause(folder.path, not folder.paused, done=lambda _f: self.refresh(),
+                                    failed=self._failed)
+
+    def _remove_selected(self) -> None:
+        path = self.selected_path()
+        if path is not None:
+            self.bridge.watch_remove(path, done=self._removed, failed=self._failed)
+
+    def _added(self, folder: Any) -> None:
+        self.project.clear()
+        self.feedback.set(f"Watching {escape(folder.path)}; its files are being indexed.", "ok")
+        self.refresh()
+
+    def _removed(self, removed: Any) -> None:
+        self.feedback.set(f"No longer watching {escape(removed.path)}; its {removed.kept} document(s) stay in "
+                          "memory (forget them in Documents).", "ok")
+        self.refresh()
+
+    def _failed(self, message: str) -> None:
+        self.feedback.set(escape(message), "error")
