@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 CONSOLIDATE_EVERY_MS = 6 * 3600 * 1000  # scheduled tidy-up while the app runs (first one 10 min after start)
 CONSOLIDATE_FIRST_MS = 10 * 60 * 1000
+HEALTH_EVERY_MS = 15_000  # the language model's server is asked again this often (and after a failed answer)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -70,6 +71,10 @@ class DesktopApp(QObject):
         self._tidy_timer = QTimer(self)
         self._tidy_timer.setInterval(CONSOLIDATE_EVERY_MS)
         self._tidy_timer.timeout.connect(self._scheduled_consolidation)
+        self._health_timer = QTimer(self)
+        self._health_timer.setInterval(HEALTH_EVERY_MS)
+        self._health_timer.timeout.connect(self.recheck_health)
+        self._checking_health = False
         if self.tray is not None:
             self.tray.show()
             self.window.close_to_tray = True
@@ -107,6 +112,7 @@ class DesktopApp(QObject):
         except Exception:
             log.exception("pending deletes could not be carried out at quit")
         self._tidy_timer.stop()
+        self._health_timer.stop()
         if self.hotkey is not None:
             self.hotkey.stop()
         try:
@@ -123,6 +129,7 @@ class DesktopApp(QObject):
         b.opened.connect(self._opened)
         b.open_failed.connect(self._open_failed)
         b.model_state_changed.connect(self._model_state)
+        b.answer_failed.connect(lambda _message: self.recheck_health())
         w.quit_requested.connect(self.quit)
         w.capture_requested.connect(self.open_capture)
         w.hidden_to_tray.connect(self._hidden_to_tray)
@@ -160,7 +167,8 @@ class DesktopApp(QObject):
         startup_report.mark("engine_opened")
         self._start_hotkey(info.settings.hotkey)
         self.bridge.projects(self.capture.set_projects)
-        self.bridge.health(self._health_checked)
+        self.recheck_health(refresh=False)
+        self._health_timer.start()
         self._tidy_timer.start()
         QTimer.singleShot(CONSOLIDATE_FIRST_MS, self._scheduled_consolidation)
         if info.created:
@@ -187,7 +195,15 @@ class DesktopApp(QObject):
         self.bridge.consolidate(lambda report: log.info("scheduled consolidation done"),
                                 lambda message: log.info("scheduled consolidation failed"))
 
+    def recheck_health(self, refresh: bool = True) -> None:
+        """Ask the language model's server again (on a timer, after a failed answer, after saving settings)."""
+        if self._quitting or self._checking_health:
+            return
+        self._checking_health = True
+        self.bridge.health(self._health_checked, refresh=refresh)
+
     def _health_checked(self, health: HealthReport) -> None:
+        self._checking_health = False
         self.window.status.set_llm(health.llm_ok, health.llm_detail)
         if self._info is not None and self._info.created:
             self.window.show_first_run(self._info, health)

@@ -39,6 +39,7 @@ from .context import ChangeFeed, Changes, Context
 from .db import Connection, Store
 from .embeddings import Embedder, NoEmbedder
 from .errors import EngineError
+from .feed import OutsideWrites, StoreChanges
 from .graph import ExtractionReport, Graph, GraphView
 from .ingest import Allow, Document, Documents, IngestProgress, IngestResult
 from .keys import Profile, keychain_token, read_profile
@@ -83,6 +84,7 @@ class Engine:
         self.audit = AuditLog(store, actor)
         self.space = VectorSpace(store, embedder, self.audit, mirror=settings.vector_cache)
         self.changes = ChangeFeed()
+        self.outside = OutsideWrites(store, actor)
         self.ctx = Context(store, settings, profile, home, actor, self.space, self.audit, self.changes)
         self.language = LanguageModel(self.ctx)
         self.backfill = Backfill(self.space)
@@ -188,6 +190,11 @@ class Engine:
 
     def on_change(self, listener: Callable[[Changes], None]) -> None:
         self.changes.subscribe(listener)
+
+    def changes_since(self, token: int | None = None) -> StoreChanges:
+        """What other programs wrote to this store after `token` (None: just the current token); cheap to
+        poll (engine/feed.py)."""
+        return self.outside.since(token)
 
     def mutation(self) -> Mutation:
         """`with eng.mutation() as (con, touched):` — one transaction; the vector mirror follows it."""
@@ -352,10 +359,11 @@ class Engine:
         """Ask the server now whether a configuration (default: the saved one) can answer."""
         return self.language.check(settings or self.settings.llm)
 
-    def health(self) -> HealthReport:
-        """What works and what is missing (embedding model, language model), for people."""
+    def health(self, *, refresh: bool = False) -> HealthReport:
+        """What works and what is missing (embedding model, language model), for people; `refresh` asks the
+        language model's server again instead of the cached answer."""
         embedding, detail = self.space.status()
-        h = self.language.status()
+        h = self.language.status(refresh=refresh)
         return HealthReport(embedding=embedding, embedding_detail=detail, llm_ok=h.ok, llm_detail=h.detail,
                             llm_models=tuple(h.models))
 
