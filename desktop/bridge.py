@@ -398,6 +398,16 @@ class Bridge(QObject):
     def list_documents(self, done: Done, project: str | None = None) -> None:
         self.read(lambda e: e.list_documents(project=project), done)
 
+    def document_passages(self, uid: str, done: Done, failed: Failed | None = None) -> None:
+        self.read(lambda e: e.document_passages(uid), done, failed)
+
+    @staticmethod
+    def supported_extensions() -> list[str]:
+        """The file types ingest reads ('.md', '.pdf', …), for the file dialog's filter."""
+        from engine import SUPPORTED_EXTENSIONS
+
+        return sorted(SUPPORTED_EXTENSIONS)
+
     def ingest(self, paths: Sequence[str | Path], project: str | None = None) -> None:
         """Ingest files/folders on the jobs thread; progress and results arrive as signals."""
         cancel = threading.Event()

@@ -108,3 +108,34 @@ def natural_date(text: str, today: date | None = None) -> str | None:
             except ValueError:
                 return None
     return None if day is None else day.isoformat() + suffix
+
+
+def message_html(text: str) -> str:
+    """A message for a rich-text label: `commands` set as code (no backticks shown), web addresses as links,
+    and neither broken across lines."""
+    import html
+    import re
+
+    out = html.escape(text, quote=False)
+    out = re.sub(r"`([^`]+)`", lambda m: f"<code style='white-space:nowrap'>{m[1]}</code>", out)
+
+    def link(m: re.Match[str]) -> str:
+        url = m[0].rstrip(".,:;)")
+        rest = m[0][len(url):]
+        shown = url.removeprefix("https://").removeprefix("http://") if "ollama.com" in url else url
+        return f"<a href='{url}' style='white-space:nowrap'>{shown}</a>{rest}"
+
+    out = re.sub(r"https?://[^\s<>'\"]+", link, out)
+    return out
+
+
+def size(n: int) -> str:
+    """'812 bytes', '14 KB', '3.2 MB'."""
+    if n < 1000:
+        return "1 byte" if n == 1 else f"{n} bytes"
+    value = float(n)
+    for unit in ("KB", "MB", "GB", "TB"):
+        value /= 1000
+        if value < 1000 or unit == "TB":
+            return f"{value:.1f} {unit}" if value < 10 else f"{value:.0f} {unit}"
+    return f"{n} bytes"

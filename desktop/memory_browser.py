@@ -16,12 +16,14 @@ from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
     QFormLayout,
+    QFrame,
     QHBoxLayout,
     QHeaderView,
     QLineEdit,
     QMenu,
     QMessageBox,
     QPlainTextEdit,
+    QScrollArea,
     QSplitter,
     QStackedWidget,
     QToolButton,
@@ -106,7 +108,10 @@ class MemoryBrowser(QWidget):
         for w in (self.kind, self.project, self.period, self.show_filter):
             filters.addWidget(w)
         filters.addStretch(1)
+        for combo in (self.kind, self.period, self.show_filter):  # never cut their own words
+            combo.setMinimumWidth(combo.sizeHint().width())
         self.count = muted("")
+        self.count.setWordWrap(False)
         filters.addWidget(self.count)
 
         self.tree = QTreeWidget()
@@ -117,10 +122,10 @@ class MemoryBrowser(QWidget):
         self.tree.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         header = self.tree.header()
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        for col, width in ((1, 84), (2, 96), (3, 104)):
-            header.setSectionResizeMode(col, QHeaderView.ResizeMode.Interactive)
-            header.resizeSection(col, width)
+        for col in (1, 2, 3):  # as wide as their longest value (and their title), never cut
+            header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
         header.setStretchLastSection(False)
+        header.setMinimumSectionSize(header.fontMetrics().horizontalAdvance("Memory") + 24)
         self.tree.itemSelectionChanged.connect(self._selection_changed)
         # a memory shown in the editor for a moment counts as opened (not each row the arrow keys pass over)
         self._open_timer = QTimer(self, singleShot=True, interval=OPENED_AFTER_MS)
@@ -144,6 +149,34 @@ class MemoryBrowser(QWidget):
         self.editor.setMinimumWidth(250)
         splitter.setSizes([700, 300])
         splitter.setChildrenCollapsible(False)
+        self.splitter = splitter
+        # Narrow (a small window, a large scale): the list keeps the width and the editor becomes a drawer
+        # over its right side, opened by choosing a memory and closed with Esc or ✕.
+        self.drawer = QFrame(self)
+        self.drawer.setObjectName("Drawer")
+        self.drawer.setFrameShape(QFrame.Shape.StyledPanel)
+        self.drawer.setAutoFillBackground(True)
+        self.drawer_close = QToolButton()
+        self.drawer_close.setText("✕")
+        self.drawer_close.setToolTip("Close (Esc)")
+        self.drawer_close.clicked.connect(self.close_drawer)
+        drawer_head = QHBoxLayout()
+        drawer_head.addWidget(muted("Memory"), 1)
+        drawer_head.addWidget(self.drawer_close)
+        self._drawer_layout = QVBoxLayout(self.drawer)
+        self._drawer_layout.setContentsMargins(10, 8, 10, 8)
+        self._drawer_layout.addLayout(drawer_head)
+        self._drawer_scroll = QScrollArea()  # a short window scrolls the editor instead of squeezing it
+        self._drawer_scroll.setWidgetResizable(True)
+        self._drawer_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self._drawer_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self._drawer_layout.addWidget(self._drawer_scroll, 1)
+        self.drawer.hide()
+        self.compact = False
+        QShortcut(QKeySequence(Qt.Key.Key_Escape), self.drawer, activated=self.close_drawer,
+                  context=Qt.ShortcutContext.WidgetWithChildrenShortcut)
+        self.tree.itemActivated.connect(lambda _item, _col: self.open_drawer())
+        self.tree.itemClicked.connect(lambda _item, _col: self.open_drawer())
 
         self.undo_bar = UndoBar()
         self.undo_bar.undo_clicked.connect(self.undo_delete)
@@ -213,6 +246,7 @@ class MemoryBrowser(QWidget):
         index = self.project.findData(current)
         self.project.setCurrentIndex(max(index, 0))
         self.project.blockSignals(False)
+        self.project.setMinimumWidth(min(self.project.sizeHint().width(), 220))
         self.editor.set_projects(projects)
 
     def refresh(self) -> None:
@@ -285,6 +319,50 @@ class MemoryBrowser(QWidget):
         uids = self.pending.take_all()
         if uids:
             self.bridge.forget_now(uids)
+
+    # ------------------------------------------------------------------------------------------------
+    # layout: side by side when there is room, else the editor in a drawer
+    # ------------------------------------------------------------------------------------------------
+    COMPACT_BELOW = 860  # px of this page's width
+
+    def set_compact(self, compact: bool) -> None:
+        if compact == self.compact:
+            return
+        self.compact = compact
+        if compact:
+            self.editor.setMinimumWidth(0)
+            self._drawer_scroll.setWidget(self.editor)
+            self.editor.show()
+        else:
+            self.drawer.hide()
+            self._drawer_scroll.takeWidget()
+            self.splitter.addWidget(self.editor)
+            self.editor.setMinimumWidth(250)
+            self.editor.show()
+            self.splitter.setSizes([max(1, self.width() * 3 // 5), max(1, self.width() * 2 // 5)])
+
+    def open_drawer(self) -> None:
+        if self.compact and self.editor.row is not None:
+            self._place_drawer()
+            self.drawer.show()
+            self.drawer.raise_()
+
+    def close_drawer(self) -> None:
+        if self.drawer.isVisible():
+            self.save_edit()
+            self.drawer.hide()
+            self.tree.setFocus()
+
+    def _place_drawer(self) -> None:
+        area = self.rect().adjusted(0, 8, -8, -8)
+        width = min(area.width(), max(320, int(area.width() * 0.66)))
+        self.drawer.setGeometry(area.right() - width + 1, area.top(), width, area.height())
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        self.set_compact(self.width() < self.COMPACT_BELOW)
+        if self.drawer.isVisible():
+            self._place_drawer()
 
     # ------------------------------------------------------------------------------------------------
     # internals
@@ -391,6 +469,7 @@ class MemoryBrowser(QWidget):
         if row is None:
             self.editor.clear(multiple=len(ids) > 1)
             self._open_timer.stop()
+            self.drawer.hide()
         else:
             self.editor.load(row, can_resolve=True)
             self._open_timer.start()
@@ -483,6 +562,7 @@ class MemoryEditor(QWidget):
         self.placeholder = EmptyState("Select a memory", "Its text, kind, project and date appear here to edit.")
         self.text = QPlainTextEdit()
         self.text.setPlaceholderText("What to remember")
+        self.text.setMinimumHeight(72)
         self.kind = QComboBox()
         for value in ("fact", "episodic", "procedural"):
             self.kind.addItem(formatting.kind_label(value), value)

@@ -41,7 +41,7 @@ from .embeddings import Embedder, NoEmbedder
 from .errors import EngineError
 from .feed import OutsideWrites, StoreChanges
 from .graph import ExtractionReport, Graph, GraphView
-from .ingest import Allow, Document, Documents, IngestProgress, IngestResult
+from .ingest import Allow, Document, Documents, IngestProgress, IngestResult, Passage
 from .keys import Profile, keychain_token, read_profile
 from .language import LanguageModel
 from .llm import Health, LLMRouter
@@ -335,6 +335,9 @@ class Engine:
 
     def get_document(self, uid: str) -> Document:
         return self.documents.get_document(uid)
+
+    def document_passages(self, uid: str, limit: int = 2000) -> list[Passage]:
+        return self.documents.passages(uid, limit)
 
     # ------------------------------------------------------------------------------------------------
     # answers and the language model
