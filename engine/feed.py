@@ -2,7 +2,7 @@
 same file) wrote since a token, so an open app can follow the store whoever writes to it.
 
 Every write records one audit row in its own transaction, so the audit log's last id is the store's write
-sequence: a token is that id. Polling costs one `PRAGMA data_version` (SQLite's count of commits by other
+sequence: a token is that id. Polling costs one read of `data_version` (SQLite's count of commits by other
 connections, kept in memory: nothing is read from disk when nobody wrote) and, only when that moved, one
 index lookup for the rows after the token. Writes by this engine's own actor are left out: they were
 announced in-process already (`Engine.on_change`).
