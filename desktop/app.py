@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QObject, Qt, QTimer, Signal
+from PySide6.QtCore import QEventLoop, QObject, Qt, QTimer, Signal
 from PySide6.QtWidgets import QApplication, QInputDialog, QLineEdit, QMessageBox
 
 from . import startup_report
@@ -125,6 +125,10 @@ class DesktopApp(QObject):
         if self.window.isVisible():
             self.window.save_geometry()
         self.window.hide()
+        if self.tray is not None:
+            self.tray.hide()
+        # gone from the screen now, not after the store has closed (a model still loading holds that up)
+        QApplication.processEvents(QEventLoop.ProcessEventsFlag.ExcludeUserInputEvents)
         try:
             self.window.memories.flush_deletes()
         except Exception:

@@ -47,6 +47,8 @@ class EngineInfo:
     settings: Settings
     log_dir: Path
     recovery_key: str | None = None  # only when this launch created the store: shown to the user once
+    key_backend: str = ""  # where keyring keeps the key ("the macOS Keychain", "a plaintext file (…)")
+    key_backend_secure: bool = True  # False: not a real system keychain (keyrings.alt's files)
 
 
 class _Relay(QObject):
@@ -182,6 +184,11 @@ class Bridge(QObject):
             created=self._created, settings=eng.settings.model_copy(deep=True), log_dir=log_dir(),
             recovery_key=eng.recovery_key,
         )
+        if eng.key_source == "keychain":
+            backend, secure = eng.keychain_backend()
+            from dataclasses import replace
+
+            info = replace(info, key_backend=backend, key_backend_secure=secure)
         self._relay.delivered.emit(self._set_info, info)
         threading.Thread(target=self._watch_model, args=(eng,), name="bridge-model-watch", daemon=True).start()
 

@@ -247,6 +247,8 @@ class MainWindow(QMainWindow):
         b.model_state_changed.connect(self.status.set_model_state)
         b.failed.connect(self.show_error)
         self.memories.status_posted.connect(self.status.post)
+        b.paused_changed.connect(self.status.set_paused)
+        self.status.resume_clicked.connect(lambda: b.set_paused(False))
 
     def _shortcuts(self) -> None:
         for i in range(len(PAGES)):

@@ -18,9 +18,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from . import drops, icons
+from . import drops, formatting, icons
 
-KINDS = (("Fact", "fact"), ("Event", "episodic"), ("How-to", "procedural"))
+KINDS = tuple((formatting.kind_label(k), k) for k in ("fact", "episodic", "procedural"))  # one vocabulary
 NO_PROJECT = "No project"
 
 

@@ -191,6 +191,13 @@ class Engine:
     def on_change(self, listener: Callable[[Changes], None]) -> None:
         self.changes.subscribe(listener)
 
+    @staticmethod
+    def keychain_backend() -> tuple[str, bool]:
+        """Where keyring keeps keys, for people, and whether that is a real system keychain."""
+        from .keys import keychain_backend
+
+        return keychain_backend()
+
     def changes_since(self, token: int | None = None) -> StoreChanges:
         """What other programs wrote to this store after `token` (None: just the current token); cheap to
         poll (engine/feed.py)."""
