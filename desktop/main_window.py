@@ -129,6 +129,7 @@ class MainWindow(QMainWindow):
         size = self.DEFAULT_SIZE.boundedTo(QSize(int(area.width() * 0.92), int(area.height() * 0.92)))
         self.resize(size.expandedTo(self.minimumSize()))
         self.move(area.center().x() - self.width() // 2, area.center().y() - self.height() // 2)
+        self.keep_on_screen()
 
     def keep_on_screen(self) -> None:
         """Shrink to the screen it is on (or the primary one) and move it fully inside."""
@@ -136,7 +137,8 @@ class MainWindow(QMainWindow):
         frame = self.frameGeometry()
         area = next((s.availableGeometry() for s in screens if s.availableGeometry().intersects(frame)),
                     self.screen_area())
-        width, height = min(self.width(), area.width()), min(self.height(), area.height())
+        extra_w, extra_h = frame.width() - self.width(), frame.height() - self.height()  # the title bar, borders
+        width, height = min(self.width(), area.width() - extra_w), min(self.height(), area.height() - extra_h)
         if (width, height) != (self.width(), self.height()):
             self.resize(width, height)
         frame = self.frameGeometry()
