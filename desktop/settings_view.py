@@ -244,7 +244,7 @@ class SettingsView(QWidget):
         self.embedding.setText(detail)
 
     def set_hotkey_status(self, status: HotkeyStatus) -> None:
-        tone = {"active": "ok", "clash": "error", "invalid": "error"}.get(status.state, "warn")
+        tone = {"active": "ok", "clash": "error", "invalid": "error", "waiting": "info"}.get(status.state, "warn")
         self.hotkey_status.set(status.message, tone)
 
     def current_settings(self) -> Any:
