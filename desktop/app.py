@@ -207,7 +207,7 @@ class DesktopApp(QObject):
                           "Write down or print this recovery key and keep it away from this computer. It opens "
                           "your memory on any computer (personal-llm unlock --recovery-key …) if this "
                           f"computer or its keychain is lost.\n\n{key}\n\n"
-                          "`personal-llm key show-recovery` shows it again later.", parent=self.window)
+                          "The command personal-llm key show-recovery shows it again later.", parent=self.window)
         box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         box.addButton("I have kept it", QMessageBox.ButtonRole.AcceptRole)
         box.setModal(False)

@@ -20,8 +20,14 @@ OK, MISSING, WAIT = "✓", "✗", "…"
 def lines(info: EngineInfo, health: HealthReport | None) -> list[tuple[str, str]]:
     """(mark, sentence) pairs describing the setup."""
     out: list[tuple[str, str]] = []
-    where = "your system keychain" if info.key_source == "keychain" else "your passphrase"
-    out.append((OK, f"Your encrypted memory store is ready at {info.store} (key in {where})."))
+    if info.key_source != "keychain":
+        out.append((OK, f"Your encrypted memory store is ready at {info.store} (opened with your passphrase)."))
+    elif info.key_backend_secure:
+        out.append((OK, f"Your encrypted memory store is ready at {info.store} (key in "
+                         f"{info.key_backend or 'your system keychain'})."))
+    else:
+        out.append((MISSING, f"Your memory store at {info.store} is encrypted, but its key is in "
+                             f"{info.key_backend}, not a system keychain: see Settings → Your data."))
     if health is None:
         out.append((WAIT, "Checking the search model and the language model…"))
         return out

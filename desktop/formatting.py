@@ -117,13 +117,14 @@ def message_html(text: str) -> str:
     import re
 
     out = html.escape(text, quote=False)
-    out = re.sub(r"`([^`]+)`", lambda m: f"<code style='white-space:nowrap'>{m[1]}</code>", out)
+    out = re.sub(r"`([^`]+)`", lambda m: f"<nobr><code>{m[1]}</code></nobr>", out)
 
     def link(m: re.Match[str]) -> str:
         url = m[0].rstrip(".,:;)")
         rest = m[0][len(url):]
         shown = url.removeprefix("https://").removeprefix("http://") if "ollama.com" in url else url
-        return f"<a href='{url}' style='white-space:nowrap'>{shown}</a>{rest}"
+        shown = shown.replace("/", "/\u2060").replace(":", ":\u2060")  # word joiners:
+        return f"<nobr><a href='{url}'>{shown}</a></nobr>{rest}"  # Qt breaks after '/' even in <nobr>
 
     out = re.sub(r"https?://[^\s<>'\"]+", link, out)
     return out

@@ -117,6 +117,10 @@ def main(argv: list[str]) -> int:
                          start_background=False)
     window = desktop.window
     wait(app, lambda: desktop.bridge.info is not None)
+    settle(app, 0.3)
+    box = getattr(desktop, "_recovery_box", None)
+    if box is not None:
+        box.close()  # shown once on a first run (a real user keeps it first); not part of the pages
     eng = desktop.bridge._engine.result()  # seed through the engine, as another program would
     for text, kind, project in MEMORIES:
         eng.remember(text, kind=kind, project=project, embed="none")
