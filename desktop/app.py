@@ -4,6 +4,8 @@
     personal-llm-desktop --capture   open the running instance's quick-capture box (bind this on Wayland)
     personal-llm-desktop --hidden    start in the tray
     personal-llm-desktop --self-test run the engine's self-test and exit with its code
+    personal-llm-desktop FILE…       add these files (or folders) to memory — in the running app when there is
+                                     one ("Open with" from a file manager)
 
 The window appears first; the engine opens on the bridge's writer thread right after the first paint,
 and the embedding model loads in the background after that.
@@ -18,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QObject, Qt, QTimer, Signal
+from PySide6.QtCore import QEventLoop, QObject, Qt, QTimer, Signal
 from PySide6.QtWidgets import QApplication, QInputDialog, QLineEdit, QMessageBox
 
 from . import startup_report
@@ -38,6 +40,7 @@ log = logging.getLogger(__name__)
 
 CONSOLIDATE_EVERY_MS = 6 * 3600 * 1000  # scheduled tidy-up while the app runs (first one 10 min after start)
 CONSOLIDATE_FIRST_MS = 10 * 60 * 1000
+HEALTH_EVERY_MS = 15_000  # the language model's server is asked again this often (and after a failed answer)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -45,6 +48,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--capture", action="store_true", help="open the quick-capture box")
     parser.add_argument("--hidden", action="store_true", help="start in the tray, without the window")
     parser.add_argument("--self-test", action="store_true", help="run the engine self-test and exit")
+    parser.add_argument("files", nargs="*", metavar="FILE", help="files or folders to add to your memory")
     return parser.parse_args(argv)
 
 
@@ -58,7 +62,7 @@ class DesktopApp(QObject):
         super().__init__()
         self.home = home
         self.bridge = Bridge(home, embedder=embedder, start_background=start_background)
-        self.window = MainWindow(self.bridge, undo_seconds=undo_seconds)
+        self.window = MainWindow(self.bridge, undo_seconds=undo_seconds, state_file=home / "window.ini")
         self.capture = QuickCapture()
         self.tray = Tray(self) if use_tray and Tray.available() else None
         self.hotkey = GlobalHotkey(self) if use_hotkey else None
@@ -70,6 +74,12 @@ class DesktopApp(QObject):
         self._tidy_timer = QTimer(self)
         self._tidy_timer.setInterval(CONSOLIDATE_EVERY_MS)
         self._tidy_timer.timeout.connect(self._scheduled_consolidation)
+        self._health_timer = QTimer(self)
+        self._health_timer.setInterval(HEALTH_EVERY_MS)
+        self._health_timer.timeout.connect(self.recheck_health)
+        self._checking_health = False
+        self._first_health_shown = False
+        self._pending_files: list[str] = []
         if self.tray is not None:
             self.tray.show()
             self.window.close_to_tray = True
@@ -82,12 +92,23 @@ class DesktopApp(QObject):
 
     # ------------------------------------------------------------------------------------------------
     def handle_arguments(self, args: list[str]) -> None:
-        """Arguments from a second launch (or this one's own flags)."""
+        """Arguments from a second launch (or this one's own flags and files)."""
         ns = parse_args([a for a in args if a.startswith("--")])
+        files = [str(Path(a).expanduser().resolve()) for a in args if not a.startswith("--")]
+        if files:
+            self.ingest_files(files)
         if ns.capture:
             self.open_capture()
         elif not ns.hidden:
             self.window.bring_to_front()
+
+    def ingest_files(self, paths: list[str]) -> None:
+        """Add files to memory (now, or as soon as the store is open), progress on the Documents page."""
+        if self._info is None:
+            self._pending_files += paths
+            return
+        self.window.ingest(paths)
+        self.window.bring_to_front()
 
     def open_capture(self) -> None:
         self.capture.open_box()
@@ -101,12 +122,19 @@ class DesktopApp(QObject):
         if self.single is not None:
             self.single.close()  # a new launch now starts afresh instead of talking to this one
         self.capture.hide()
+        if self.window.isVisible():
+            self.window.save_geometry()
         self.window.hide()
+        if self.tray is not None:
+            self.tray.hide()
+        # gone from the screen now, not after the store has closed (a model still loading holds that up)
+        QApplication.processEvents(QEventLoop.ProcessEventsFlag.ExcludeUserInputEvents)
         try:
             self.window.memories.flush_deletes()
         except Exception:
             log.exception("pending deletes could not be carried out at quit")
         self._tidy_timer.stop()
+        self._health_timer.stop()
         if self.hotkey is not None:
             self.hotkey.stop()
         try:
@@ -123,6 +151,7 @@ class DesktopApp(QObject):
         b.opened.connect(self._opened)
         b.open_failed.connect(self._open_failed)
         b.model_state_changed.connect(self._model_state)
+        b.answer_failed.connect(lambda _message: self.recheck_health())
         w.quit_requested.connect(self.quit)
         w.capture_requested.connect(self.open_capture)
         w.hidden_to_tray.connect(self._hidden_to_tray)
@@ -160,13 +189,17 @@ class DesktopApp(QObject):
         startup_report.mark("engine_opened")
         self._start_hotkey(info.settings.hotkey)
         self.bridge.projects(self.capture.set_projects)
-        self.bridge.health(self._health_checked)
+        self.recheck_health(refresh=False)
+        self._health_timer.start()
         self._tidy_timer.start()
         QTimer.singleShot(CONSOLIDATE_FIRST_MS, self._scheduled_consolidation)
         if info.created:
             self.window.show_first_run(info, None)
         if info.recovery_key:
             self._show_recovery_key(info.recovery_key)
+        if self._pending_files:
+            files, self._pending_files = self._pending_files, []
+            self.ingest_files(files)
 
     def _show_recovery_key(self, key: str) -> None:
         """Shown once, not modal: the key opens this memory on any computer if this one's keychain is lost."""
@@ -174,7 +207,7 @@ class DesktopApp(QObject):
                           "Write down or print this recovery key and keep it away from this computer. It opens "
                           "your memory on any computer (personal-llm unlock --recovery-key …) if this "
                           f"computer or its keychain is lost.\n\n{key}\n\n"
-                          "`personal-llm key show-recovery` shows it again later.", parent=self.window)
+                          "The command personal-llm key show-recovery shows it again later.", parent=self.window)
         box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         box.addButton("I have kept it", QMessageBox.ButtonRole.AcceptRole)
         box.setModal(False)
@@ -187,10 +220,20 @@ class DesktopApp(QObject):
         self.bridge.consolidate(lambda report: log.info("scheduled consolidation done"),
                                 lambda message: log.info("scheduled consolidation failed"))
 
+    def recheck_health(self, refresh: bool = True) -> None:
+        """Ask the language model's server again (on a timer, after a failed answer, after saving settings)."""
+        if self._quitting or self._checking_health:
+            return
+        self._checking_health = True
+        self.bridge.health(self._health_checked, refresh=refresh)
+
     def _health_checked(self, health: HealthReport) -> None:
+        self._checking_health = False
         self.window.status.set_llm(health.llm_ok, health.llm_detail)
-        if self._info is not None and self._info.created:
-            self.window.show_first_run(self._info, health)
+        if self._info is not None and self._info.created and (self.window.first_run.isVisible()
+                                                              or not self._first_health_shown):
+            self._first_health_shown = True
+            self.window.show_first_run(self._info, health)  # updated while shown; never back once dismissed
 
     def _model_state(self, state: str, detail: str) -> None:
         if state == "ready":
@@ -295,7 +338,8 @@ def main(argv: list[str] | None = None) -> int:
     app.setQuitOnLastWindowClosed(False)
     home = profile_home()
     single = SingleInstance(home)
-    forwarded = [a for a in ("--capture", "--hidden") if getattr(args, a[2:])]
+    files = [str(Path(f).expanduser().resolve()) for f in args.files]
+    forwarded = [a for a in ("--capture", "--hidden") if getattr(args, a[2:])] + files
     if single.forward(forwarded):
         return 0
     single.listen()
@@ -311,6 +355,8 @@ def main(argv: list[str] | None = None) -> int:
     desktop.quitted.connect(lambda code: finished.done() or finished.set_result(code))
     if args.capture:
         desktop.open_capture()
+    if files:
+        desktop.ingest_files(files)
     with loop:
         code = loop.run_until_complete(finished)
     single.close()

@@ -1,10 +1,13 @@
-"""The activity log: every write, edit and delete the engine recorded (who, what, which id, when)."""
+"""The activity log: every write, edit and delete the engine recorded, as sentences ("The command line
+remembered a fact · Today 14:02"). A row about a memory or a document opens it. Memory text is never
+shown here (the log holds ids and counts only)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
@@ -19,25 +22,104 @@ from . import formatting
 from .bridge import Bridge
 from .widgets import EmptyState, button, muted, page_title
 
-ACTIONS = {"remember": "Remembered", "update": "Edited", "forget": "Forgot", "forget_document": "Deleted document",
-           "merge_duplicate": "Merged a duplicate", "create_store": "Created the store", "ingest": "Added document",
-           "resolve": "Resolved a conflict", "consolidate": "Consolidated",
-           "embedding_space_changed": "Changed the embedding model"}
+ACTORS = {"desktop": "You", "cli": "The command line", "api": "The HTTP API", "mcp": "An assistant (MCP)",
+          "engine": "Personal LLM", "system": "Personal LLM", "selftest": "The self-test"}
+ACTIONS = {
+    "remember": "remembered {kind}", "update": "edited {kind}", "forget": "forgot {kind}",
+    "forget_document": "deleted a document", "merge_duplicate": "merged a duplicate into {kind}",
+    "create_store": "created the encrypted store", "ingest": "added a document", "ingest_failed":
+    "could not add a document", "ingest_abandoned": "stopped adding a document", "move_document":
+    "noted that a document moved", "resolve_conflict": "resolved a conflict", "resolve": "resolved a conflict",
+    "conflict_flagged": "found two memories that disagree", "consolidate": "tidied up the memory",
+    "decay": "let unused memories fade", "archive": "archived memories that were not used",
+    "rollup": "rolled events up into a fact", "embedding_space_changed": "changed the search model",
+    "extract_triples": "linked memories in the knowledge graph", "use": "used {kind}", "ask": "asked a question",
+    "export": "exported the memory", "import": "imported memories", "backup": "made an encrypted backup",
+    "restore": "restored memories", "compact": "compacted the store", "key_rotated": "changed the encryption key",
+    "passphrase_changed": "changed the passphrase", "recovery_key_created": "made a recovery key",
+    "key_notice": "noted something about the key",
+}
+COUNT_WORDS = {"chunks": "passage", "memories": "memory", "edges": "link", "answers": "answer",
+               "archived": "archived", "merged": "merged", "files": "file", "triples": "link",
+               "decayed": "faded", "conflicts": "conflict", "documents": "document", "imported": "imported",
+               "skipped": "skipped", "uses": "use"}
+
+
+def who(actor: str) -> str:
+    return ACTORS.get(actor, actor.replace("_", " ").capitalize() or "Someone")
+
+
+def what(target: str | None) -> tuple[str, str | None]:
+    """('a memory' | 'a document' | 'a passage', the kind of item it opens)."""
+    if not target:
+        return "", None
+    if target.startswith("mem_"):
+        return "a memory", "memory"
+    if target.startswith("doc_"):
+        return "a document", "document"
+    if target.startswith("chk_"):
+        return "a passage", "document"
+    return "", None
+
+
+def _plural(n: int, word: str) -> str:
+    if word in ("archived", "merged", "faded", "imported", "skipped"):
+        return f"{n:,} {word}"
+    return formatting.plural(n, word).replace("memorys", "memories")
+
+
+def details(detail: dict[str, Any]) -> str:
+    """Counts and flags in words; ids (and lists of them) become how many there were."""
+    parts: list[str] = []
+    for key, value in sorted(detail.items()):
+        name = key.strip("_").removesuffix("_uids").removesuffix("uids").removesuffix("_ids").replace("_", " ")
+        if isinstance(value, list):
+            if key.endswith(("uids", "_ids")) or key.startswith("_"):
+                word = {"": "memory"}.get(name, COUNT_WORDS.get(name, name.rstrip("s") or "item"))
+                if value:
+                    parts.append(_plural(len(value), word) + " affected" if not name else _plural(len(value), word))
+            continue
+        if isinstance(value, bool):
+            if value:
+                parts.append(name)
+        elif isinstance(value, int | float) and key not in ("id",):
+            if value:
+                word = COUNT_WORDS.get(name)
+                parts.append(_plural(int(value), word) if word and float(value).is_integer()
+                             else f"{name} {value:g}")
+        elif isinstance(value, str) and key in ("kind", "status", "reason", "format", "model", "how"):
+            parts.append(formatting.kind_label(value) if key == "kind" else value.replace("_", " "))
+    return " · ".join(dict.fromkeys(parts))
+
+
+def sentence(entry: Any) -> str:
+    kind = (entry.detail or {}).get("kind")
+    noun, _opens = what(entry.target)
+    label = formatting.kind_label(kind).lower() if isinstance(kind, str) and kind != "chunk" else ""
+    item = (("an " if label[:1] in "aeiou" else "a ") + label) if label else (noun or "a memory")
+    verb = ACTIONS.get(entry.action, entry.action.replace("_", " ")).format(kind=item)
+    return f"{who(entry.actor)} {verb}"
 
 
 class AuditView(QWidget):
+    memory_opened = Signal(str)
+    documents_opened = Signal()
+
     def __init__(self, bridge: Bridge, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.bridge = bridge
         self._dirty = True
         self.tree = QTreeWidget()
-        self.tree.setHeaderLabels(["When", "Who", "What", "Item", "Details"])
+        self.tree.setHeaderLabels(["When", "What happened", "Details"])
         self.tree.setRootIsDecorated(False)
         self.tree.setUniformRowHeights(True)
         header = self.tree.header()
-        header.setSectionResizeMode(4, QHeaderView.ResizeMode.Stretch)
-        for col, width in ((0, 130), (1, 90), (2, 170), (3, 140)):
-            header.resizeSection(col, width)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
+        header.setSectionResizeMode(2, QHeaderView.ResizeMode.Interactive)
+        header.setStretchLastSection(False)
+        header.resizeSection(2, 180)
+        self.tree.itemActivated.connect(self._activated)
         self.empty = EmptyState("No activity yet.", "Every change to your memory is listed here.")
         self.stack = QStackedWidget()
         self.stack.addWidget(self.tree)
@@ -52,7 +134,8 @@ class AuditView(QWidget):
         layout.setContentsMargins(20, 16, 20, 12)
         layout.setSpacing(10)
         layout.addLayout(top)
-        layout.addWidget(muted("What changed in your memory, newest first. Memory text is never shown here."))
+        layout.addWidget(muted("What changed in your memory, newest first. Memory text is never shown here; "
+                               "double-click a change to a memory or a document to open it."))
         layout.addWidget(self.stack, 1)
         bridge.changed.connect(self._engine_changed)
 
@@ -74,10 +157,21 @@ class AuditView(QWidget):
 
     def _populate(self, entries: list[Any]) -> None:
         self.tree.clear()
+        link = self.palette().link().color() if hasattr(self.palette(), "link") else QColor("#4F46E5")
         for e in entries:
-            detail = ", ".join(f"{k}: {json.dumps(v)}" for k, v in sorted((e.detail or {}).items()))
-            item = QTreeWidgetItem([formatting.when(e.at), e.actor, ACTIONS.get(e.action, e.action.replace("_", " ")),
-                                    e.target or "", detail])
+            _noun, opens = what(e.target)
+            item = QTreeWidgetItem([formatting.when(e.at), sentence(e), details(e.detail or {})])
             item.setToolTip(0, e.at)
+            item.setToolTip(1, f"Double-click to open it ({e.target})" if opens else "")
+            item.setData(0, Qt.ItemDataRole.UserRole, (opens, e.target))
+            if opens:
+                item.setForeground(1, link)
             self.tree.addTopLevelItem(item)
         self.stack.setCurrentWidget(self.tree if entries else self.empty)
+
+    def _activated(self, item: QTreeWidgetItem, _column: int) -> None:
+        opens, target = item.data(0, Qt.ItemDataRole.UserRole) or (None, None)
+        if opens == "memory" and target:
+            self.memory_opened.emit(target)
+        elif opens == "document":
+            self.documents_opened.emit()

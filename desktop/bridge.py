@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QObject, Signal, Slot
+from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
 if TYPE_CHECKING:
     from engine import Engine, Settings
@@ -47,6 +47,8 @@ class EngineInfo:
     settings: Settings
     log_dir: Path
     recovery_key: str | None = None  # only when this launch created the store: shown to the user once
+    key_backend: str = ""  # where keyring keeps the key ("the macOS Keychain", "a plaintext file (…)")
+    key_backend_secure: bool = True  # False: not a real system keychain (keyrings.alt's files)
 
 
 class _Relay(QObject):
@@ -93,6 +95,9 @@ class Bridge(QObject):
     answer_cancelled = Signal()
     paused_changed = Signal(bool)
     closed = Signal()
+    outside_changed = Signal(object)  # engine.Changes written by another program (CLI, API, MCP)
+
+    POLL_MS = 700  # how often the store is asked whether another program wrote to it (one PRAGMA when not)
 
     def __init__(self, home: Path | str | None = None, *, embedder: Any = None,
                  start_background: bool = True, parent: QObject | None = None) -> None:
@@ -114,6 +119,11 @@ class Bridge(QObject):
         self._closing = False
         self._created = False
         self.paused = False
+        self._token: int | None = None
+        self._polling = False
+        self._poll_timer = QTimer(self)
+        self._poll_timer.setInterval(self.POLL_MS)
+        self._poll_timer.timeout.connect(self.poll_outside_writes)
 
     # ------------------------------------------------------------------------------------------------
     # lifecycle
@@ -174,12 +184,50 @@ class Bridge(QObject):
             created=self._created, settings=eng.settings.model_copy(deep=True), log_dir=log_dir(),
             recovery_key=eng.recovery_key,
         )
+        if eng.key_source == "keychain":
+            backend, secure = eng.keychain_backend()
+            from dataclasses import replace
+
+            info = replace(info, key_backend=backend, key_backend_secure=secure)
         self._relay.delivered.emit(self._set_info, info)
         threading.Thread(target=self._watch_model, args=(eng,), name="bridge-model-watch", daemon=True).start()
 
     def _set_info(self, info: EngineInfo) -> None:
         self._info = info
         self.opened.emit(info)
+        self.poll_outside_writes()  # takes the current token; later polls report what came after it
+        self._poll_timer.start()
+
+    def poll_outside_writes(self) -> None:
+        """Ask the store what other programs wrote since the last look; each change is announced through
+        `changed` (and `outside_changed`), as the app's own writes are. Not counted in `busy`."""
+        if self._engine is None or self._closing or self._polling or not self._engine.done():
+            return
+        self._polling = True
+        engine_future, token = self._engine, self._token
+
+        def run() -> None:
+            try:
+                found = engine_future.result().changes_since(token)
+            except Exception:
+                log.debug("change poll failed", exc_info=True)
+                self._relay.delivered.emit(lambda _v: setattr(self, "_polling", False), None)
+                return
+            self._relay.delivered.emit(self._polled, found)
+
+        try:
+            self._readers.submit(run)
+        except RuntimeError:  # shutting down
+            self._polling = False
+
+    def _polled(self, found: Any) -> None:
+        self._polling = False
+        self._token = found.token
+        if self._closing:
+            return
+        for changes in found.changes:
+            self.outside_changed.emit(changes)
+            self.changed.emit(changes)
 
     def _watch_model(self, eng: Engine) -> None:
         """Start the engine's background work (model load + backfill, the folder watcher) and report the
@@ -209,6 +257,7 @@ class Bridge(QObject):
         if self._closing:
             return
         self._closing = True
+        self._poll_timer.stop()
         for cancel in (self._ingest_cancel, self._ask_cancel, self._consolidate_cancel):
             if cancel is not None:
                 cancel.set()
@@ -359,6 +408,16 @@ class Bridge(QObject):
     def list_documents(self, done: Done, project: str | None = None) -> None:
         self.read(lambda e: e.list_documents(project=project), done)
 
+    def document_passages(self, uid: str, done: Done, failed: Failed | None = None) -> None:
+        self.read(lambda e: e.document_passages(uid), done, failed)
+
+    @staticmethod
+    def supported_extensions() -> list[str]:
+        """The file types ingest reads ('.md', '.pdf', …), for the file dialog's filter."""
+        from engine import SUPPORTED_EXTENSIONS
+
+        return sorted(SUPPORTED_EXTENSIONS)
+
     def ingest(self, paths: Sequence[str | Path], project: str | None = None) -> None:
         """Ingest files/folders on the jobs thread; progress and results arrive as signals."""
         cancel = threading.Event()
@@ -412,9 +471,9 @@ class Bridge(QObject):
         """Check an LLM configuration (saved or not) with a fresh router: result has ok, detail, models."""
         self.read(lambda e: e.check_llm(llm_settings), done, lambda message: done(_FailedHealth(message)))
 
-    def health(self, done: Done) -> None:
-        """What works and what is missing (embedding model, LLM) — for the first-run card."""
-        self.read(lambda e: e.health(), done)
+    def health(self, done: Done, *, refresh: bool = False) -> None:
+        """What works and what is missing (embedding model, LLM); `refresh` asks the LLM server again."""
+        self.read(lambda e: e.health(refresh=refresh), done)
 
     # ------------------------------------------------------------------------------------------------
     # settings

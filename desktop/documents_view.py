@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QDragEnterEvent, QDropEvent, QKeySequence, QShortcut
+from PySide6.QtCore import Qt, QUrl, Signal
+from PySide6.QtGui import QDesktopServices, QDragEnterEvent, QDropEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QDialog,
     QFileDialog,
     QFrame,
     QHBoxLayout,
@@ -17,6 +18,7 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QProgressBar,
     QStackedWidget,
+    QTextBrowser,
     QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
@@ -27,6 +29,7 @@ from . import drops, formatting, icons, theme
 from .bridge import Bridge
 from .widgets import Banner, EmptyState, button, muted, page_title
 
+LIST_COLUMNS = ("Document", "Type", "Size", "Added", "Folder")
 STATUS_TEXT = {"added": "Added", "unchanged": "Unchanged", "replaced": "Updated", "failed": "Failed",
                "cancelled": "Cancelled", "waiting": "Waiting", "reading": "Reading…", "done": "Done"}
 
@@ -36,26 +39,38 @@ class DropZone(QFrame):
 
     paths_dropped = Signal(list)
     browse_clicked = Signal()
+    folder_clicked = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("DropZone")
         self.setAcceptDrops(True)
-        self.setMinimumHeight(120)
         icon = QLabel()
         icon.setPixmap(icons.line_icon("drop", theme.muted_color(), 32).pixmap(32, 32))
         icon.setAlignment(Qt.AlignmentFlag.AlignCenter)
         title = QLabel("Drop files or folders here to add them to your memory")
-        title.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        title.setWordWrap(True)
         hint = muted("Text, Markdown, PDF, Word, HTML and more · they stay on this computer, encrypted")
-        hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.browse = button("Choose files…")
+        self.browse = button("Add files…")
+        self.browse.setToolTip("Choose files to add")
         self.browse.clicked.connect(self.browse_clicked.emit)
-        layout = QVBoxLayout(self)
+        self.browse_folder = button("Add a folder…")
+        self.browse_folder.setToolTip("Choose a folder: everything supported inside it is added")
+        self.browse_folder.clicked.connect(self.folder_clicked.emit)
+        words = QVBoxLayout()
+        words.setSpacing(2)
+        words.addWidget(title)
+        words.addWidget(hint)
+        buttons = QVBoxLayout()
+        buttons.setSpacing(4)
+        buttons.addWidget(self.browse)
+        buttons.addWidget(self.browse_folder)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(14, 10, 14, 10)
+        layout.setSpacing(12)
         layout.addWidget(icon)
-        layout.addWidget(title)
-        layout.addWidget(hint)
-        layout.addWidget(self.browse, 0, Qt.AlignmentFlag.AlignCenter)
+        layout.addLayout(words, 1)
+        layout.addLayout(buttons)
 
     def _set_active(self, active: bool) -> None:
         self.setProperty("active", active)
@@ -97,6 +112,8 @@ class DocumentsView(QWidget):
         self.drop_zone = DropZone()
         self.drop_zone.paths_dropped.connect(self.ingest)
         self.drop_zone.browse_clicked.connect(self._browse)
+        self.drop_zone.folder_clicked.connect(self._browse_folder)
+        self.viewer: PassageView | None = None
 
         self.progress = QProgressBar()
         self.progress.setTextVisible(False)
@@ -108,10 +125,17 @@ class DocumentsView(QWidget):
         progress_row.addWidget(self.progress, 2)
         progress_row.addWidget(self.cancel)
         self.job = QTreeWidget()
-        self.job.setHeaderLabels(["File", "Status", "Chunks"])
+        self.job.setHeaderLabels(["File", "Status", "Passages"])
         self.job.setRootIsDecorated(False)
-        self.job.setMaximumHeight(160)
-        self.job.header().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.job.setMaximumHeight(180)
+        self.job.setWordWrap(True)  # a failure's reason is shown whole, on as many lines as it needs
+        self.job.setUniformRowHeights(False)
+        jh = self.job.header()
+        jh.setSectionResizeMode(0, QHeaderView.ResizeMode.Interactive)
+        jh.resizeSection(0, 200)
+        jh.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
+        jh.setSectionResizeMode(2, QHeaderView.ResizeMode.ResizeToContents)
+        jh.setStretchLastSection(False)
         self.job_box = QWidget()
         jb = QVBoxLayout(self.job_box)
         jb.setContentsMargins(0, 0, 0, 0)
@@ -120,11 +144,20 @@ class DocumentsView(QWidget):
         self.job_box.hide()
 
         self.list = QTreeWidget()
-        self.list.setHeaderLabels(["Document", "Project", "Chunks", "Added"])
+        self.list.setHeaderLabels(list(LIST_COLUMNS))
         self.list.setRootIsDecorated(False)
         self.list.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
-        self.list.header().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        lh = self.list.header()
+        lh.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        for col in (1, 2, 3):
+            lh.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
+        lh.setSectionResizeMode(4, QHeaderView.ResizeMode.Interactive)
+        lh.resizeSection(4, 200)
+        lh.setStretchLastSection(False)
+        lh.setMinimumSectionSize(lh.fontMetrics().horizontalAdvance("Document") + 24)
         self.list.itemSelectionChanged.connect(self._selection_changed)
+        self.list.itemActivated.connect(lambda item, _col: self.view_document(item.data(0, Qt.ItemDataRole.UserRole)))
+        self.list.setToolTip("Double-click a document to read its passages")
         self.empty = EmptyState("No documents yet.", "Drop notes, PDFs or whole folders above; answers will cite them.")
         self.list_stack = QStackedWidget()
         self.list_stack.addWidget(self.list)
@@ -185,6 +218,7 @@ class DocumentsView(QWidget):
         self.progress.setRange(0, 0)
         self.progress_label.setText(f"Adding {formatting.plural(len(paths), 'item')}…")
         self.cancel.setEnabled(True)
+        self.cancel.show()
         self.job_box.show()
         self.ingest_started.emit(len(paths))
         self.bridge.ingest(paths, project)
@@ -231,8 +265,8 @@ class DocumentsView(QWidget):
         item.setText(1, STATUS_TEXT.get(status, status.title()))
         item.setText(2, "" if chunks is None else str(chunks))
         if error:
-            item.setToolTip(1, error)
-            item.setText(1, f"Failed — {error}")
+            item.setToolTip(1, wrapped_tip(error))
+            item.setText(1, f"Failed: {error}")
         return item
 
     def _progressed(self, p: Any) -> None:
@@ -246,13 +280,15 @@ class DocumentsView(QWidget):
         current = getattr(p, "current_file", None)
         if current:
             self._row(str(current), "reading")
+        passages = int(getattr(p, "chunks_done", 0) or 0)
         self.progress_label.setText(
-            f"{p.files_done} of {formatting.plural(int(p.files_total), 'file')} · "
-            f"{formatting.plural(int(getattr(p, 'chunks_done', 0) or 0), 'passage')}")
+            f"{p.files_done} of {formatting.plural(int(p.files_total), 'file')}"
+            + (f" · {formatting.plural(passages, 'passage')}" if passages else ""))
 
     def _finished(self, results: list[Any]) -> None:
         self.running = False
         self.cancel.setEnabled(False)
+        self.cancel.hide()  # nothing left to cancel
         self.progress.setRange(0, 1)
         self.progress.setValue(1)
         counts: dict[str, int] = {}
@@ -266,7 +302,7 @@ class DocumentsView(QWidget):
         summary = ", ".join(f"{n} {STATUS_TEXT.get(s, s).lower()}" for s, n in counts.items()) or "cancelled"
         self.progress_label.setText(f"Finished: {summary}.")
         if counts.get("failed"):
-            self.banner.set("Some files could not be added; hover over “Failed” to see why. Nothing was changed "
+            self.banner.set("Some files could not be added; the reason is beside each one. Nothing was changed "
                             "for them.", "warn")
         self.ingest_done.emit(list(results))
         self.status_posted.emit(f"Documents: {summary}.")
@@ -276,20 +312,38 @@ class DocumentsView(QWidget):
             self.ingest(paths, project)
 
     def _populate(self, documents: list[Any]) -> None:
+        selected = set(self._selected_ids())
         self.list.clear()
         self._docs = {}
         for d in documents:
             uid = self._id(d)
             self._docs[uid] = d
-            chunks = getattr(d, "chunks", None)
-            item = QTreeWidgetItem([self._title(d), getattr(d, "project", None) or "",
-                                    "" if chunks is None else str(chunks),
-                                    formatting.when(getattr(d, "created_at", None) or getattr(d, "added_at", None))])
+            path = str(getattr(d, "path", "") or "")
+            item = QTreeWidgetItem([document_name(d), file_type(d), formatting.size(int(getattr(d, "size", 0) or 0)),
+                                    formatting.when(getattr(d, "created_at", None)),
+                                    str(Path(path).parent) if path else "(pasted text)"])
             item.setData(0, Qt.ItemDataRole.UserRole, uid)
-            item.setToolTip(0, str(getattr(d, "path", "") or ""))
+            item.setToolTip(0, wrapped_tip(f"{path or document_name(d)} · {formatting.plural(d.chunks, 'passage')}"
+                                           + (f" · project {d.project}" if getattr(d, "project", None) else "")))
+            item.setToolTip(4, path)
             self.list.addTopLevelItem(item)
+            item.setSelected(uid in selected)
         self.list_stack.setCurrentWidget(self.list if documents else self.empty)
         self._selection_changed()
+
+    def view_document(self, uid: str | None, passage_id: str | None = None, locator: str | None = None) -> None:
+        """Read a document's passages inside the app (one highlighted), with Open file as a second step."""
+        doc = self._docs.get(uid or "")
+        if doc is None:
+            return
+        self.show_passages(uid or "", document_name(doc), str(getattr(doc, "path", "") or ""), passage_id, locator)
+
+    def show_passages(self, document_id: str, title: str, path: str, passage_id: str | None = None,
+                      locator: str | None = None, text: str | None = None) -> PassageView:
+        if self.viewer is None:
+            self.viewer = PassageView(self.bridge, self)
+        self.viewer.show_document(document_id, title, path, passage_id, locator, text)
+        return self.viewer
 
     @staticmethod
     def _id(doc: Any) -> str:
@@ -297,7 +351,7 @@ class DocumentsView(QWidget):
 
     @staticmethod
     def _title(doc: Any) -> str:
-        return str(getattr(doc, "title", None) or Path(str(getattr(doc, "path", "") or "")).name or "Untitled")
+        return document_name(doc)
 
     def _selected_ids(self) -> list[str]:
         return [i.data(0, Qt.ItemDataRole.UserRole) for i in self.list.selectedItems()]
@@ -317,6 +371,145 @@ class DocumentsView(QWidget):
             self.ingest(present)
 
     def _browse(self) -> None:
-        files, _ = QFileDialog.getOpenFileNames(self, "Add documents")
+        exts = " ".join(f"*{e}" for e in self.bridge.supported_extensions())
+        files, _ = QFileDialog.getOpenFileNames(self, "Add documents", start_folder(),
+                                                f"Supported files ({exts});;All files (*)")
         if files:
             self.ingest(files)
+
+    def _browse_folder(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Add a folder", start_folder())
+        if folder:
+            self.ingest([folder])
+
+
+def document_name(doc: Any) -> str:
+    """One naming rule everywhere: the document's title, else its file name (never 'untitled')."""
+    title = str(getattr(doc, "title", "") or "").strip()
+    path = str(getattr(doc, "path", "") or "")
+    if title and title.lower() not in ("untitled", "untitled document", "none"):
+        return title
+    return Path(path).name or title or "Pasted text"
+
+
+def file_type(doc: Any) -> str:
+    path = str(getattr(doc, "path", "") or "")
+    ext = Path(path).suffix.lstrip(".").upper()
+    if ext:
+        return ext
+    mime = str(getattr(doc, "mime", "") or "")
+    return {"text/plain": "Text", "text/markdown": "Markdown", "application/pdf": "PDF"}.get(mime, mime or "Text")
+
+
+def wrapped_tip(text: str) -> str:
+    """A tooltip that wraps (Qt wraps rich-text tooltips at a readable width; plain ones run on one line)."""
+    import html
+
+    return f"<p>{html.escape(text)}</p>"
+
+
+def start_folder() -> str:
+    """Where the file dialog opens: ~/Documents when there is one, else the home folder."""
+    home = Path.home()
+    documents = home / "Documents"
+    return str(documents if documents.is_dir() else home)
+
+
+def open_file(path: str) -> str | None:
+    """Open a file with the system's application; None when that worked, else why not (in words)."""
+    if not path:
+        return "This passage came from pasted text; there is no file to open."
+    if not Path(path).exists():
+        return f"The file is no longer at {path}."
+    if not QDesktopServices.openUrl(QUrl.fromLocalFile(path)):
+        return f"No application on this computer opened {Path(path).name}."
+    return None
+
+
+class PassageView(QDialog):
+    """A document's passages, read inside the app: the cited one highlighted and scrolled to, with its page
+    or heading; Open file opens the original with the system's application and says if that failed."""
+
+    def __init__(self, bridge: Bridge, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.bridge = bridge
+        self.setWindowTitle("Passage — Personal LLM")
+        self.resize(640, 520)
+        self.title = QLabel()
+        self.title.setObjectName("PageTitle")
+        self.title.setWordWrap(True)
+        self.where = muted("")
+        self.text = QTextBrowser()
+        self.text.setOpenLinks(False)
+        self.open_button = button("Open file")
+        self.open_button.clicked.connect(self.open_file)
+        self.result = muted("")
+        close = button("Close")
+        close.clicked.connect(self.close)
+        bottom = QHBoxLayout()
+        bottom.addWidget(self.result, 1)
+        bottom.addWidget(self.open_button)
+        bottom.addWidget(close)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.title)
+        layout.addWidget(self.where)
+        layout.addWidget(self.text, 1)
+        layout.addLayout(bottom)
+        self.path = ""
+        self._generation = 0
+
+    def show_document(self, document_id: str, title: str, path: str, passage_id: str | None = None,
+                      locator: str | None = None, text: str | None = None) -> None:
+        self._generation += 1
+        generation = self._generation
+        self.path = path
+        self.title.setText(title)
+        self.where.setText(" · ".join(p for p in (locator, path) if p))
+        self.result.setText("")
+        self.result.setStyleSheet("")
+        self.open_button.setEnabled(bool(path))
+        self.text.setHtml(self._html([(passage_id or "", text or "", locator)], passage_id) if text else "…")
+        self.show()
+        self.raise_()
+        self.activateWindow()
+        if document_id:
+            self.bridge.document_passages(
+                document_id, lambda ps: generation == self._generation and self._loaded(ps, passage_id),
+                lambda message: generation == self._generation and self.result.setText(message))
+
+    def _loaded(self, passages: list[Any], passage_id: str | None) -> None:
+        self.text.setHtml(self._html([(p.id, p.text, p.locator or p.heading) for p in passages], passage_id))
+        if passage_id:
+            self.text.scrollToAnchor(passage_id)
+        found = next((p for p in passages if p.id == passage_id), None)
+        if found is not None and (found.locator or found.heading):
+            self.where.setText(" · ".join(x for x in (found.locator or found.heading, self.path) if x))
+
+    @staticmethod
+    def _html(passages: list[tuple[str, str, str | None]], highlight: str | None) -> str:
+        import html
+
+        out = []
+        for uid, text, where in passages:
+            body = html.escape(text).replace("\n", "<br>")
+            head = f"<div style='color:#6B7280; font-size:small'>{html.escape(where)}</div>" if where else ""
+            style = " style='background-color:#FEF3C7; color:#111827'" if uid and uid == highlight else ""
+            out.append(f"<a name='{html.escape(uid)}'></a>{head}<p{style}>{body}</p>")
+        return "".join(out)
+
+    def highlighted(self) -> str | None:
+        """The highlighted passage's text (tests read this)."""
+        import re
+
+        m = re.search(r"background-color:#fef3c7[^>]*>(.*?)</p>", self.text.toHtml(), re.S | re.I)
+        return re.sub(r"<[^>]+>", "", m[1]) if m else None
+
+    def open_file(self) -> bool:
+        failure = open_file(self.path)
+        if failure is None:
+            self.result.setStyleSheet("")
+            self.result.setText(f"Opened {Path(self.path).name} in its application.")
+            return True
+        self.result.setStyleSheet("color: #DC2626;")
+        self.result.setText(failure)
+        return False

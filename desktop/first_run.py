@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import html
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
 
+from . import formatting
 from .bridge import EngineInfo
 
 if TYPE_CHECKING:
@@ -20,8 +20,14 @@ OK, MISSING, WAIT = "✓", "✗", "…"
 def lines(info: EngineInfo, health: HealthReport | None) -> list[tuple[str, str]]:
     """(mark, sentence) pairs describing the setup."""
     out: list[tuple[str, str]] = []
-    where = "your system keychain" if info.key_source == "keychain" else "your passphrase"
-    out.append((OK, f"Your encrypted memory store is ready at {info.store} (key in {where})."))
+    if info.key_source != "keychain":
+        out.append((OK, f"Your encrypted memory store is ready at {info.store} (opened with your passphrase)."))
+    elif info.key_backend_secure:
+        out.append((OK, f"Your encrypted memory store is ready at {info.store} (key in "
+                         f"{info.key_backend or 'your system keychain'})."))
+    else:
+        out.append((MISSING, f"Your memory store at {info.store} is encrypted, but its key is in "
+                             f"{info.key_backend}, not a system keychain: see Settings → Your data."))
     if health is None:
         out.append((WAIT, "Checking the search model and the language model…"))
         return out
@@ -46,6 +52,7 @@ class FirstRunCard(QFrame):
         super().__init__(parent)
         self.setObjectName("Card")
         title = QLabel("<b>Welcome to Personal LLM</b> — here is what works on this computer:")
+        title.setWordWrap(True)
         self.body = QLabel()
         self.body.setWordWrap(True)
         self.body.setTextFormat(Qt.TextFormat.RichText)
@@ -59,18 +66,31 @@ class FirstRunCard(QFrame):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(16, 12, 16, 12)
         layout.addLayout(head)
-        layout.addWidget(self.body)
+        self.scroll = QScrollArea()  # a small window keeps most of its height for the page below
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.scroll.setWidget(self.body)
+        layout.addWidget(self.scroll)
+        self.was_dismissed = False
         self.hide()
+
+    def fit_height(self, window_height: int) -> None:
+        """At most about a quarter of the window (the rest scrolls inside the card)."""
+        self.scroll.setMaximumHeight(max(48, window_height // 4 - 40))
+        self.body.adjustSize()
+        self.scroll.setMinimumHeight(min(self.body.sizeHint().height(), self.scroll.maximumHeight()))
 
     def show_report(self, info: EngineInfo, health: HealthReport | None) -> None:
         rows = []
         for mark, sentence in lines(info, health):
             color = {"✓": "#10B981", "✗": "#DC2626"}.get(mark, "#9DA0AA")
-            text = html.escape(sentence).replace("https://ollama.com", "<a href='https://ollama.com'>ollama.com</a>")
+            text = formatting.message_html(sentence)
             rows.append(f"<tr><td style='color:{color}; padding-right:8px'><b>{mark}</b></td><td>{text}</td></tr>")
         self.body.setText("<table cellspacing='4'>" + "".join(rows) + "</table>")
         self.show()
 
     def _dismiss(self) -> None:
+        self.was_dismissed = True
         self.hide()
         self.dismissed.emit()

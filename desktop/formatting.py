@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 
 KIND_LABELS = {"fact": "Fact", "episodic": "Event", "procedural": "How-to", "chunk": "Document"}
 
@@ -43,3 +43,100 @@ def plural(n: int, word: str) -> str:
 def one_line(text: str, limit: int = 160) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+          "november", "december")
+_NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
+            "eight": 8, "nine": 9, "ten": 10}
+
+
+def natural_date(text: str, today: date | None = None) -> str | None:
+    """A date typed the way people say it, as ISO (YYYY-MM-DD, or YYYY-MM-DDTHH:MM when a time is given):
+    'today', 'yesterday', 'tomorrow', 'next tuesday', 'last friday', 'monday', 'in 3 days', '2 weeks ago',
+    '3 march', 'March 3 2024', '2024-05-01', '2024-05-01 14:30'. None when it is not a date."""
+    import re
+    from datetime import timedelta
+
+    t = " ".join(text.lower().replace(",", " ").split())
+    if not t:
+        return None
+    try:
+        return datetime.fromisoformat(t.upper().replace(" ", "T")).isoformat(timespec="minutes") \
+            if any(c in t for c in ":t ") and t[:4].isdigit() else date.fromisoformat(t).isoformat()
+    except ValueError:
+        pass
+    today = today or date.today()
+    clock = re.search(r"\s*(?:at\s+)?(\d{1,2})[:.](\d{2})$", t)
+    suffix = ""
+    if clock:
+        hour, minute = int(clock[1]), int(clock[2])
+        if hour > 23 or minute > 59:
+            return None
+        suffix = f"T{hour:02d}:{minute:02d}"
+        t = t[: clock.start()].strip()
+    day: date | None = None
+    simple = {"today": 0, "tonight": 0, "now": 0, "yesterday": -1, "tomorrow": 1, "day before yesterday": -2,
+              "day after tomorrow": 2}
+    if t in simple:
+        day = today + timedelta(days=simple[t])
+    elif m := re.fullmatch(r"(next|last|this|on)?\s*(" + "|".join(WEEKDAYS) + r")", t):
+        target = WEEKDAYS.index(m[2])
+        ahead = (target - today.weekday()) % 7
+        if m[1] == "last":
+            day = today - timedelta(days=(today.weekday() - target) % 7 or 7)
+        else:
+            day = today + timedelta(days=ahead or 7 if m[1] == "next" else ahead)
+    elif m := re.fullmatch(r"in\s+(\d+|\w+)\s+(day|week|month)s?", t) or re.fullmatch(
+            r"(\d+|\w+)\s+(day|week|month)s?\s+ago", t):
+        n = int(m[1]) if m[1].isdigit() else _NUMBERS.get(m[1])
+        if n is None:
+            return None
+        days = n * {"day": 1, "week": 7, "month": 30}[m[2]]
+        day = today + timedelta(days=days if t.startswith("in") else -days)
+    else:
+        months = "|".join(MONTHS) + "|" + "|".join(m[:3] for m in MONTHS) + "|sept"
+        m = re.fullmatch(rf"(\d{{1,2}})(?:st|nd|rd|th)?\s+({months})\.?(?:\s+(\d{{4}}))?", t) or re.fullmatch(
+            rf"({months})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?(?:\s+(\d{{4}}))?", t)
+        if m:
+            a, b, year = m[1], m[2], m[3]
+            day_s, month_s = (a, b) if a.isdigit() else (b, a)
+            month = next(i + 1 for i, name in enumerate(MONTHS) if name.startswith(month_s[:3]))
+            try:
+                day = date(int(year) if year else today.year, month, int(day_s))
+            except ValueError:
+                return None
+    return None if day is None else day.isoformat() + suffix
+
+
+def message_html(text: str) -> str:
+    """A message for a rich-text label: `commands` set as code (no backticks shown), web addresses as links,
+    and neither broken across lines."""
+    import html
+    import re
+
+    out = html.escape(text, quote=False)
+    out = re.sub(r"`([^`]+)`", lambda m: f"<nobr><code>{m[1]}</code></nobr>", out)
+
+    def link(m: re.Match[str]) -> str:
+        url = m[0].rstrip(".,:;)")
+        rest = m[0][len(url):]
+        shown = url.removeprefix("https://").removeprefix("http://") if "ollama.com" in url else url
+        shown = shown.replace("/", "/\u2060").replace(":", ":\u2060")  # word joiners:
+        return f"<nobr><a href='{url}'>{shown}</a></nobr>{rest}"  # Qt breaks after '/' even in <nobr>
+
+    out = re.sub(r"https?://[^\s<>'\"]+", link, out)
+    return out
+
+
+def size(n: int) -> str:
+    """'812 bytes', '14 KB', '3.2 MB'."""
+    if n < 1000:
+        return "1 byte" if n == 1 else f"{n} bytes"
+    value = float(n)
+    for unit in ("KB", "MB", "GB", "TB"):
+        value /= 1000
+        if value < 1000 or unit == "TB":
+            return f"{value:.1f} {unit}" if value < 10 else f"{value:.0f} {unit}"
+    return f"{n} bytes"

@@ -2,7 +2,8 @@
 
 Each platform's listener runs on its own thread (X11 with its own X connection; Windows with its own
 message queue) and reaches the UI thread only through the `activated` signal. Where a global grab is not
-possible (Wayland, macOS without this feature) the status says what to do instead.
+possible the status says what to do instead. macOS (Carbon) and Wayland (the GlobalShortcuts portal) are in
+hotkey_more.py.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ CAPTURE_COMMAND = "personal-llm-desktop --capture"
 
 @dataclass(frozen=True)
 class HotkeyStatus:
-    state: str  # active | clash | wayland | unsupported | invalid | off
+    state: str  # active | waiting | clash | wayland | unsupported | invalid | off
     message: str
 
     @property
@@ -88,20 +89,17 @@ class GlobalHotkey(QObject):
             return self._set(HotkeyStatus("invalid", f"“{shortcut}” is not a usable shortcut: {e}."))
         kind = session_kind()
         if kind == "wayland":
-            return self._set(HotkeyStatus(
-                "wayland",
-                "Wayland does not let apps grab a global shortcut. Add one in your desktop's keyboard "
-                f"settings that runs: {CAPTURE_COMMAND}"))
+            listener: _Listener = _PortalListener(combo, self.activated.emit, self._set_from_thread)
+            self._listener = listener
+            return self._set(listener.start(shortcut))
         if kind == "macos":
-            return self._set(HotkeyStatus(
-                "unsupported",
-                "On macOS a global shortcut needs the Accessibility permission (System Settings → Privacy & "
-                "Security → Accessibility), which this version does not request yet. Use the menu-bar icon's "
-                f"Quick capture, or bind “{CAPTURE_COMMAND}” with Shortcuts or another launcher."))
+            listener = _MacListener(combo, self.activated.emit, self._set_from_thread)
+            self._listener = listener
+            return self._set(listener.start(shortcut))
         if kind == "none":
             return self._set(HotkeyStatus("unsupported", "No desktop session was found for a global shortcut."))
         listener_type = _X11Listener if kind == "x11" else _WindowsListener
-        listener = listener_type(combo, self.activated.emit, self._set_from_thread)
+        listener = listener_type(combo, self.activated.emit, self._set_from_thread)  # type: ignore[abstract]
         self._listener = listener
         return self._set(listener.start(shortcut))
 
@@ -137,6 +135,65 @@ class _Listener:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2)
+
+
+class _MacListener(_Listener):
+    """Carbon RegisterEventHotKey (no Accessibility permission needed); fires on the main thread."""
+
+    def start(self, shortcut: str) -> HotkeyStatus:
+        from .hotkey_more import MacHotkey, mac_hotkey
+
+        c = self.combo
+        mapped = mac_hotkey(c.ctrl, c.shift, c.alt, c.meta, c.key)
+        if mapped is None:
+            return HotkeyStatus("invalid", f"The key “{c.key}” cannot be a global shortcut on macOS; choose a "
+                                           "letter, a digit, Space, Return or F1–F12.")
+        self._mac = MacHotkey(self._fire)
+        failure = self._mac.register(*mapped)
+        if failure == "taken":
+            return HotkeyStatus("clash", f"{shortcut} is already taken by another app. Choose another shortcut.")
+        if failure:
+            return HotkeyStatus("unsupported", f"The global shortcut could not be set up ({failure}). Use the "
+                                               f"menu-bar icon's Quick capture, or bind “{CAPTURE_COMMAND}” "
+                                               "with Shortcuts.")
+        return HotkeyStatus("active", f"Press {shortcut.replace('Ctrl', '⌘')} anywhere to capture a memory.")
+
+    def stop(self) -> None:
+        mac = getattr(self, "_mac", None)
+        if mac is not None:
+            mac.unregister()
+
+
+class _PortalListener(_Listener):
+    """Wayland: the xdg-desktop-portal GlobalShortcuts portal; else the advice to bind the command."""
+
+    BUS = "SESSION"
+
+    def start(self, shortcut: str) -> HotkeyStatus:
+        from .hotkey_more import PortalHotkey, portal_trigger
+
+        c = self.combo
+        if self.BUS == "SESSION" and not os.environ.get("DBUS_SESSION_BUS_ADDRESS"):
+            return self.status("unavailable", "no D-Bus session bus was found")
+        self._portal = PortalHotkey(portal_trigger(c.ctrl, c.shift, c.alt, c.meta, c.key),
+                                    "Open Personal LLM's quick capture", self._fire, bus=self.BUS)
+        self._portal.start(lambda state, detail: self._report(self.status(state, detail)))
+        return HotkeyStatus("waiting", "Asking your desktop for the global shortcut (it may show a dialog to "
+                                       "confirm it)…")
+
+    @staticmethod
+    def status(state: str, detail: str) -> HotkeyStatus:
+        if state == "active":
+            return HotkeyStatus("active", f"Press {detail} anywhere to capture a memory (set through your "
+                                          "desktop's shortcut settings; change it there).")
+        return HotkeyStatus("wayland", f"Wayland lets apps have a global shortcut only through the desktop "
+                                       f"portal, and {detail}. Add one in your desktop's keyboard settings that "
+                                       f"runs: {CAPTURE_COMMAND}")
+
+    def stop(self) -> None:
+        portal = getattr(self, "_portal", None)
+        if portal is not None:
+            portal.stop()
 
 
 class _X11Listener(_Listener):

@@ -6,11 +6,13 @@ window hides it to the tray when a tray exists (the app decides; see `close_to_t
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QEvent, QSize, Signal
+from PySide6.QtCore import QByteArray, QEvent, QRect, QSettings, QSize, Qt, Signal
 from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
+    QApplication,
     QHBoxLayout,
     QListWidget,
     QListWidgetItem,
@@ -45,15 +47,15 @@ class MainWindow(QMainWindow):
     quit_requested = Signal()
     pages_built = Signal()
 
-    def __init__(self, bridge: Bridge, *, undo_seconds: float = 5.0, parent: QWidget | None = None) -> None:
+    def __init__(self, bridge: Bridge, *, undo_seconds: float = 5.0, state_file: Path | None = None,
+                 parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.bridge = bridge
         self.close_to_tray = False
         self._painted = False
+        self._state = QSettings(str(state_file), QSettings.Format.IniFormat) if state_file else None
         self.setWindowTitle("Personal LLM")
         self.setWindowIcon(icons.app_icon())
-        self.resize(1080, 700)
-        self.setMinimumSize(760, 480)
         self.setAcceptDrops(True)
 
         # Only the first screen is built before the first paint; the others follow right after it
@@ -65,9 +67,10 @@ class MainWindow(QMainWindow):
 
         self.sidebar = QListWidget()
         self.sidebar.setObjectName("Sidebar")
-        self.sidebar.setFixedWidth(184)
+        self.sidebar.setFixedWidth(self.WIDE_SIDEBAR)
         self.sidebar.setIconSize(QSize(20, 20))
         self.sidebar.setFrameShape(QListWidget.Shape.NoFrame)
+        self.sidebar.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.sidebar.currentRowChanged.connect(self._page_selected)
         self.sidebar.itemClicked.connect(lambda _item: self._focus_page())
         self._build_sidebar()
@@ -100,6 +103,68 @@ class MainWindow(QMainWindow):
         self._wire()
         self._shortcuts()
         self.sidebar.setCurrentRow(0)
+        self.restore_geometry()
+
+    # ------------------------------------------------------------------------------------------------
+    # size and place: remembered, and always on a screen whatever its size and scale
+    # ------------------------------------------------------------------------------------------------
+    DEFAULT_SIZE = QSize(1080, 700)
+    MINIMUM_SIZE = QSize(640, 420)
+    WIDE_SIDEBAR = 184
+    NARROW_SIDEBAR = 150
+
+    def screen_area(self) -> QRect:
+        screen = self.screen() or QApplication.primaryScreen()
+        return screen.availableGeometry() if screen is not None else QRect(0, 0, 1280, 800)
+
+    def restore_geometry(self) -> None:
+        """The size and place it had when last closed, kept on a screen; else a size that fits this one."""
+        area = self.screen_area()
+        self.setMinimumSize(min(self.MINIMUM_SIZE.width(), area.width()),
+                            min(self.MINIMUM_SIZE.height(), area.height()))
+        saved = self._state.value("window/geometry") if self._state is not None else None
+        if isinstance(saved, QByteArray) and self.restoreGeometry(saved):
+            self.keep_on_screen()
+            return
+        size = self.DEFAULT_SIZE.boundedTo(QSize(int(area.width() * 0.92), int(area.height() * 0.92)))
+        self.resize(size.expandedTo(self.minimumSize()))
+        self.move(area.center().x() - self.width() // 2, area.center().y() - self.height() // 2)
+        self.keep_on_screen()
+
+    def keep_on_screen(self) -> None:
+        """Shrink to the screen it is on (or the primary one) and move it fully inside."""
+        screens = QApplication.screens()
+        frame = self.frameGeometry()
+        area = next((s.availableGeometry() for s in screens if s.availableGeometry().intersects(frame)),
+                    self.screen_area())
+        extra_w, extra_h = frame.width() - self.width(), frame.height() - self.height()  # the title bar, borders
+        width, height = min(self.width(), area.width() - extra_w), min(self.height(), area.height() - extra_h)
+        if (width, height) != (self.width(), self.height()):
+            self.resize(width, height)
+        frame = self.frameGeometry()
+        x = min(max(frame.left(), area.left()), area.right() - frame.width() + 1)
+        y = min(max(frame.top(), area.top()), area.bottom() - frame.height() + 1)
+        self.move(max(x, area.left()), max(y, area.top()))
+
+    def save_geometry(self) -> None:
+        if self._state is not None:
+            self._state.setValue("window/geometry", self.saveGeometry())
+            self._state.sync()
+
+    ICONS_ONLY = 56
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        width = self.width()
+        icons_only = width < 760
+        self.sidebar.setFixedWidth(self.WIDE_SIDEBAR if width >= 1000 else
+                                   self.NARROW_SIDEBAR if not icons_only else self.ICONS_ONLY)
+        for i, (label, _key) in enumerate(PAGES):
+            item = self.sidebar.item(i)
+            if item is not None:
+                item.setText("" if icons_only else label)
+        if self.first_run.isVisible():
+            self.first_run.fit_height(self.height())
 
     # ------------------------------------------------------------------------------------------------
     def build_pages(self) -> None:
@@ -119,6 +184,8 @@ class MainWindow(QMainWindow):
         b.ingest_finished.connect(lambda _r: self.status.set_work(""))
         self.documents.status_posted.connect(self.status.post)
         self.ask.memory_opened.connect(self._reveal_memory)
+        self.activity.memory_opened.connect(self._reveal_memory)
+        self.activity.documents_opened.connect(lambda: self.show_page("documents"))
         self._page_selected(self.sidebar.currentRow())
         self.pages_built.emit()
 
@@ -147,8 +214,20 @@ class MainWindow(QMainWindow):
         if self.documents.ingest(paths):
             self.show_page("documents")
 
+    def show_passage(self, source: Any) -> None:
+        """A document source (of an answer): its passage inside the app, highlighted, with its page or heading,
+        and Open file as a second step that says when it failed."""
+        self.build_pages()
+        self.documents.show_passages(source.document_id or "", source.document_title
+                                     or Path(source.document_path or "").name or "Document",
+                                     source.document_path or "", source.id, source.locator, source.text)
+
     def show_first_run(self, info: EngineInfo, health: HealthReport | None) -> None:
+        """The welcome card of a first run, brought up to date; never again once the user dismissed it."""
+        if self.first_run.was_dismissed:
+            return
         self.first_run.show_report(info, health)
+        self.first_run.fit_height(self.height())
         self._card_box.show()
 
     def show_error(self, message: str) -> None:
@@ -170,6 +249,8 @@ class MainWindow(QMainWindow):
         b.model_state_changed.connect(self.status.set_model_state)
         b.failed.connect(self.show_error)
         self.memories.status_posted.connect(self.status.post)
+        b.paused_changed.connect(self.status.set_paused)
+        self.status.resume_clicked.connect(lambda: b.set_paused(False))
 
     def _shortcuts(self) -> None:
         for i in range(len(PAGES)):
@@ -253,6 +334,7 @@ class MainWindow(QMainWindow):
             self.first_painted.emit()
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
+        self.save_geometry()
         if self.close_to_tray:
             event.ignore()
             self.hide()

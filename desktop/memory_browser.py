@@ -11,21 +11,27 @@ from PySide6.QtGui import QColor, QKeyEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QApplication,
+    QCalendarWidget,
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QFormLayout,
+    QFrame,
     QHBoxLayout,
     QHeaderView,
     QLineEdit,
+    QMenu,
     QMessageBox,
     QPlainTextEdit,
+    QScrollArea,
     QSplitter,
     QStackedWidget,
+    QToolButton,
     QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
     QWidget,
+    QWidgetAction,
 )
 
 from . import formatting, icons, theme
@@ -102,7 +108,10 @@ class MemoryBrowser(QWidget):
         for w in (self.kind, self.project, self.period, self.show_filter):
             filters.addWidget(w)
         filters.addStretch(1)
+        for combo in (self.kind, self.period, self.show_filter):  # never cut their own words
+            combo.setMinimumWidth(combo.sizeHint().width())
         self.count = muted("")
+        self.count.setWordWrap(False)
         filters.addWidget(self.count)
 
         self.tree = QTreeWidget()
@@ -113,10 +122,10 @@ class MemoryBrowser(QWidget):
         self.tree.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         header = self.tree.header()
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        for col, width in ((1, 84), (2, 96), (3, 104)):
-            header.setSectionResizeMode(col, QHeaderView.ResizeMode.Interactive)
-            header.resizeSection(col, width)
+        for col in (1, 2, 3):  # as wide as their longest value (and their title), never cut
+            header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
         header.setStretchLastSection(False)
+        header.setMinimumSectionSize(header.fontMetrics().horizontalAdvance("Memory") + 24)
         self.tree.itemSelectionChanged.connect(self._selection_changed)
         # a memory shown in the editor for a moment counts as opened (not each row the arrow keys pass over)
         self._open_timer = QTimer(self, singleShot=True, interval=OPENED_AFTER_MS)
@@ -140,6 +149,34 @@ class MemoryBrowser(QWidget):
         self.editor.setMinimumWidth(250)
         splitter.setSizes([700, 300])
         splitter.setChildrenCollapsible(False)
+        self.splitter = splitter
+        # Narrow (a small window, a large scale): the list keeps the width and the editor becomes a drawer
+        # over its right side, opened by choosing a memory and closed with Esc or ✕.
+        self.drawer = QFrame(self)
+        self.drawer.setObjectName("Drawer")
+        self.drawer.setFrameShape(QFrame.Shape.StyledPanel)
+        self.drawer.setAutoFillBackground(True)
+        self.drawer_close = QToolButton()
+        self.drawer_close.setText("✕")
+        self.drawer_close.setToolTip("Close (Esc)")
+        self.drawer_close.clicked.connect(self.close_drawer)
+        drawer_head = QHBoxLayout()
+        drawer_head.addWidget(muted("Memory"), 1)
+        drawer_head.addWidget(self.drawer_close)
+        self._drawer_layout = QVBoxLayout(self.drawer)
+        self._drawer_layout.setContentsMargins(10, 8, 10, 8)
+        self._drawer_layout.addLayout(drawer_head)
+        self._drawer_scroll = QScrollArea()  # a short window scrolls the editor instead of squeezing it
+        self._drawer_scroll.setWidgetResizable(True)
+        self._drawer_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self._drawer_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self._drawer_layout.addWidget(self._drawer_scroll, 1)
+        self.drawer.hide()
+        self.compact = False
+        QShortcut(QKeySequence(Qt.Key.Key_Escape), self.drawer, activated=self.close_drawer,
+                  context=Qt.ShortcutContext.WidgetWithChildrenShortcut)
+        self.tree.itemActivated.connect(lambda _item, _col: self.open_drawer())
+        self.tree.itemClicked.connect(lambda _item, _col: self.open_drawer())
 
         self.undo_bar = UndoBar()
         self.undo_bar.undo_clicked.connect(self.undo_delete)
@@ -209,6 +246,7 @@ class MemoryBrowser(QWidget):
         index = self.project.findData(current)
         self.project.setCurrentIndex(max(index, 0))
         self.project.blockSignals(False)
+        self.project.setMinimumWidth(min(self.project.sizeHint().width(), 220))
         self.editor.set_projects(projects)
 
     def refresh(self) -> None:
@@ -243,13 +281,11 @@ class MemoryBrowser(QWidget):
         rows = [self._rows[uid] for uid in self._selected_ids() if uid in self._rows]
         if not rows:
             return
-        if len(rows) == 1:
-            question = f"Delete this memory?\n\n“{formatting.one_line(rows[0].text, 200)}”"
-        else:
-            question = f"Delete {len(rows)} memories?"
-        if not self.confirm("Delete memory", question,
-                            "Anything derived from it (links in the knowledge graph, summaries made from it) goes too. "
-                            f"You can undo for {self.pending.seconds:g} seconds."):
+        # One memory: no question, the undo bar is the safety net. Several at once: asked first as well.
+        if len(rows) > 1 and not self.confirm(
+                "Delete memories", f"Delete {len(rows)} memories?",
+                "Anything derived from them (links in the knowledge graph, summaries made from them) goes too. "
+                f"You can undo for {self.pending.seconds:g} seconds."):
             return
         self.delete_now([r.id for r in rows])
 
@@ -283,6 +319,50 @@ class MemoryBrowser(QWidget):
         uids = self.pending.take_all()
         if uids:
             self.bridge.forget_now(uids)
+
+    # ------------------------------------------------------------------------------------------------
+    # layout: side by side when there is room, else the editor in a drawer
+    # ------------------------------------------------------------------------------------------------
+    COMPACT_BELOW = 860  # px of this page's width
+
+    def set_compact(self, compact: bool) -> None:
+        if compact == self.compact:
+            return
+        self.compact = compact
+        if compact:
+            self.editor.setMinimumWidth(0)
+            self._drawer_scroll.setWidget(self.editor)
+            self.editor.show()
+        else:
+            self.drawer.hide()
+            self._drawer_scroll.takeWidget()
+            self.splitter.addWidget(self.editor)
+            self.editor.setMinimumWidth(250)
+            self.editor.show()
+            self.splitter.setSizes([max(1, self.width() * 3 // 5), max(1, self.width() * 2 // 5)])
+
+    def open_drawer(self) -> None:
+        if self.compact and self.editor.row is not None:
+            self._place_drawer()
+            self.drawer.show()
+            self.drawer.raise_()
+
+    def close_drawer(self) -> None:
+        if self.drawer.isVisible():
+            self.save_edit()
+            self.drawer.hide()
+            self.tree.setFocus()
+
+    def _place_drawer(self) -> None:
+        area = self.rect().adjusted(0, 8, -8, -8)
+        width = min(area.width(), max(320, int(area.width() * 0.66)))
+        self.drawer.setGeometry(area.right() - width + 1, area.top(), width, area.height())
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        self.set_compact(self.width() < self.COMPACT_BELOW)
+        if self.drawer.isVisible():
+            self._place_drawer()
 
     # ------------------------------------------------------------------------------------------------
     # internals
@@ -352,6 +432,7 @@ class MemoryBrowser(QWidget):
         if selected and not self.select(selected) and self._reveal:
             self.bridge.get(selected, lambda m: self.editor.load(Row.of(m)))
         elif not selected or selected not in self._rows:
+            self.save_edit()  # the memory left the list (a filter, another program): keep the edit anyway
             self.editor.clear()
             self._current = None
         self._reveal = None
@@ -378,10 +459,17 @@ class MemoryBrowser(QWidget):
     def _selection_changed(self) -> None:
         ids = self._selected_ids()
         row = self._rows.get(ids[0]) if len(ids) == 1 else None
+        editing = self.editor.row
+        if editing is not None and self.editor.is_dirty():
+            if row is not None and row.id == editing.id:
+                self._current = row  # the same memory again (a refresh): keep what the user is typing
+                return
+            self.save_edit()  # another row, or none: what was typed is saved, never thrown away
         self._current = row
         if row is None:
             self.editor.clear(multiple=len(ids) > 1)
             self._open_timer.stop()
+            self.drawer.hide()
         else:
             self.editor.load(row, can_resolve=True)
             self._open_timer.start()
@@ -422,6 +510,26 @@ class MemoryBrowser(QWidget):
         self.bridge.update(self._current.id, done=lambda _m: self.editor.saved(),
                            failed=self.editor.failed, **fields)
 
+    def save_edit(self) -> bool:
+        """Save the editor's unsaved changes (leaving the memory for another one, or the page). False when
+        there was nothing to save; a date the app cannot read keeps the edit open instead."""
+        editing = self.editor.row
+        if editing is None or not self.editor.is_dirty():
+            return False
+        fields = self.editor.changes()
+        if fields is None:  # the date could not be read: keep the typed text in the banner's care
+            self.banner.set("Your edit was not saved: the date in When could not be read.", "error")
+            return False
+        uid, preview = editing.id, formatting.one_line(fields.get("text", editing.text), 60)
+
+        def failed(message: str) -> None:
+            self.banner.set(f"Your edit to “{preview}” could not be saved: {message}", "error")
+
+        self.bridge.update(uid, done=lambda _m: self.status_posted.emit(f"Saved your edit to “{preview}”."),
+                           failed=failed, **fields)
+        self.editor.mark_clean()
+        return True
+
     def _keep(self) -> None:
         if self._current is None or not self._current.conflict_with:
             return
@@ -454,14 +562,31 @@ class MemoryEditor(QWidget):
         self.placeholder = EmptyState("Select a memory", "Its text, kind, project and date appear here to edit.")
         self.text = QPlainTextEdit()
         self.text.setPlaceholderText("What to remember")
+        self.text.setMinimumHeight(72)
         self.kind = QComboBox()
         for value in ("fact", "episodic", "procedural"):
             self.kind.addItem(formatting.kind_label(value), value)
         self.project = QComboBox()
         self.project.setEditable(True)
         self.at = QLineEdit()
-        self.at.setPlaceholderText("Optional, e.g. 2024-05-01")
-        self.at.setToolTip("When it happened, for events: a date, or a date and time")
+        self.at.setPlaceholderText("Optional: 2024-05-01, last friday, 3 march…")
+        self.at.setToolTip("When it happened, for events: a date as you would say it ('next tuesday', "
+                           "'3 march 14:30') or picked from the calendar")
+        self.pick_date = QToolButton()
+        self.pick_date.setText("📅")
+        self.pick_date.setToolTip("Pick a date")
+        self.pick_date.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.calendar = QCalendarWidget()
+        self.calendar.clicked.connect(self._date_picked)
+        calendar_menu = QMenu(self.pick_date)
+        calendar_action = QWidgetAction(calendar_menu)
+        calendar_action.setDefaultWidget(self.calendar)
+        calendar_menu.addAction(calendar_action)
+        self.pick_date.setMenu(calendar_menu)
+        when_row = QHBoxLayout()
+        when_row.setContentsMargins(0, 0, 0, 0)
+        when_row.addWidget(self.at, 1)
+        when_row.addWidget(self.pick_date)
         self.importance = QDoubleSpinBox()
         self.importance.setRange(0.0, 1.0)
         self.importance.setSingleStep(0.05)
@@ -474,7 +599,8 @@ class MemoryEditor(QWidget):
         self.keep.clicked.connect(self.keep_clicked.emit)
         self.save = button("&Save", primary=True, shortcut="Ctrl+S")
         self.save.clicked.connect(self._emit_save)
-        self.delete = button("&Delete…", danger=True)
+        self.delete = button("&Delete", danger=True)
+        self.delete.setToolTip("Delete this memory (Undo appears for a few seconds)")
         self.delete.clicked.connect(self.delete_clicked.emit)
         self.feedback = muted("")
 
@@ -482,7 +608,7 @@ class MemoryEditor(QWidget):
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         form.addRow("Kind", self.kind)
         form.addRow("Project", self.project)
-        form.addRow("When", self.at)
+        form.addRow("When", when_row)
         form.addRow("Importance", self.importance)
         form.addRow("", self.archived)
         buttons = QHBoxLayout()
@@ -507,6 +633,9 @@ class MemoryEditor(QWidget):
         layout.setContentsMargins(8, 0, 0, 0)
         layout.addWidget(self.stack)
         self.row: Row | None = None
+        self._loaded_at = ""
+        self._before_save: Row | None = None
+        self._before_save_at = ""
         self.clear()
 
     def set_projects(self, projects: list[str]) -> None:
@@ -522,13 +651,15 @@ class MemoryEditor(QWidget):
         self.kind.setCurrentIndex(max(self.kind.findData(row.kind), 0))
         self.project.setCurrentText(row.project or "")
         self.at.setText(row.when if row.when and row.when != row.created_at else "")
+        self._loaded_at = self.at.text().strip()
         self.archived.setChecked(row.archived)
         self.importance.setValue(row.importance)
-        self.meta.setText(f"{row.id} · created {formatting.when(row.created_at)}")
+        self.meta.setText(f"Created {formatting.when(row.created_at)}")
+        self.meta.setToolTip(row.id)
         self.conflict.set(row.conflict or (f"This disagrees with {row.conflict_with}." if row.conflict_with else ""),
                           "warn")
         self.keep.setVisible(bool(row.conflict_with) and can_resolve)
-        self.feedback.setText("")
+        self._set_feedback("")
         self.stack.setCurrentWidget(self.form_widget)
 
     def clear(self, multiple: bool = False) -> None:
@@ -540,27 +671,85 @@ class MemoryEditor(QWidget):
         self.stack.setCurrentWidget(self.placeholder)
 
     def saved(self) -> None:
-        self.feedback.setText("Saved ✓")
+        self._set_feedback("Saved ✓")
 
     def failed(self, message: str) -> None:
-        self.feedback.setText("")
-        QMessageBox.warning(self, "Could not save", message)
+        if self._before_save is not None and self.row is not None and self._before_save.id == self.row.id:
+            self.row = self._before_save  # not saved: the fields count as unsaved changes again
+            self._loaded_at = self._before_save_at
+        self._set_feedback(message, error=True)
+
+    def is_dirty(self) -> bool:
+        """The fields differ from the memory as loaded (what leaving it would otherwise throw away)."""
+        if self.row is None or self.stack.currentWidget() is not self.form_widget:
+            return False
+        return self.changes(strict=False) != {}
+
+    def changes(self, strict: bool = True) -> dict[str, Any] | None:
+        """The changed fields, as `update` takes them; None when When holds something that is not a date
+        (strict) — not strict, a changed When counts as a change whatever it holds."""
+        row = self.row
+        if row is None:
+            return {}
+        fields: dict[str, Any] = {}
+        if self.text.toPlainText() != row.text:
+            fields["text"] = self.text.toPlainText()
+        if self.kind.currentData() != row.kind:
+            fields["kind"] = self.kind.currentData()
+        if (self.project.currentText().strip() or None) != (row.project or None):
+            fields["project"] = self.project.currentText().strip() or None
+        if self.archived.isChecked() != row.archived:
+            fields["archived"] = self.archived.isChecked()
+        if abs(self.importance.value() - row.importance) > 0.004:
+            fields["importance"] = round(self.importance.value(), 2)
+        at = self.at.text().strip()
+        if at != self._loaded_at:
+            if not at:
+                fields["at"] = None
+            else:
+                parsed = formatting.natural_date(at)
+                if parsed is None and strict:
+                    return None
+                fields["at"] = parsed or at
+        return fields
+
+    def mark_clean(self) -> None:
+        """The edit was handed over for saving: the fields now count as the memory's."""
+        if self.row is None:
+            return
+        from dataclasses import replace
+
+        fields = self.changes(strict=False) or {}
+        self._before_save, self._before_save_at = self.row, self._loaded_at
+        self.row = replace(self.row, text=fields.get("text", self.row.text), kind=fields.get("kind", self.row.kind),
+                           project=fields.get("project", self.row.project),
+                           archived=fields.get("archived", self.row.archived),
+                           importance=fields.get("importance", self.row.importance))
+        self._loaded_at = self.at.text().strip()
+
+    def _date_picked(self, picked: Any) -> None:
+        self.at.setText(picked.toString("yyyy-MM-dd"))
+        self.pick_date.menu().hide()
+
+    def _set_feedback(self, text: str, error: bool = False) -> None:
+        self.feedback.setText(formatting.one_line(text, 60))
+        self.feedback.setToolTip(text)
+        self.feedback.setStyleSheet("color: #DC2626;" if error else "")
 
     def _emit_save(self) -> None:
         if self.row is None:
             return
-        fields: dict[str, Any] = {
-            "text": self.text.toPlainText(),
-            "kind": self.kind.currentData(),
-            "project": self.project.currentText().strip() or None,
-            "archived": self.archived.isChecked(),
-        }
-        if abs(self.importance.value() - self.row.importance) > 0.004:
-            fields["importance"] = round(self.importance.value(), 2)
-        at = self.at.text().strip()
-        if at != (self.row.when if self.row.when != self.row.created_at else ""):
-            fields["at"] = at or None
-        self.feedback.setText("Saving…")
+        fields = self.changes()
+        if fields is None:
+            self._set_feedback(f"“{self.at.text().strip()}” is not a date I can read; try 2024-05-01 or "
+                               "'last friday', or pick one.", error=True)
+            self.at.setFocus()
+            return
+        if not fields:
+            self._set_feedback("No changes to save.")
+            return
+        self._set_feedback("Saving…")
         self.save_clicked.emit(fields)
+        self.mark_clean()
 
 

@@ -1,4 +1,5 @@
-"""The quick-capture box: a small frameless window at the front. Type a fact, Enter stores it, Esc cancels.
+"""The quick-capture box: a small frameless window at the front. Type a fact, Enter stores it, Esc closes
+the box and keeps the draft for the next time.
 
 Text dropped on it becomes a memory; files and folders dropped on it are ingested.
 """
@@ -17,9 +18,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from . import drops, icons
+from . import drops, formatting, icons
 
-KINDS = (("Fact", "fact"), ("Event", "episodic"), ("How-to", "procedural"))
+KINDS = tuple((formatting.kind_label(k), k) for k in ("fact", "episodic", "procedural"))  # one vocabulary
 NO_PROJECT = "No project"
 
 
@@ -76,7 +77,7 @@ class QuickCapture(QWidget):
         self.project.addItem(NO_PROJECT)
         self.project.setToolTip("Project (type a new name to start one)")
         self.project.setMinimumWidth(160)
-        self.status = QLabel("Enter to save · Esc to cancel · drop files to add them")
+        self.status = QLabel("Enter to save · Esc to close · drop files to add them")
         self.status.setObjectName("Muted")
         bottom = QHBoxLayout()
         bottom.setSpacing(8)
@@ -100,8 +101,9 @@ class QuickCapture(QWidget):
         if screen is not None:
             area = screen.availableGeometry()
             self.move(area.center().x() - self.width() // 2, area.top() + area.height() // 4)
-        self._set_status("Enter to save · Esc to cancel · drop files to add them")
-        self.input.setEnabled(True)
+        self._set_status("Enter to save · Esc to close (the draft is kept) · drop files to add them"
+                         if self.input.text() else "Enter to save · Esc to close · drop files to add them")
+        self.input.setEnabled(not self._saving)
         self.show()
         self.raise_()
         self.activateWindow()
@@ -162,8 +164,12 @@ class QuickCapture(QWidget):
         super().keyPressEvent(event)
 
     def cancel(self) -> None:
-        self.input.clear()
+        """Esc: the box goes away, the half-typed draft stays for the next time it opens."""
         self.hide()
+
+    @property
+    def draft(self) -> str:
+        return self.input.text()
 
     def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 - Qt override
         super().showEvent(event)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from PySide6.QtCore import Qt, QUrl, Signal
-from PySide6.QtGui import QDesktopServices, QKeySequence
+from PySide6.QtGui import QDesktopServices, QKeyEvent, QKeySequence
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -29,6 +30,62 @@ from .widgets import Banner, button, muted, page_title
 PROVIDERS = (("Ollama (local)", "ollama"), ("OpenAI-compatible server", "openai"), ("None — sources only", "none"))
 
 
+WINDOW_SHORTCUTS = {f"Ctrl+{i}" for i in range(1, 6)} | {"Ctrl+N", "Ctrl+K", "Ctrl+F", "Ctrl+Q", "Ctrl+W", "Ctrl+S"}
+
+
+class ShortcutRecorder(QKeySequenceEdit):
+    """Records one global shortcut. Esc gives the old one back; a combination without a modifier, or one the
+    window uses itself (Ctrl+1…5 switch pages), is refused with a reason in `problem` — never recorded."""
+
+    problem = Signal(str)  # "" when the recorded shortcut is fine
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setMaximumSequenceLength(1)
+        self.setClearButtonEnabled(True)
+        self._accepted = QKeySequence()
+
+    def set_shortcut(self, text: str) -> None:
+        self._accepted = QKeySequence(text)
+        self.setKeySequence(self._accepted)
+
+    def shortcut(self) -> str:
+        return self._accepted.toString(QKeySequence.SequenceFormat.PortableText)
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 - Qt override
+        key = event.key()
+        if key == Qt.Key.Key_Escape and not event.modifiers():
+            self.setKeySequence(self._accepted)  # cancel: keep the old shortcut
+            self.problem.emit("")
+            self.clearFocus()
+            return
+        if key in (Qt.Key.Key_Control, Qt.Key.Key_Shift, Qt.Key.Key_Alt, Qt.Key.Key_Meta):
+            super().keyPressEvent(event)  # a modifier on its own: recording goes on
+            return
+        combo = QKeySequence(event.keyCombination()).toString(QKeySequence.SequenceFormat.PortableText)
+        reason = shortcut_problem(combo)
+        if reason:
+            self.setKeySequence(self._accepted)
+            self.problem.emit(reason)
+            return
+        super().keyPressEvent(event)
+        self._accepted = self.keySequence()
+        self.problem.emit("")
+
+
+def shortcut_problem(text: str) -> str:
+    """Why this cannot be the global capture shortcut, or ''."""
+    from .hotkey import Combo
+
+    if text in WINDOW_SHORTCUTS:
+        return f"{text} is used inside this window; choose another shortcut (the old one is kept)."
+    try:
+        Combo.parse(text)
+    except ValueError as e:
+        return f"{text or 'That'} cannot be a global shortcut: {e} (the old one is kept)."
+    return ""
+
+
 class SettingsView(QWidget):
     hotkey_changed = Signal(str)
     saved = Signal(object)  # Settings
@@ -42,7 +99,8 @@ class SettingsView(QWidget):
         for label, value in PROVIDERS:
             self.provider.addItem(label, value)
         self.host = QLineEdit()
-        self.host.setPlaceholderText("http://127.0.0.1:11434 (default)")
+        self.provider.currentIndexChanged.connect(lambda _i: self._show_default_host())
+        self._show_default_host()
         self.model = QComboBox()
         self.model.setEditable(True)
         self.test_button = button("Test connection")
@@ -60,12 +118,15 @@ class SettingsView(QWidget):
         lf.addRow("", self.test_result)
 
         # --- capture shortcut
-        self.hotkey = QKeySequenceEdit()
-        self.hotkey.setMaximumSequenceLength(1)
+        self.hotkey = ShortcutRecorder()
+        self.hotkey.setToolTip("Click, then press the combination (Esc keeps the current one)")
         self.hotkey_status = Banner()
+        self.hotkey_problem = Banner(tone="error")
+        self.hotkey.problem.connect(lambda reason: self.hotkey_problem.set(reason, "error"))
         capture = QGroupBox("Quick capture")
         cf = QFormLayout(capture)
         cf.addRow("Global shortcut", self.hotkey)
+        cf.addRow("", self.hotkey_problem)
         cf.addRow("", self.hotkey_status)
         self.autostart = QCheckBox("Start Personal LLM in the tray when I log in")
         cf.addRow("", self.autostart)
@@ -78,6 +139,8 @@ class SettingsView(QWidget):
         self.open_folder.clicked.connect(self._open_folder)
         self.encryption = QLabel("…")
         self.encryption.setWordWrap(True)
+        self.encryption.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.key_warning = Banner(tone="warn")
         self.embedding = QLabel("…")
         self.embedding.setWordWrap(True)
         self.logs = QLabel("…")
@@ -90,6 +153,7 @@ class SettingsView(QWidget):
         loc_row.addWidget(self.open_folder)
         df.addRow("Location", loc_row)
         df.addRow("Encryption", self.encryption)
+        df.addRow("", self.key_warning)
         df.addRow("Search model", self.embedding)
         df.addRow("Logs", self.logs)
 
@@ -145,33 +209,56 @@ class SettingsView(QWidget):
         self._settings = s
         self.provider.setCurrentIndex(max(self.provider.findData(s.llm.provider), 0))
         self.host.setText(s.llm.host or "")
+        self._show_default_host()
         self.model.setCurrentText(s.llm.model)
-        self.hotkey.setKeySequence(QKeySequence(s.hotkey))
+        self.hotkey.set_shortcut(s.hotkey)
+        self.hotkey_problem.set("")
         self.autostart.setChecked(autostart.is_enabled())
         self.location.setText(str(info.store))
-        if info.key_source == "keychain":
-            self.encryption.setText("Encrypted (SQLCipher, AES-256). The key is kept in your system keychain.")
+        if info.key_source == "keychain" and info.key_backend_secure:
+            self.encryption.setText(f"Encrypted (SQLCipher, AES-256). The key is kept in {info.key_backend}.")
+            self.key_warning.set("")
+        elif info.key_source == "keychain":
+            self.encryption.setText(f"Encrypted (SQLCipher, AES-256). The key is kept in {info.key_backend}.")
+            self.key_warning.set(
+                f"That is not a system keychain: anyone who can read {info.key_backend.split(' (')[0]} on this "
+                "computer can open your memory. Install and unlock a keychain (GNOME Keyring, KWallet, the macOS "
+                "Keychain or Windows Credential Manager), or keep your memory behind a passphrase "
+                "(`personal-llm key passphrase`).", "warn")
         else:
+            self.key_warning.set("")
             self.encryption.setText("Encrypted (SQLCipher, AES-256) with your passphrase. No keychain was available, "
                                     "so you are asked for it when the app starts.")
         self.logs.setText(f"{info.log_dir} (never contains what you stored)")
+
+    def _show_default_host(self) -> None:
+        """What an empty Server field means: $OLLAMA_HOST when it is set, else the provider's default."""
+        provider = self.provider.currentData()
+        env = os.environ.get("OLLAMA_HOST", "").strip()
+        if provider == "ollama" and env:
+            self.host.setPlaceholderText(f"{env} (from OLLAMA_HOST)")
+        elif provider == "openai":
+            self.host.setPlaceholderText("http://127.0.0.1:8080 (default)")
+        else:
+            self.host.setPlaceholderText("http://127.0.0.1:11434 (default)")
 
     def set_model_state(self, state: str, detail: str) -> None:
         self.embedding.setText(detail)
 
     def set_hotkey_status(self, status: HotkeyStatus) -> None:
-        tone = {"active": "ok", "clash": "error", "invalid": "error"}.get(status.state, "warn")
+        tone = {"active": "ok", "clash": "error", "invalid": "error", "waiting": "info"}.get(status.state, "warn")
         self.hotkey_status.set(status.message, tone)
 
     def current_settings(self) -> Any:
         if self._settings is None:
             return None
-        s = self._settings.model_copy(deep=True)
+        # the newest saved settings (the app saves some itself, e.g. that the tray notice was shown)
+        base = self.bridge.info.settings if self.bridge.info is not None else self._settings
+        s = base.model_copy(deep=True)
         s.llm.provider = self.provider.currentData()
         s.llm.host = self.host.text().strip() or None
         s.llm.model = self.model.currentText().strip() or s.llm.model
-        seq = self.hotkey.keySequence().toString(QKeySequence.SequenceFormat.PortableText)
-        s.hotkey = seq or s.hotkey
+        s.hotkey = self.hotkey.shortcut() or s.hotkey
         s.autostart = self.autostart.isChecked()
         return s
 
@@ -202,6 +289,7 @@ class SettingsView(QWidget):
         if s is None:
             return
         old_hotkey = self._settings.hotkey
+        self.hotkey_problem.set("")  # what was refused was never recorded; the saved shortcut is valid
         if s.autostart != autostart.is_enabled():
             try:
                 autostart.set_enabled(s.autostart)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QLabel, QStatusBar, QWidget
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QLabel, QPushButton, QStatusBar, QWidget
 
 MODEL_TEXT = {"ready": "● Semantic search ready", "loading": "◌ Loading search model…",
               "failed": "● Word search only", "off": "● Word search only"}
@@ -10,9 +11,19 @@ MODEL_COLOR = {"ready": "#10B981", "loading": "#9DA0AA", "failed": "#D97706", "o
 
 
 class StatusBar(QStatusBar):
+    resume_clicked = Signal()
+
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setSizeGripEnabled(False)
+        self.paused = QLabel("⏸ Paused: nothing runs in the background")
+        self.paused.setStyleSheet("color: #D97706;")
+        self.resume = QPushButton("Resume")
+        self.resume.setToolTip("Start the background work again (embedding, tidying up)")
+        self.resume.clicked.connect(self.resume_clicked.emit)
+        self.addWidget(self.paused)
+        self.addWidget(self.resume)
+        self.set_paused(False)
         self.model = QLabel("◌ Opening your memory…")
         self.work = QLabel("")
         self.count = QLabel("")
@@ -46,3 +57,7 @@ class StatusBar(QStatusBar):
 
     def post(self, message: str, seconds: float = 4.0) -> None:
         self.showMessage(message, int(seconds * 1000))
+
+    def set_paused(self, paused: bool) -> None:
+        self.paused.setVisible(paused)
+        self.resume.setVisible(paused)

@@ -71,6 +71,7 @@ QWidget { font-size: 10pt; }
 #Muted, QLabel[muted="true"] { color: palette(placeholder-text); }
 #EmptyState { color: palette(placeholder-text); font-size: 11pt; }
 #Card { background: palette(base); border: 1px solid palette(mid); border-radius: 10px; }
+#Drawer { background: palette(window); border: 1px solid palette(mid); border-radius: 8px; }
 #Banner { border-radius: 8px; padding: 8px 12px; }
 #Banner[tone="info"] { background: rgba(99,102,241,0.14); }
 #Banner[tone="warn"] { background: rgba(245,158,11,0.18); }

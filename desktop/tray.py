@@ -53,6 +53,7 @@ class Tray(QObject):
             self.pause_action.blockSignals(True)
             self.pause_action.setChecked(paused)
             self.pause_action.blockSignals(False)
+        self.pause_action.setText("Resume background work" if paused else "Pause background work")
         self.icon.setIcon(icons.tray_icon(paused))
         self.icon.setToolTip("Personal LLM — background work paused" if paused else "Personal LLM")
 

@@ -70,7 +70,11 @@ class Banner(QFrame):
         self.set(text, tone)
 
     def set(self, text: str, tone: str = "info") -> None:
-        self.label.setText(text)
+        from .formatting import message_html
+
+        self.text = text  # as given (tests and copies read this; the label shows it as rich text)
+        self.label.setTextFormat(Qt.TextFormat.RichText)
+        self.label.setText(message_html(text))
         self.setProperty("tone", tone)
         self.style().unpolish(self)
         self.style().polish(self)

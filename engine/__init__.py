@@ -13,9 +13,11 @@ from .engine import Engine
 from .errors import Cancelled, EngineError, KeyMissing, NotFound, UserError, WrongKey
 from .logs import setup_logging
 from .models import ForgetResult, HealthReport, Hit, Memory, RememberResult, Stats
+from .parsers import SUPPORTED_EXTENSIONS
 from .version import __version__
 
 __all__ = [
     "AskFailed", "AskResult", "Source", "Cancelled", "Changes", "Engine", "EngineError", "ForgetResult", "HealthReport",
     "Hit", "KeyMissing", "Memory", "NotFound", "RememberResult", "Settings", "Stats", "UserError", "WrongKey", "__version__", "log_dir", "setup_logging",
+    "SUPPORTED_EXTENSIONS",
 ]

@@ -40,8 +40,9 @@ from .context import ChangeFeed, Changes, Context
 from .db import Connection, Store
 from .embeddings import Embedder, NoEmbedder
 from .errors import EngineError
+from .feed import OutsideWrites, StoreChanges
 from .graph import ExtractionReport, Graph, GraphView
-from .ingest import Allow, Document, Documents, IngestProgress, IngestResult
+from .ingest import Allow, Document, Documents, IngestProgress, IngestResult, Passage
 from .keys import Profile, keychain_token, read_profile
 from .language import LanguageModel
 from .llm import Health, LLMRouter
@@ -85,6 +86,7 @@ class Engine:
         self.audit = AuditLog(store, actor)
         self.space = VectorSpace(store, embedder, self.audit, mirror=settings.vector_cache)
         self.changes = ChangeFeed()
+        self.outside = OutsideWrites(store, actor)
         self.ctx = Context(store, settings, profile, home, actor, self.space, self.audit, self.changes)
         self.language = LanguageModel(self.ctx)
         self.backfill = Backfill(self.space)
@@ -192,6 +194,18 @@ class Engine:
 
     def on_change(self, listener: Callable[[Changes], None]) -> None:
         self.changes.subscribe(listener)
+
+    @staticmethod
+    def keychain_backend() -> tuple[str, bool]:
+        """Where keyring keeps keys, for people, and whether that is a real system keychain."""
+        from .keys import keychain_backend
+
+        return keychain_backend()
+
+    def changes_since(self, token: int | None = None) -> StoreChanges:
+        """What other programs wrote to this store after `token` (None: just the current token); cheap to
+        poll (engine/feed.py)."""
+        return self.outside.since(token)
 
     def mutation(self) -> Mutation:
         """`with eng.mutation() as (con, touched):` — one transaction; the vector mirror follows it."""
@@ -333,6 +347,9 @@ class Engine:
     def get_document(self, uid: str) -> Document:
         return self.documents.get_document(uid)
 
+    def document_passages(self, uid: str, limit: int = 2000) -> list[Passage]:
+        return self.documents.passages(uid, limit)
+
     # ------------------------------------------------------------------------------------------------
     # watched folders (engine/watch.py)
     # ------------------------------------------------------------------------------------------------
@@ -390,10 +407,11 @@ class Engine:
         """Ask the server now whether a configuration (default: the saved one) can answer."""
         return self.language.check(settings or self.settings.llm)
 
-    def health(self) -> HealthReport:
-        """What works and what is missing (embedding model, language model), for people."""
+    def health(self, *, refresh: bool = False) -> HealthReport:
+        """What works and what is missing (embedding model, language model), for people; `refresh` asks the
+        language model's server again instead of the cached answer."""
         embedding, detail = self.space.status()
-        h = self.language.status()
+        h = self.language.status(refresh=refresh)
         return HealthReport(embedding=embedding, embedding_detail=detail, llm_ok=h.ok, llm_detail=h.detail,
                             llm_models=tuple(h.models))
 

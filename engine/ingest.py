@@ -130,6 +130,17 @@ class Document(BaseModel):
     error: str | None = Field(default=None, description="Why it could not be ingested (failed documents only)")
 
 
+class Passage(BaseModel):
+    """One passage of a document, where it is in it."""
+
+    id: str
+    position: int
+    text: str
+    locator: str | None = None  # "page 3", "§ Autumn", … as a citation shows it
+    page: int | None = None
+    heading: str | None = None
+
+
 Allow = Callable[[Path], "str | None"]
 """A path policy: None when a file or folder may be read, else why not (see engine.pathpolicy)."""
 
@@ -554,6 +565,14 @@ class Documents:
         if row is None:
             raise NotFound(f"No document with id {uid}.")
         return _document(row)
+
+    def passages(self, uid: str, limit: int = 2000) -> list[Passage]:
+        """The document's passages in reading order, each with where it is (page, heading)."""
+        doc_id = rows.row_id(self.ctx.con, uid)
+        if doc_id is None:
+            raise NotFound(f"No document with id {uid}.")
+        return [Passage(id=r[0], position=r[1], text=r[2], locator=r[3], page=r[4], heading=r[5])
+                for r in rows.passages(self.ctx.con, doc_id, limit)]
 
     def forget(self, uid: str) -> ForgetResult:
         """Delete a document, its chunks and everything derived from them, in one transaction."""

@@ -59,6 +59,38 @@ def keychain_usable() -> bool:
         return False
 
 
+SECURE_KEYCHAINS = {
+    "keyring.backends.macOS": "the macOS Keychain",
+    "keyring.backends.Windows": "Windows Credential Manager",
+    "keyring.backends.SecretService": "the Secret Service keyring (GNOME Keyring or KWallet)",
+    "keyring.backends.libsecret": "the Secret Service keyring (libsecret)",
+    "keyring.backends.kwallet": "KWallet",
+}
+
+
+def keychain_backend() -> tuple[str, bool]:
+    """Which keyring backend holds keys, for people, and whether it is a real system keychain (False for
+    keyrings.alt's files, which keep the key in a file beside your data — plaintext or weakly protected)."""
+    try:
+        import keyring
+
+        kr = keyring.get_keyring()
+    except Exception as e:  # a broken keyring setup: say so rather than fail
+        return f"no usable keyring ({type(e).__name__})", False
+    backends = list(getattr(kr, "backends", None) or [kr])  # a chainer: the first backend it writes to
+    first = backends[0] if backends else kr
+    module, name = type(first).__module__, type(first).__name__
+    for prefix, label in SECURE_KEYCHAINS.items():
+        if module.startswith(prefix):
+            return label, True
+    where = getattr(first, "file_path", None)
+    if module.startswith("keyrings.alt.file") and name == "PlaintextKeyring":
+        return f"a plaintext file ({where})" if where else "a plaintext file (keyrings.alt)", False
+    if module.startswith("keyrings.alt"):
+        return f"a file kept by keyrings.alt ({where or name})", False
+    return f"{name} ({module})", False
+
+
 def _keyring_get(account: str) -> str | None:
     import keyring
 

@@ -20,3 +20,21 @@ def entries(con: Connection, limit: int, offset: int) -> list[AuditEntry]:
     ).fetchall()
     return [AuditEntry(id=r[0], at=iso(r[1]), actor=r[2], action=r[3], target=r[4], detail=json.loads(r[5]))
             for r in rows]
+
+
+def last_id(con: Connection) -> int:
+    """The newest audit row's id: the store's write sequence (every write records one row)."""
+    row = con.execute("SELECT max(id) FROM audit").fetchone()
+    return int(row[0] or 0)
+
+
+def since(con: Connection, after: int, limit: int) -> list[tuple[int, str, str, str | None]]:
+    """(id, actor, action, target) of the audit rows after `after`, oldest first."""
+    rows = con.execute("SELECT id, actor, action, target FROM audit WHERE id > ? ORDER BY id LIMIT ?",
+                       (after, limit)).fetchall()
+    return [(int(r[0]), str(r[1]), str(r[2]), r[3]) for r in rows]
+
+
+def data_version(con: Connection) -> int:
+    """SQLite's counter of commits made by *other* connections to this file, as seen by `con`."""
+    return int(con.execute("PRAGMA data_version").fetchone()[0])

@@ -211,3 +211,10 @@ def delete_contents(con: Connection, doc_id: int, *, keep_document: bool) -> tup
 def derived_memories(con: Connection, doc_id: int) -> list[int]:
     """Memories made from a document (the ingest event, facts extracted from it)."""
     return [r[0] for r in con.execute("SELECT id FROM memories WHERE document_id = ?", (doc_id,)).fetchall()]
+
+
+def passages(con: Connection, doc_id: int, limit: int) -> list[tuple[str, int, str, str | None, int | None, str | None]]:
+    """A document's passages in reading order: (uid, position, text, locator, page, heading)."""
+    return [(r[0], int(r[1]), r[2], r[3], r[4], r[5]) for r in con.execute(
+        "SELECT uid, position, text, locator, page, heading FROM chunks WHERE document_id = ? ORDER BY position "
+        "LIMIT ?", (doc_id, limit)).fetchall()]

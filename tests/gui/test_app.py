@@ -122,7 +122,9 @@ def test_first_run_says_what_works_and_what_is_missing(qtbot, qasync_loop, profi
         qtbot.waitUntil(lambda: "ollama pull llama3.2" in card.body.text(), timeout=20_000)
         text = card.body.text()
         assert "Ollama not running" in text and "sources only" in text and "ollama.com" in text
-        assert "encrypted memory store is ready" in text
+        # the tests' keyring is keyrings.alt's plaintext file: the card says so instead of "keychain"
+        assert "is encrypted, but its key is in a plaintext file" in text
+        assert "`" not in text and "<code>ollama pull llama3.2</code>" in text  # commands as code, no backticks
         assert "words only" in text  # embeddings are off in this test
     finally:
         app.quit()
@@ -181,9 +183,75 @@ def test_start_at_login_writes_and_removes_the_autostart_entry(qtbot, desktop, t
     qtbot.waitUntil(lambda: not entry.exists(), timeout=10_000)
 
 
-def test_encryption_status_is_shown(qtbot, desktop):
-    assert "keychain" in desktop.window.settings.encryption.text()
-    assert str(Path(desktop.bridge.info.store)) in desktop.window.settings.location.text()
+def test_encryption_status_names_the_keyring_backend_and_warns_about_a_plaintext_one(qtbot, desktop):
+    settings = desktop.window.settings
+    # the tests run on keyrings.alt's PlaintextKeyring: the key sits in a file, which must be said
+    assert "a plaintext file (" in settings.encryption.text() and "keyring_pass.cfg" in settings.encryption.text()
+    assert "keychain" not in settings.encryption.text()
+    assert not settings.key_warning.isHidden() and "not a system keychain" in settings.key_warning.text
+    assert str(Path(desktop.bridge.info.store)) in settings.location.text()
+
+
+def test_settings_show_the_ollama_host_from_the_environment(qtbot, qasync_loop, profile_home, lexical_embedder,
+                                                            monkeypatch):
+    monkeypatch.setenv("OLLAMA_HOST", "http://10.1.2.3:11434")
+    app = make_desktop(qtbot, profile_home, lexical_embedder)
+    try:
+        settings = app.window.settings
+        assert settings.host.text() == ""
+        assert settings.host.placeholderText() == "http://10.1.2.3:11434 (from OLLAMA_HOST)"
+        assert "127.0.0.1" not in settings.host.placeholderText()
+    finally:
+        app.quit()
+
+
+def test_the_shortcut_recorder_keeps_escape_and_the_windows_own_shortcuts_out(qtbot, desktop):
+    from PySide6.QtCore import Qt
+
+    settings = desktop.window.settings
+    recorder = settings.hotkey
+    before = recorder.shortcut()
+    qtbot.keyClick(recorder, Qt.Key.Key_2, Qt.KeyboardModifier.ControlModifier)
+    assert recorder.shortcut() == before and "Ctrl+2 is used inside this window" in settings.hotkey_problem.text
+    qtbot.keyClick(recorder, Qt.Key.Key_Escape)
+    assert recorder.shortcut() == before and settings.hotkey_problem.isHidden()
+    qtbot.keyClick(recorder, Qt.Key.Key_M, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.AltModifier)
+    assert recorder.shortcut() == "Ctrl+Alt+M" and settings.hotkey_problem.isHidden()
+    settings.save()
+    qtbot.waitUntil(lambda: settings.feedback.text() == "Saved ✓", timeout=5000)
+    assert settings.hotkey_problem.isHidden()  # no error beside "Saved ✓"
+
+
+def test_saving_settings_keeps_the_welcome_card_away_and_the_tray_notice_seen(qtbot, desktop):
+    from .conftest import wait_idle
+
+    window = desktop.window
+    wait_idle(qtbot, desktop)
+    qtbot.waitUntil(lambda: window.first_run.isVisible(), timeout=5000)  # a first run shows it
+    window.first_run._dismiss()
+    info = desktop.bridge.info
+    seen = info.settings.model_copy(deep=True)
+    seen.tray_notice_shown = True  # as the app saves it after the first close to the tray
+    desktop.bridge.save_settings(seen)
+    wait_idle(qtbot, desktop)
+    window.settings.save()
+    qtbot.waitUntil(lambda: window.settings.feedback.text() == "Saved ✓", timeout=5000)
+    wait_idle(qtbot, desktop)
+    assert not window.first_run.isVisible()
+    from engine.config import load_settings
+
+    assert load_settings(desktop.home).tray_notice_shown is True  # Settings' Save did not undo it
+
+
+def test_pause_says_paused_and_offers_resume(qtbot, desktop):
+    status = desktop.window.status
+    assert status.paused.isHidden()
+    with qtbot.waitSignal(desktop.bridge.paused_changed, timeout=5000):
+        desktop.bridge.set_paused(True)
+    assert not status.paused.isHidden() and "Paused" in status.paused.text() and not status.resume.isHidden()
+    with qtbot.waitSignal(desktop.bridge.paused_changed, timeout=5000):
+        status.resume.click()
+    assert status.paused.isHidden() and desktop.bridge.paused is False
 
 
 def test_self_test_flag_runs_the_engine_self_test():
@@ -197,13 +265,20 @@ def test_self_test_flag_runs_the_engine_self_test():
 def test_audit_view_lists_changes(qtbot, desktop):
     from .conftest import engine_of
 
-    engine_of(desktop).remember("Audit me")
+    uid = engine_of(desktop).remember("Audit me").id
     desktop.window.show_page("activity")
     view = desktop.window.activity
-    qtbot.waitUntil(lambda: any(view.tree.topLevelItem(i).text(2) == "Remembered"
+    qtbot.waitUntil(lambda: any(view.tree.topLevelItem(i).text(1) == "You remembered a fact"
                                 for i in range(view.tree.topLevelItemCount())), timeout=10_000)
-    # memory text never appears in the activity log
-    assert all("Audit me" not in view.tree.topLevelItem(i).text(4) for i in range(view.tree.topLevelItemCount()))
+    rows = [[view.tree.topLevelItem(i).text(c) for c in range(3)] for i in range(view.tree.topLevelItemCount())]
+    # sentences, not raw ids or `_uids: […]`; memory text never appears in the activity log
+    assert all(uid not in cell and "_uids" not in cell and "Audit me" not in cell for row in rows for cell in row)
+    item = next(view.tree.topLevelItem(i) for i in range(view.tree.topLevelItemCount())
+                if view.tree.topLevelItem(i).text(1) == "You remembered a fact")
+    view.tree.itemActivated.emit(item, 1)  # a change to a memory opens it
+    assert desktop.window.pages.currentWidget() is desktop.window.memories
+    qtbot.waitUntil(lambda: desktop.window.memories.editor.row is not None
+                    and desktop.window.memories.editor.row.id == uid, timeout=5000)
 
 
 def test_tidy_up_runs_consolidation_and_reports(qtbot, desktop):

@@ -44,14 +44,21 @@ def test_capture_is_lexically_searchable_at_once(qtbot, desktop):
     assert "No memories match" in browser.empty.title.text()
 
 
-def test_escape_cancels_capture_without_storing(qtbot, desktop):
+def test_escape_closes_capture_without_storing_and_keeps_the_draft(qtbot, desktop):
     box = desktop.capture
     box.open_box()
-    qtbot.keyClicks(box.input, "never mind")
+    qtbot.keyClicks(box.input, "the plumber's number is")
     qtbot.keyClick(box.input, Qt.Key.Key_Escape)
     assert not box.isVisible()
     wait_idle(qtbot, desktop)
     assert engine_of(desktop).list_memories() == []
+    box.open_box()  # next time: the half-typed draft is still there, to finish
+    assert box.input.text() == "the plumber's number is"
+    assert "draft is kept" in box.status.text()
+    qtbot.keyClicks(box.input, " 0161 496 0000")
+    qtbot.keyClick(box.input, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: box.status.text() == "Saved ✓", timeout=10_000)
+    assert [m.text for m in engine_of(desktop).list_memories()] == ["the plumber's number is 0161 496 0000"]
 
 
 def test_text_dropped_on_the_capture_box_becomes_a_memory(qtbot, desktop):

@@ -1,4 +1,4 @@
-"""Delete asks first, disappears at once, can be undone for a moment, and then is gone from the store."""
+"""Delete of one memory offers undo (several at once are asked first), disappears at once, can be undone for a moment, and then is gone from the store."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def test_delete_removes_from_the_view_and_the_store(qtbot, desktop, monkeypatch)
     monkeypatch.setattr(browser, "confirm", lambda title, question, detail: asked.append(question) or True)
     browser.select(gone)
     browser.delete_selected()
-    assert asked and "Forget this fact" in asked[0]
+    assert asked == []  # one memory: no question, Undo instead
     assert browser.visible_ids() == [keep]  # gone from view at once
     assert browser.undo_bar.isVisible()
     qtbot.waitUntil(lambda: gone not in browser.pending, timeout=5000)  # the undo window closes
@@ -37,14 +37,16 @@ def test_delete_removes_from_the_view_and_the_store(qtbot, desktop, monkeypatch)
     assert browser.visible_ids() == [keep]
 
 
-def test_cancelled_confirmation_deletes_nothing(qtbot, desktop, monkeypatch):
-    (uid,) = stored(qtbot, desktop, "Precious fact")
+def test_cancelled_confirmation_of_several_deletes_nothing(qtbot, desktop, monkeypatch):
+    uids = stored(qtbot, desktop, "Precious fact", "Another precious fact")
     browser = desktop.window.memories
-    monkeypatch.setattr(browser, "confirm", lambda *a: False)
-    browser.select(uid)
+    asked: list[str] = []
+    monkeypatch.setattr(browser, "confirm", lambda title, question, detail: asked.append(question) and False)
+    browser.tree.selectAll()
     browser.delete_selected()
-    assert browser.visible_ids() == [uid]
-    assert engine_of(desktop).get(uid).text == "Precious fact"
+    assert asked == ["Delete 2 memories?"]
+    assert sorted(browser.visible_ids()) == sorted(uids)
+    assert engine_of(desktop).get(uids[0]).text == "Precious fact"
 
 
 def test_undo_brings_the_memory_back_unchanged(qtbot, desktop, monkeypatch):

@@ -86,7 +86,7 @@ def test_a_bad_file_fails_with_a_readable_reason_and_changes_nothing(qtbot, desk
     (result,) = finished.args[0]
     assert result.status == "failed" and result.error
     row = docs.job.topLevelItem(0)
-    assert row.text(1).startswith("Failed — ")
+    assert row.text(1) == f"Failed: {result.error}"  # the whole reason, wrapped, never cut
     assert not docs.banner.isHidden()
     assert engine_of(desktop).list_documents() == []
 

@@ -1,0 +1,174 @@
+"""Open the real app on a fresh profile with a few memories and documents, visit every page and report, as
+JSON on stdout, where the window sits and every widget that is narrower than its own text (a cut-off
+column title, a squeezed button or label). With --shots DIR it also saves a PNG of every page.
+
+Run in a process of its own, because the screen size and QT_SCALE_FACTOR are fixed when Qt starts:
+
+    QT_QPA_PLATFORM=offscreen:configfile=screen.json QT_SCALE_FACTOR=2 python -m tests.gui.layout_probe HOME
+    DISPLAY=:91 QT_QPA_PLATFORM=xcb python -m tests.gui.layout_probe HOME --shots docs/screenshots --tag 800x600
+
+tests/gui/test_layout.py runs it offscreen; scripts/screenshots.py runs it on Xvfb for docs/screenshots/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+MEMORIES = (
+    ("The boiler service is due every October; the engineer is Dana Whitfield", "fact", "home"),
+    ("Met Priya at the Leeds meetup; she maintains the tide-prediction library", "episodic", "work"),
+    ("To renew the passport: form online, photo code from the booth, old passport by post", "procedural", None),
+    ("My bike lock code is in the password manager under 'Lock'", "fact", None),
+    ("The quarterly report goes to the finance team on the first Monday of the quarter", "fact", "work"),
+    ("Dentist appointment moved to the 14th at 09:30", "episodic", "home"),
+)
+
+NOTE = """# Garden plan
+
+## Spring
+
+Sow the broad beans in March along the south fence; the tomatoes go in the greenhouse in April.
+
+## Autumn
+
+Plant the garlic in October, two inches deep, pointed end up.
+"""
+
+
+def wait(app, condition, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the app did not get there in time")
+        app.processEvents()
+        time.sleep(0.01)
+
+
+def settle(app, seconds: float = 0.3) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        app.processEvents()
+        time.sleep(0.01)
+
+
+def too_narrow(root) -> list[str]:
+    """Every visible widget under `root` narrower than its text (header sections, labels, buttons)."""
+    from PySide6.QtWidgets import QAbstractButton, QComboBox, QLabel, QTreeWidget
+
+    found: list[str] = []
+    for tree in root.findChildren(QTreeWidget):
+        if not tree.isVisibleTo(root) or not tree.isVisible():
+            continue
+        header = tree.header()
+        fm = header.fontMetrics()
+        for i in range(header.count()):
+            if header.isSectionHidden(i):
+                continue
+            text = tree.headerItem().text(i)
+            need = fm.horizontalAdvance(text) + 8
+            if header.sectionSize(i) < need:
+                found.append(f"column '{text}' of {tree.objectName() or type(tree.parent()).__name__}: "
+                             f"{header.sectionSize(i)} px < {need} px")
+        right = sum(header.sectionSize(i) for i in range(header.count()) if not header.isSectionHidden(i))
+        if right > tree.viewport().width() + 1:
+            found.append(f"columns of {type(tree.parent()).__name__} run off the list: {right} px > "
+                         f"{tree.viewport().width()} px")
+    for label in root.findChildren(QLabel):
+        if not label.isVisible() or label.wordWrap() or not label.text() or "<" in label.text():
+            continue
+        need = label.fontMetrics().horizontalAdvance(label.text().replace("&", ""))
+        if label.contentsRect().width() + 1 < need:
+            found.append(f"label '{label.text()[:40]}': {label.contentsRect().width()} px < {need} px")
+    for b in root.findChildren(QAbstractButton):
+        if not b.isVisible() or not b.text():
+            continue
+        if b.width() + 1 < b.minimumSizeHint().width():
+            found.append(f"button '{b.text().replace('&', '')}': {b.width()} px < {b.minimumSizeHint().width()} px")
+    for combo in root.findChildren(QComboBox):
+        if not combo.isVisible() or combo.isEditable() or not combo.currentText():
+            continue
+        need = combo.fontMetrics().horizontalAdvance(combo.currentText()) + 40
+        if combo.width() < need:
+            found.append(f"choice '{combo.currentText()}': {combo.width()} px < {need} px")
+    return found
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("home", type=Path)
+    parser.add_argument("--shots", type=Path)
+    parser.add_argument("--tag", default="")
+    parser.add_argument("--size", help="WxH: resize the window to this (logical pixels) instead of its default")
+    args = parser.parse_args(argv)
+
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    from desktop.app import DesktopApp
+    from desktop.theme import Theme
+    from engine.embeddings import NoEmbedder
+
+    Theme(app)
+    desktop = DesktopApp(args.home, embedder=NoEmbedder(), use_tray=False, use_hotkey=False,
+                         start_background=False)
+    window = desktop.window
+    wait(app, lambda: desktop.bridge.info is not None)
+    settle(app, 0.3)
+    box = getattr(desktop, "_recovery_box", None)
+    if box is not None:
+        box.close()  # shown once on a first run (a real user keeps it first); not part of the pages
+    eng = desktop.bridge._engine.result()  # seed through the engine, as another program would
+    for text, kind, project in MEMORIES:
+        eng.remember(text, kind=kind, project=project, embed="none")
+    note = args.home / "Garden plan.md"
+    note.write_text(NOTE, encoding="utf-8")
+    eng.ingest([note])
+    wait(app, lambda: len(window.memories.visible_ids()) == len(MEMORIES), 10)
+    if args.size:
+        w, h = (int(v) for v in args.size.split("x"))
+        window.resize(w, h)
+        window.keep_on_screen()
+    settle(app, 0.5)
+
+    area = window.screen_area()
+    frame = window.frameGeometry()
+    report: dict = {
+        "screen": [area.x(), area.y(), area.width(), area.height()],
+        "window": [frame.x(), frame.y(), frame.width(), frame.height()],
+        "minimum": [window.minimumWidth(), window.minimumHeight()],
+        "on_screen": area.contains(frame),
+        "pages": {},
+    }
+    pages = ["memories", "memory-editor", "ask", "documents", "activity", "settings"]
+    for page in pages:
+        if page == "memory-editor":
+            window.show_page("memories")
+            settle(app, 0.1)
+            browser = window.memories
+            browser.select(browser.visible_ids()[0])
+            browser.open_drawer()
+        else:
+            window.show_page(page)
+        settle(app, 0.6)
+        report["pages"][page] = {"too_narrow": too_narrow(window),
+                                 "compact": bool(window.memories.compact)}
+        if args.shots:
+            args.shots.mkdir(parents=True, exist_ok=True)
+            name = f"{page}-{args.tag}.png" if args.tag else f"{page}.png"
+            # on a real X server: the whole screen, so the picture also shows the window fits on it
+            shot = window.screen().grabWindow(0) if QApplication.platformName() == "xcb" else window.grab()
+            shot.save(str(args.shots / name))
+        if page == "memory-editor":
+            window.memories.close_drawer()
+    print(json.dumps(report))
+    sys.stdout.flush()
+    desktop.quit()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

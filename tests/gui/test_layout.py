@@ -1,0 +1,85 @@
+"""The window at 800×600 and at QT_SCALE_FACTOR=2 on a 1440×900 screen: it fits on the screen, the memory
+list keeps its width (the editor becomes a drawer), and no column title, label, button or choice is cut.
+Each size runs the real app in a process of its own (the screen and the scale are fixed when Qt starts)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QByteArray, QRect
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def probe(tmp_path: Path, screen: tuple[int, int], scale: float, size: str | None = None) -> dict:
+    config = tmp_path / "screen.json"
+    config.write_text(json.dumps({"screens": [{"name": "probe", "x": 0, "y": 0, "width": screen[0],
+                                               "height": screen[1], "logicalDpi": 96, "logicalBaseDpi": 96,
+                                               "dpr": 1}]}))
+    env = dict(os.environ, QT_QPA_PLATFORM=f"offscreen:configfile={config}", QT_SCALE_FACTOR=str(scale),
+               PYTHONPATH=str(ROOT), PYTHON_KEYRING_BACKEND="keyrings.alt.file.PlaintextKeyring",
+               XDG_DATA_HOME=str(tmp_path / "xdg"))
+    env.pop("OLLAMA_HOST", None)
+    args = [sys.executable, "-m", "tests.gui.layout_probe", str(tmp_path / "home")] + (["--size", size] if size else [])
+    proc = subprocess.run(args, env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("screen,scale,size", [((800, 600), 1, "800x600"), ((1440, 900), 2, None)],
+                         ids=["800x600", "1440x900-scale2"])
+def test_every_page_fits_with_nothing_cut(tmp_path, screen, scale, size):
+    report = probe(tmp_path, screen, scale, size)
+    logical = [screen[0] // scale, screen[1] // scale]
+    assert report["screen"][2:] == logical
+    assert report["on_screen"], report  # the whole window, frame included, is on the screen
+    assert report["minimum"][0] <= logical[0] and report["minimum"][1] <= logical[1]
+    for page, found in report["pages"].items():
+        assert found["too_narrow"] == [], (page, found["too_narrow"])
+        assert found["compact"] is True  # narrow: the list has the width, the editor is a drawer
+
+
+def test_the_window_remembers_its_place_and_comes_back_on_screen(qtbot, qasync_loop, tmp_path):
+    from desktop.bridge import Bridge
+    from desktop.main_window import MainWindow
+
+    state = tmp_path / "window.ini"
+    first = MainWindow(Bridge(tmp_path / "home"), state_file=state)
+    qtbot.addWidget(first)
+    area = first.screen_area()
+    first.setGeometry(QRect(area.x() + 20, area.y() + 30, 700, 480))
+    first.save_geometry()
+    second = MainWindow(Bridge(tmp_path / "home"), state_file=state)
+    qtbot.addWidget(second)
+    assert (second.width(), second.height()) == (700, 480) and second.x() == area.x() + 20
+    # saved on a screen that is gone (or larger): it comes back whole on this one
+    first.setGeometry(QRect(area.right() + 400, area.bottom() + 300, area.width() + 300, 480))
+    first.save_geometry()
+    third = MainWindow(Bridge(tmp_path / "home"), state_file=state)
+    qtbot.addWidget(third)
+    assert area.contains(third.frameGeometry()), (third.frameGeometry(), area)
+    assert isinstance(third._state.value("window/geometry"), QByteArray)
+
+
+def test_the_editor_moves_into_a_drawer_when_narrow(qtbot, desktop):
+    from .conftest import engine_of
+
+    uid = engine_of(desktop).remember("The spare key is under the blue pot", embed="none").id
+    browser = desktop.window.memories
+    qtbot.waitUntil(lambda: browser.visible_ids() == [uid], timeout=5000)
+    desktop.window.resize(1400, 800)
+    qtbot.waitUntil(lambda: not browser.compact, timeout=2000)
+    assert browser.editor.parent() is browser.splitter
+    desktop.window.resize(780, 560)
+    qtbot.waitUntil(lambda: browser.compact, timeout=2000)
+    browser.select(uid)
+    browser.open_drawer()
+    assert browser.drawer.isVisible() and browser.editor.isVisible()
+    assert browser.tree.width() > browser.width() * 0.8  # the list keeps the width
+    header = browser.tree.header()
+    assert header.sectionSize(0) >= header.fontMetrics().horizontalAdvance("Memory") + 8
