@@ -258,7 +258,7 @@ class DocFreqs:
         now = time.monotonic()
         hit = self._df.get(key)
         if hit is not None and abs(n - hit[1]) <= DF_DRIFT * hit[1] and now - hit[2] < DF_MAX_AGE:
-            return hit[0]
+            return min(hit[0], n)
         value = count()
         if len(self._df) > 50_000:
             self._df.clear()
