@@ -128,6 +128,19 @@ class Document(BaseModel):
     error: str | None = Field(default=None, description="Why it could not be ingested (failed documents only)")
 
 
+class Passage(BaseModel):
+    """One chunk of a document, with where it is in the document."""
+
+    id: str
+    text: str
+    locator: str = Field(default="", description='Where it is, e.g. "p. 4" or "Setup > Install"')
+    page: int | None = None
+    heading: str | None = None
+    document_id: str
+    document_title: str
+    document_path: str | None = None
+
+
 Allow = Callable[[Path], "str | None"]
 """A path policy: None when a file or folder may be read, else why not (see engine.pathpolicy)."""
 
@@ -543,6 +556,14 @@ class Documents:
             return []
         return [f"{failed} document{'s' if failed != 1 else ''} could not be ingested (list_documents(failed=True) "
                 "says why); add the file again to retry, or forget it"]
+
+    def passage(self, uid: str) -> Passage:
+        """A chunk (chk_…) of a ready document, e.g. the source of a graph fact or an answer."""
+        r = rows.chunk_by_uid(self.ctx.con, uid)
+        if r is None:
+            raise NotFound(f"No passage {uid} (its document may have been forgotten).")
+        return Passage(id=r[0], text=r[1], locator=r[2] or "", page=r[3], heading=r[4], document_id=r[5],
+                       document_title=r[6], document_path=r[7])
 
     def get_document(self, uid: str) -> Document:
         row = rows.ready_by_uid(self.ctx.con, uid)

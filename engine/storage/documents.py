@@ -190,3 +190,10 @@ def delete_contents(con: Connection, doc_id: int, *, keep_document: bool) -> tup
 def derived_memories(con: Connection, doc_id: int) -> list[int]:
     """Memories made from a document (the ingest event, facts extracted from it)."""
     return [r[0] for r in con.execute("SELECT id FROM memories WHERE document_id = ?", (doc_id,)).fetchall()]
+
+
+def chunk_by_uid(con: Connection, uid: str) -> tuple | None:
+    """(chunk uid, text, locator, page, heading, document uid, title, path) of a chunk of a ready document."""
+    return con.execute(
+        "SELECT c.uid, c.text, c.locator, c.page, c.heading, d.uid, d.title, d.path FROM chunks c "
+        "JOIN documents d ON d.id = c.document_id WHERE c.uid = ? AND d.status = 'ready'", (uid,)).fetchone()
