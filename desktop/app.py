@@ -104,6 +104,8 @@ class DesktopApp(QObject):
         self.window.hide()
         try:
             self.window.memories.flush_deletes()
+            if self.window.is_built:
+                self.window.graph.flush_deletes()
         except Exception:
             log.exception("pending deletes could not be carried out at quit")
         self._tidy_timer.stop()
