@@ -114,6 +114,7 @@ class Bridge(QObject):
         self._closing = False
         self._created = False
         self.paused = False
+        self._passphrase: str | None = None
         self.open_error = ""  # why the last open failed: key_missing | wrong_key | other
         self._restored: tuple[Any, Path | None] | None = None
 
@@ -131,6 +132,7 @@ class Bridge(QObject):
 
     def open(self, passphrase: str | None = None) -> None:
         """Open (or create) the store on the writer thread; `opened` or `open_failed` follows."""
+        self._passphrase = passphrase  # kept in memory for the API server this app may start (serve_env)
         self._engine = self._writer.submit(self._open, passphrase)
         self._engine.add_done_callback(self._after_open)
 
@@ -523,11 +525,20 @@ class Bridge(QObject):
         future.add_done_callback(finished)
 
     def change_passphrase(self, new: str, done: Done, failed: Failed) -> None:
-        self.write(lambda e: e.change_passphrase(new), done, failed)
+        def changed(message: str) -> None:
+            if self._passphrase is not None:
+                self._passphrase = new
+            done(message)
+
+        self.write(lambda e: e.change_passphrase(new), changed, failed)
 
     def show_recovery_key(self, done: Done, failed: Failed) -> None:
         """(the recovery key, whether it was made just now). The caller re-authenticates the user first."""
         self.write(lambda e: e.show_recovery_key(), done, failed)
+
+    def has_passphrase(self, done: Done) -> None:
+        """done(True) when a passphrase opens this store (alone, or besides the keychain)."""
+        self.read(lambda e: e.has_passphrase, done)
 
     def check_passphrase(self, phrase: str, done: Done) -> None:
         """done(True) when `phrase` is this store's passphrase (re-authentication before showing secrets)."""
@@ -563,6 +574,18 @@ class Bridge(QObject):
     def api_token(self, done: Done) -> None:
         self.read(lambda e: e.api_token(), done)
 
+    def serve_env(self) -> dict[str, str]:
+        """The environment of `serve`: this one, this profile, and the passphrase when the store needs one."""
+        import os
+
+        env = dict(os.environ)
+        home = self._info.home if self._info is not None else self._home
+        if home is not None:
+            env["PERSONAL_LLM_HOME"] = str(home)
+        if self._passphrase and self.uses_passphrase():
+            env["PERSONAL_LLM_PASSPHRASE"] = self._passphrase
+        return env
+
     def serve_command(self, port: int) -> list[str]:
         """The command line of `personal-llm serve` on 127.0.0.1:`port`, printing its URL as JSON."""
         import sys
@@ -584,6 +607,27 @@ class Bridge(QObject):
         if found:
             return found, ["mcp"]
         return sys.executable, ["-m", "engine.mcp"]
+
+
+    def update_settings(self, change: Callable[[Settings], None], done: Done | None = None,
+                        failed: Failed | None = None) -> None:
+        """Change some settings and save them, starting from the ones in use (so a change made meanwhile by
+        another page is kept). `done` gets the saved settings."""
+        def save(e: Engine) -> Settings:
+            settings = e.settings.model_copy(deep=True)
+            change(settings)
+            e.apply_settings(settings)
+            return settings.model_copy(deep=True)
+
+        def saved(value: Settings) -> None:
+            if self._info is not None:
+                from dataclasses import replace
+
+                self._info = replace(self._info, settings=value.model_copy(deep=True))
+            if done:
+                done(value)
+
+        self.write(save, saved, failed)
 
 
 @dataclass

@@ -74,6 +74,7 @@ class Settings(BaseModel):
     theme: Literal["system", "light", "dark"] = "system"  # the desktop app's appearance
     api_enabled: bool = False  # the desktop app serves the HTTP API (127.0.0.1) while it runs
     backup: BackupSettings = Field(default_factory=BackupSettings)
+    recovery_confirmed: bool = False  # the user confirmed in the app that they kept the recovery key
 
 
 def write_atomic(path: Path, data: str) -> None:

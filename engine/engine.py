@@ -452,6 +452,11 @@ class Engine:
         """(the recovery key, whether it was made just now)."""
         return keyops.show_recovery(self)
 
+    @property
+    def has_passphrase(self) -> bool:
+        """True when a passphrase opens this store (its only key, or one more way besides the keychain)."""
+        return self.profile.key_source == "passphrase" or bool((self.profile.raw.get("wraps") or {}).get("passphrase"))
+
     def passphrase_opens(self, phrase: str) -> bool:
         """True when `phrase` is this store's passphrase (re-authentication before a secret is shown)."""
         return keyops.passphrase_opens(self, phrase)
