@@ -62,17 +62,17 @@ class ApiServer(QObject):
     def _read_out(self) -> None:
         assert self._proc is not None
         self._out += bytes(self._proc.readAllStandardOutput().data())
-        if self.url is None and b"\n" in self._out:
-            for line in self._out.splitlines():
-                try:
-                    url = json.loads(line).get("url")
-                except (ValueError, AttributeError):
-                    continue
-                if url:
-                    self.url = str(url)
-                    log.info("the API server is running")
-                    self.started.emit(self.url)
-                    break
+        if self.url is None:
+            text = self._out.decode("utf-8", "replace").lstrip()
+            try:  # `serve --json` announces {"url": …, "docs": …} (possibly over several lines)
+                announced, _end = json.JSONDecoder().raw_decode(text)
+            except ValueError:
+                return  # not all of it yet
+            url = announced.get("url") if isinstance(announced, dict) else None
+            if url:
+                self.url = str(url)
+                log.info("the API server is running")
+                self.started.emit(self.url)
 
     def _read_err(self) -> None:
         assert self._proc is not None

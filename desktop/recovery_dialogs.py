@@ -34,7 +34,7 @@ class OpenWithRecoveryDialog(QDialog):
         self.needs_passphrase = not bridge.keychain_available()
         title = QLabel("<b>Personal LLM cannot find the key to your memory on this computer.</b>")
         title.setWordWrap(True)
-        why = muted(reason)
+        self.reason = why = muted(reason)
         why.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.key = QLineEdit()
         self.key.setPlaceholderText("XXXX-XXXX-XXXX-XXXX-XXXX-XXXX-XXXX-XXXX")

@@ -719,9 +719,9 @@ class RecoveryBox(QGroupBox):
                               "when you logged in, is what lets Personal LLM show it.",
                               QMessageBox.StandardButton.Cancel, self.window())
             show = box.addButton("Show", QMessageBox.ButtonRole.AcceptRole)
-            box.exec()
-            if box.clickedButton() is show:
-                self._fetch()
+            box.buttonClicked.connect(lambda clicked: self._fetch() if clicked is show else None)
+            self.dialog = box
+            box.open()
 
     def _fetch(self) -> None:
         self.sections.bridge.show_recovery_key(self._show, lambda m: self.feedback.setText(m))
