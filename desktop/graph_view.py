@@ -13,10 +13,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from PySide6.QtCore import QPointF, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QPointF, QRectF, QStringListModel, Qt, QTimer, Signal
 from PySide6.QtGui import QBrush, QColor, QPainter, QPainterPath, QPainterPathStroker, QPalette, QPen
 from PySide6.QtWidgets import (
+    QApplication,
     QComboBox,
+    QCompleter,
     QFrame,
     QGraphicsEllipseItem,
     QGraphicsItem,
@@ -41,9 +43,10 @@ from PySide6.QtWidgets import (
 from . import formatting, theme
 from .bridge import Bridge
 from .pending_deletes import PendingDeletes
-from .widgets import Banner, EmptyState, UndoBar, button, muted, page_title
+from .widgets import EmptyState, UndoBar, button, muted, page_title
 
 WIDE = 1000  # from this width on, the sources sit beside the drawing instead of below it
+NARROW = 720  # below this width the list of starting points folds away
 EDGE = Qt.ItemDataRole.UserRole + 1
 
 
@@ -87,19 +90,25 @@ class GraphCanvas(QGraphicsView):
         self.setRenderHint(QPainter.RenderHint.Antialiasing)
         self.setMinimumHeight(160)
         self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self._lines: dict[int, _EdgeLine] = {}
         self._selected: int | None = None
+        self._drawn: tuple[list[Any], list[Fact]] = ([], [])
 
     def draw(self, nodes: list[Any], facts: list[Fact]) -> None:
+        """Lay the nodes out to the view's size (text stays at its size; nothing is scaled)."""
+        keep = self._selected
+        self._drawn = (nodes, facts)
         scene = self.scene()
         scene.clear()
         self._lines = {}
         self._selected = None
         if not nodes:
             return
-        pos = self._layout(nodes)
-        text = theme.text_color()
-        pal = self.palette()
+        pos = self._layout(nodes, self.viewport().width(), self.viewport().height())
+        pal = QApplication.palette()
+        text = pal.color(QPalette.ColorRole.Text)
         muted = theme.muted_color()
         accent = QColor(theme.ACCENT)
         drawn: set[tuple[int, int]] = set()
@@ -113,12 +122,12 @@ class GraphCanvas(QGraphicsView):
             scene.addItem(line)
             self._lines[f.index] = line
             key = (min(f.src, f.dst), max(f.src, f.dst))
-            if key not in drawn:  # one label per pair of entities, at the middle of the line
+            if key not in drawn and math.dist((a.x(), a.y()), (b.x(), b.y())) > 70:  # one label per pair, if room
                 drawn.add(key)
                 label = QGraphicsSimpleTextItem(formatting.one_line(f.rel, 28))
                 label.setBrush(QBrush(muted))
                 font = label.font()
-                font.setPointSizeF(max(7.0, font.pointSizeF() * 0.85))
+                font.setPointSizeF(max(8.0, font.pointSizeF() * 0.9))
                 label.setFont(font)
                 mid = (a + b) / 2
                 r = label.boundingRect()
@@ -150,20 +159,29 @@ class GraphCanvas(QGraphicsView):
             name.setZValue(3)
             name.setData(0, n.name)
             scene.addItem(name)
-        scene.setSceneRect(scene.itemsBoundingRect().adjusted(-20, -20, 20, 20))
-        self._fit()
+        w, h = self.viewport().width(), self.viewport().height()
+        scene.setSceneRect(QRectF(-w / 2, -h / 2, w, h).united(scene.itemsBoundingRect().adjusted(-8, -8, 8, 8)))
+        self.centerOn(0, 0)
+        if keep is not None:
+            self.select(keep)
 
     @staticmethod
-    def _layout(nodes: list[Any]) -> dict[int, QPointF]:
+    def _layout(nodes: list[Any], width: int, height: int) -> dict[int, QPointF]:
+        """What you started from in the middle, then a ring per hop, as wide and tall as the view allows."""
         rings: dict[int, list[Any]] = {}
         for n in nodes:
             rings.setdefault(n.hops, []).append(n)
+        outer = max(rings) or 1
+        rx, ry = max(60.0, width / 2 - 70), max(40.0, height / 2 - 30)
         pos: dict[int, QPointF] = {}
         for hops, members in rings.items():
-            radius = 0.0 if hops == 0 and len(members) == 1 else (60.0 if hops == 0 else 170.0 * hops + 20 * len(members) / 8)
+            if hops == 0:
+                sx, sy = (0.0, 0.0) if len(members) == 1 else (rx * 0.22, ry * 0.22)
+            else:
+                sx, sy = rx * hops / outer, ry * hops / outer
             for i, n in enumerate(members):
-                angle = 2 * math.pi * i / len(members) - math.pi / 2 + (0.35 * hops)
-                pos[n.id] = QPointF(radius * math.cos(angle) * 1.5, radius * math.sin(angle))
+                angle = 2 * math.pi * i / len(members) - math.pi / 2 + 0.5 * hops
+                pos[n.id] = QPointF(sx * math.cos(angle), sy * math.sin(angle))
         return pos
 
     def select(self, index: int | None) -> None:
@@ -174,18 +192,15 @@ class GraphCanvas(QGraphicsView):
         if index in self._lines:
             self._lines[index].setPen(QPen(accent, 3))
 
-    def _fit(self) -> None:
-        rect = self.scene().sceneRect()
-        if not rect.isEmpty():
-            self.fitInView(rect, Qt.AspectRatioMode.KeepAspectRatio)
-            if self.transform().m11() > 1.4:  # a small graph is not blown up
-                self.resetTransform()
-                self.scale(1.4, 1.4)
-                self.centerOn(rect.center())
-
     def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
         super().resizeEvent(event)
-        self._fit()
+        if self._drawn[0]:
+            self.draw(*self._drawn)
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt override
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange and self._drawn[0]:
+            self.draw(*self._drawn)  # light ⇄ dark: the drawing takes the new colours
 
     def mousePressEvent(self, event) -> None:  # noqa: N802 - Qt override
         item: QGraphicsItem | None = self.itemAt(event.position().toPoint())
@@ -223,12 +238,14 @@ class SourceCard(QFrame):
         self.text = QLabel()
         self.text.setWordWrap(True)
         self.text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.open = button("Open in Memories")
+        self.open = button("Open")
+        self.open.setToolTip("Show this memory in Memories")
         self.open.clicked.connect(lambda: self.open_clicked.emit(self.uid))
         self.open.setVisible(uid.startswith("mem_"))
-        self.forget = button("Forget this memory" if uid.startswith("mem_") else "Forget the document", danger=True)
-        self.forget.setToolTip("Deletes it and everything derived from it, this fact included. "
-                               "You can undo for a few seconds.")
+        self.forget = button("Forget" if uid.startswith("mem_") else "Forget document", danger=True)
+        self.forget.setToolTip(("Forget this memory" if uid.startswith("mem_") else "Forget the whole document")
+                               + " and everything derived from it, this fact included. You can undo for a few "
+                                 "seconds.")
         self.target = uid if uid.startswith("mem_") else ""
         self.forget.setEnabled(bool(self.target))
         self.forget.clicked.connect(lambda: self.forget_clicked.emit(self.uid, self.target))
@@ -279,6 +296,7 @@ class GraphView(QWidget):
         self._facts: list[Fact] = []
         self._start: tuple[str, str] | None = None  # ("entity", name) | ("memory", uid)
         self._request = 0
+        self._laid_out: tuple[bool, bool] | None = None
         self._forgotten: dict[str, str] = {}  # a source's id -> the id waiting to be forgotten (mem_… or doc_…)
 
         self.search = QLineEdit()
@@ -298,12 +316,20 @@ class GraphView(QWidget):
         head.addWidget(self.search, 1)
         head.addWidget(self.hops)
         head.addWidget(go)
-        self.banner = Banner()
+        self.summary = ""
+        self.completer_model = QStringListModel(self)
+        completer = QCompleter(self.completer_model, self)
+        completer.setCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
+        completer.setFilterMode(Qt.MatchFlag.MatchContains)
+        completer.activated.connect(self.show_entity)
+        self.search.setCompleter(completer)
 
         # left: where to start
         self.start_title = muted("Best connected")
         self.starts = QListWidget()
-        self.starts.setMinimumWidth(150)
+        self.starts.setMinimumWidth(120)
+        self.starts.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.starts.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.starts.itemActivated.connect(self._start_chosen)
         self.starts.itemClicked.connect(self._start_chosen)
         left = QWidget()
@@ -329,7 +355,8 @@ class GraphView(QWidget):
         drawing.addWidget(self.canvas)
         drawing.addWidget(self.facts)
         drawing.setStretchFactor(0, 3)
-        drawing.setStretchFactor(1, 2)
+        drawing.setStretchFactor(1, 1)
+        drawing.setSizes([300, 120])
         self.empty = EmptyState()
         self.middle = QStackedWidget()
         self.middle.addWidget(drawing)
@@ -344,6 +371,7 @@ class GraphView(QWidget):
         scroll = QScrollArea()
         scroll.setWidgetResizable(True)
         scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         scroll.setWidget(self.source_list)
         sources = QWidget()
         sl = QVBoxLayout(sources)
@@ -371,7 +399,6 @@ class GraphView(QWidget):
         layout.setContentsMargins(20, 16, 20, 12)
         layout.setSpacing(10)
         layout.addLayout(head)
-        layout.addWidget(self.banner)
         layout.addWidget(self.undo_bar)
         layout.addWidget(self.outer, 1)
 
@@ -456,6 +483,7 @@ class GraphView(QWidget):
     def _list_entities(self, entities: list[tuple[str, str | None, int]]) -> None:
         if self.start_title.text() != "Best connected" and self._start is not None:
             return  # showing memories found by a search
+        self.completer_model.setStringList([name for name, _type, _count in entities])
         self.start_title.setText("Best connected")
         self.starts.clear()
         for name, type_, count in entities:
@@ -468,7 +496,12 @@ class GraphView(QWidget):
                              "Facts are taken from your memories and documents by the language model "
                              "(Settings → Tidy up now, or `personal-llm extract`).")
         elif self._start is None:
-            self._show_empty("Choose an entity on the left, or search for one.", "")
+            self._show_empty("Type an entity's name above (it is completed as you type)" if self._folded()
+                             else "Choose an entity on the left, or type a name above.",
+                             "or words from a memory, to see the entities it is about.")
+
+    def _folded(self) -> bool:
+        return self.outer.sizes()[0] == 0
 
     def _search(self) -> None:
         text = self.search.text().strip()
@@ -542,8 +575,9 @@ class GraphView(QWidget):
         self.middle.setCurrentIndex(0)
         self.canvas.draw(nodes, facts)
         what = "the memory you chose" if self._start and self._start[0] == "memory" else view.entity
-        self.banner.set(f"{formatting.plural(len(facts), 'fact')} within {view.hops} "
-                        f"hop{'s' if view.hops > 1 else ''} of {what}." if facts else "", "info")
+        self.summary = (f"{formatting.plural(len(facts), 'fact')} within {view.hops} "
+                        f"hop{'s' if view.hops > 1 else ''} of {formatting.one_line(what, 40)}")
+        self.facts.setHeaderLabels([self.summary, "Sources"])
         if keep is not None and any(f.index == keep for f in facts):
             self.select_fact(keep)
         else:
@@ -601,7 +635,16 @@ class GraphView(QWidget):
 
     def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
         super().resizeEvent(event)
-        wide = self.width() >= WIDE
-        want = Qt.Orientation.Horizontal if wide else Qt.Orientation.Vertical
-        if self.inner.orientation() != want:
+        width = self.width()
+        want = Qt.Orientation.Horizontal if width >= WIDE else Qt.Orientation.Vertical
+        if self.inner.orientation() != want or self._laid_out != (width >= WIDE, width >= NARROW):
+            self._laid_out = (width >= WIDE, width >= NARROW)
             self.inner.setOrientation(want)
+            # narrow: the list of starting points folds away (the search box completes entity names)
+            left = int(min(220, max(140, width * 0.2))) if width >= NARROW else 0
+            self.outer.setSizes([left, width - left])
+            if want == Qt.Orientation.Horizontal:
+                rest = width - left
+                self.inner.setSizes([int(rest * 0.64), int(rest * 0.36)])
+            else:
+                self.inner.setSizes([int(self.height() * 0.62), int(self.height() * 0.38)])

@@ -122,6 +122,7 @@ class MainWindow(QMainWindow):
         for page in (self.graph, self.conflicts):
             page.memory_opened.connect(self._reveal_memory)
             page.status_posted.connect(self.status.post)
+        self.conflicts.count_changed.connect(self._conflicts_counted)
         b.ingest_progressed.connect(
             lambda p: self.status.set_work(f"Adding documents… {p.files_done}/{p.files_total}"))
         b.ingest_finished.connect(lambda _r: self.status.set_work(""))
@@ -234,6 +235,11 @@ class MainWindow(QMainWindow):
             self.status.set_count(" · ".join(parts))
 
         self.bridge.stats(done)
+
+    def _conflicts_counted(self, n: int) -> None:
+        item = self.sidebar.item([key for _label, key in PAGES].index("conflicts"))
+        if item is not None:
+            item.setText(f"Conflicts ({n})" if n else "Conflicts")
 
     def _reveal_memory(self, uid: str) -> None:
         self.show_page("memories")

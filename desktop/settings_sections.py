@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, Qt, QTimer, QUrl, Signal
-from PySide6.QtGui import QDesktopServices, QGuiApplication
+from PySide6.QtGui import QDesktopServices, QFontDatabase, QGuiApplication
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QPlainTextEdit,
     QProgressBar,
+    QSizePolicy,
     QVBoxLayout,
     QWidget,
 )
@@ -74,6 +75,20 @@ def copy_to_clipboard(text: str) -> None:
     QGuiApplication.clipboard().setText(text)
 
 
+class Note(QLabel):
+    """A muted line that takes no room while it says nothing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setObjectName("Muted")
+        self.setWordWrap(True)
+        self.hide()
+
+    def setText(self, text: str) -> None:  # noqa: N802 - Qt API
+        super().setText(text)
+        self.setVisible(bool(text))
+
+
 class SettingsSections(QObject):
     """Builds the sections; `boxes` go into the Settings page, below its own."""
 
@@ -114,8 +129,10 @@ class AppearanceBox(QGroupBox):
         for label, value in theme.MODES:
             self.mode.addItem(label, value)
         self.mode.currentIndexChanged.connect(self._changed)
-        form = QFormLayout(self)
-        form.addRow("Theme", self.mode)
+        row = QHBoxLayout(self)
+        row.addWidget(QLabel("Theme"))
+        row.addWidget(self.mode)
+        row.addStretch(1)
         self._loading = False
 
     def load(self, info: EngineInfo) -> None:
@@ -355,6 +372,7 @@ class ApiBox(QGroupBox):
         self.mcp.setReadOnly(True)
         self.mcp.setMaximumHeight(150)
         self.mcp.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        self.mcp.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         self.copy_mcp = button("Copy")
         self.copy_mcp.setToolTip("Copy the MCP server entry for an assistant's configuration")
         self.copy_mcp.clicked.connect(lambda: (copy_to_clipboard(self.mcp.toPlainText()),
@@ -362,16 +380,19 @@ class ApiBox(QGroupBox):
         mcp_row = QHBoxLayout()
         mcp_row.addWidget(self.mcp, 1)
         mcp_row.addWidget(self.copy_mcp, 0, Qt.AlignmentFlag.AlignTop)
-        self.feedback = muted("")
-        form = QFormLayout(self)
-        form.addRow("", self.enabled)
-        form.addRow("", self.state)
+        self.feedback = Note()
+        form = QFormLayout()
         form.addRow("API token", token_row)
         form.addRow("MCP", mcp_row)
-        form.addRow("", muted("Paste this into the assistant's MCP configuration (Claude Desktop: "
-                              "claude_desktop_config.json; others use the same mcpServers entry). The assistant "
-                              "starts the server itself; it needs no API and no token. See docs/mcp.md."))
-        form.addRow("", self.feedback)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.enabled)
+        layout.addWidget(self.state)
+        layout.addLayout(form)
+        layout.addWidget(muted("Paste the MCP entry into an assistant's configuration (Claude Desktop: "
+                               "claude_desktop_config.json; other clients use the same mcpServers entry). The "
+                               "assistant starts that server itself; it needs neither the HTTP API nor the token. "
+                               "See docs/mcp.md."))
+        layout.addWidget(self.feedback)
         self._port = 8765
         self._loading = False
 
@@ -480,8 +501,9 @@ class BackupBox(QGroupBox):
         self.scheduler = BackupScheduler(bridge, self)
         self.scheduler.backed_up.connect(lambda _s: self.refresh())
         self.folder = QLabel("…")
-        self.folder.setWordWrap(True)
         self.folder.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.folder.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # a long path is cut
+        self.folder_note = Note()
         self.choose = button("Choose…")
         self.choose.setToolTip("Another disk or a synced folder keeps your memory safe from this disk failing")
         self.choose.clicked.connect(self.choose_folder)
@@ -509,14 +531,20 @@ class BackupBox(QGroupBox):
         actions.addStretch(0)
         actions.addWidget(self.restore_button)
         actions.addWidget(self.now_button)
-        form = QFormLayout(self)
+        schedule_row = QHBoxLayout()
+        schedule_row.addWidget(self.schedule)
+        schedule_row.addStretch(1)
+        form = QFormLayout()
         form.addRow("Folder", folder_row)
-        form.addRow("Schedule", self.schedule)
+        form.addRow("Schedule", schedule_row)
         form.addRow("Last backup", self.last)
-        form.addRow("", self.warning)
-        form.addRow("", actions)
-        form.addRow("", muted("Snapshots are encrypted with your memory's key (the recovery key opens them on "
-                              "another computer). Kept: one a day for a week, then one a week for four weeks."))
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(self.folder_note)
+        layout.addWidget(self.warning)
+        layout.addLayout(actions)
+        layout.addWidget(muted("Snapshots are encrypted with your memory's key (the recovery key opens them on "
+                               "another computer). Kept: one a day for a week, then one a week for four weeks."))
         self._status: Any = None
         self._loading = False
         self.dialog: QDialog | None = None
@@ -532,7 +560,9 @@ class BackupBox(QGroupBox):
 
     def show_status(self, status: Any) -> None:
         self._status = status
-        self.folder.setText(str(status.folder) + ("  (set by $PERSONAL_LLM_BACKUP_DIR)" if status.from_env else ""))
+        self.folder.setText(str(status.folder))
+        self.folder.setToolTip(str(status.folder))
+        self.folder_note.setText("The folder is set by $PERSONAL_LLM_BACKUP_DIR." if status.from_env else "")
         self.choose.setEnabled(not status.from_env)
         if status.last is None:
             self.last.setText("None yet.")
@@ -682,7 +712,7 @@ class RecoveryBox(QGroupBox):
         self.show_key.clicked.connect(self.reveal)
         self.passphrase = button("Set a passphrase…")
         self.passphrase.clicked.connect(self.open_passphrase)
-        self.feedback = muted("")
+        self.feedback = Note()
         row = QHBoxLayout()
         row.addWidget(muted("The recovery key opens your memory on any computer if this one or its keychain is "
                             "lost."), 1)
