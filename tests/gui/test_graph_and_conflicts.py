@@ -22,6 +22,8 @@ TRIPLES = {
     "Carol lives in Porto.": [("Carol", "lives in", "Porto", "person", "place")],
     "Dan works at Initech.": [("Dan", "works at", "Initech", "person", "organization")],
     "Dan works at Globex.": [("Dan", "works at", "Globex", "person", "organization")],
+    "Eve founded Hooli in 2019.": [("Eve", "founded", "Hooli", "person", "organization")],
+    "Eve mentors Alice.": [("Eve", "mentors", "Alice", "person", "person")],
 }
 CONTRADICTIONS = (("Lisbon", "Porto"), ("Initech", "Globex"))
 
@@ -121,3 +123,38 @@ def test_conflicts_keep_one_archives_the_other_and_keep_both_unflags_the_pair(qt
         assert not m.archived and m.conflict_with is None
     assert eng.conflicts() == []
     assert len(eng.consolidate().conflicts) == 0  # keep both: not flagged again
+
+
+def test_the_graph_around_a_memory_and_a_passage_behind_a_fact_whose_document_can_be_forgotten(qtbot, llm_app):
+    eng = engine_of(llm_app)
+    mentor = eng.remember("Eve mentors Alice.").id
+    eng.remember("Alice works at Acme.")
+    doc = eng.ingest_text("Company history. Eve founded Hooli in 2019.", "Hooli notes")
+    assert eng.extract_pending().edges == 3
+    w = llm_app.window
+    w.show_page("graph")
+    page = w.graph
+    page.resize(1200, 700)
+
+    page.search.setText("who mentors")  # names no entity: memories with these words are offered
+    qtbot.keyClick(page.search, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: page.start_title.text().startswith("Memories matching") and page.starts.count() >= 1)
+    item = next(page.starts.item(i) for i in range(page.starts.count())
+                if page.starts.item(i).data(Qt.ItemDataRole.UserRole) == ("memory", mentor))
+    page._start_chosen(item)
+    qtbot.waitUntil(lambda: page.facts.topLevelItemCount() == 3)  # 1 hop from Eve and Alice, whom it names
+    assert {page.facts.topLevelItem(i).text(0) for i in range(3)} == {
+        "Eve —mentors→ Alice", "Alice —works at→ Acme", "Eve —founded→ Hooli"}
+    assert "the memory you chose" in page.facts.headerItem().text(0)
+
+    page.show_entity("Hooli")
+    qtbot.waitUntil(lambda: page.facts.topLevelItemCount() == 1)
+    page.select_fact(page._facts[0].index)
+    qtbot.waitUntil(lambda: len(page.cards) == 1 and page.cards[0].target == doc.document_id)
+    card = page.cards[0]
+    assert card.meta.text() == "Passage from “Hooli notes” · paragraph 1" and "Eve founded Hooli" in card.text.text()
+    assert card.forget.text() == "Forget document" and not card.open.isVisible()
+    qtbot.mouseClick(card.forget, Qt.MouseButton.LeftButton)
+    assert page.facts.topLevelItemCount() == 0
+    qtbot.waitUntil(lambda: eng.list_documents() == [], timeout=5000)
+    qtbot.waitUntil(lambda: page.middle.currentWidget() is page.empty)  # Hooli is gone with its document

@@ -245,3 +245,32 @@ def test_open_with_the_recovery_key_after_the_keychain_entry_is_gone(qtbot, qasy
         app.quit()
     with Engine.open(profile_home, embedder=lexical_embedder) as eng:  # and it opens normally from now on
         assert eng.get(uid).text == "Kept through a lost keychain."
+
+
+def test_restore_from_settings_brings_a_snapshot_back_and_keeps_the_current_store_aside(qtbot, desktop,
+                                                                                        profile_home):
+    from engine import NotFound
+
+    eng = engine_of(desktop)
+    kept = eng.remember("Written before the snapshot.").id
+    eng.backup_now()
+    later = eng.remember("Written after the snapshot.").id
+    box = sections(desktop).backups
+    box.refresh()
+    qtbot.waitUntil(lambda: box.restore_button.isEnabled())
+    dialog = box.open_restore()
+    qtbot.addWidget(dialog)
+    qtbot.waitUntil(lambda: dialog.list.count() == 1)
+    dialog.list.setCurrentRow(0)
+    dialog.restore(confirm=False)
+    qtbot.waitUntil(lambda: dialog.message.property("tone") == "ok", timeout=20_000)
+    restored = engine_of(desktop)
+    assert restored is not eng and desktop.bridge.info is not None
+    assert restored.get(kept).text == "Written before the snapshot."
+    with pytest.raises(NotFound):
+        restored.get(later)
+    (aside,) = profile_home.glob("memory.db.before-restore-*")
+    assert "kept at" in dialog.message.label.text() and str(aside) in dialog.message.label.text()
+    desktop.bridge.remember("Written after the restore.")
+    wait_idle(qtbot, desktop)
+    assert restored.stats().memories == 2
