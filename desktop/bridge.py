@@ -590,6 +590,9 @@ class Bridge(QObject):
         """The command line of `personal-llm serve` on 127.0.0.1:`port`, printing its URL as JSON."""
         import sys
 
+        if getattr(sys, "frozen", False):  # an installed bundle: its own `personal-llm` program
+            command, _args = self.mcp_command()
+            return [command, "serve", "--port", str(port), "--json"]
         return [sys.executable, "-m", "engine.cli", "serve", "--port", str(port), "--json"]
 
     @staticmethod
