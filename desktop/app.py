@@ -21,17 +21,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QEventLoop, QObject, Qt, QTimer, Signal
-from PySide6.QtWidgets import QApplication, QInputDialog, QLineEdit, QMessageBox
+from PySide6.QtWidgets import QApplication, QDialog, QInputDialog, QLineEdit, QMessageBox
 
-from . import startup_report
+from . import startup_report, theme
 from .bridge import Bridge, EngineInfo
 
 if TYPE_CHECKING:
     from .bridge import HealthReport
+from .first_run import RecoveryKeyDialog
 from .hotkey import GlobalHotkey, HotkeyStatus
 from .main_window import MainWindow
-from .profile import profile_home
+from .profile import profile_home, saved_theme
 from .quick_capture import QuickCapture
+from .recovery_dialogs import OpenWithRecoveryDialog
 from .single_instance import SingleInstance
 from .theme import Theme
 from .tray import Tray
@@ -69,6 +71,7 @@ class DesktopApp(QObject):
         self.single = single
         self._quitting = False
         self._passphrase_tries = 0
+        self.recovery_dialog: QDialog | None = None
         self._info: EngineInfo | None = None
         self._wire()
         self._tidy_timer = QTimer(self)
@@ -124,6 +127,8 @@ class DesktopApp(QObject):
         self.capture.hide()
         if self.window.isVisible():
             self.window.save_geometry()
+        if self.recovery_dialog is not None:
+            self.recovery_dialog.hide()
         self.window.hide()
         if self.tray is not None:
             self.tray.hide()
@@ -131,6 +136,8 @@ class DesktopApp(QObject):
         QApplication.processEvents(QEventLoop.ProcessEventsFlag.ExcludeUserInputEvents)
         try:
             self.window.memories.flush_deletes()
+            if self.window.is_built:
+                self.window.graph.flush_deletes()
         except Exception:
             log.exception("pending deletes could not be carried out at quit")
         self._tidy_timer.stop()
@@ -202,17 +209,12 @@ class DesktopApp(QObject):
             self.ingest_files(files)
 
     def _show_recovery_key(self, key: str) -> None:
-        """Shown once, not modal: the key opens this memory on any computer if this one's keychain is lost."""
-        box = QMessageBox(QMessageBox.Icon.Information, "Your recovery key",
-                          "Write down or print this recovery key and keep it away from this computer. It opens "
-                          "your memory on any computer (personal-llm unlock --recovery-key …) if this "
-                          f"computer or its keychain is lost.\n\n{key}\n\n"
-                          "The command personal-llm key show-recovery shows it again later.", parent=self.window)
-        box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        box.addButton("I have kept it", QMessageBox.ButtonRole.AcceptRole)
-        box.setModal(False)
-        box.show()
-        self._recovery_box = box
+        """Shown once, at first run: the key opens this memory on any computer if this one's keychain is lost.
+        Copy, save and print; the user confirms they kept it (until then Settings → Recovery reminds them)."""
+        dialog = RecoveryKeyDialog(key, first_run=True, parent=self.window)
+        dialog.confirmed.connect(lambda: self.window.settings.sections.recovery.confirm_kept())
+        self.recovery_dialog = dialog
+        dialog.show()
 
     def _scheduled_consolidation(self) -> None:
         if self._quitting or self.bridge.paused or self.bridge.busy:
@@ -248,9 +250,24 @@ class DesktopApp(QObject):
             if phrase:
                 self.bridge.open(passphrase=phrase)
                 return
+            if self.bridge.store_exists():  # a forgotten passphrase: the recovery key opens it too
+                self._open_with_recovery("No passphrase was given.")
+                return
+        elif self.bridge.open_error == "key_missing" and self.bridge.store_exists():
+            self._open_with_recovery(message)
+            return
         else:
             QMessageBox.critical(self.window, "Personal LLM could not open your memory", message)
         self.quit(1)
+
+    def _open_with_recovery(self, reason: str) -> None:
+        """The key is not in this computer's keychain (or the passphrase is forgotten): offer the recovery key
+        instead of failing. Opening follows through the bridge (`opened`)."""
+        dialog = OpenWithRecoveryDialog(self.bridge, reason, self.window)
+        dialog.unlocked.connect(self.window.status.post)
+        dialog.rejected.connect(lambda: self.bridge.info is None and self.quit(1))
+        self.recovery_dialog = dialog
+        dialog.show()
 
     def _ask_passphrase(self, retry: bool) -> str | None:
         """The store's passphrase; a new one is typed twice so a typo cannot lock the user out."""
@@ -264,7 +281,7 @@ class DesktopApp(QObject):
                        "passphrase.\nEnter it to open your memory:")
         while True:
             first = ask("No keychain is available on this computer, so your memory will be protected by a "
-                        "passphrase.\nChoose one (there is no way to recover it if you forget it):")
+                        "passphrase.\nChoose one (if you forget it, the recovery key shown next opens your memory):")
             if first is None:
                 return None
             second = ask("Type the same passphrase again:")
@@ -318,7 +335,7 @@ class DesktopApp(QObject):
         self.tray.notify("Personal LLM is still running",
                          (f"Press {hotkey} to capture a memory. " if hotkey else "")
                          + "Use the tray icon to open it again or to quit.")
-        settings = self._info.settings.model_copy(deep=True)
+        settings = (self.bridge.info or self._info).settings.model_copy(deep=True)  # the newest saved
         settings.tray_notice_shown = True
         self.bridge.save_settings(settings, self._settings_saved)
 
@@ -343,6 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     if single.forward(forwarded):
         return 0
     single.listen()
+    theme.set_mode(saved_theme(home))
     Theme(app)
     from .icons import app_icon
 

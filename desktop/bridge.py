@@ -124,6 +124,9 @@ class Bridge(QObject):
         self._poll_timer = QTimer(self)
         self._poll_timer.setInterval(self.POLL_MS)
         self._poll_timer.timeout.connect(self.poll_outside_writes)
+        self._passphrase: str | None = None
+        self.open_error = ""  # why the last open failed: key_missing | wrong_key | other
+        self._restored: tuple[Any, Path | None] | None = None
 
     # ------------------------------------------------------------------------------------------------
     # lifecycle
@@ -139,6 +142,7 @@ class Bridge(QObject):
 
     def open(self, passphrase: str | None = None) -> None:
         """Open (or create) the store on the writer thread; `opened` or `open_failed` follows."""
+        self._passphrase = passphrase  # kept in memory for the API server this app may start (serve_env)
         self._engine = self._writer.submit(self._open, passphrase)
         self._engine.add_done_callback(self._after_open)
 
@@ -169,6 +173,8 @@ class Bridge(QObject):
         if error is not None:
             from engine import KeyMissing, WrongKey
 
+            self.open_error = ("key_missing" if isinstance(error, KeyMissing) else
+                               "wrong_key" if isinstance(error, WrongKey) else "other")
             if not isinstance(error, KeyMissing | WrongKey):
                 log.error("opening the store failed", exc_info=error)
             needs_passphrase = (isinstance(error, KeyMissing) and "passphrase" in str(error).lower()) or (
@@ -385,8 +391,8 @@ class Bridge(QObject):
     def conflicts(self, done: Done) -> None:
         self.read(lambda e: e.conflicts(), done)
 
-    def resolve(self, uid: str, keep: Any, done: Done | None = None) -> None:
-        self.write(lambda e: e.resolve(uid, keep=keep), done)
+    def resolve(self, uid: str, keep: Any, done: Done | None = None, failed: Failed | None = None) -> None:
+        self.write(lambda e: e.resolve(uid, keep=keep), done, failed)
 
     def consolidate(self, done: Done | None = None, failed: Failed | None = None) -> None:
         """Decay, archive, roll up, find contradictions (on the jobs thread)."""
@@ -482,6 +488,215 @@ class Bridge(QObject):
         def save(e: Engine) -> Settings:
             e.apply_settings(settings.model_copy(deep=True))  # saved, and the next question uses it
             return settings
+
+        def saved(value: Settings) -> None:
+            if self._info is not None:
+                from dataclasses import replace
+
+                self._info = replace(self._info, settings=value.model_copy(deep=True))
+            if done:
+                done(value)
+
+        self.write(save, saved, failed)
+
+
+    # ------------------------------------------------------------------------------------------------
+    # the knowledge graph
+    # ------------------------------------------------------------------------------------------------
+    def graph_neighbours(self, entity: str, hops: int, done: Done, failed: Failed | None = None) -> None:
+        """An entity and what is within `hops` (1 or 2) of it (engine GraphView)."""
+        self.read(lambda e: e.neighbours(entity, hops=hops), done, failed)
+
+    def graph_around_memory(self, uid: str, hops: int, done: Done, failed: Failed | None = None) -> None:
+        """The entities a memory is about and their neighbours (an empty view when it names none)."""
+        self.read(lambda e: e.graph_around_memory(uid, hops=hops), done, failed)
+
+    def graph_entities(self, done: Done, limit: int = 30) -> None:
+        """(name, type, facts) of the best-connected entities."""
+        self.read(lambda e: e.graph_entities(limit), done)
+
+    def get_passage(self, uid: str, done: Done, failed: Failed | None = None) -> None:
+        """A document passage (chk_…): text, document title and path, locator."""
+        self.read(lambda e: e.get_passage(uid), done, failed)
+
+    # ------------------------------------------------------------------------------------------------
+    # export, import, backups, keys
+    # ------------------------------------------------------------------------------------------------
+    def _progress(self, progress: Callable[[int, int], None] | None) -> Callable[[int, int], None] | None:
+        """A progress callback for a worker thread that calls `progress` on the UI thread."""
+        if progress is None:
+            return None
+        return lambda done, total: self._relay.delivered.emit(lambda v: progress(*v), (done, total))
+
+    def export(self, path: str | Path, passphrase: str | None, done: Done, failed: Failed,
+               progress: Callable[[int, int], None] | None = None) -> None:
+        """Export everything to `path` (encrypted with `passphrase` when given), on the jobs thread."""
+        report = self._progress(progress)
+        self._run(self._jobs, lambda e: e.export(Path(path), encrypt_passphrase=passphrase or None,
+                                                 progress=report), done, failed)
+
+    def import_file(self, path: str | Path, passphrase: str | None, done: Done, failed: Failed,
+                    progress: Callable[[int, int], None] | None = None) -> None:
+        """Merge an export (or a JSONL of memories) into the store, on the jobs thread."""
+        report = self._progress(progress)
+        self._run(self._jobs, lambda e: e.import_(Path(path), passphrase=passphrase or None, progress=report),
+                  done, failed)
+
+    @staticmethod
+    def is_encrypted_export(path: str | Path) -> bool:
+        """True when the file is an encrypted export (it needs a passphrase to import)."""
+        from engine import Engine
+
+        return Engine.is_encrypted_export(path)
+
+    def backup_now(self, done: Done, failed: Failed, progress: Callable[[int, int], None] | None = None) -> None:
+        """An encrypted snapshot into the backup folder (engine Snapshot), on the jobs thread."""
+        report = self._progress(progress)
+        self._run(self._jobs, lambda e: e.backup_now(progress=report), done, failed)
+
+    def backup_status(self, done: Done) -> None:
+        """Where snapshots go, the newest, whether one is due or old (engine BackupStatus)."""
+        self.read(lambda e: e.backup_status(), done)
+
+    def snapshots(self, done: Done) -> None:
+        self.read(lambda e: e.snapshots(), done)
+
+    def restore_snapshot(self, name: str, done: Done, failed: Failed) -> None:
+        """Put a snapshot in place of the store: the engine is closed, the snapshot verified and restored
+        (the current store kept aside), and the store opened again; `opened` follows, so every view reloads.
+        `done` gets (snapshot, where the replaced store was kept)."""
+        if self._engine is None:
+            raise RuntimeError("Bridge.open() must be called first")
+        old = self._engine
+        with self._lock:
+            self._in_flight += 1
+
+        def run() -> Engine:
+            from engine import Engine
+
+            for pool in (self._readers, self._jobs):  # let queued reads and jobs finish on the old engine
+                pool.submit(lambda: None).result()
+            eng = old.result()
+            eng.close()
+            self._restored = None
+            try:
+                snap, aside, _opens = Engine.restore_snapshot(self._home, name, actor="desktop")
+                self._restored = (snap, aside)
+            finally:
+                new = self._open(None)
+            return new
+
+        def finished(future: Future[Engine]) -> None:
+            with self._lock:
+                self._in_flight -= 1
+            error = future.exception()
+            self._after_open(future)  # `opened` (or `open_failed`) for the store as it now is
+            if error is None and self._restored is not None:
+                self._relay.delivered.emit(done, self._restored)
+            else:
+                self._relay.delivered.emit(failed, describe_error(error) if error else "The restore failed.")
+
+        future = self._writer.submit(run)
+        self._engine = future
+        future.add_done_callback(finished)
+
+    def change_passphrase(self, new: str, done: Done, failed: Failed) -> None:
+        def changed(message: str) -> None:
+            if self._passphrase is not None:
+                self._passphrase = new
+            done(message)
+
+        self.write(lambda e: e.change_passphrase(new), changed, failed)
+
+    def show_recovery_key(self, done: Done, failed: Failed) -> None:
+        """(the recovery key, whether it was made just now). The caller re-authenticates the user first."""
+        self.write(lambda e: e.show_recovery_key(), done, failed)
+
+    def has_passphrase(self, done: Done) -> None:
+        """done(True) when a passphrase opens this store (alone, or besides the keychain)."""
+        self.read(lambda e: e.has_passphrase, done)
+
+    def check_passphrase(self, phrase: str, done: Done) -> None:
+        """done(True) when `phrase` is this store's passphrase (re-authentication before showing secrets)."""
+        self.read(lambda e: e.passphrase_opens(phrase), done, lambda _message: done(False))
+
+    def unlock_with_recovery(self, recovery_key: str, new_passphrase: str | None, done: Done,
+                             failed: Failed) -> None:
+        """Open the store with its recovery key (a new keychain entry, or a new passphrase where there is no
+        keychain), then open it as usual: `opened` follows. `done` gets the engine's sentence."""
+        def run() -> str:
+            from engine import Engine
+
+            return Engine.unlock_with_recovery(self._home, recovery_key, new_passphrase=new_passphrase or None)
+
+        def finished(future: Future[str]) -> None:
+            error = future.exception()
+            if error is not None:
+                self._relay.delivered.emit(failed, describe_error(error))
+                return
+            self._relay.delivered.emit(done, future.result())
+            self.open(passphrase=new_passphrase or None)
+
+        self._writer.submit(run).add_done_callback(finished)
+
+    def keychain_available(self) -> bool:
+        from engine import Engine
+
+        return Engine.keychain_available()
+
+    # ------------------------------------------------------------------------------------------------
+    # the interfaces for other programs
+    # ------------------------------------------------------------------------------------------------
+    def api_token(self, done: Done) -> None:
+        self.read(lambda e: e.api_token(), done)
+
+    def serve_env(self) -> dict[str, str]:
+        """The environment of `serve`: this one, this profile, and the passphrase when the store needs one."""
+        import os
+
+        env = dict(os.environ)
+        home = self._info.home if self._info is not None else self._home
+        if home is not None:
+            env["PERSONAL_LLM_HOME"] = str(home)
+        if self._passphrase and self.uses_passphrase():
+            env["PERSONAL_LLM_PASSPHRASE"] = self._passphrase
+        return env
+
+    def serve_command(self, port: int) -> list[str]:
+        """The command line of `personal-llm serve` on 127.0.0.1:`port`, printing its URL as JSON."""
+        import sys
+
+        if getattr(sys, "frozen", False):  # an installed bundle: its own `personal-llm` program
+            command, _args = self.mcp_command()
+            return [command, "serve", "--port", str(port), "--json"]
+        return [sys.executable, "-m", "engine.cli", "serve", "--port", str(port), "--json"]
+
+    @staticmethod
+    def mcp_command() -> tuple[str, list[str]]:
+        """(command, args) that start the MCP server, for an assistant's configuration: the installed
+        `personal-llm` script when there is one next to this Python, else this Python with `-m engine.mcp`."""
+        import shutil
+        import sys
+
+        for name in ("personal-llm", "personal-llm.exe"):
+            script = Path(sys.executable).with_name(name)
+            if script.exists():
+                return str(script), ["mcp"]
+        found = shutil.which("personal-llm")
+        if found:
+            return found, ["mcp"]
+        return sys.executable, ["-m", "engine.mcp"]
+
+
+    def update_settings(self, change: Callable[[Settings], None], done: Done | None = None,
+                        failed: Failed | None = None) -> None:
+        """Change some settings and save them, starting from the ones in use (so a change made meanwhile by
+        another page is kept). `done` gets the saved settings."""
+        def save(e: Engine) -> Settings:
+            settings = e.settings.model_copy(deep=True)
+            change(settings)
+            e.apply_settings(settings)
+            return settings.model_copy(deep=True)
 
         def saved(value: Settings) -> None:
             if self._info is not None:

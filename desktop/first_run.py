@@ -1,18 +1,33 @@
-"""The first-run card: what works and what is missing, in plain words, until the user dismisses it."""
+"""First run: the card saying what works and what is missing, in plain words, until the user dismisses it;
+and the recovery key, shown once, with copy/save/print and a confirmation that it was kept."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtGui import QFontDatabase, QGuiApplication
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QDialog,
+    QFileDialog,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QMessageBox,
+    QScrollArea,
+    QVBoxLayout,
+    QWidget,
+)
 
 from . import formatting
 from .bridge import EngineInfo
 
 if TYPE_CHECKING:
     from .bridge import HealthReport
-from .widgets import button
+from .widgets import button, muted
 
 OK, MISSING, WAIT = "✓", "✗", "…"
 
@@ -94,3 +109,123 @@ class FirstRunCard(QFrame):
         self.was_dismissed = True
         self.hide()
         self.dismissed.emit()
+
+
+RECOVERY_NOTE = ("Keep it away from this computer: on paper, in a password manager, or printed. With it, your memory "
+                 "opens on any computer if this one, or its keychain, is lost (“Open with recovery key”, or "
+                 "<code>personal-llm unlock --recovery-key …</code>). Anyone who has it and a copy of your files can "
+                 "read them.")
+
+
+class RecoveryKeyDialog(QDialog):
+    """The recovery key, shown once at first run (and on request in Settings): copy, save, print, and —
+    at first run — a confirmation that it was kept before the dialog can be closed."""
+
+    confirmed = Signal()
+
+    def __init__(self, key: str, *, first_run: bool = True, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.key = key
+        self.setWindowTitle("Your recovery key")
+        self.setModal(False)  # the window stays usable; Settings → Recovery reminds until it is confirmed
+        intro = QLabel("<b>Write down, save or print your recovery key.</b>" if first_run
+                       else "<b>Your recovery key</b>")
+        self.key_label = QLabel(key)
+        self.key_label.setObjectName("RecoveryKey")
+        font = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+        font.setPointSizeF(font.pointSizeF() * 1.35)
+        self.key_label.setFont(font)
+        self.key_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.key_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.key_label.setWordWrap(True)
+        note = QLabel(RECOVERY_NOTE)
+        note.setWordWrap(True)
+        note.setTextFormat(Qt.TextFormat.RichText)
+        self.copy_button = button("Copy")
+        self.copy_button.clicked.connect(self.copy)
+        self.save_button = button("Save to a file…")
+        self.save_button.clicked.connect(self.save)
+        self.print_button = button("Print…")
+        self.print_button.clicked.connect(self.print_key)
+        actions = QHBoxLayout()
+        actions.addWidget(self.copy_button)
+        actions.addWidget(self.save_button)
+        actions.addWidget(self.print_button)
+        actions.addStretch(1)
+        self.feedback = muted("")
+        self.kept = QCheckBox("I have kept my recovery key somewhere safe")
+        self.kept.setVisible(first_run)
+        self.done_button = button("Done", primary=True)
+        self.done_button.setEnabled(not first_run)
+        self.kept.toggled.connect(self.done_button.setEnabled)
+        self.done_button.clicked.connect(self._done)
+        bottom = QHBoxLayout()
+        bottom.addWidget(self.kept, 1)
+        bottom.addWidget(self.done_button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(20, 16, 20, 16)
+        layout.setSpacing(12)
+        layout.addWidget(intro)
+        layout.addWidget(self.key_label)
+        layout.addWidget(note)
+        layout.addLayout(actions)
+        layout.addWidget(self.feedback)
+        layout.addLayout(bottom)
+        self.setMinimumWidth(440)
+        self._first_run = first_run
+
+    def copy(self) -> None:
+        QGuiApplication.clipboard().setText(self.key)
+        self.feedback.setText("Copied. Paste it where you keep it, then clear your clipboard.")
+
+    def save(self, path: str | None = None) -> None:
+        if path is None:
+            path, _ = QFileDialog.getSaveFileName(self, "Save the recovery key",
+                                                  str(Path.home() / "personal-llm-recovery-key.txt"),
+                                                  "Text files (*.txt)")
+        if not path:
+            return
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(self.sheet_text())
+        except OSError as e:
+            self.feedback.setText(f"Could not save it: {e.strerror or e}.")
+            return
+        self.feedback.setText(f"Saved to {path}. Move it off this computer (a USB stick, a password manager).")
+
+    def sheet_text(self) -> str:
+        return ("Personal LLM recovery key\n\n"
+                f"    {self.key}\n\n"
+                "It opens your memory on any computer if this one or its keychain is lost:\n"
+                "the app's “Open with recovery key”, or `personal-llm unlock --recovery-key KEY`.\n"
+                "Keep it private: with a copy of your files it opens them.\n")
+
+    def print_key(self) -> None:
+        from PySide6.QtGui import QTextDocument
+        from PySide6.QtPrintSupport import QPrintDialog, QPrinter
+
+        printer = QPrinter()
+        if QPrintDialog(printer, self).exec() != QDialog.DialogCode.Accepted:
+            return
+        doc = QTextDocument()
+        doc.setPlainText(self.sheet_text())
+        doc.print_(printer)
+        self.feedback.setText("Sent to the printer.")
+
+    def _done(self) -> None:
+        if self._first_run:
+            self.confirmed.emit()
+        self.accept()
+
+    def reject(self) -> None:
+        """At first run, closing without the confirmation asks once more: the key is not shown again by
+        itself (Settings → Recovery shows it)."""
+        if self._first_run and not self.kept.isChecked() and self.isVisible():
+            answer = QMessageBox.question(
+                self, "Close without keeping the key?",
+                "Without the recovery key, a lost keychain means a lost memory. You can show it later in "
+                "Settings → Recovery. Close anyway?")
+            if answer != QMessageBox.StandardButton.Yes:
+                return
+        super().reject()

@@ -30,14 +30,16 @@ from .bridge import Bridge, EngineInfo
 
 if TYPE_CHECKING:
     from .bridge import HealthReport
+from .conflicts_view import ConflictsView
 from .documents_view import DocumentsView
 from .first_run import FirstRunCard
+from .graph_view import GraphView
 from .memory_browser import MemoryBrowser
 from .settings_view import SettingsView
 from .status_bar import StatusBar
 
-PAGES = (("Memories", "memories"), ("Ask", "ask"), ("Documents", "documents"), ("Activity", "activity"),
-         ("Settings", "settings"))
+PAGES = (("Memories", "memories"), ("Ask", "ask"), ("Documents", "documents"), ("Graph", "graph"),
+         ("Conflicts", "conflicts"), ("Activity", "activity"), ("Settings", "settings"))
 
 
 class MainWindow(QMainWindow):
@@ -61,6 +63,7 @@ class MainWindow(QMainWindow):
         # Only the first screen is built before the first paint; the others follow right after it
         # (build_pages), which keeps the window's first appearance fast.
         self.memories = MemoryBrowser(bridge, undo_seconds=undo_seconds)
+        self._undo_seconds = undo_seconds
         self.pages = QStackedWidget()
         self.pages.addWidget(self.memories)
         self._built = False
@@ -175,10 +178,16 @@ class MainWindow(QMainWindow):
         b = self.bridge
         self.ask = AskPanel(b)
         self.documents = DocumentsView(b)
+        self.graph = GraphView(b, undo_seconds=self._undo_seconds)
+        self.conflicts = ConflictsView(b)
         self.activity = AuditView(b)
         self.settings = SettingsView(b)
-        for page in (self.ask, self.documents, self.activity, self.settings):
+        for page in (self.ask, self.documents, self.graph, self.conflicts, self.activity, self.settings):
             self.pages.addWidget(page)
+        for page in (self.graph, self.conflicts):
+            page.memory_opened.connect(self._reveal_memory)
+            page.status_posted.connect(self.status.post)
+        self.conflicts.count_changed.connect(self._conflicts_counted)
         b.ingest_progressed.connect(
             lambda p: self.status.set_work(f"Adding documents… {p.files_done}/{p.files_total}"))
         b.ingest_finished.connect(lambda _r: self.status.set_work(""))
@@ -307,6 +316,11 @@ class MainWindow(QMainWindow):
             self.status.set_count(" · ".join(parts))
 
         self.bridge.stats(done)
+
+    def _conflicts_counted(self, n: int) -> None:
+        item = self.sidebar.item([key for _label, key in PAGES].index("conflicts"))
+        if item is not None:
+            item.setText(f"Conflicts ({n})" if n else "Conflicts")
 
     def _reveal_memory(self, uid: str) -> None:
         self.show_page("memories")

@@ -1,4 +1,5 @@
-"""Settings: language model (with a connection test), capture shortcut, data location, encryption, appearance."""
+"""Settings: language model (with a connection test), capture shortcut, data location, encryption, maintenance;
+then the sections of desktop/settings_sections.py (appearance, recovery, backups, export/import, API/MCP)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from . import autostart
 from .bridge import Bridge, EngineInfo
 from .folders_view import FoldersBox
 from .hotkey import HotkeyStatus
+from .settings_sections import SettingsSections
 from .widgets import Banner, button, muted, page_title
 
 PROVIDERS = (("Ollama (local)", "ollama"), ("OpenAI-compatible server", "openai"), ("None — sources only", "none"))
@@ -167,10 +169,6 @@ class SettingsView(QWidget):
         mf.addWidget(self.tidy_result, 1)
         mf.addWidget(self.tidy_button)
 
-        appearance = QGroupBox("Appearance")
-        af = QVBoxLayout(appearance)
-        af.addWidget(muted("Personal LLM follows your system's light or dark mode automatically."))
-
         self.save_button = button("Save settings", primary=True, shortcut="Ctrl+S")
         self.save_button.clicked.connect(self.save)
         self.feedback = muted("")
@@ -185,7 +183,8 @@ class SettingsView(QWidget):
         bl.setSpacing(14)
         bl.addWidget(page_title("Settings"))
         self.folders = FoldersBox(bridge)
-        for box in (llm, capture, data, self.folders, maintenance, appearance):
+        self.sections = SettingsSections(bridge, self._synced, self)  # appearance, recovery, backups, …
+        for box in (llm, capture, data, self.folders, maintenance, *self.sections.boxes):
             bl.addWidget(box)
         bl.addLayout(bottom)
         bl.addStretch(1)
@@ -241,6 +240,10 @@ class SettingsView(QWidget):
             self.host.setPlaceholderText("http://127.0.0.1:8080 (default)")
         else:
             self.host.setPlaceholderText("http://127.0.0.1:11434 (default)")
+
+    def _synced(self, settings: Any) -> None:
+        """A section saved a change: keep it when this page's own Save writes the settings again."""
+        self._settings = settings
 
     def set_model_state(self, state: str, detail: str) -> None:
         self.embedding.setText(detail)

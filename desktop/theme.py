@@ -1,7 +1,8 @@
-"""Appearance: follow the OS light/dark scheme (Qt 6.5+ `styleHints().colorScheme()`), with one accent.
+"""Appearance: light, dark, or following the OS scheme (Qt 6.5+ `styleHints().colorScheme()`), one accent.
 
 The palette is set explicitly for both schemes so the app looks the same on every desktop (Fusion style),
-and it is re-applied whenever the OS switches between light and dark.
+and it is re-applied whenever the OS switches between light and dark (in "system" mode) or the user picks
+a mode in Settings (`set_mode`).
 """
 
 from __future__ import annotations
@@ -13,11 +14,33 @@ from PySide6.QtWidgets import QApplication
 from .icons import ICON_DIR
 
 ACCENT = "#6366F1"
+MODES = (("Same as the system", "system"), ("Light", "light"), ("Dark", "dark"))
+_mode = "system"
+_themes: list[Theme] = []
 
 
 def is_dark() -> bool:
+    if _mode != "system":
+        return _mode == "dark"
     hints = QGuiApplication.styleHints()
     return hints.colorScheme() == Qt.ColorScheme.Dark
+
+
+def mode() -> str:
+    return _mode
+
+
+def set_mode(value: str) -> None:
+    """system | light | dark; re-applies the palette now."""
+    global _mode
+    _mode = value if value in {m for _label, m in MODES} else "system"
+    if not _themes:
+        app = QApplication.instance()
+        if isinstance(app, QApplication):
+            Theme(app)
+        return
+    for t in list(_themes):
+        t.apply()
 
 
 def palette(dark: bool) -> QPalette:
@@ -113,6 +136,7 @@ class Theme(QObject):
         super().__init__(app)
         self._app = app
         app.setStyle("Fusion")
+        _themes[:] = [self]
         self.apply()
         QGuiApplication.styleHints().colorSchemeChanged.connect(lambda _scheme: self.apply())
 

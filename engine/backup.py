@@ -17,6 +17,7 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -48,10 +49,39 @@ class Snapshot:
 BACKUP_DIR_ENV = "PERSONAL_LLM_BACKUP_DIR"
 
 
-def folder(home: Path) -> Path:
-    """`$PERSONAL_LLM_BACKUP_DIR` (another disk, a synced folder), else `backups/` in the profile `home`."""
-    env = os.environ.get(BACKUP_DIR_ENV)
+def folder(home: Path, chosen: str | None = None) -> Path:
+    """`$PERSONAL_LLM_BACKUP_DIR`, else the folder chosen in the settings (`backup.folder`: another disk, a
+    synced folder), else `backups/` in the profile `home`."""
+    env = os.environ.get(BACKUP_DIR_ENV) or chosen
     return Path(env).expanduser() if env else home / "backups"
+
+
+INTERVALS = {"daily": 86400.0, "weekly": 7 * 86400.0}
+OLD_WHEN_OFF = 14 * 86400.0  # with scheduled snapshots off, the last one is called old after two weeks
+
+
+@dataclass(frozen=True)
+class BackupStatus:
+    """Where snapshots go, the newest one, whether the schedule wants one now, and whether it is old."""
+
+    folder: Path
+    schedule: str  # daily | weekly | off
+    last: Snapshot | None
+    count: int
+    due: bool  # the schedule wants a snapshot now
+    old: bool  # no snapshot, or the newest is more than twice the schedule's interval old
+    from_env: bool  # the folder comes from $PERSONAL_LLM_BACKUP_DIR (the setting is not used)
+
+
+def status(where: Path, schedule: str, now: float | None = None) -> BackupStatus:
+    now = time.time() if now is None else now
+    snaps = snapshots(where) if where.is_dir() else []
+    last = snaps[0] if snaps else None
+    age = None if last is None else now - last.at
+    interval = INTERVALS.get(schedule)
+    due = interval is not None and (age is None or age >= interval)
+    old = age is None or age > (2 * interval if interval is not None else OLD_WHEN_OFF)
+    return BackupStatus(where, schedule, last, len(snaps), due, old, bool(os.environ.get(BACKUP_DIR_ENV)))
 
 
 def snapshots(where: Path) -> list[Snapshot]:
@@ -66,7 +96,8 @@ def snapshots(where: Path) -> list[Snapshot]:
     return sorted(out, key=lambda s: s.at, reverse=True)
 
 
-def backup_now(eng: OpenStore, where: Path | None = None) -> Snapshot:
+def backup_now(eng: OpenStore, where: Path | None = None,
+               progress: Callable[[int, int], None] | None = None) -> Snapshot:
     where = where or folder(eng.home)
     private_dir(where)
     stamp = datetime.now().strftime("%Y%m%dT%H%M%S%f")
@@ -75,7 +106,7 @@ def backup_now(eng: OpenStore, where: Path | None = None) -> Snapshot:
     precreate(tmp)
     dst = connect(tmp, eng.store._key_pragma)
     try:
-        maintenance.copy_into(eng.store.con, dst)  # online: consistent while other connections write
+        maintenance.copy_into(eng.store.con, dst, progress)  # online: consistent while other connections write
         ok = maintenance.integrity_ok(dst)
     finally:
         dst.close()

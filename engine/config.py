@@ -49,6 +49,11 @@ class IngestSettings(BaseModel):
     allowed_folders: list[str] = Field(default_factory=list)
 
 
+class BackupSettings(BaseModel):
+    folder: str | None = None  # None: $PERSONAL_LLM_BACKUP_DIR, else backups/ in the profile (engine/backup.py)
+    schedule: Literal["daily", "weekly", "off"] = "daily"  # how often the app takes a snapshot while it runs
+
+
 class Settings(BaseModel):
     """User settings, stored as JSON next to the store. Nothing secret lives here."""
 
@@ -66,6 +71,10 @@ class Settings(BaseModel):
     archive_floor: float = 0.1
     autostart: bool = False
     tray_notice_shown: bool = False
+    theme: Literal["system", "light", "dark"] = "system"  # the desktop app's appearance
+    api_enabled: bool = False  # the desktop app serves the HTTP API (127.0.0.1) while it runs
+    backup: BackupSettings = Field(default_factory=BackupSettings)
+    recovery_confirmed: bool = False  # the user confirmed in the app that they kept the recovery key
 
 
 def write_atomic(path: Path, data: str) -> None:

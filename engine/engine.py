@@ -34,6 +34,7 @@ from . import backup, db, erasure, keyops
 from .ask import Answers, AskResult
 from .audit import AuditLog
 from .backfill import Backfill
+from .cipher import is_encrypted
 from .config import STORE_FILE, LLMSettings, Settings, home_dir, load_settings, save_settings
 from .consolidation import ConflictPair, Consolidation, ConsolidationReport, Resolution
 from .context import ChangeFeed, Changes, Context
@@ -43,7 +44,7 @@ from .errors import EngineError
 from .feed import OutsideWrites, StoreChanges
 from .graph import ExtractionReport, Graph, GraphView
 from .ingest import Allow, Document, Documents, IngestProgress, IngestResult, Passage
-from .keys import Profile, keychain_token, read_profile
+from .keys import Profile, keychain_token, keychain_usable, read_profile
 from .language import LanguageModel
 from .llm import Health, LLMRouter
 from .locking import InUse
@@ -350,6 +351,10 @@ class Engine:
     def document_passages(self, uid: str, limit: int = 2000) -> list[Passage]:
         return self.documents.passages(uid, limit)
 
+    def get_passage(self, uid: str) -> Passage:
+        """A document passage (chk_…) with its document and place in it."""
+        return self.documents.passage(uid)
+
     # ------------------------------------------------------------------------------------------------
     # watched folders (engine/watch.py)
     # ------------------------------------------------------------------------------------------------
@@ -428,6 +433,14 @@ class Engine:
     def neighbours(self, entity: str, hops: int = 1) -> GraphView:
         return self.graph.neighbours(entity, hops)
 
+    def graph_around_memory(self, uid: str, hops: int = 1) -> GraphView:
+        """The entities a memory is about (the facts taken from it, the names in it) and their neighbours."""
+        return self.graph.around(self.memories.get(uid).text, hops, source=uid)
+
+    def graph_entities(self, limit: int = 30) -> list[tuple[str, str | None, int]]:
+        """(name, type, facts) of the best-connected entities."""
+        return self.graph.best_connected(limit)
+
     def graph_context(self, query: str, hops: int = 2, *, project: str | None = None) -> list[str]:
         return self.graph.graph_context(query, hops, project=project)
 
@@ -495,12 +508,42 @@ class Engine:
         """(the recovery key, whether it was made just now)."""
         return keyops.show_recovery(self)
 
-    def backup_now(self) -> backup.Snapshot:
-        return backup.backup_now(self)
+    @property
+    def has_passphrase(self) -> bool:
+        """True when a passphrase opens this store (its only key, or one more way besides the keychain)."""
+        return self.profile.key_source == "passphrase" or bool((self.profile.raw.get("wraps") or {}).get("passphrase"))
+
+    def passphrase_opens(self, phrase: str) -> bool:
+        """True when `phrase` is this store's passphrase (re-authentication before a secret is shown)."""
+        return keyops.passphrase_opens(self, phrase)
+
+    @staticmethod
+    def keychain_available() -> bool:
+        """True when this computer has a usable keychain (else stores are protected by a passphrase)."""
+        return keychain_usable()
+
+    @staticmethod
+    def is_encrypted_export(path: Path | str) -> bool:
+        """True when the file is an encrypted export (importing it needs its passphrase)."""
+        try:
+            return is_encrypted(path)
+        except OSError:
+            return False
+
+    def backup_now(self, progress: Progress | None = None) -> backup.Snapshot:
+        return backup.backup_now(self, self.backup_folder(), progress)
+
+    def backup_folder(self) -> Path:
+        """Where snapshots go: $PERSONAL_LLM_BACKUP_DIR, else settings.backup.folder, else backups/."""
+        return backup.folder(self.home, self.settings.backup.folder)
 
     def snapshots(self) -> list[backup.Snapshot]:
         """This store's snapshots in the backup folder, newest first."""
-        return backup.snapshots(backup.folder(self.home))
+        return backup.snapshots(self.backup_folder())
+
+    def backup_status(self, now: float | None = None) -> backup.BackupStatus:
+        """The newest snapshot, whether the schedule (settings.backup.schedule) wants one, whether it is old."""
+        return backup.status(self.backup_folder(), self.settings.backup.schedule, now)
 
     @staticmethod
     def unlock_with_recovery(home: Path | str | None, recovery_key: str, *,
@@ -515,12 +558,13 @@ class Engine:
         """Put a snapshot in place of the profile's store (kept aside) or into an empty profile. Returns
         (the snapshot, where the replaced store was kept or None, whether this computer opens it)."""
         home = Path(home).expanduser().resolve() if home else home_dir()
+        where = backup.folder(home, load_settings(home).backup.folder)
         if (home / STORE_FILE).exists():
             with cls.open(home, actor=actor, create=False) as eng:
                 pragma = eng.store._key_pragma
-            snap = backup.find(backup.folder(home), name)
+            snap = backup.find(where, name)
             return snap, backup.restore(home, snap, pragma), True
-        snap = backup.find(backup.folder(home), name)
+        snap = backup.find(where, name)
         return snap, None, backup.restore_into_empty(home, snap)
 
     def audit_log(self, *, limit: int = 200, offset: int = 0) -> list[AuditEntry]:

@@ -307,6 +307,26 @@ class Graph:
         with self.ctx.store.read() as con:
             center = self._find_node(con, entity)
             g = self._neighbourhood(con, [center], hops)
+        return self._view(g, [center], hops)
+
+    def around(self, text: str, hops: int = 1, *, source: str | None = None) -> GraphView:
+        """The entities a memory is about and what is within 1 or 2 hops of them: the nodes of the facts
+        taken from memory `source`, and those named in `text` (its text). Empty when it names none."""
+        self._check_hops(hops)
+        with self.ctx.store.read() as con:
+            seeds = list(dict.fromkeys([*(rows.nodes_of_source(con, source) if source else []),
+                                        *self._nodes_in(con, text)]))
+            if not seeds:
+                return GraphView(entity="", hops=hops, nodes=[], edges=[])
+            g = self._neighbourhood(con, seeds, hops)
+        return self._view(g, seeds, hops)
+
+    def best_connected(self, limit: int = 30) -> list[tuple[str, str | None, int]]:
+        """(name, type, number of facts) of the entities with the most facts, to start browsing from."""
+        return rows.best_connected(self.ctx.con, limit)
+
+    @staticmethod
+    def _view(g: nx.DiGraph, seeds: list[int], hops: int) -> GraphView:
         nodes = sorted(g.nodes(data=True), key=lambda n: (n[1]["hops"], n[1]["name"].casefold()))
         edges = []
         for src, dst, data in sorted(g.edges(data=True), key=lambda e: e[2]["order"]):
@@ -314,7 +334,7 @@ class Graph:
                 edges.append(GraphEdge(src=src, rel=rel, dst=dst,
                                        text=fact_text(g.nodes[src]["name"], rel, g.nodes[dst]["name"]),
                                        sources=sorted({uid for _, _, uid in sources})))
-        return GraphView(entity=g.nodes[center]["name"], hops=hops,
+        return GraphView(entity=", ".join(g.nodes[n]["name"] for n in seeds), hops=hops,
                          nodes=[GraphNode(id=n, name=d["name"], type=d["type"], hops=d["hops"]) for n, d in nodes],
                          edges=edges)
 

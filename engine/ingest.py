@@ -131,14 +131,17 @@ class Document(BaseModel):
 
 
 class Passage(BaseModel):
-    """One passage of a document, where it is in it."""
+    """One passage of a document and where it is in it; read by id it also names its document."""
 
     id: str
-    position: int
     text: str
-    locator: str | None = None  # "page 3", "§ Autumn", … as a citation shows it
+    position: int | None = None
+    locator: str | None = Field(default=None, description='Where it is, e.g. "p. 4" or "Setup > Install"')
     page: int | None = None
     heading: str | None = None
+    document_id: str | None = None
+    document_title: str | None = None
+    document_path: str | None = None
 
 
 Allow = Callable[[Path], "str | None"]
@@ -559,6 +562,14 @@ class Documents:
 
     def count_failed(self) -> int:
         return rows.count_given_up(self.ctx.con)
+
+    def passage(self, uid: str) -> Passage:
+        """A chunk (chk_…) of a ready document, e.g. the source of a graph fact or an answer."""
+        r = rows.chunk_by_uid(self.ctx.con, uid)
+        if r is None:
+            raise NotFound(f"No passage {uid} (its document may have been forgotten).")
+        return Passage(id=r[0], text=r[1], locator=r[2] or "", page=r[3], heading=r[4], document_id=r[5],
+                       document_title=r[6], document_path=r[7])
 
     def get_document(self, uid: str) -> Document:
         row = rows.ready_by_uid(self.ctx.con, uid)

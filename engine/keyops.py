@@ -22,7 +22,15 @@ from .audit import AuditLog
 from .config import STORE_FILE
 from .db import Store, connect
 from .errors import KeyMissing, UserError, WrongKey
-from .keys import Profile, _keyring_set, keychain_usable, pragma_for, read_profile, write_profile
+from .keys import (
+    Profile,
+    _keyring_set,
+    keychain_usable,
+    pragma_for,
+    pragma_for_passphrase,
+    read_profile,
+    write_profile,
+)
 from .locking import InUse, creation_lock
 from .storage import maintenance
 from .unlock import settle_rotation, store_exists
@@ -102,6 +110,20 @@ def unlock_with_recovery(home: Path, recovery_key: str, *, new_passphrase: str |
         in_use.release()
     log.info("store unlocked with the recovery key")
     return done
+
+
+def passphrase_opens(eng: OpenStore, phrase: str) -> bool:
+    """True when `phrase` is the passphrase of this open store (to re-authenticate before a secret is shown)."""
+    wrapped = (eng.profile.raw.get("wraps") or {}).get("passphrase")
+    if wrapped:
+        return recovery.unwrap(phrase, wrapped, eng.profile.store_id) is not None
+    if eng.profile.key_source != "passphrase":
+        return False
+    try:  # a store whose key is its passphrase
+        connect(eng.home / STORE_FILE, pragma_for_passphrase(phrase)).close()
+    except WrongKey:
+        return False
+    return True
 
 
 def _records(eng: OpenStore) -> dict[str, Any]:

@@ -6,6 +6,7 @@ import argparse
 import getpass
 import os
 import sys
+import time
 
 from ..engine import Engine
 from ..errors import KeyMissing, UserError
@@ -130,8 +131,13 @@ def backup(p: argparse.ArgumentParser) -> Handler:
                     msg = f"Snapshot {s.name} written ({s.bytes / 1e6:.1f} MB) to {s.path.parent}."
                 else:
                     snaps = eng.snapshots()
-                    out = {"snapshots": [{"name": s.name, "at": s.at, "bytes": s.bytes} for s in snaps]}
+                    st = eng.backup_status()
+                    out = {"snapshots": [{"name": s.name, "at": s.at, "bytes": s.bytes} for s in snaps],
+                           "folder": str(st.folder), "schedule": st.schedule, "due": st.due, "old": st.old}
                     msg = "\n".join(f"{s.name}  {s.bytes / 1e6:.1f} MB" for s in snaps) or "No snapshots yet."
+                    if snaps and st.old:
+                        days = (time.time() - snaps[0].at) / 86400
+                        msg += f"\nThe newest snapshot is {days:.0f} days old: run `personal-llm backup now`."
         if a.json:
             print_json(out)
         else:

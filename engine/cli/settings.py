@@ -1,18 +1,19 @@
-"""`personal-llm config`: show or change the language model settings."""
+"""`personal-llm config`: show or change the language model and backup settings."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from pydantic import ValidationError
 
-from ..config import LLMSettings
+from ..config import BackupSettings, LLMSettings
 from ..errors import UserError
 from ..llm import LLMConfig
 from .base import Command, Handler, Session, add_json, print_json
 
-CONFIG_KEYS = ("llm.provider", "llm.host", "llm.model", "llm.timeout")
+CONFIG_KEYS = ("llm.provider", "llm.host", "llm.model", "llm.timeout", "backup.folder", "backup.schedule")
 
 
 def _write(text: str) -> None:
@@ -25,14 +26,25 @@ def config(p: argparse.ArgumentParser) -> Handler:
     get = sub.add_parser("get", help="show a setting (or all of them)")
     get.add_argument("key", nargs="?", choices=CONFIG_KEYS)
     add_json(get)
-    put = sub.add_parser("set", help="change a setting (llm.host: '' means the default)")
+    put = sub.add_parser("set", help="change a setting (llm.host, backup.folder: '' means the default)")
     put.add_argument("key", choices=CONFIG_KEYS)
     put.add_argument("value")
     add_json(put)
 
     def run(a: argparse.Namespace, session: Session) -> int:
         settings = session.load_settings()
-        if a.action == "set":
+        if a.action == "set" and a.key.startswith("backup."):
+            field = a.key.removeprefix("backup.")
+            value: str | None = a.value.strip() or None
+            if field == "folder" and value is not None:
+                value = str(Path(value).expanduser().resolve())
+            try:
+                settings.backup = BackupSettings.model_validate({**settings.backup.model_dump(), field: value})
+            except ValidationError as e:
+                reason = e.errors()[0]["msg"]
+                raise UserError(f"'{a.value}' is not a valid value for {a.key}: {reason}.") from None
+            session.save_settings(settings)
+        elif a.action == "set":
             field = a.key.removeprefix("llm.")
             value = None if field == "host" and not a.value.strip() else a.value.strip()
             data = {**settings.llm.model_dump(), field: value}
@@ -44,13 +56,15 @@ def config(p: argparse.ArgumentParser) -> Handler:
             settings.llm = LLMSettings.model_validate(data)
             session.save_settings(settings)
         keys = [a.key] if a.key else list(CONFIG_KEYS)
-        values = {k: getattr(settings.llm, k.removeprefix("llm.")) for k in keys}
+        values = {k: getattr(getattr(settings, k.split(".")[0]), k.split(".")[1]) for k in keys}
         if a.json:
             print_json(values)
             return 0
         default_host = LLMConfig.model_validate(settings.llm.model_dump()).base_url
         for k, v in values.items():
-            shown = f"(not set: {default_host})" if k == "llm.host" and v is None else v
+            shown = (f"(not set: {default_host})" if k == "llm.host" and v is None else
+                     "(not set: backups/ in the profile, or $PERSONAL_LLM_BACKUP_DIR)" if k == "backup.folder"
+                     and v is None else v)
             _write(f"{k} = {shown}\n")
         return 0
 

@@ -218,3 +218,10 @@ def passages(con: Connection, doc_id: int, limit: int) -> list[tuple[str, int, s
     return [(r[0], int(r[1]), r[2], r[3], r[4], r[5]) for r in con.execute(
         "SELECT uid, position, text, locator, page, heading FROM chunks WHERE document_id = ? ORDER BY position "
         "LIMIT ?", (doc_id, limit)).fetchall()]
+
+
+def chunk_by_uid(con: Connection, uid: str) -> tuple | None:
+    """(chunk uid, text, locator, page, heading, document uid, title, path) of a chunk of a ready document."""
+    return con.execute(
+        "SELECT c.uid, c.text, c.locator, c.page, c.heading, d.uid, d.title, d.path FROM chunks c "
+        "JOIN documents d ON d.id = c.document_id WHERE c.uid = ? AND d.status = 'ready'", (uid,)).fetchone()

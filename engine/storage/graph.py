@@ -144,3 +144,18 @@ def names(con: Connection, ids: list[int]) -> list[tuple[int, str, str | None]]:
     for part in batched(ids):
         found += con.execute(f"SELECT id, name, type FROM nodes WHERE id IN ({_marks(part)})", part).fetchall()
     return found
+
+
+def nodes_of_source(con: Connection, memory_uid: str) -> list[int]:
+    """The nodes of the edges a memory is the source of."""
+    return [int(r[0]) for r in con.execute(
+        "SELECT e.src FROM edges e JOIN memories m ON m.id = e.memory_id WHERE m.uid = ? "
+        "UNION SELECT e.dst FROM edges e JOIN memories m ON m.id = e.memory_id WHERE m.uid = ?",
+        (memory_uid, memory_uid)).fetchall()]
+
+
+def best_connected(con: Connection, limit: int) -> list[tuple[str, str | None, int]]:
+    """(name, type, edges) of the nodes with the most edges."""
+    return con.execute(
+        "SELECT n.name, n.type, count(*) AS c FROM nodes n JOIN edges e ON e.src = n.id OR e.dst = n.id "
+        "GROUP BY n.id ORDER BY c DESC, n.name LIMIT ?", (limit,)).fetchall()

@@ -3,6 +3,8 @@ online backups (used by engine/erasure.py, engine/unlock.py, engine/keyops.py an
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..db import Connection
 
 FTS_TABLES = ("memories_fts", "chunks_fts")
@@ -40,7 +42,11 @@ def rekey(con: Connection, dk: bytes) -> None:
     con.execute(f"PRAGMA rekey = \"x'{dk.hex()}'\"")
 
 
-def copy_into(src: Connection, dst: Connection) -> None:
-    """An online backup of src into dst (a rollback-journal file: one file, nothing beside it)."""
+def copy_into(src: Connection, dst: Connection, progress: Callable[[int, int], None] | None = None) -> None:
+    """An online backup of src into dst (a rollback-journal file: one file, nothing beside it). With
+    `progress`, pages are copied in steps and progress(done, total) is called after each."""
     dst.execute("PRAGMA journal_mode = DELETE")
-    src.backup(dst)
+    if progress is None:
+        src.backup(dst)
+        return
+    src.backup(dst, pages=64, progress=lambda _status, remaining, total: progress(total - remaining, total))
