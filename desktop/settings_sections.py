@@ -502,6 +502,7 @@ class BackupBox(QGroupBox):
         self.scheduler.backed_up.connect(lambda _s: self.refresh())
         self.folder = QLabel("…")
         self.folder.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.folder.setWordWrap(True)  # a long path takes a second line instead of widening the page
         self.folder.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # a long path is cut
         self.folder_note = Note()
         self.choose = button("Choose…")
