@@ -112,6 +112,7 @@ class Engine:
         store, profile = opened.store, opened.profile
         try:
             migrate(store.con)
+            store.optimize()  # planner statistics, where missing or stale
             erasure.prepare(store)
             settings = settings or load_settings(home)
             eng = cls(store, profile, settings, home, actor=actor, embedder=embedder)

@@ -241,6 +241,7 @@ class Memories:
             if "text" in sets:
                 if rows.has_vectors(con):
                     vectors.delete(con, "memories", [row[0]])
+                ends = rows.edge_nodes(con, [row[0]])
                 # edges, marks and contradiction flags were about the old words (the pair is judged again)
                 rows.forget_old_words(con, row[0], uid)
                 rows.own_summary(con, row[0], "user")  # the user's words now
@@ -250,7 +251,7 @@ class Memories:
                     rows.requeue_sources(con, stale)
                     removed = self.delete_memories(con, stale, touched)  # scrubs answers citing them too
                     gone, answers = removed["_uids"], removed["answers"]
-                rows.drop_orphan_nodes(con)
+                rows.drop_orphan_nodes(con, ends)
                 answers += rows.scrub_transcripts(con, [uid])  # they quote the old words
             touched.memories.add(row[0])
             detail: dict[str, Any] = {"fields": sorted(k for k in sets if k != "updated_at")}
@@ -293,8 +294,9 @@ class Memories:
             todo = new
         if derived:
             rows.requeue_sources(con, sorted(derived), seen)
+        ends = rows.edge_nodes(con, seen)
         uids, edges = rows.delete(con, seen)
-        nodes = rows.drop_orphan_nodes(con)
+        nodes = rows.drop_orphan_nodes(con, ends)
         answers = rows.scrub_transcripts(con, uids)
         touched.memories.update(seen)
         return {"memories": len(seen), "derived": len(seen) - len(ids), "edges": edges, "nodes": nodes,

@@ -55,6 +55,8 @@ class Mutation:
         touched = self.touched
         if et is None and (touched.memories or touched.chunks):
             self.epoch_after = vectors.bump_epoch(self.con)
+            if vectors.has_log(self.con):
+                vectors.log_changes(self.con, self.epoch_after, touched.memories, touched.chunks)
         result = self._cm.__exit__(et, ev, tb)
         if et is None and (touched.memories or touched.chunks):
             for table, ids in (("memories", touched.memories), ("chunks", touched.chunks)):
