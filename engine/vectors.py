@@ -269,10 +269,13 @@ class _Mirror:
         self.wrows: dict[int, list[int]] = {}  # owner id -> its rows in wmat
         self._buf = np.zeros((BLOCK_ROWS, dim), dtype=np.float32)
 
-    def resident_bytes(self) -> int:
-        arrays = (self.ids, self.codes, self.scale, self.bound, self.kind, self.proj, self.archived, self.t,
-                  self.alive, self.wmat, self.wpos, self.walive, self._buf)
-        return int(sum(a.nbytes for a in arrays))
+    def resident_bytes(self, *, vectors_only: bool = False) -> int:
+        """Bytes of the rows in use (the arrays' spare capacity is allocated untouched, so not resident):
+        of the vectors (codes, scale, bound, windows), or of everything with the filter columns."""
+        per_row = self.codes.itemsize * self.dim + self.scale.itemsize + self.bound.itemsize
+        if not vectors_only:
+            per_row += sum(a.itemsize for a in (self.ids, self.kind, self.proj, self.archived, self.t, self.alive))
+        return int(self.n * per_row + self.wn * (self.wmat.itemsize * self.dim + self.wpos.itemsize + 1))
 
     def _grow(self, need: int) -> None:
         cap = len(self.ids)
@@ -440,16 +443,17 @@ class VectorIndex:
         self._mirror: _Mirror | None = None
         self._epoch = -1
         self._lock = threading.Lock()
+        self._scratch = threading.local()
 
     def invalidate(self) -> None:
         with self._lock:
             self._mirror = None
             self._epoch = -1
 
-    def resident_bytes(self) -> int:
+    def resident_bytes(self, *, vectors_only: bool = False) -> int:
         """What the loaded mirror holds in memory (0 when it is not loaded)."""
         m = self._mirror
-        return m.resident_bytes() if m is not None else 0
+        return m.resident_bytes(vectors_only=vectors_only) if m is not None else 0
 
     def _load(self, con: Connection) -> _Mirror:
         m = _Mirror(self.dim)
@@ -530,8 +534,11 @@ class VectorIndex:
                 m = self._mirror = self._load(con)
                 self._epoch = epoch
             view = copy.copy(m)
-            view._buf = np.zeros((BLOCK_ROWS, self.dim), dtype=np.float32)  # each search its own scratch
-            return view
+        buf = getattr(self._scratch, "buf", None)
+        if buf is None:
+            buf = self._scratch.buf = np.zeros((BLOCK_ROWS, self.dim), dtype=np.float32)
+        view._buf = buf  # each thread its own scratch block
+        return view
 
     def cosines(self, con: Connection, ids: list[int], q: np.ndarray) -> dict[int, float]:
         """Exact cosine to q for these rows (those without a vector are left out), from the float copy; a

@@ -20,7 +20,7 @@ class MemoryTally:
 
 def memory_tallies(con: Connection) -> list[MemoryTally]:
     out = []
-    for name, n in con.execute("SELECT name, n FROM tallies WHERE name LIKE 'm:%' AND n != 0").fetchall():
+    for name, n in con.execute("SELECT name, n FROM tallies WHERE name >= 'm:' AND name < 'm;' AND n != 0").fetchall():
         _, kind, *flags = name.split(":")
         archived, activity, extracted, processed, unembedded = (f == "1" for f in flags)
         out.append(MemoryTally(kind, archived, activity, extracted, processed, unembedded, int(n)))
@@ -32,14 +32,18 @@ def tally(con: Connection, name: str) -> int:
     return int(row[0]) if row else 0
 
 
+def chunk_tallies(con: Connection) -> dict[str, int]:
+    """{'c:<extracted>:<unembedded>': n} of every chunk."""
+    return {r[0]: int(r[1]) for r in con.execute("SELECT name, n FROM tallies WHERE name >= 'c:' AND name < 'c;'").fetchall()}
+
+
 def chunk_tally(con: Connection, *, unextracted: bool = False) -> int:
     """Chunks of ready documents (only those not read for triples yet, with unextracted)."""
-    names = ("c:0:0", "c:0:1") if unextracted else ("c:0:0", "c:0:1", "c:1:0", "c:1:1")
-    total = sum(tally(con, n) for n in names)
+    total = sum(n for name, n in chunk_tallies(con).items() if not unextracted or name.startswith("c:0:"))
     extra = " AND c.extracted = 0" if unextracted else ""
     not_ready = con.execute(  # chunks of documents still being ingested: few, by the documents' index
         "SELECT count(*) FROM documents d JOIN chunks c ON c.document_id = d.id "
-        f"WHERE d.status != 'ready'{extra}"
+        f"WHERE d.status = 'pending'{extra}"
     ).fetchone()[0]
     return total - int(not_ready)
 
