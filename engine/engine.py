@@ -45,7 +45,7 @@ from .keys import Profile, keychain_token, read_profile
 from .language import LanguageModel
 from .llm import Health, LLMRouter
 from .locking import InUse
-from .memories import Memories
+from .memories import Memories, Remembered
 from .migrations import SCHEMA_VERSION, migrate
 from .models import (
     AuditEntry,
@@ -258,6 +258,10 @@ class Engine:
         return self.memories.remember(text, kind=kind, project=project, importance=importance, at=at, source=source,
                                       meta=meta, embed=embed, conversation_id=conversation_id,
                                       document_id=document_id)
+
+    def remember_many(self, items: Sequence[Remembered], *, embed: str = "auto") -> list[RememberResult]:
+        """Store several memories in one transaction, embedded in one batch (the turns of a conversation)."""
+        return self.memories.remember_many(list(items), embed=embed)
 
     def get(self, uid: str) -> Memory:
         return self.memories.get(uid)
