@@ -123,6 +123,25 @@ class VectorSpace:
             self._checked = True
             return True
 
+    def warm(self) -> None:
+        """Load the vector mirrors (memories and chunks side by side, each on a thread of its own: reading
+        the rows is most of it), so that the first recall after opening does not wait for them."""
+        if not self.ensure():
+            return
+
+        def load(index: vectors.VectorIndex) -> None:
+            try:
+                index.warm(self.store.con)
+            except Exception:
+                log.exception("loading the vector mirror failed")
+
+        threads = [threading.Thread(target=load, args=(ix,), name=f"mirror-{t}", daemon=True)
+                   for t, ix in self.index.items()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
     def pending(self, con: Connection | None = None) -> int:
         """Rows stored without a current vector."""
         return space_rows.pending(con or self.store.con)

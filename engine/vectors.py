@@ -348,26 +348,30 @@ class _Mirror:
         return best
 
     def add(self, rows: list[tuple]) -> None:
-        for r in rows:
-            self.remove(r[0])
+        """Add (or replace) rows (id, kind, project, archived, time, float32 blob), vectorised: loading a
+        big mirror is bound by reading the rows, not by this."""
         if not rows:
             return
-        self._grow(len(rows))
+        if self.pos:
+            for r in rows:
+                self.remove(r[0])
+        n = len(rows)
+        self._grow(n)
         p0 = self.n
-        mat = np.frombuffer(b"".join(r[5] for r in rows), dtype=np.float32).reshape(len(rows), self.dim)
-        codes, scale, bound = quantize(mat)
-        span = slice(p0, p0 + len(rows))
-        self.codes[span], self.scale[span], self.bound[span] = codes, scale, bound
-        for j, (rid, kind, project, archived, t, _) in enumerate(rows):
-            p = p0 + j
-            self.ids[p] = rid
-            self.kind[p] = KIND_CODES[kind]
-            self.proj[p] = self.projects.setdefault(project, len(self.projects))
-            self.archived[p] = bool(archived)
-            self.t[p] = t or 0.0
-            self.alive[p] = True
-            self.pos[rid] = p
-        self.n += len(rows)
+        mat = np.frombuffer(b"".join(r[5] for r in rows), dtype=np.float32).reshape(n, self.dim)
+        span = slice(p0, p0 + n)
+        self.codes[span], self.scale[span], self.bound[span] = quantize(mat)
+        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=n)
+        self.ids[span] = ids
+        self.kind[span] = np.fromiter((KIND_CODES[r[1]] for r in rows), dtype=np.int8, count=n)
+        projects = self.projects
+        self.proj[span] = np.fromiter((projects.setdefault(r[2], len(projects)) for r in rows), dtype=np.int32,
+                                      count=n)
+        self.archived[span] = np.fromiter((bool(r[3]) for r in rows), dtype=bool, count=n)
+        self.t[span] = np.fromiter((r[4] or 0.0 for r in rows), dtype=np.float64, count=n)
+        self.alive[span] = True
+        self.pos.update(zip(ids.tolist(), range(p0, p0 + n), strict=True))
+        self.n += n
 
     def mask(self, f: Filter) -> np.ndarray:
         n = self.n
@@ -539,6 +543,11 @@ class VectorIndex:
             buf = self._scratch.buf = np.zeros((BLOCK_ROWS, self.dim), dtype=np.float32)
         view._buf = buf  # each thread its own scratch block
         return view
+
+    def warm(self, con: Connection) -> None:
+        """Load the mirror now (in the background after a store opens), so the first search finds it."""
+        if self.use_mirror:
+            self._view(con)
 
     def cosines(self, con: Connection, ids: list[int], q: np.ndarray) -> dict[int, float]:
         """Exact cosine to q for these rows (those without a vector are left out), from the float copy; a
