@@ -137,6 +137,8 @@ def main() -> int:
         fill(home, a.items)
         with HttpClient() as client:
             client.recall("warm up the model and the mirror")
+            client.client.post("/memory/batch", json={"items": [  # and the batch embedding path
+                {"text": f"warm-up turn {i}", "kind": "episodic", "project": "warm-up"} for i in range(a.turns)]})
             for cond in ("idle", "busy"):
                 procs = burners(a.busy) if cond == "busy" else []
                 try:

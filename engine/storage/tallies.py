@@ -51,3 +51,9 @@ def chunk_tally(con: Connection, *, unextracted: bool = False) -> int:
 def memories_unextracted(con: Connection) -> int:
     """Memories not archived and not read for triples yet."""
     return sum(t.n for t in memory_tallies(con) if not t.archived and not t.extracted)
+
+
+def unembedded(con: Connection) -> int:
+    """Memories and chunks stored without a vector (embedded_hash NULL)."""
+    chunks = sum(n for name, n in chunk_tallies(con).items() if name.endswith(":1"))
+    return sum(t.n for t in memory_tallies(con) if t.unembedded) + chunks
