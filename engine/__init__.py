@@ -12,12 +12,13 @@ from .context import Changes
 from .engine import Engine
 from .errors import Cancelled, EngineError, KeyMissing, NotFound, UserError, WrongKey
 from .logs import setup_logging
+from .memories import Remembered
 from .models import ForgetResult, HealthReport, Hit, Memory, RememberResult, Stats
 from .parsers import SUPPORTED_EXTENSIONS
 from .version import __version__
 
 __all__ = [
     "AskFailed", "AskResult", "Source", "Cancelled", "Changes", "Engine", "EngineError", "ForgetResult", "HealthReport",
-    "Hit", "KeyMissing", "Memory", "NotFound", "RememberResult", "Settings", "Stats", "UserError", "WrongKey", "__version__", "log_dir", "setup_logging",
+    "Hit", "KeyMissing", "Memory", "NotFound", "RememberResult", "Remembered", "Settings", "Stats", "UserError", "WrongKey", "__version__", "log_dir", "setup_logging",
     "SUPPORTED_EXTENSIONS",
 ]

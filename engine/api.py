@@ -8,8 +8,11 @@ Security, outermost first:
   2. CORS: answered only for the origins the user allowed in settings (none by default).
   3. API guard: bearer token on every route except the schema pages, a request-body size limit, a catch-all
      that turns any unexpected error into a generic JSON 500 (traceback to the log, never request text).
-Engine calls run on a small fixed pool of worker threads, so the event loop never blocks and each worker
-keeps its one SQLite connection for the life of the server.
+Engine calls run on small fixed pools of worker threads, so the event loop never blocks and each worker
+keeps its one SQLite connection (a WAL reader of its own) for the life of the server: reads (recall, get,
+stats) on one pool, writes (remember, edit, forget) on another, and long work (ingest, ask) on a third, so
+a read never waits in a queue behind writes, embedding or a long ingest; writes are serialised by the
+store's write lock, and their embedding runs before it.
 """
 
 from __future__ import annotations
@@ -51,7 +54,10 @@ HOST = "127.0.0.1"
 DEFAULT_MAX_BODY_BYTES = 10 * 1024 * 1024
 MAX_QUERY_CHARS = 10_000
 MAX_MEMORY_CHARS = 100_000  # the engine's own limit (engine.MAX_TEXT_CHARS), checked here as a 422
-WORKERS = 4
+WORKERS = 4  # reads at once
+WRITE_WORKERS = 2  # writes being prepared (embedded) at once; they commit one at a time
+LONG_WORKERS = 2  # ingests and answers at once
+MAX_BATCH = 1000  # memories in one POST /memory/batch
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 # Schema pages carry no user data; the Swagger UI has an "Authorize" button for the token.
 PUBLIC_PATHS = frozenset({"/docs", "/docs/oauth2-redirect", "/openapi.json", "/redoc"})
@@ -108,6 +114,13 @@ class RememberRequest(BaseModel):
     project: str | None = Field(default=None, max_length=200)
     importance: float | None = Field(default=None, ge=0.0, le=1.0, description="0..1; default from kind")
     at: StoredTime = Field(default=None, description="When it happened (ISO 8601); naive means local")
+
+
+class RememberBatch(BaseModel):
+    """Several memories (e.g. the turns of a conversation), stored in one transaction and embedded in one
+    batch; each is merged into a near-duplicate as `remember` would."""
+
+    items: list[RememberRequest] = Field(min_length=1, max_length=MAX_BATCH)
 
 
 def _query_epoch(name: str, value: datetime | None) -> float | None:
@@ -367,22 +380,26 @@ def create_app(engine: Any, token: str, allowed_origins: list[str] | None = None
     """The HTTP API over one open engine. The caller owns the engine (and closes it)."""
     if not token:
         raise ValueError("the API needs a token")
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="api-engine")
+    pools = {"read": ThreadPoolExecutor(max_workers=workers, thread_name_prefix="api-read"),
+             "write": ThreadPoolExecutor(max_workers=WRITE_WORKERS, thread_name_prefix="api-write"),
+             "long": ThreadPoolExecutor(max_workers=LONG_WORKERS, thread_name_prefix="api-long")}
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
         try:
             yield
         finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+            for pool in pools.values():
+                pool.shutdown(wait=True, cancel_futures=True)
 
-    async def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run an engine call on the worker pool (the engine is synchronous and thread-safe). An error of
-        the store's disk that reached here unmapped (a read that found it full, the file damaged, …) is
-        answered like the engine's own (503/507); anything else is a bug (the API guard's 500)."""
+    async def call(fn: Callable[..., T], *args: Any, pool: str = "read", **kwargs: Any) -> T:
+        """Run an engine call on a worker pool (the engine is synchronous and thread-safe): "read", "write"
+        or "long". An error of the store's disk that reached here unmapped (a read that found it full, the
+        file damaged, …) is answered like the engine's own (503/507); anything else is a bug (the API
+        guard's 500)."""
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(pool, functools.partial(fn, *args, **kwargs))
+            return await loop.run_in_executor(pools[pool], functools.partial(fn, *args, **kwargs))
         except EngineError:
             raise
         except Exception as e:
@@ -421,11 +438,12 @@ def _add_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
               summary="Ingest files or folders under the folders you allowed, or a text (one result per file)")
     async def ingest(body: IngestRequest) -> list[IngestResult]:
         if body.text is not None:
-            result = await call(eng.ingest_text, body.text, body.title or "Untitled", project=body.project)
+            result = await call(eng.ingest_text, body.text, body.title or "Untitled", project=body.project,
+                                pool="long")
             return [result]
         policy = PathPolicy.for_engine(eng)
         policy.check_request(body.paths)  # 403 for a path named outside the policy; inside a walk: failed results
-        return await call(eng.ingest, [Path(p) for p in body.paths], project=body.project, allow=policy)
+        return await call(eng.ingest, [Path(p) for p in body.paths], project=body.project, allow=policy, pool="long")
 
     @app.get("/documents", response_model=list[Document], tags=["documents"],
              summary="Documents, newest first (failed=true: those that could not be ingested, and why)")
@@ -444,18 +462,28 @@ def _add_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
     async def ingest_upload(file: Annotated[UploadFile, File(description="The document; its name gives its type")],
                             project: Annotated[str | None, Form(max_length=200)] = None) -> list[IngestResult]:
         data = await file.read()
-        return [await call(eng.ingest_upload, data, file.filename or "", project=project)]
+        return [await call(eng.ingest_upload, data, file.filename or "", project=project, pool="long")]
 
     @app.post("/ask", response_model=AskResult, tags=["ask"],
               summary="A grounded answer from memory, with numbered sources")
     async def ask(body: AskRequest) -> AskResult:
         extra = {"conversation_id": body.conversation_id} if body.conversation_id else {}
-        return await call(eng.ask, body.question, project=body.project, verify=body.verify, **extra)
+        return await call(eng.ask, body.question, project=body.project, verify=body.verify, pool="long", **extra)
 
     @app.post("/memory/remember", response_model=RememberResult, tags=["memory"], summary="Store a memory")
     async def remember(body: RememberRequest) -> RememberResult:
         return await call(eng.remember, body.text, kind=body.kind, project=body.project,
-                          importance=body.importance, at=epoch(body.at) if body.at else None, embed="auto")
+                          importance=body.importance, at=epoch(body.at) if body.at else None, embed="auto",
+                          pool="write")
+
+    @app.post("/memory/batch", response_model=list[RememberResult], tags=["memory"],
+              summary="Store several memories (e.g. a conversation's turns) in one transaction, one result each")
+    async def remember_batch(body: RememberBatch) -> list[RememberResult]:
+        from .memories import Remembered
+
+        items = [Remembered(i.text, kind=i.kind, project=i.project, importance=i.importance,
+                            at=epoch(i.at) if i.at else None) for i in body.items]
+        return await call(eng.remember_many, items, embed="auto", pool="write")
 
     @app.get("/memory/recall", response_model=list[Hit], tags=["memory"],
              summary="Search memory by words and meaning")
@@ -481,7 +509,7 @@ def _add_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
             eng.mark_used([memory.id], how="client")
             return eng.get(id)
 
-        return await call(run)
+        return await call(run, pool="write")
 
     @app.get("/memory/{id}", response_model=Memory, tags=["memory"], summary="One memory",
              responses={404: {"model": ErrorBody, "description": "No such memory"}})
@@ -492,13 +520,13 @@ def _add_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
                summary="Edit a memory; new text drops at once what was made from the old words",
                responses={404: {"model": ErrorBody, "description": "No such memory"}})
     async def update_memory(id: str, body: UpdateRequest) -> Memory:
-        return await call(eng.update, id, **body.changes())
+        return await call(eng.update, id, pool="write", **body.changes())
 
     @app.delete("/memory/{id}", response_model=ForgetResult, tags=["memory"],
                 summary="Forget a memory (mem_…) or a document (doc_…) and everything derived from it",
                 responses={404: {"model": ErrorBody, "description": "No such memory or document"}})
     async def forget(id: str) -> ForgetResult:
-        return await call(eng.forget, id)
+        return await call(eng.forget, id, pool="write")
 
     @app.get("/stats", response_model=Stats, tags=["memory"], summary="Counts and model status")
     async def stats() -> Stats:

@@ -34,6 +34,7 @@ class Backfill:
                 self.space.embedder.load()
             except EmbeddingUnavailable:
                 return
+            self.space.warm()  # the vector mirrors, before the first recall needs them
             if resume is not None:
                 try:
                     resume(self._stop)  # finish ingests a crash interrupted

@@ -48,6 +48,10 @@ BUSY_TIMEOUT_MS = 10_000
 # Page cache sized for the vector data: with SQLCipher's default cache every page is decrypted again on
 # each scan. 256 MB upper bound (negative = KiB); pages are only allocated when used.
 CACHE_KIB = 262_144
+# Planner statistics are refreshed (`PRAGMA optimize`) when the store opens and after a thread's writes
+# changed this many rows since the last refresh; ANALYZE reads at most ANALYSIS_LIMIT rows of each index.
+OPTIMIZE_AFTER_CHANGES = 20_000
+ANALYSIS_LIMIT = 1000
 
 
 # SQLite's primary result codes (the low byte of the extended code in e.sqlite_errorcode;
@@ -236,6 +240,26 @@ class Store:
         self.write_lock = threading.RLock()
         _ = self.con  # open now so a wrong key fails at once
 
+    def optimize(self) -> None:
+        """Refresh the planner's statistics where they are missing or stale (`PRAGMA optimize`: cheap, it
+        analyses only tables whose size changed a lot, each on at most ANALYSIS_LIMIT rows). The hot
+        statements do not depend on it (they have plans that are right without statistics,
+        tests/integration/test_query_plans.py); it keeps the others' choices good. Skipped when another
+        program is writing (statistics are a hint, never worth a wait)."""
+        con = self.con
+        if con.in_transaction:
+            return
+        try:
+            con.execute("PRAGMA busy_timeout = 0")
+            con.execute(f"PRAGMA analysis_limit = {ANALYSIS_LIMIT}")
+            con.execute("PRAGMA optimize = 0x10002")
+        except (DatabaseError, EngineError) as e:
+            log.info("planner statistics not refreshed now: %s", type(e).__name__)
+        finally:
+            with contextlib.suppress(DatabaseError, EngineError):
+                con.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        self._local.optimized_at = con.total_changes
+
     @property
     def con(self) -> Connection:
         con = getattr(self._local, "con", None)
@@ -281,6 +305,8 @@ class Store:
                 if isinstance(e, DatabaseError) and (env := explain(e, self.path)) is not None:
                     raise env from e  # disk full, read-only, damaged: say so (a bug stays what it is)
                 raise
+            if con.total_changes - getattr(self._local, "optimized_at", 0) >= OPTIMIZE_AFTER_CHANGES:
+                self.optimize()  # a large write: the statistics follow (still under the write lock)
 
     @contextlib.contextmanager
     def read(self) -> Iterator[Connection]:

@@ -48,7 +48,7 @@ from .keys import Profile, keychain_token, keychain_usable, read_profile
 from .language import LanguageModel
 from .llm import Health, LLMRouter
 from .locking import InUse
-from .memories import Memories
+from .memories import Memories, Remembered
 from .migrations import SCHEMA_VERSION, migrate
 from .models import (
     AuditEntry,
@@ -118,6 +118,7 @@ class Engine:
         store, profile = opened.store, opened.profile
         try:
             migrate(store.con)
+            store.optimize()  # planner statistics, where missing or stale
             erasure.prepare(store)
             settings = settings or load_settings(home)
             eng = cls(store, profile, settings, home, actor=actor, embedder=embedder)
@@ -276,6 +277,10 @@ class Engine:
         return self.memories.remember(text, kind=kind, project=project, importance=importance, at=at, source=source,
                                       meta=meta, embed=embed, conversation_id=conversation_id,
                                       document_id=document_id)
+
+    def remember_many(self, items: Sequence[Remembered], *, embed: str = "auto") -> list[RememberResult]:
+        """Store several memories in one transaction, embedded in one batch (the turns of a conversation)."""
+        return self.memories.remember_many(list(items), embed=embed)
 
     def get(self, uid: str) -> Memory:
         return self.memories.get(uid)

@@ -12,6 +12,7 @@ import secrets
 import time
 import unicodedata
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -21,7 +22,7 @@ from . import ranking, vectors
 from .backfill import Backfill
 from .context import Changes, Context
 from .db import Connection
-from .embeddings import EmbeddingUnavailable
+from .embeddings import EmbeddingUnavailable, Windows
 from .errors import UserError
 from .models import KINDS, ForgetResult, Memory, RememberResult
 from .space import Touched
@@ -80,6 +81,32 @@ def check_kind(kind: str) -> str:
 
 
 
+@dataclass
+class Remembered:
+    """One memory to store (`Memories.remember_many`): the arguments of `remember`."""
+
+    text: str
+    kind: str = "fact"
+    project: str | None = None
+    importance: float | None = None
+    at: str | float | datetime | None = None
+    source: str = "user"
+    meta: dict[str, Any] | None = None
+
+
+@dataclass
+class _Prepared:
+    text: str
+    kind: str
+    project: str | None
+    importance: float
+    event_at: float | None
+    chash: str
+    now: float
+    source: str
+    meta: dict[str, Any] | None
+
+
 class Memories:
     """Remember, read, edit and forget memories (`engine.memories`)."""
 
@@ -103,54 +130,87 @@ class Memories:
         (a fact stored without its vector is checked for near-duplicates when the vector arrives). A
         near-duplicate of an existing memory in the same project is merged into it instead of stored twice.
         """
-        text = check_text(text)
-        kind = check_kind(kind)
-        project = (project or "").strip() or None
-        if importance is not None and not 0.0 <= importance <= 1.0:
-            raise UserError("Importance must be between 0 and 1.")
-        event_at = parse_time(at)
-        chash = content_hash(text)
-        now = time.time()
-        if importance is None:
-            importance = IMPORTANCE_BY_SOURCE.get(source, 0.5) - (EPISODIC_DISCOUNT if kind == "episodic" else 0.0)
-        vec = wins = None
+        return self.remember_many([Remembered(text, kind=kind, project=project, importance=importance, at=at,
+                                              source=source, meta=meta)], embed=embed,
+                                  conversation_id=conversation_id, document_id=document_id)[0]
+
+    def remember_many(self, items: list[Remembered], *, embed: str = "auto", conversation_id: int | None = None,
+                      document_id: int | None = None) -> list[RememberResult]:
+        """Store several memories (the turns of a conversation, a list of notes) as `remember` stores one,
+        in one transaction, embedded in one batch before it (outside the write lock). Each is merged into
+        a near-duplicate already stored, or stored earlier in the same batch, as `remember` would; nothing
+        is stored when one of them is refused (an empty text, an unknown kind)."""
+        prepared = [self._prepare(item) for item in items]
+        if not prepared:
+            return []
+        texts = [p.text for p in prepared]
         # "auto": a sentence or a note is embedded at once (its near-duplicate merges at once); a long text is
         # left to the background backfill, which embeds in batches many times faster (and checks it then)
-        want_vec = embed == "sync" or (embed == "auto" and self.space.embedder.ready and len(text) <= AUTO_EMBED_CHARS)
-        if want_vec and self.space.ensure():
+        want = [embed == "sync" or (embed == "auto" and self.space.embedder.ready and len(t) <= AUTO_EMBED_CHARS)
+                for t in texts]
+        vecs: list[np.ndarray | None] = [None] * len(texts)
+        wins: list[Windows | None] = [None] * len(texts)
+        todo = [i for i, w in enumerate(want) if w]
+        if todo and self.space.ensure():
             try:
-                vec = self.space.embedder.encode_one(text)
-                wins = self.space.embedder.encode_windows([text], small=True)[0]
+                batch = [texts[i] for i in todo]
+                encoded = self.space.embedder.encode(batch)
+                windows = self.space.embedder.encode_windows(batch, small=len(batch) == 1)
+                for j, i in enumerate(todo):
+                    vecs[i], wins[i] = encoded[j], windows[j]
             except EmbeddingUnavailable:
-                vec = None
+                vecs = [None] * len(texts)
+        results: list[tuple[str, bool]] = []
         with self.ctx.mutation() as (con, touched):
-            dup = self._find_duplicate(con, text, chash, kind, project, event_at, vec)
-            if dup is not None:
-                row = dup
-                rows.stated_again(con, row[0], max(ranking.boosted_importance(row[5], 0.1), importance), now)
-                if source != "rollup":  # stated on its own now: no longer only a summary of events
-                    rows.own_summary(con, row[0], source)
-                self.ctx.audit.record("merge_duplicate", row[1], {"kind": kind}, con=con)
-                uid, merged = row[1], True
-            else:
-                uid, merged = new_uid("mem"), False
-                rid = rows.insert(con, uid=uid, kind=kind, text=text, chash=chash, importance=importance, now=now,
-                                  event_at=event_at, project=project, source=source, meta=meta,
+            fresh: list[tuple[int, np.ndarray, str, str | None]] = []  # stored in this batch: (row, vector, kind, project)
+            for p, vec, win in zip(prepared, vecs, wins, strict=True):
+                dup = self._find_duplicate(con, p.text, p.chash, p.kind, p.project, p.event_at, vec)
+                if dup is None and vec is not None and p.kind != "episodic":
+                    near = [rid for rid, v, k, proj in fresh if k == p.kind and proj == p.project
+                            and float(v @ vec) >= NEAR_DUPLICATE_COSINE]
+                    dup = rows.by_id(con, near[0]) if near else None
+                if dup is not None:
+                    rows.stated_again(con, dup[0], max(ranking.boosted_importance(dup[5], 0.1), p.importance), p.now)
+                    if p.source != "rollup":  # stated on its own now: no longer only a summary of events
+                        rows.own_summary(con, dup[0], p.source)
+                    self.ctx.audit.record("merge_duplicate", dup[1], {"kind": p.kind}, con=con)
+                    results.append((dup[1], True))
+                    continue
+                uid = new_uid("mem")
+                rid = rows.insert(con, uid=uid, kind=p.kind, text=p.text, chash=p.chash, importance=p.importance,
+                                  now=p.now, event_at=p.event_at, project=p.project, source=p.source, meta=p.meta,
                                   conversation_id=conversation_id, document_id=document_id,
                                   # the app's own events are not summarised or graphed
-                                  done=source == vectors.ACTIVITY_SOURCE,
+                                  done=p.source == vectors.ACTIVITY_SOURCE,
                                   # checked for near-duplicates when embedded
-                                  dedup_pending=vec is None and kind != "episodic")
+                                  dedup_pending=vec is None and p.kind != "episodic")
                 if vec is not None:
-                    vectors.put(con, "memories", [rid], vec[None, :], [wins])
+                    vectors.put(con, "memories", [rid], vec[None, :], [win])
                     rows.mark_embedded(con, "memories", [rid])
+                    fresh.append((rid, vec, p.kind, p.project))
                 touched.memories.add(rid)
-                self.ctx.audit.record("remember", uid, {"kind": kind, "project": bool(project), "source": source}, con=con)
-            mem = rows.to_memory(rows.by_uid(con, uid))
-        self.ctx.changes.emit(Changes("remember", memories={uid}))
-        if vec is None and not merged:
+                self.ctx.audit.record("remember", uid, {"kind": p.kind, "project": bool(p.project),
+                                                        "source": p.source}, con=con)
+                results.append((uid, False))
+            out = [RememberResult(id=uid, merged=merged, memory=rows.to_memory(rows.by_uid(con, uid)))
+                   for uid, merged in results]
+        self.ctx.changes.emit(Changes("remember", memories={uid for uid, _ in results}))
+        if any(v is None and not merged for v, (_, merged) in zip(vecs, results, strict=True)):
             self.backfill.wake()
-        return RememberResult(id=uid, merged=merged, memory=mem)
+        return out
+
+    def _prepare(self, item: Remembered) -> _Prepared:
+        text = check_text(item.text)
+        kind = check_kind(item.kind)
+        project = (item.project or "").strip() or None
+        importance = item.importance
+        if importance is not None and not 0.0 <= importance <= 1.0:
+            raise UserError("Importance must be between 0 and 1.")
+        if importance is None:
+            importance = (IMPORTANCE_BY_SOURCE.get(item.source, 0.5)
+                          - (EPISODIC_DISCOUNT if kind == "episodic" else 0.0))
+        return _Prepared(text=text, kind=kind, project=project, importance=importance, event_at=parse_time(item.at),
+                         chash=content_hash(text), now=time.time(), source=item.source, meta=item.meta)
 
     def _find_duplicate(self, con: Connection, text: str, chash: str, kind: str, project: str | None,
                         event_at: float | None, vec: np.ndarray | None, *, exclude: int | None = None) -> tuple | None:
@@ -241,6 +301,7 @@ class Memories:
             if "text" in sets:
                 if rows.has_vectors(con):
                     vectors.delete(con, "memories", [row[0]])
+                ends = rows.edge_nodes(con, [row[0]])
                 # edges, marks and contradiction flags were about the old words (the pair is judged again)
                 rows.forget_old_words(con, row[0], uid)
                 rows.own_summary(con, row[0], "user")  # the user's words now
@@ -250,7 +311,7 @@ class Memories:
                     rows.requeue_sources(con, stale)
                     removed = self.delete_memories(con, stale, touched)  # scrubs answers citing them too
                     gone, answers = removed["_uids"], removed["answers"]
-                rows.drop_orphan_nodes(con)
+                rows.drop_orphan_nodes(con, ends)
                 answers += rows.scrub_transcripts(con, [uid])  # they quote the old words
             touched.memories.add(row[0])
             detail: dict[str, Any] = {"fields": sorted(k for k in sets if k != "updated_at")}
@@ -293,8 +354,9 @@ class Memories:
             todo = new
         if derived:
             rows.requeue_sources(con, sorted(derived), seen)
+        ends = rows.edge_nodes(con, seen)
         uids, edges = rows.delete(con, seen)
-        nodes = rows.drop_orphan_nodes(con)
+        nodes = rows.drop_orphan_nodes(con, ends)
         answers = rows.scrub_transcripts(con, uids)
         touched.memories.update(seen)
         return {"memories": len(seen), "derived": len(seen) - len(ids), "edges": edges, "nodes": nodes,

@@ -314,11 +314,96 @@ def m004_watched_folders_and_failed_documents(con: Connection) -> None:
     )
 
 
+# One row per combination of the flags the counts of `stats` are made of (a memory's kind, archived, whether it
+# is the app's own event, extracted, rolled up, waiting for its vector); kept by triggers, so counting costs the
+# same at any size.
+_MEMORY_TALLY_KEY = ("'m:' || {r}.kind || ':' || {r}.archived || ':' || ({r}.source = 'activity') || ':' || "
+                     "{r}.extracted || ':' || {r}.processed || ':' || ({r}.embedded_hash IS NULL)")
+_CHUNK_TALLY_KEY = "'c:' || {r}.extracted || ':' || ({r}.embedded_hash IS NULL)"
+
+
+def _tally_triggers(table: str, key: str, columns: str) -> str:
+    new, old = key.format(r="new"), key.format(r="old")
+    plus = f"INSERT INTO tallies(name, n) VALUES ({new}, 1) ON CONFLICT(name) DO UPDATE SET n = n + 1;"
+    minus = f"UPDATE tallies SET n = n - 1 WHERE name = {old};"
+    return f"""
+        CREATE TRIGGER {table}_tally_ai AFTER INSERT ON {table} BEGIN {plus} END;
+        CREATE TRIGGER {table}_tally_ad AFTER DELETE ON {table} BEGIN {minus} END;
+        CREATE TRIGGER {table}_tally_au AFTER UPDATE OF {columns} ON {table} WHEN {old} IS NOT {new}
+        BEGIN {minus} {plus} END;
+    """
+
+
+def m005_flat_costs(con: Connection) -> None:
+    """What keeps the hot statements' cost independent of the store's size: an index for the memory list's
+    order (newest first), for contradiction flags, for the citations of stored answers (forgetting a memory
+    scrubs the answers that cite it), for the memories made from a document (and its
+    cascade), tallies kept by triggers for the counts of `stats`, and the log of which rows each write
+    touched (another process's vector mirror catches up with it instead of reloading)."""
+    run_script(
+        con,
+        """
+        CREATE INDEX memories_when ON memories(coalesce(event_at, created_at), id);
+        CREATE INDEX memories_conflicts ON memories(conflict_with) WHERE conflict_with IS NOT NULL;
+        CREATE INDEX documents_status ON documents(status);
+        CREATE INDEX memories_document ON memories(document_id);
+
+        -- which memories and chunks (by uid) each stored answer cites; kept from messages.meta by triggers
+        CREATE TABLE message_sources(
+            uid TEXT NOT NULL,
+            message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+            PRIMARY KEY(uid, message_id)
+        ) WITHOUT ROWID;
+        CREATE INDEX message_sources_message ON message_sources(message_id);
+        INSERT OR IGNORE INTO message_sources(uid, message_id)
+            SELECT j.value, m.id FROM messages m, json_each(m.meta, '$.sources') j
+            WHERE m.role = 'assistant' AND json_valid(m.meta) AND json_type(m.meta, '$.sources') = 'array'
+              AND j.type = 'text';
+        CREATE TRIGGER messages_sources_ai AFTER INSERT ON messages
+        WHEN new.role = 'assistant' AND json_valid(new.meta) AND json_type(new.meta, '$.sources') = 'array'
+        BEGIN
+            INSERT OR IGNORE INTO message_sources(uid, message_id)
+                SELECT value, new.id FROM json_each(new.meta, '$.sources') WHERE type = 'text';
+        END;
+        CREATE TRIGGER messages_sources_au AFTER UPDATE OF meta ON messages BEGIN
+            DELETE FROM message_sources WHERE message_id = old.id;
+            INSERT OR IGNORE INTO message_sources(uid, message_id)
+                SELECT value, new.id FROM json_each(CASE WHEN new.role = 'assistant' AND json_valid(new.meta)
+                    AND json_type(new.meta, '$.sources') = 'array' THEN json_extract(new.meta, '$.sources')
+                    ELSE '[]' END) WHERE type = 'text';
+        END;
+
+        CREATE TABLE tallies(name TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID;
+
+        -- which rows each write (vector epoch) touched: another process's vector mirror catches up with them
+        CREATE TABLE vector_log(epoch INTEGER NOT NULL, tbl INTEGER NOT NULL, rid INTEGER NOT NULL);
+        CREATE INDEX vector_log_epoch ON vector_log(epoch, tbl);
+        """
+        + _tally_triggers("memories", _MEMORY_TALLY_KEY, "kind, archived, source, extracted, processed, embedded_hash")
+        + _tally_triggers("chunks", _CHUNK_TALLY_KEY, "extracted, embedded_hash")
+        + """
+        CREATE TRIGGER nodes_tally_ai AFTER INSERT ON nodes BEGIN
+            INSERT INTO tallies(name, n) VALUES ('nodes', 1) ON CONFLICT(name) DO UPDATE SET n = n + 1; END;
+        CREATE TRIGGER nodes_tally_ad AFTER DELETE ON nodes BEGIN UPDATE tallies SET n = n - 1 WHERE name = 'nodes'; END;
+        CREATE TRIGGER edges_tally_ai AFTER INSERT ON edges BEGIN
+            INSERT INTO tallies(name, n) VALUES ('edges', 1) ON CONFLICT(name) DO UPDATE SET n = n + 1; END;
+        CREATE TRIGGER edges_tally_ad AFTER DELETE ON edges BEGIN UPDATE tallies SET n = n - 1 WHERE name = 'edges'; END;
+        """
+        + f"""
+        INSERT INTO tallies(name, n) SELECT {_MEMORY_TALLY_KEY.format(r="memories")}, count(*) FROM memories GROUP BY 1;
+        INSERT INTO tallies(name, n) SELECT {_CHUNK_TALLY_KEY.format(r="chunks")}, count(*) FROM chunks GROUP BY 1;
+        INSERT INTO tallies(name, n) SELECT 'nodes', count(*) FROM nodes;
+        INSERT INTO tallies(name, n) SELECT 'edges', count(*) FROM edges;
+        """,
+    )
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     m001_initial,
     m002_consolidation,
     m003_activity_and_late_duplicates,
     m004_watched_folders_and_failed_documents,
+    m005_flat_costs,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -55,6 +55,8 @@ class Mutation:
         touched = self.touched
         if et is None and (touched.memories or touched.chunks):
             self.epoch_after = vectors.bump_epoch(self.con)
+            if vectors.has_log(self.con):
+                vectors.log_changes(self.con, self.epoch_after, touched.memories, touched.chunks)
         result = self._cm.__exit__(et, ev, tb)
         if et is None and (touched.memories or touched.chunks):
             for table, ids in (("memories", touched.memories), ("chunks", touched.chunks)):
@@ -120,6 +122,25 @@ class VectorSpace:
             self.index = {t: vectors.VectorIndex(t, space.dimension, mirror=self.mirror) for t in TABLES}
             self._checked = True
             return True
+
+    def warm(self) -> None:
+        """Load the vector mirrors (memories and chunks side by side, each on a thread of its own: reading
+        the rows is most of it), so that the first recall after opening does not wait for them."""
+        if not self.ensure():
+            return
+
+        def load(index: vectors.VectorIndex) -> None:
+            try:
+                index.warm(self.store.con)
+            except Exception:
+                log.exception("loading the vector mirror failed")
+
+        threads = [threading.Thread(target=load, args=(ix,), name=f"mirror-{t}", daemon=True)
+                   for t, ix in self.index.items()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
 
     def pending(self, con: Connection | None = None) -> int:
         """Rows stored without a current vector."""

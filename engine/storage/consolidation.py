@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from ..db import Connection
+from . import tallies
 from .graph import batched
 from .memories import COLS, marks
 
@@ -196,8 +197,8 @@ def mark_rolled_up(con: Connection, scope: str, ids: list[int], last_id: int, no
 
 
 def waiting_counts(con: Connection) -> tuple[int, int]:
-    """(unprocessed live events, live facts)."""
-    rollup = con.execute(
-        "SELECT count(*) FROM memories WHERE kind = 'episodic' AND processed = 0 AND archived = 0").fetchone()[0]
-    facts = con.execute("SELECT count(*) FROM memories WHERE kind = 'fact' AND archived = 0").fetchone()[0]
+    """(unprocessed live events, live facts), from the tallies (the same cost at any size)."""
+    live = [t for t in tallies.memory_tallies(con) if not t.archived]
+    rollup = sum(t.n for t in live if t.kind == "episodic" and not t.processed)
+    facts = sum(t.n for t in live if t.kind == "fact")
     return rollup, facts

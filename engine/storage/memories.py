@@ -100,17 +100,41 @@ def forget_old_words(con: Connection, rid: int, uid: str) -> None:
     the contradiction flags on both sides (the next consolidation judges the new words)."""
     con.execute("DELETE FROM edges WHERE memory_id = ?", (rid,))
     con.execute("UPDATE memories SET extracted = 0, processed = 0 WHERE id = ?", (rid,))
-    con.execute("UPDATE memories SET conflict_with = NULL WHERE id = ? OR conflict_with = ?", (rid, uid))
+    con.execute("UPDATE memories SET conflict_with = NULL WHERE id = ?", (rid,))
+    con.execute("UPDATE memories SET conflict_with = NULL WHERE conflict_with = ?", (uid,))
 
 
 def has_vectors(con: Connection) -> bool:
     return con.execute("SELECT 1 FROM sqlite_master WHERE name = 'vec_memories'").fetchone() is not None
 
 
-def drop_orphan_nodes(con: Connection) -> int:
-    return con.execute(
-        "DELETE FROM nodes WHERE id NOT IN (SELECT src FROM edges) AND id NOT IN (SELECT dst FROM edges)"
-    ).rowcount
+def edge_nodes(con: Connection, ids: list[int] | set[int]) -> set[int]:
+    """The nodes at either end of these memories' edges (the ones a delete may leave without an edge)."""
+    order = sorted(ids)
+    out: set[int] = set()
+    for p in range(0, len(order), 500):
+        part = order[p : p + 500]
+        for src, dst in con.execute(f"SELECT src, dst FROM edges WHERE memory_id IN ({marks(part)})", part):
+            out.update((src, dst))
+    return out
+
+
+def drop_orphan_nodes(con: Connection, candidates: set[int] | None = None) -> int:
+    """Delete nodes no edge uses any more: among `candidates` (the ends of edges just deleted: the same
+    cost at any size), or all of them (None)."""
+    if candidates is None:
+        return con.execute(
+            "DELETE FROM nodes WHERE id NOT IN (SELECT src FROM edges) AND id NOT IN (SELECT dst FROM edges)"
+        ).rowcount
+    order = sorted(candidates)
+    gone = 0
+    for p in range(0, len(order), 500):
+        part = order[p : p + 500]
+        gone += con.execute(
+            f"DELETE FROM nodes WHERE id IN ({marks(part)}) AND NOT EXISTS (SELECT 1 FROM edges WHERE src = nodes.id) "
+            "AND NOT EXISTS (SELECT 1 FROM edges WHERE dst = nodes.id)", part
+        ).rowcount
+    return gone
 
 
 def own_summary(con: Connection, rid: int, source: str) -> None:
@@ -147,14 +171,13 @@ def delete(con: Connection, ids: set[int]) -> tuple[list[str], int]:
 
 
 def scrub_transcripts(con: Connection, uids: list[str]) -> int:
-    """Delete stored answers that cited any of these memories or chunks: they carry its text."""
+    """Delete stored answers that cited any of these memories or chunks: they carry its text (the citations
+    are indexed in message_sources)."""
     doomed: set[int] = set()
-    for uid in uids:
-        for mid, meta in con.execute(
-            "SELECT id, meta FROM messages WHERE role = 'assistant' AND meta LIKE ?", (f'%"{uid}"%',)
-        ).fetchall():
-            if uid in json.loads(meta or "{}").get("sources", []):
-                doomed.add(mid)
+    for p in range(0, len(uids), 500):
+        part = uids[p : p + 500]
+        doomed.update(r[0] for r in con.execute(
+            f"SELECT message_id FROM message_sources WHERE uid IN ({marks(part)})", part).fetchall())
     if doomed:
         con.execute(f"DELETE FROM messages WHERE id IN ({marks(doomed)})", sorted(doomed))
     return len(doomed)

@@ -6,6 +6,7 @@ import time
 
 from .. import vectors
 from ..db import Connection
+from . import tallies
 
 Space = tuple[str, str, int, str]  # provider, model, dimension, version
 
@@ -32,11 +33,8 @@ def restamp(con: Connection, space: Space) -> None:
 
 
 def pending(con: Connection) -> int:
-    """Rows stored without a current vector."""
-    return con.execute(
-        "SELECT (SELECT count(*) FROM memories WHERE embedded_hash IS NULL) + "
-        "(SELECT count(*) FROM chunks WHERE embedded_hash IS NULL)"
-    ).fetchone()[0]
+    """Rows stored without a current vector (from the tallies: the same cost at any size)."""
+    return tallies.unembedded(con)
 
 
 def waiting(con: Connection, table: str, limit: int) -> list[tuple[int, str, str]]:

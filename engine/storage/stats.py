@@ -1,40 +1,58 @@
-"""The store in numbers: counts by kind, what waits to be embedded, extracted or rolled up."""
+"""The store in numbers: counts by kind, what waits to be embedded, extracted or rolled up.
+
+The counts come from `tallies` (migration m005), kept by triggers on every insert, delete and change of a
+counted flag, so `stats` costs the same at any size; only what waits (pending documents' chunks,
+contradiction flags) is counted from its (partial) index.
+"""
 
 from __future__ import annotations
 
 from ..context import Context
+from ..db import Connection
 from ..migrations import SCHEMA_VERSION
 from ..models import KINDS, Stats
+from .tallies import chunk_tally, memory_tallies, tally
 
 
 def collect(ctx: Context, *, pending_extraction: int, embedding_ready: bool, notes: list[str]) -> Stats:
     con = ctx.con
+    with ctx.store.read():
+        return _collect(ctx, con, pending_extraction, embedding_ready, notes)
+
+
+def _collect(ctx: Context, con: Connection, pending_extraction: int, embedding_ready: bool,
+             notes: list[str]) -> Stats:
     by_kind = {k: 0 for k in KINDS}
-    for kind, count in con.execute(
-        "SELECT kind, count(*) FROM memories WHERE archived = 0 AND source IS NOT 'activity' GROUP BY kind "
-        "ORDER BY kind"
-    ).fetchall():
-        by_kind[kind] = count
+    memories = activity = archived = pending_rollup = 0
+    for t in memory_tallies(con):
+        if t.archived:
+            archived += t.n
+            continue
+        if t.activity:
+            activity += t.n
+        else:
+            memories += t.n
+            by_kind[t.kind] = by_kind.get(t.kind, 0) + t.n
+        if t.kind == "episodic" and not t.processed:
+            pending_rollup += t.n
     one = lambda sql: con.execute(sql).fetchone()[0]  # noqa: E731
     space = con.execute("SELECT model, dimension FROM embedding_space").fetchone()
     return Stats(
         store=str(ctx.store.path),
         schema_version=SCHEMA_VERSION,
-        memories=one("SELECT count(*) FROM memories WHERE archived = 0 AND source IS NOT 'activity'"),
-        activity=one("SELECT count(*) FROM memories WHERE source = 'activity' AND archived = 0"),
+        memories=memories,
+        activity=activity,
         by_kind=by_kind,
-        archived=one("SELECT count(*) FROM memories WHERE archived = 1"),
+        archived=archived,
         conflicts=one("SELECT count(*) FROM memories WHERE conflict_with IS NOT NULL"),
         documents=one("SELECT count(*) FROM documents WHERE status = 'ready'"),
         documents_failed=one("SELECT count(*) FROM documents WHERE status = 'failed'"),
-        chunks=one("SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.document_id AND d.status='ready'"),
-        nodes=one("SELECT count(*) FROM nodes"),
-        edges=one("SELECT count(*) FROM edges"),
+        chunks=chunk_tally(con),
+        nodes=tally(con, "nodes"),
+        edges=tally(con, "edges"),
         pending_embeddings=ctx.space.pending(con),
         pending_extraction=pending_extraction,
-        pending_rollup=one(
-            "SELECT count(*) FROM memories WHERE kind = 'episodic' AND processed = 0 AND archived = 0"
-        ),
+        pending_rollup=pending_rollup,
         embedding_model=space[0] if space else (ctx.settings.embedding_model),
         embedding_dimension=space[1] if space else None,
         embedding_ready=embedding_ready,

@@ -163,6 +163,21 @@ def test_remember_then_recall_with_event_time(live: Live):
     assert stats["memories"] == 3 and stats["by_kind"]["episodic"] == 2
 
 
+def test_a_conversation_stored_in_one_request_keeps_every_turn_once(live: Live):
+    turns = [{"text": f"Turn {i}: we planned the {('garden', 'budget', 'trip')[i % 3]} for week {i}.",
+              "kind": "episodic", "project": "talk", "at": f"2024-05-01T10:{i:02d}:00Z"} for i in range(25)]
+    turns.append(dict(turns[3]))  # sent twice: still one memory
+    r = live.client.post("/memory/batch", json={"items": turns})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert len(out) == 26 and out[25]["id"] == out[3]["id"] and out[25]["merged"]
+    assert len({x["id"] for x in out}) == 25
+    hits = live.client.get("/memory/recall", params={"q": "planned the trip for week 5", "k": 3}).json()
+    assert hits and hits[0]["id"] == out[5]["id"]
+    assert live.client.post("/memory/batch", json={"items": []}).status_code == 422
+    assert live.client.post("/memory/batch", json={"items": [{"text": ""}]}).status_code == 422
+
+
 def test_forget_removes_it_from_recall_and_ask(live: Live):
     keep = remember(live, "The garage door code is 4321.")
     gone = remember(live, "The wifi password at the cabin is bluefinch77.")

@@ -1,15 +1,27 @@
-"""Hot statements use their index whatever the planner knows: no full scan of a project where an index on
-the exact key exists (remember stays flat as the store grows)."""
+"""Hot statements use their index whatever the planner knows: no full scan of a table, and no sort of a
+whole table, where an index exists (remember, get, update, forget, a page of the list, stats, the audit
+log, the mirror's catch-up cost the same at any size). Each plan is checked twice: on a store without
+planner statistics and after ANALYZE."""
 
 from __future__ import annotations
 
-from engine import Engine
+import re
+
+import pytest
+
+from engine import Engine, vectors
 from engine.embeddings import NoEmbedder
+from engine.storage import documents as document_rows
+from engine.storage import graph as graph_rows
 from engine.storage import memories as memory_rows
+from engine.storage import recall as recall_rows
+from engine.storage import space as space_rows
+from engine.storage import stats as stats_rows
+from engine.storage import tallies
 
 
 class Recording:
-    """A connection that remembers the statements run through it."""
+    """A connection that remembers the statements run through it (and runs them)."""
 
     def __init__(self, con):
         self.con, self.statements = con, []
@@ -18,18 +30,143 @@ class Recording:
         self.statements.append((sql, params))
         return self.con.execute(sql, params)
 
+    def executemany(self, sql, seq):
+        seq = list(seq)
+        if seq:
+            self.statements.append((sql, seq[0]))
+        return self.con.executemany(sql, seq)
 
-def plan_of(con, fn, *args) -> str:
-    """The query plan of the statement `fn(con, *args)` runs."""
+
+def plans_of(con, fn, *args) -> list[str]:
+    """The query plan of every statement `fn(con, *args)` runs (one line per statement)."""
     rec = Recording(con)
     fn(rec, *args)
-    sql, params = rec.statements[-1]
-    return " | ".join(r[3] for r in con.execute("EXPLAIN QUERY PLAN " + sql, params).fetchall())
+    out = []
+    for sql, params in rec.statements:
+        if sql.lstrip().upper().startswith(("PRAGMA", "BEGIN", "COMMIT")):
+            continue
+        rows = con.execute("EXPLAIN QUERY PLAN " + sql, params).fetchall()
+        out.append(" | ".join(r[3] for r in rows))
+    return out
 
 
-def test_the_duplicate_lookup_uses_the_hash_index_in_a_big_project(profile_home):
-    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+FULL_SCAN = re.compile(r"\bSCAN (\w+)\b(?! USING)")
+
+
+def assert_indexed(plans: list[str], *, ordered_by: str | None = None) -> None:
+    """No statement scans a whole table or sorts one (a walk of `ordered_by`, the index of the order asked
+    for, is what a page of a list is)."""
+    for plan in plans:
+        scans = [t for t in FULL_SCAN.findall(plan) if t not in ("CONSTANT", "sqlite_master")]
+        assert not scans, plan
+        assert "TEMP B-TREE" not in plan, plan
+        walked = re.findall(r"SCAN (\w+) USING (?:COVERING )?INDEX (\w+)", plan)
+        for _, index in walked:
+            assert index == ordered_by, plan
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """A small store with memories in a big project, a document, a conflict, a cited answer and edges
+    (big enough that with statistics a scan is not the cheapest plan)."""
+    home = tmp_path_factory.mktemp("plans") / "profile"
+    with Engine.open(home, embedder=NoEmbedder()) as eng:
         for i in range(300):
-            eng.remember(f"Note {i} about shelf {i * 7} in the garage.", project="house")
-        plan = plan_of(eng.con, memory_rows.same_words, "0" * 64, "fact", "house", None)
-    assert "memories_hash" in plan and "memories_project" not in plan, plan
+            eng.remember(f"Note {i} about shelf {i * 7} in the garage.", project="house",
+                         kind="episodic" if i % 3 else "fact")
+        eng.ingest_text("Chapter one. The garden has roses.\n\nChapter two. The roses need water.", "Garden")
+        con = eng.con
+        a, b = (r[0] for r in con.execute("SELECT uid FROM memories ORDER BY id LIMIT 2").fetchall())
+        with eng.store.write() as w:
+            w.execute("UPDATE memories SET conflict_with = ? WHERE uid = ?", (b, a))
+            w.execute("INSERT INTO conversations(uid, title, created_at, updated_at) VALUES ('cnv_1', 't', 0, 0)")
+            w.execute("INSERT INTO messages(conversation_id, role, content, created_at, meta) VALUES "
+                      "(1, 'assistant', 'x', 0, ?)", (f'{{"sources": ["{a}"]}}',))
+            w.executemany("INSERT INTO nodes(name, norm_name, created_at) VALUES (?, ?, 0)",
+                          [(f"thing {i}", f"thing {i}") for i in range(300)])
+            doc = document_rows.insert(w, uid="doc_plans", path=None, title="Plans", mime="text/plain", chash="h",
+                                       size=0, mtime=None, project=None, status="ready", chunks=300, now=0.0,
+                                       meta="{}")
+            document_rows.insert_chunks(w, doc, [(f"chk_p{i}", doc, i, f"Part {i} of the plan.", f"h{i}", "", None,
+                                                  None, 5) for i in range(300)])
+            w.executemany("INSERT INTO edges(src, rel, dst, memory_id, created_at) VALUES (1, 'in', 2, ?, 0)",
+                          [(i,) for i in range(1, 301)])
+        yield eng, a
+
+
+@pytest.fixture(params=["no statistics", "analyzed"])
+def con(request, store):
+    eng, _ = store
+    con = eng.con
+    if request.param == "analyzed":
+        con.execute("ANALYZE")
+    else:
+        con.execute("DROP TABLE IF EXISTS sqlite_stat1")
+        con.execute("ANALYZE sqlite_schema")  # reloads the (now absent) statistics
+    return con
+
+
+def test_the_duplicate_lookup_uses_the_hash_index_in_a_big_project(con):
+    plans = plans_of(con, memory_rows.same_words, "0" * 64, "fact", "house", None)
+    assert "memories_hash" in plans[0] and "memories_project" not in plans[0], plans
+    assert_indexed(plans)
+
+
+def test_get_update_and_forget_read_by_key(con, store):
+    _, uid = store
+    rid = memory_rows.by_uid(con, uid)[0]
+    assert_indexed(plans_of(con, memory_rows.by_uid, uid))
+    assert_indexed(plans_of(con, memory_rows.by_id, rid))
+    assert_indexed(plans_of(con, memory_rows.set_fields, rid, {"importance": 0.5}))
+    assert_indexed(plans_of(con, memory_rows.derived_from, [rid]))
+    assert_indexed(plans_of(con, memory_rows.edge_nodes, [rid]))
+    assert_indexed(plans_of(con, memory_rows.drop_orphan_nodes, {1, 2}))
+    assert_indexed(plans_of(con, memory_rows.uids_of, "memories", [rid]))
+    assert_indexed(plans_of(con, memory_rows.row_of, uid))
+    assert_indexed(plans_of(con, memory_rows.record_use, [uid], 0.0, 0.1))
+    assert_indexed(plans_of(con, space_rows.content_hash, "memories", rid))
+    assert_indexed(plans_of(con, document_rows.derived_memories, 1))
+    con.execute("BEGIN")
+    try:  # the statements that change rows, undone afterwards
+        assert_indexed(plans_of(con, memory_rows.forget_old_words, rid, uid))
+        assert_indexed(plans_of(con, memory_rows.scrub_transcripts, [uid]))
+        assert_indexed(plans_of(con, memory_rows.delete, {rid}))
+    finally:
+        con.execute("ROLLBACK")
+
+
+def test_a_page_of_the_list_walks_the_order_index(con):
+    plans = plans_of(con, lambda c: memory_rows.listing(c, kind=None, project=None, archived=False,
+                                                       conflicts_only=False, activity=False, limit=50, offset=50))
+    assert_indexed(plans, ordered_by="memories_when")
+    assert "memories_when" in plans[0], plans
+
+
+def test_stats_and_waiting_work_are_counted_without_a_scan(con):
+    assert_indexed(plans_of(con, tallies.memory_tallies))
+    assert_indexed(plans_of(con, tallies.chunk_tally))
+    assert_indexed(plans_of(con, tallies.tally, "nodes"))
+    assert_indexed(plans_of(con, graph_rows.pending_extraction))
+    assert_indexed(plans_of(con, space_rows.pending))
+    assert_indexed(plans_of(con, recall_rows.anything_unembedded))
+    for sql in ("SELECT count(*) FROM memories WHERE conflict_with IS NOT NULL",
+                "SELECT count(*) FROM documents WHERE status = 'ready'"):
+        assert_indexed([" | ".join(r[3] for r in con.execute("EXPLAIN QUERY PLAN " + sql).fetchall())])
+    assert stats_rows  # the module that runs them
+
+
+def test_the_audit_log_page_reads_backwards_by_id(con):
+    from engine.storage import audit as audit_rows
+
+    plans = plans_of(con, audit_rows.entries, 50, 0)
+    assert all("TEMP B-TREE" not in p for p in plans), plans
+    assert all(re.search(r"SCAN audit( USING INTEGER PRIMARY KEY)?", p) for p in plans), plans
+
+
+def test_recall_rows_and_the_vector_catch_up_read_by_key(con, store):
+    eng, uid = store
+    rid = memory_rows.by_uid(con, uid)[0]
+    assert_indexed(plans_of(con, recall_rows.memory_rows, [rid]))
+    assert_indexed(plans_of(con, recall_rows.chunk_rows, [1]))
+    assert_indexed(plans_of(con, recall_rows.text_and_time, uid))
+    assert_indexed(plans_of(con, vectors.changes_since, "memories", 0, 3))

@@ -1,0 +1,178 @@
+"""The HTTP API under load: remember and recall through `personal-llm serve`, idle and with the CPUs kept busy.
+
+    python bench/api_load.py [--items 20000] [--seconds 30] [--threads 8] [--turns 20] [--conversations 15]
+
+A throwaway profile is filled with ITEMS synthetic memories and chunks (random unit vectors, through the
+storage layer, as in bench/scale.py), then `personal-llm serve` runs in a subprocess (bench/_common.py
+HttpClient) and, for each condition (idle, then with two CPU-bound loop processes running):
+
+- load: THREADS client threads, each choosing remember (POST /memory/remember) or recall
+  (GET /memory/recall) at random for SECONDS, while a CLI writer runs `personal-llm remember` in a loop
+  (another process writing to the same store); p50 and p99 of each, requests per second, errors;
+- a conversation: CONVERSATIONS requests of TURNS episodic turns each through POST /memory/batch (one
+  transaction, one batch embed), and the same turns one by one through POST /memory/remember: turns
+  stored per second both ways; every turn is then counted in the store (stored once each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench._common import HttpClient, cleanup, fmt_table, prepare_home  # noqa: E402
+from bench.recall_latency import percentile, sentence  # noqa: E402
+
+
+def fill(home: Path, items: int) -> None:
+    from bench.scale import Fill
+    from engine import Engine
+
+    with Engine.open(home, actor="sdk") as eng:
+        eng.embedder.load()
+        eng.space.ensure()
+        took = Fill(eng).grow(items)
+    print(f"filled {items:,} items in {took:.0f}s", flush=True)
+
+
+def cli() -> list[str]:
+    script = Path(sys.executable).with_name("personal-llm")
+    return [str(script)] if script.exists() else [sys.executable, "-c", "from engine.cli import main; main()"]
+
+
+def load(client: HttpClient, threads: int, seconds: float) -> dict:
+    """THREADS clients mixing remember and recall, plus a CLI writer, for SECONDS."""
+    lat: dict[str, list[float]] = {"remember": [], "recall": []}
+    errors: list[str] = []
+    lock = threading.Lock()
+    stop = time.monotonic() + seconds
+    cli_runs = {"ok": 0, "failed": 0, "seconds": []}
+
+    def worker(n: int) -> None:
+        rng = random.Random(n)
+        while time.monotonic() < stop:
+            op = rng.choice(("remember", "recall"))
+            t0 = time.perf_counter()
+            try:
+                if op == "remember":
+                    r = client.client.post("/memory/remember", json={"text": f"{sentence(rng)} ({rng.random():.6f})"})
+                else:
+                    r = client.client.get("/memory/recall", params={"q": sentence(rng).replace(".", "?"), "k": 10})
+                ok = r.status_code == 200
+            except Exception as e:  # a transport error is an error of the run, counted
+                ok, r = False, None
+                with lock:
+                    errors.append(type(e).__name__)
+            dt = time.perf_counter() - t0
+            with lock:
+                if ok:
+                    lat[op].append(dt)
+                elif r is not None:
+                    errors.append(str(r.status_code))
+
+    def writer() -> None:
+        rng = random.Random(99)
+        while time.monotonic() < stop:
+            t0 = time.perf_counter()
+            p = subprocess.run([*cli(), "remember", f"CLI note {sentence(rng)} ({rng.random():.6f})"],
+                               capture_output=True, text=True, env=dict(os.environ), timeout=300)
+            cli_runs["seconds"].append(time.perf_counter() - t0)
+            cli_runs["ok" if p.returncode == 0 else "failed"] += 1
+
+    ts = [threading.Thread(target=worker, args=(n,)) for n in range(threads)] + [threading.Thread(target=writer)]
+    t0 = time.perf_counter()
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    wall = time.perf_counter() - t0
+    return {"lat": lat, "errors": errors, "wall": wall, "cli": cli_runs}
+
+
+def conversation(client: HttpClient, turns: int, conversations: int, tag: str) -> dict:
+    """Turns stored per second through POST /memory/batch and one by one through POST /memory/remember."""
+    rng = random.Random(tag)
+    stored: list[str] = []
+    t0 = time.perf_counter()
+    for c in range(conversations):
+        items = [{"text": f"[{tag} {c}.{t}] {sentence(rng)}", "kind": "episodic", "project": f"talk-{tag}"}
+                 for t in range(turns)]
+        r = client.client.post("/memory/batch", json={"items": items})
+        r.raise_for_status()
+        stored += [x["id"] for x in r.json()]
+    batch_rate = len(stored) / (time.perf_counter() - t0)
+    n_single = max(turns, (turns * conversations) // 3)
+    t0 = time.perf_counter()
+    for t in range(n_single):
+        client.remember(f"[{tag} single {t}] {sentence(rng)}", kind="episodic", project=f"single-{tag}")
+    single_rate = n_single / (time.perf_counter() - t0)
+    return {"batch": batch_rate, "single": single_rate, "stored": len(stored), "unique": len(set(stored)),
+            "sent": turns * conversations}
+
+
+def burners(n: int) -> list[subprocess.Popen]:
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--items", type=int, default=20_000, help="synthetic memories and chunks stored first")
+    ap.add_argument("--seconds", type=float, default=30.0, help="length of each load run")
+    ap.add_argument("--threads", type=int, default=8)
+    ap.add_argument("--turns", type=int, default=20, help="turns per conversation request")
+    ap.add_argument("--conversations", type=int, default=15)
+    ap.add_argument("--busy", type=int, default=2, help="CPU-bound loop processes in the busy condition")
+    a = ap.parse_args()
+    home, _, tmp = prepare_home(None, "api-load")
+    rows = []
+    convo = []
+    try:
+        fill(home, a.items)
+        with HttpClient() as client:
+            client.recall("warm up the model and the mirror")
+            client.client.post("/memory/batch", json={"items": [  # and the batch embedding path
+                {"text": f"warm-up turn {i}", "kind": "episodic", "project": "warm-up"} for i in range(a.turns)]})
+            for cond in ("idle", "busy"):
+                procs = burners(a.busy) if cond == "busy" else []
+                try:
+                    time.sleep(1 if procs else 0)
+                    r = load(client, a.threads, a.seconds)
+                    c = conversation(client, a.turns, a.conversations, cond)
+                finally:
+                    for p in procs:
+                        p.terminate()
+                        p.wait()
+                done = sum(len(v) for v in r["lat"].values())
+                for op, xs in r["lat"].items():
+                    rows.append([cond, op, len(xs), f"{percentile(xs, 0.5) * 1000:.0f}" if xs else "-",
+                                 f"{percentile(xs, 0.99) * 1000:.0f}" if xs else "-"])
+                rows.append([cond, "all (req/s)", done, f"{done / r['wall']:.1f}/s", f"errors {len(r['errors'])}"])
+                cl = r["cli"]
+                rows.append([cond, "CLI remember (process)", cl["ok"],
+                             f"{percentile(cl['seconds'], 0.5) * 1000:.0f}" if cl["seconds"] else "-",
+                             f"failed {cl['failed']}"])
+                convo.append([cond, f"{c['batch']:.1f}", f"{c['single']:.1f}", f"{c['unique']}/{c['sent']}"])
+                print(f"{cond}: {done} requests, {len(r['errors'])} errors; conversation {c['batch']:.1f} turns/s "
+                      f"batched, {c['single']:.1f} one by one", flush=True)
+    finally:
+        cleanup(tmp)
+    print()
+    print(f"{a.threads} client threads (remember or recall at random) + a CLI writer, {a.seconds:.0f} s each, "
+          f"{a.items:,} items; busy = {a.busy} CPU-bound loop processes")
+    print(fmt_table(["condition", "operation", "n", "p50 ms", "p99 ms"], rows))
+    print()
+    print(f"conversation: {a.conversations} requests of {a.turns} turns (POST /memory/batch) against the same "
+          "turns one by one (POST /memory/remember)")
+    print(fmt_table(["condition", "batched turns/s", "one by one turns/s", "stored once"], convo))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,277 @@
+"""Costs as the store grows: each operation's median and p95 at 1k, 10k, 100k and 1M items, next to the same
+at the first size (ratios), and recall next to a numpy floor measured in the same run.
+
+    python bench/scale.py [--sizes 1000 10000 100000 1000000] [--ops 60] [--queries 30] [--dir DIR]
+
+One encrypted store (a throwaway profile, or DIR) grows from size to size. The fill is synthetic so that a
+million items are feasible: half memories (note-like sentences from a made-up Zipf vocabulary) and half
+document chunks (100 per document), each with a **random unit vector**, inserted directly through the
+storage layer (`engine/storage`, `engine/vectors.put`) in transactions of 20,000 rows — not through
+`remember`, whose embedding alone would take hours at this size. Recall therefore ranks random vectors:
+fine for timing and for comparing the vector search with exact search, not for relevance (retrieval.md).
+
+At each size, through the engine facade with the real embedding model:
+- flat operations: remember (words only, and with its vector and near-duplicate check), get, update (a
+  field), forget, a page of the list, stats, a page of the audit log;
+- recall end to end against the floor: the same query embedding plus a numpy brute-force float32 top-10
+  over the same vectors (held by this script);
+- recall@10 of the engine's vector search against exact numpy top-10 (queries: random unit vectors and
+  stored vectors with noise), the vector mirror's resident bytes against float32, and the first recall
+  after reopening the store (the mirror loads).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench._common import fmt_table  # noqa: E402
+from bench.recall_latency import percentile, sentence  # noqa: E402
+
+DIM = 384
+TX_ROWS = 20_000
+CHUNKS_PER_DOC = 100
+
+
+def unit_vectors(rng: np.random.Generator, n: int) -> np.ndarray:
+    v = rng.standard_normal((n, DIM), dtype=np.float32)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    return v
+
+
+class Fill:
+    """Grows the store with synthetic memories and chunks; keeps every stored vector for the floor."""
+
+    def __init__(self, eng):
+        self.eng = eng
+        self.rng = random.Random(1)
+        self.nrng = np.random.default_rng(1)
+        self.ids: dict[str, list[np.ndarray]] = {"memories": [], "chunks": []}
+        self.vecs: dict[str, list[np.ndarray]] = {"memories": [], "chunks": []}
+        self.count = 0
+
+    def grow(self, target: int) -> float:
+        from engine import vectors
+        from engine.memories import content_hash, new_uid
+        from engine.storage import documents as doc_rows
+        from engine.storage import memories as memory_rows
+
+        t0 = time.perf_counter()
+        con = self.eng.store.con
+        while self.count < target:
+            n = min(TX_ROWS, target - self.count)
+            n_mem = n // 2
+            n_chunk = n - n_mem
+            now = time.time()
+            with self.eng.store.write():
+                ids = []
+                for _ in range(n_mem):
+                    text = sentence(self.rng)
+                    ids.append(memory_rows.insert(
+                        con, uid=new_uid("mem"), kind=self.rng.choice(("fact", "episodic", "procedural")), text=text,
+                        chash=content_hash(text), importance=self.rng.random(), now=now - self.rng.random() * 3e7,
+                        event_at=None, project=self.rng.choice((None, "work", "home")), source="user", meta=None,
+                        conversation_id=None, document_id=None, done=True, dedup_pending=False))
+                v = unit_vectors(self.nrng, len(ids))
+                vectors.put(con, "memories", ids, v)
+                memory_rows.mark_embedded(con, "memories", ids)
+                self.ids["memories"].append(np.array(ids, dtype=np.int64))
+                self.vecs["memories"].append(v)
+                cids: list[int] = []
+                for start in range(0, n_chunk, CHUNKS_PER_DOC):
+                    m = min(CHUNKS_PER_DOC, n_chunk - start)
+                    doc = doc_rows.insert(con, uid=new_uid("doc"), path=None, title=f"Synthetic {self.count + start}",
+                                          mime="text/plain", chash=new_uid("h"), size=0, mtime=None,
+                                          project=self.rng.choice((None, "work")), status="ready", chunks=m,
+                                          now=now, meta="{}")
+                    rows = []
+                    for pos in range(m):
+                        text = " ".join(sentence(self.rng) for _ in range(3))
+                        rows.append((new_uid("chk"), doc, pos, text, content_hash(text), f"p{pos}", None, None, 60))
+                    cids += doc_rows.insert_chunks(con, doc, rows)
+                con.executemany("UPDATE chunks SET extracted = 1 WHERE id = ?", [(i,) for i in cids])
+                v = unit_vectors(self.nrng, len(cids))
+                vectors.put(con, "chunks", cids, v)
+                memory_rows.mark_embedded(con, "chunks", cids)
+                self.ids["chunks"].append(np.array(cids, dtype=np.int64))
+                self.vecs["chunks"].append(v)
+                vectors.bump_epoch(con)  # another writer, as far as any mirror is concerned
+            self.count += n
+            if self.count % 100_000 == 0:
+                print(f"    {self.count:,} items ({time.perf_counter() - t0:.0f}s)", flush=True)
+        return time.perf_counter() - t0
+
+    def matrix(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(ids, table code 0 = memory / 1 = chunk, vectors) of everything stored, for the floor."""
+        ids = np.concatenate([*self.ids["memories"], *self.ids["chunks"]])
+        code = np.concatenate([np.zeros(sum(len(x) for x in self.ids["memories"]), np.int8),
+                               np.ones(sum(len(x) for x in self.ids["chunks"]), np.int8)])
+        mat = np.concatenate([*self.vecs["memories"], *self.vecs["chunks"]])
+        return ids, code, mat
+
+
+def timed(fn, reps: int) -> list[float]:
+    out = []
+    for i in range(reps):
+        t0 = time.perf_counter()
+        fn(i)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def measure(eng, fill: Fill, ops: int, queries: int, rng: random.Random) -> dict[str, list[float] | float]:
+    from engine.vectors import Filter
+
+    res: dict[str, list[float] | float] = {}
+    ids, code, mat = fill.matrix()
+    nrng = np.random.default_rng(7)
+    probes = list(unit_vectors(nrng, queries // 2))
+    for p in nrng.integers(0, len(mat), queries - queries // 2):
+        v = mat[p] + 0.5 * unit_vectors(nrng, 1)[0] / np.sqrt(2)
+        probes.append(v / np.linalg.norm(v))
+    found = total = 0
+    vec_t, np_t = [], []
+    for q in probes:
+        q = q.astype(np.float32)
+        t0 = time.perf_counter()
+        s = mat @ q
+        top = np.argpartition(-s, 10)[:10]
+        np_t.append(time.perf_counter() - t0)
+        exact = {(int(code[i]), int(ids[i])) for i in top}
+        t0 = time.perf_counter()
+        hm = eng.space.index["memories"].search(eng.con, q, 10, Filter(activity=True))
+        hc = eng.space.index["chunks"].search(eng.con, q, 10, Filter(activity=True))
+        vec_t.append(time.perf_counter() - t0)
+        ours = sorted([(s_, 0, i) for i, s_ in hm] + [(s_, 1, i) for i, s_ in hc], reverse=True)[:10]
+        found += len(exact & {(c, i) for _, c, i in ours})
+        total += 10
+    res["vector search"], res["numpy top-10"] = vec_t, np_t
+    made: list[str] = []
+    res["remember (words)"] = timed(
+        lambda i: made.append(eng.remember(f"{sentence(rng)} ({rng.random()})", embed="background").id), ops)
+    res["remember (vector)"] = timed(
+        lambda i: made.append(eng.remember(f"{sentence(rng)} ({rng.random()})", embed="sync").id), ops)
+    some = [made[rng.randrange(len(made))] for _ in range(ops)]
+    res["get"] = timed(lambda i: eng.get(some[i]), ops)
+    res["update (a field)"] = timed(lambda i: eng.update(some[i], importance=rng.random()), ops)
+    res["list a page"] = timed(lambda i: eng.list_memories(limit=50, offset=(i % 3) * 50), ops)
+    res["stats"] = timed(lambda i: eng.stats(), ops)
+    res["audit log page"] = timed(lambda i: eng.audit_log(limit=50), ops)
+    doomed = list(dict.fromkeys(made))  # all of them: the next size compares against the fill alone
+    res["forget"] = timed(lambda i: eng.forget(doomed[i]), len(doomed))
+
+    qs = [sentence(rng).replace(".", "?") for _ in range(queries)]
+    eng.recall(qs[0])  # warm
+    rec, floor = [], []
+    for q in qs:
+        t0 = time.perf_counter()
+        eng.recall(q)
+        rec.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        qv = eng.embedder.encode_one(q)
+        s = mat @ qv
+        top = np.argpartition(-s, 10)[:10]
+        top[np.argsort(-s[top])]
+        floor.append(time.perf_counter() - t0)
+    res["recall"], res["floor"] = rec, floor
+
+    res["recall@10"] = found / total
+    res["mirror bytes"] = float(sum(ix.resident_bytes(vectors_only=True) for ix in eng.space.index.values()))
+    res["mirror bytes (all)"] = float(sum(ix.resident_bytes() for ix in eng.space.index.values()))
+    res["float32 bytes"] = float(mat.nbytes)
+    return res
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10_000, 100_000, 1_000_000])
+    ap.add_argument("--ops", type=int, default=60, help="repetitions of each flat operation per size")
+    ap.add_argument("--queries", type=int, default=30)
+    ap.add_argument("--dir", help="put the profile here (default: a temp dir, deleted afterwards)")
+    a = ap.parse_args()
+    from engine import Engine
+
+    base = Path(a.dir).resolve() if a.dir else Path(tempfile.mkdtemp(prefix="pllm-scale-"))
+    if base.exists():
+        shutil.rmtree(base)
+    base.mkdir(parents=True)
+    os.environ["PERSONAL_LLM_HOME"] = str(base / "profile")
+    os.environ["PYTHON_KEYRING_BACKEND"] = "keyrings.alt.file.PlaintextKeyring"
+    os.environ["XDG_DATA_HOME"] = str(base / "xdg-data")
+    rng = random.Random(3)
+    eng = Engine.open(base / "profile", actor="sdk")
+    eng.embedder.load()
+    eng.space.ensure()
+    fill = Fill(eng)
+    results: dict[int, dict] = {}
+    try:
+        for n in a.sizes:
+            took = fill.grow(n)
+            print(f"size {n:,}: filled in {took:.0f}s", flush=True)
+            eng.close()
+            gc.collect()
+            t0 = time.perf_counter()
+            eng = Engine.open(base / "profile", actor="sdk")
+            opened = time.perf_counter() - t0
+            eng.embedder.load()
+            t0 = time.perf_counter()
+            eng.recall("what did I plan for the garden?")
+            first = time.perf_counter() - t0
+            fill.eng = eng
+            r = measure(eng, fill, a.ops, a.queries, rng)
+            r["open"], r["first recall"] = opened, first
+            results[n] = r
+            print(f"  open {opened * 1000:.0f} ms, first recall {first * 1000:.0f} ms, recall@10 {r['recall@10']:.3f}, "
+                  f"mirror {r['mirror bytes'] / 2**20:.0f} MB vs float32 {r['float32 bytes'] / 2**20:.0f} MB", flush=True)
+    finally:
+        eng.close()
+        if not a.dir:
+            shutil.rmtree(base, ignore_errors=True)
+    report(results)
+    return 0
+
+
+def report(results: dict[int, dict]) -> None:
+    sizes = sorted(results)
+    first = sizes[0]
+    ops = [k for k, v in results[first].items() if isinstance(v, list)]
+    header = ["operation"] + [f"{n:,}: med / p95 ms (x{first:,})" for n in sizes]
+    rows = []
+    for op in ops:
+        row = [op]
+        base_med = percentile(results[first][op], 0.5)
+        for n in sizes:
+            xs = results[n][op]
+            med, p95 = percentile(xs, 0.5), percentile(xs, 0.95)
+            row.append(f"{med * 1000:.2f} / {p95 * 1000:.2f} ({med / base_med:.2f}x)")
+        rows.append(row)
+    rows.append(["recall / floor (median)"] + [
+        f"{percentile(results[n]['recall'], 0.5) / percentile(results[n]['floor'], 0.5):.2f}" for n in sizes])
+    rows.append(["vector search / numpy (median)"] + [
+        f"{percentile(results[n]['vector search'], 0.5) / percentile(results[n]['numpy top-10'], 0.5):.2f}"
+        for n in sizes])
+    rows.append(["recall@10 vs exact"] + [f"{results[n]['recall@10']:.3f}" for n in sizes])
+    rows.append(["mirror vectors / float32"] + [
+        f"{results[n]['mirror bytes'] / results[n]['float32 bytes']:.3f}" for n in sizes])
+    rows.append(["mirror with filter columns, MB"] + [f"{results[n]['mirror bytes (all)'] / 2**20:.0f}" for n in sizes])
+    rows.append(["open / first recall ms"] + [
+        f"{results[n]['open'] * 1000:.0f} / {results[n]['first recall'] * 1000:.0f}" for n in sizes])
+    print()
+    print(fmt_table(header, rows))
+    print("\nfloor = the same query embedding + numpy float32 brute-force top-10 over the same vectors, in this run.")
+    print("The fill is synthetic (random unit vectors, made-up sentences), inserted through the storage layer.")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,185 @@
+"""What keeps the engine flat and steady as the store grows, as behaviour (speed is in bench/scale.py and
+bench/api_load.py): the int8 vector mirror answers exactly what exact search answers, another process's
+writes are caught up without a reload, readers get answers while a write is open, a batch of turns is
+stored once each, and the tallies behind `stats` match the rows."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from engine import Engine, Remembered, vectors
+from engine.embeddings import NoEmbedder
+from engine.storage import memories as memory_rows
+
+DIM = 16
+
+
+def _unit(rows: np.ndarray) -> np.ndarray:
+    return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+
+
+@pytest.fixture
+def store_with_vectors(profile_home):
+    """A real store with 600 memories and vectors of DIM dimensions: half random, half crowded around one
+    direction (cosines that differ by less than the int8 codes can tell apart)."""
+    rng = np.random.default_rng(5)
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        with eng.store.write() as con:
+            vectors.create_tables(con, DIM)
+            ids = [memory_rows.insert(con, uid=f"mem_t{i}", kind="fact", text=f"note {i}", chash=f"h{i}",
+                                      importance=0.5, now=float(i), event_at=None,
+                                      project="p" if i % 2 else None, source="user", meta=None,
+                                      conversation_id=None, document_id=None, done=True, dedup_pending=False)
+                   for i in range(600)]
+            base = rng.standard_normal(DIM)
+            crowd = base + 0.05 * rng.standard_normal((300, DIM))
+            mat = _unit(np.vstack([rng.standard_normal((300, DIM)), crowd]))
+            vectors.put(con, "memories", ids, mat)
+            vectors.bump_epoch(con)
+        yield eng, np.array(ids), mat, _unit(base[None, :])[0]
+
+
+def exact_top(mat, ids, q, k, keep=None):
+    s = mat @ q
+    order = [i for i in np.lexsort((ids, -s)) if keep is None or keep[i]]
+    return [int(ids[i]) for i in order[:k]], [float(s[i]) for i in order[:k]]
+
+
+def test_the_int8_mirror_returns_the_exact_top_k(store_with_vectors):
+    eng, ids, mat, crowded = store_with_vectors
+    index = vectors.VectorIndex("memories", DIM)
+    rng = np.random.default_rng(9)
+    probes = [crowded, *_unit(rng.standard_normal((20, DIM))), *_unit(mat[rng.integers(0, 600, 10)] + 0.01)]
+    for q in probes:
+        for k in (1, 10, 50):
+            got = index.search(eng.con, q, k, vectors.Filter())
+            want_ids, want_s = exact_top(mat, ids, q, k)
+            assert [i for i, _ in got] == want_ids
+            assert np.allclose([s for _, s in got], want_s, atol=1e-5)
+    # with a filter: only the project's rows, still exact
+    keep = np.array([i % 2 == 1 for i in range(600)])
+    got = index.search(eng.con, crowded, 20, vectors.Filter(projects={"p"}))
+    assert [i for i, _ in got] == exact_top(mat, ids, crowded, 20, keep)[0]
+    # the codes are a quarter of float32 (plus a scale and an error bound a row)
+    assert index.resident_bytes(vectors_only=True) < 0.4 * mat.nbytes
+
+
+def test_crowded_vectors_need_the_bound_and_get_it(store_with_vectors):
+    """Around one direction the int8 cosines cannot order the rows: the first candidates alone would miss
+    some of the exact top k; rows whose bound reaches the k-th exact cosine are rescored, so none is missed."""
+    eng, ids, mat, crowded = store_with_vectors
+    m = vectors.VectorIndex("memories", DIM)._load(eng.con)
+    approx = m.approximate(crowded)
+    exact = np.array([float(mat[list(ids).index(int(i))] @ crowded) for i in m.ids[: m.n]])
+    assert np.all(np.abs(approx - exact) <= m.bound[: m.n])  # the bound holds
+    first = {int(m.ids[i]) for i in np.argsort(-approx)[:26]}  # what max(2k, k+16) candidates would be
+    want = set(exact_top(mat, ids, crowded, 10)[0])
+    assert want - first, "the fixture should crowd the vectors beyond what the int8 codes can order"
+    got = vectors.VectorIndex("memories", DIM).search(eng.con, crowded, 10, vectors.Filter())
+    assert {i for i, _ in got} == want
+
+
+def test_another_process_write_is_caught_up_from_the_log(store_with_vectors, profile_home):
+    eng, ids, mat, crowded = store_with_vectors
+    index = vectors.VectorIndex("memories", DIM)
+    index.search(eng.con, crowded, 5, vectors.Filter())
+    loaded = index._mirror
+    with Engine.open(profile_home, embedder=NoEmbedder()) as other:  # another open store: its own connections
+        other.space.index = {"memories": vectors.VectorIndex("memories", DIM)}
+        other.space._checked = True
+        with other.space.mutation() as (con, touched):
+            rid = memory_rows.insert(con, uid="mem_new", kind="fact", text="new", chash="hn", importance=0.5,
+                                     now=1.0, event_at=None, project=None, source="user", meta=None,
+                                     conversation_id=None, document_id=None, done=True, dedup_pending=False)
+            vectors.put(con, "memories", [rid], crowded[None, :])
+            vectors.delete(con, "memories", [int(ids[0])])
+            touched.memories.update({rid, int(ids[0])})
+        assert other.space.index["memories"]._mirror is None  # it had none loaded
+    got = index.search(eng.con, crowded, 1, vectors.Filter())
+    assert got[0][0] == rid and got[0][1] == pytest.approx(1.0, abs=1e-5)
+    assert index._mirror is loaded  # caught up, not reloaded
+    assert int(ids[0]) not in index._mirror.pos
+
+
+def test_readers_get_answers_while_a_write_is_open(profile_home):
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        first = eng.remember("The spare key is under the blue flowerpot.").id
+        inside, readers_done, answers = threading.Event(), threading.Event(), {}
+
+        def writer():
+            with eng.store.write() as con:
+                memory_rows.insert(con, uid="mem_uncommitted", kind="fact", text="The spare key moved.",
+                                   chash="x", importance=0.5, now=0.0, event_at=None, project=None, source="user",
+                                   meta=None, conversation_id=None, document_id=None, done=True,
+                                   dedup_pending=False)
+                inside.set()
+                answers["readers finished first"] = readers_done.wait(60)
+
+        def reader():
+            inside.wait(60)
+            answers["recall"] = [h.id for h in eng.recall("where is the spare key?")]
+            answers["get"] = eng.get(first).id
+            answers["list"] = [m.id for m in eng.list_memories()]
+            answers["stats"] = eng.stats().memories
+            readers_done.set()
+
+        threads = [threading.Thread(target=writer), threading.Thread(target=reader)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert answers["readers finished first"]
+        assert answers["recall"] == [first] and answers["get"] == first
+        assert answers["list"] == [first] and answers["stats"] == 1  # the open write is not seen
+
+
+def test_a_batch_of_turns_is_stored_once_each(profile_home):
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        turns = [Remembered(f"Turn {i}: we talked about the {('garden', 'budget', 'trip')[i % 3]}.", kind="episodic",
+                            project="talk", at=1_700_000_000 + i) for i in range(30)]
+        turns.append(Remembered("Turn 0: we talked about the garden.", kind="episodic", project="talk",
+                                at=1_700_000_000))  # the same turn sent twice: one memory
+        turns.append(Remembered("The boiler is serviced every May.", project="talk"))
+        turns.append(Remembered("the boiler is serviced every may", project="talk"))  # same words: merged
+        results = eng.remember_many(turns)
+        assert len(results) == 33
+        assert [r.merged for r in results].count(True) == 2
+        assert results[30].id == results[0].id and results[32].id == results[31].id
+        stored = eng.list_memories(project="talk", limit=100)
+        assert len(stored) == 31 == len({m.id for m in stored})
+        assert eng.stats().memories == 31
+        assert {m.text for m in stored} == {t.text for t in turns[:30]} | {"The boiler is serviced every May."}
+
+
+def test_a_refused_item_stores_nothing_of_its_batch(profile_home):
+    from engine import UserError
+
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        with pytest.raises(UserError):
+            eng.remember_many([Remembered("A good turn."), Remembered("   ")])
+        assert eng.stats().memories == 0
+
+
+def test_the_tallies_match_the_rows(profile_home):
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        ids = [eng.remember(f"Fact number {i} about the shed.").id for i in range(6)]
+        eng.remember("We met at the cafe.", kind="episodic")
+        eng.update(ids[0], archived=True)
+        eng.update(ids[1], kind="procedural")
+        eng.forget(ids[2])
+        eng.ingest_text("First part about roses.\n\nSecond part about tulips.", "Flowers")
+        s = eng.stats()
+        con = eng.con
+        count = lambda sql: con.execute(sql).fetchone()[0]  # noqa: E731
+        assert s.memories == count("SELECT count(*) FROM memories WHERE archived = 0 AND source IS NOT 'activity'")
+        assert s.archived == count("SELECT count(*) FROM memories WHERE archived = 1") == 1
+        assert s.activity == count("SELECT count(*) FROM memories WHERE archived = 0 AND source = 'activity'")
+        assert s.by_kind["procedural"] == 1 and s.by_kind["episodic"] == 1 and s.by_kind["fact"] == 3
+        assert s.chunks == count("SELECT count(*) FROM chunks") > 0
+        assert s.pending_rollup == count(
+            "SELECT count(*) FROM memories WHERE kind = 'episodic' AND processed = 0 AND archived = 0")
+        assert s.pending_extraction == count("SELECT count(*) FROM memories WHERE extracted = 0 AND archived = 0") \
+            + count("SELECT count(*) FROM chunks WHERE extracted = 0")
