@@ -49,6 +49,11 @@ class IngestSettings(BaseModel):
     allowed_folders: list[str] = Field(default_factory=list)
 
 
+class OcrSettings(BaseModel):
+    # Read scanned PDF pages and image files (png, jpg, tiff, webp) with the offline OCR engine (engine/ocr.py).
+    enabled: bool = True
+
+
 class Settings(BaseModel):
     """User settings, stored as JSON next to the store. Nothing secret lives here."""
 
@@ -57,6 +62,7 @@ class Settings(BaseModel):
     hotkey: str = "Ctrl+Shift+Space"
     max_file_mb: float = 50.0
     ingest: IngestSettings = Field(default_factory=IngestSettings)
+    ocr: OcrSettings = Field(default_factory=OcrSettings)
     vector_cache: bool = True  # keep an in-memory mirror of the vectors for exact, fast search
     api_port: int = 8765
     api_allowed_origins: list[str] = Field(default_factory=list)

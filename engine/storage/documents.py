@@ -9,7 +9,7 @@ import numpy as np
 from ..db import Connection
 from .memories import marks
 
-DOC_COLS = "uid, path, title, mime, chunk_count, size, project, created_at, updated_at"
+DOC_COLS = "uid, path, title, mime, chunk_count, size, project, created_at, updated_at, meta"
 
 
 def by_content(con: Connection, chash: str, title: str | None = None) -> tuple | None:
@@ -137,7 +137,8 @@ def rewrite(con: Connection, doc_id: int, *, title: str, mime: str, chash: str, 
 
 def make_ready(con: Connection, doc_id: int, now: float) -> list[int] | None:
     """Flip a pending document to ready; its chunk ids, or None when it was not pending."""
-    if not con.execute("UPDATE documents SET status = 'ready', meta = '{}', updated_at = ? WHERE id = ? "
+    if not con.execute("UPDATE documents SET status = 'ready', meta = json_remove(meta, '$.action', '$.attempts'), "
+                       "updated_at = ? WHERE id = ? "
                        "AND status = 'pending'", (now, doc_id)).rowcount:
         return None
     return [r[0] for r in con.execute("SELECT id FROM chunks WHERE document_id = ?", (doc_id,)).fetchall()]
