@@ -337,8 +337,39 @@ def _read_plain(path: Path) -> ParsedDocument:
 
 
 def _read_markdown(path: Path) -> ParsedDocument:
-    title, sections = _markdown_sections(_read_text(path))
-    return ParsedDocument(title or path.name, "", sections)
+    text = _read_text(path)
+    title, sections = _markdown_sections(text)
+    return ParsedDocument(title or path.name, "", sections, _markdown_meta(text))
+
+
+_TAG = re.compile(r"(?<![\w&/#])#([^\W\d][\w/-]*|\d+[^\W\d][\w/-]*)")
+_MAX_FRONT_MATTER = 64 * 1024
+
+
+def _markdown_meta(text: str) -> dict[str, Any]:
+    """Front matter (YAML) as ``front_matter`` and the tags (front matter ``tags`` and inline ``#tags``
+    outside code) as ``tags``; {} when a note has neither. Unreadable front matter is left out."""
+    meta: dict[str, Any] = {}
+    tags: list[str] = []
+    body = text
+    if (fm := _FRONT_MATTER.match(text)) and len(fm.group(1)) <= _MAX_FRONT_MATTER:
+        body = text[fm.end():]
+        try:
+            import yaml
+
+            data = yaml.safe_load(fm.group(1))
+        except Exception:  # not YAML after all (or a yaml we lack): the text is still the note's
+            data = None
+        if isinstance(data, dict) and data:
+            meta["front_matter"] = json.loads(json.dumps(data, default=str))
+            raw = data.get("tags", data.get("tag"))
+            items = raw if isinstance(raw, list) else re.split(r"[,\s]+", raw) if isinstance(raw, str) else []
+            tags += [str(t).strip().lstrip("#") for t in items if str(t).strip().lstrip("#")]
+    code = re.compile(r"^ {0,3}(```|~~~).*?^ {0,3}\1|`[^`\n]*`", re.MULTILINE | re.DOTALL)
+    tags += _TAG.findall(code.sub("", body))
+    if tags:
+        meta["tags"] = list(dict.fromkeys(tags))
+    return meta
 
 
 _ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))??(?:[ \t]+#+)?[ \t]*$")

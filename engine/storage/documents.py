@@ -191,3 +191,8 @@ def delete_contents(con: Connection, doc_id: int, *, keep_document: bool) -> tup
 def derived_memories(con: Connection, doc_id: int) -> list[int]:
     """Memories made from a document (the ingest event, facts extracted from it)."""
     return [r[0] for r in con.execute("SELECT id FROM memories WHERE document_id = ?", (doc_id,)).fetchall()]
+
+
+def chunk_texts(con: Connection, doc_id: int) -> list[tuple[int, str]]:
+    """(chunk id, text) of a document's chunks in reading order."""
+    return con.execute("SELECT id, text FROM chunks WHERE document_id = ? ORDER BY position", (doc_id,)).fetchall()
