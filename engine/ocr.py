@@ -25,6 +25,9 @@ from .errors import UserError
 log = logging.getLogger(__name__)
 
 ENGINE_NAME = "rapidocr-onnxruntime"
+DETECT_SIDE = 1600
+"""Pictures are scaled to at most this many pixels on their longer side for text detection (an A4 page
+rendered at 200 dpi is read at about 140 dpi); recognition reads each line found at full resolution."""
 MIN_CONFIDENCE = 0.5
 """Recognised boxes below this confidence are dropped (noise, specks, stamps)."""
 
@@ -68,7 +71,9 @@ def _load() -> Any:
                     f"Reading text from images needs the OCR engine ({ENGINE_NAME}), which is not installed."
                 ) from e
             log.info("loading the OCR engine")
-            _engine = RapidOCR()
+            # the detector's input is at most DETECT_SIDE pixels on its longer side (the package's default
+            # enlarges every picture to 736 on its *shorter* side: a strip of text cost 5x as much)
+            _engine = RapidOCR(det_limit_type="max", det_limit_side_len=DETECT_SIDE)
         return _engine
 
 

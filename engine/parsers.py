@@ -15,6 +15,7 @@ its speaker notes); spreadsheets are sections of row ranges per sheet, each row 
 from __future__ import annotations
 
 import ast
+import contextlib
 import csv
 import hashlib
 import io
@@ -730,7 +731,7 @@ def _read_image(path: Path, ocr: OcrOptions) -> ParsedDocument:
             "`personal-llm config set ocr.enabled true`"
         )
     sections = []
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _pixel_guard(name):
         warnings.simplefilter("error", Image.DecompressionBombWarning)
         with Image.open(path, formats=_PIL_FORMATS) as im:  # reads the header only
             frames = int(getattr(im, "n_frames", 1) or 1)
@@ -749,6 +750,19 @@ def _read_image(path: Path, ocr: OcrOptions) -> ParsedDocument:
     if not sections:
         raise DocumentError(f"{name} has no text to remember (OCR found none in the picture)")
     return ParsedDocument(name, "", sections, {"ocr": {"engine": ENGINE_NAME, "pages": [s.page for s in sections]}})
+
+
+@contextlib.contextmanager
+def _pixel_guard(name: str) -> Iterator[None]:
+    """Pillow's own decompression-bomb check (far above limits.MAX_IMAGE_PIXELS) worded as ours."""
+    from PIL import Image
+
+    try:
+        yield
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise limits.LimitExceeded(f"{name} declares a picture of more than {limits.MAX_IMAGE_PIXELS / 1e6:,.0f} "
+                                   "million pixels, the limit for one picture. Not read (it may be a decompression "
+                                   "bomb).") from None
 
 
 # ---------------------------------------------------------------------------------------------------

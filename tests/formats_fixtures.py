@@ -30,13 +30,15 @@ def make_scanned_pdf(path: Path, typed: str, scanned: list[str]) -> Path:
     from reportlab.lib.utils import ImageReader
     from reportlab.pdfgen import canvas
 
-    c = canvas.Canvas(str(path))
-    c.setFont("Helvetica", 12)
-    c.drawString(72, 720, typed)
-    c.showPage()
     picture = text_picture(scanned)
     w, h = picture.size
-    c.drawImage(ImageReader(picture), 36, 800 - h * 0.5, width=w * 0.5, height=h * 0.5)
+    size = (w * 0.5 + 20, h * 0.5 + 20)  # a small page, so that rendering it for OCR stays quick
+    c = canvas.Canvas(str(path), pagesize=size)
+    c.setTitle(path.name)
+    c.setFont("Helvetica", 10)
+    c.drawString(10, size[1] - 30, typed)
+    c.showPage()
+    c.drawImage(ImageReader(picture), 10, 10, width=w * 0.5, height=h * 0.5)
     c.showPage()
     c.save()
     return path
