@@ -1,4 +1,4 @@
-"""`personal-llm config`: show or change the language model settings."""
+"""`personal-llm config`: show or change the language model settings and whether OCR is used."""
 
 from __future__ import annotations
 
@@ -7,12 +7,25 @@ import sys
 
 from pydantic import ValidationError
 
-from ..config import LLMSettings
+from ..config import LLMSettings, Settings
 from ..errors import UserError
 from ..llm import LLMConfig
 from .base import Command, Handler, Session, add_json, print_json
 
-CONFIG_KEYS = ("llm.provider", "llm.host", "llm.model", "llm.timeout")
+CONFIG_KEYS = ("llm.provider", "llm.host", "llm.model", "llm.timeout", "ocr.enabled")
+_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+def _switch(key: str, value: str) -> bool:
+    v = value.strip().lower()
+    if v not in _TRUE + _FALSE:
+        raise UserError(f"'{value}' is not a valid value for {key}: use true or false.")
+    return v in _TRUE
+
+
+def _value(settings: Settings, key: str) -> object:
+    section, field = key.split(".", 1)
+    return getattr(getattr(settings, section), field)
 
 
 def _write(text: str) -> None:
@@ -25,14 +38,17 @@ def config(p: argparse.ArgumentParser) -> Handler:
     get = sub.add_parser("get", help="show a setting (or all of them)")
     get.add_argument("key", nargs="?", choices=CONFIG_KEYS)
     add_json(get)
-    put = sub.add_parser("set", help="change a setting (llm.host: '' means the default)")
+    put = sub.add_parser("set", help="change a setting (llm.host: '' means the default; ocr.enabled: true or false)")
     put.add_argument("key", choices=CONFIG_KEYS)
     put.add_argument("value")
     add_json(put)
 
     def run(a: argparse.Namespace, session: Session) -> int:
         settings = session.load_settings()
-        if a.action == "set":
+        if a.action == "set" and a.key == "ocr.enabled":
+            settings.ocr.enabled = _switch(a.key, a.value)
+            session.save_settings(settings)
+        elif a.action == "set":
             field = a.key.removeprefix("llm.")
             value = None if field == "host" and not a.value.strip() else a.value.strip()
             data = {**settings.llm.model_dump(), field: value}
@@ -44,13 +60,14 @@ def config(p: argparse.ArgumentParser) -> Handler:
             settings.llm = LLMSettings.model_validate(data)
             session.save_settings(settings)
         keys = [a.key] if a.key else list(CONFIG_KEYS)
-        values = {k: getattr(settings.llm, k.removeprefix("llm.")) for k in keys}
+        values = {k: _value(settings, k) for k in keys}
         if a.json:
             print_json(values)
             return 0
         default_host = LLMConfig.model_validate(settings.llm.model_dump()).base_url
         for k, v in values.items():
-            shown = f"(not set: {default_host})" if k == "llm.host" and v is None else v
+            shown = f"(not set: {default_host})" if k == "llm.host" and v is None else \
+                str(v).lower() if isinstance(v, bool) else v
             _write(f"{k} = {shown}\n")
         return 0
 

@@ -135,3 +135,15 @@ def test_spreadsheet_containers_keep_the_zip_and_cell_limits(tmp_path: Path, mon
         z.writestr("content.xml", '<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "aaaa">]><x>&a;</x>')
     with pytest.raises(DocumentError, match="declares XML entities"):
         parse_file(bomb, max_bytes=MB)
+
+
+def test_cli_turns_ocr_off(tmp_path: Path):
+    from tests.integration.test_cli import ok_json, run
+
+    assert ok_json("config", "set", "ocr.enabled", "false") == {"ocr.enabled": False}
+    png = make_png(tmp_path / "note.png", ["Quince jam recipe"])
+    p = run("ingest", str(png), "--json")
+    assert "reading text from pictures (OCR) is turned off" in p.stdout and "Traceback" not in p.stderr
+    p = run("config", "set", "ocr.enabled", "maybe")
+    assert p.returncode != 0 and "use true or false" in p.stderr
+    assert "ocr.enabled = false" in run("config", "get").stdout
