@@ -20,6 +20,7 @@ from tests.imports_fixtures import (
     write_chatgpt_zip,
     write_claude_json,
 )
+from tests.integration.test_api import allow_folders, live  # noqa: F401 (the served app, a fixture)
 from tests.integration.test_cli import ok_json, run
 
 
@@ -168,3 +169,22 @@ def test_cli_import_sources_and_restore(tmp_path: Path):
     ok_json("export", str(tmp_path / "all.jsonl"))
     restored = ok_json("import", str(tmp_path / "all.jsonl"))
     assert sum(restored["added"].values()) == 0 and sum(restored["skipped"].values()) > 0
+
+
+def test_http_import_route(live, tmp_path: Path):  # noqa: F811 (the fixture imported above)
+    export = write_chatgpt_zip(tmp_path / "export.zip")
+    outside = live.client.post("/import/chatgpt", json={"path": str(export)})
+    assert outside.status_code == 403  # not under a folder the API may read
+    allow_folders(live.eng, tmp_path)
+    r = live.client.post("/import/chatgpt", json={"path": str(export), "project": "kitchen"})
+    assert r.status_code == 200, r.text
+    assert (r.json()["conversations"], r.json()["messages"]) == (2, 6)
+    assert live.client.post("/import/chatgpt", json={"path": str(export)}).json()["skipped"] == 2
+    bad = tmp_path / "conversations.json"
+    bad.write_text("{", encoding="utf-8")
+    r = live.client.post("/import/claude", json={"path": str(bad)})
+    assert r.status_code == 400 and "not a Claude export" in r.text
+    vault = make_vault(tmp_path / "Vault")
+    r = live.client.post("/import/obsidian", json={"path": str(vault)})
+    assert r.status_code == 200 and r.json()["links"] == 4
+    assert live.client.post("/import/evernote", json={"path": str(vault)}).status_code == 422
