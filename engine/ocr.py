@@ -71,9 +71,14 @@ def _load() -> Any:
                     f"Reading text from images needs the OCR engine ({ENGINE_NAME}), which is not installed."
                 ) from e
             log.info("loading the OCR engine")
-            # the detector's input is at most DETECT_SIDE pixels on its longer side (the package's default
-            # enlarges every picture to 736 on its *shorter* side: a strip of text cost 5x as much)
-            _engine = RapidOCR(det_limit_type="max", det_limit_side_len=DETECT_SIDE)
+            try:
+                # the detector's input is at most DETECT_SIDE pixels on its longer side (the package's default
+                # enlarges every picture to 736 on its *shorter* side: a strip of text cost 5x as much)
+                _engine = RapidOCR(det_limit_type="max", det_limit_side_len=DETECT_SIDE)
+            except Exception as e:  # its models or runtime missing or damaged (a trimmed bundle)
+                log.warning("the OCR engine could not be loaded: %s", type(e).__name__)
+                raise OcrUnavailable(f"The OCR engine ({ENGINE_NAME}) could not be loaded ({type(e).__name__}); "
+                                     "reading text from pictures is not available in this installation.") from e
         return _engine
 
 
