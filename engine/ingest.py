@@ -6,7 +6,8 @@ How a file becomes a document, and what the rules are:
   Folders are walked in name order, following links, skipping hidden entries and ``.git``,
   ``node_modules``, ``__pycache__`` and ``.venv``; inside folders only supported types are taken. A link
   back into a folder being walked (a symlink loop), a broken link, a pipe or an unreadable file is reported
-  as a ``failed`` result; the walk goes on. A file reached twice (through links) is ingested once.
+  as a ``failed`` result; the walk goes on. A file reached twice (through links) is ingested once. With
+  OCR turned off (``settings.ocr.enabled``) pictures inside folders are passed over.
 - **Identity.** A file document is keyed by its absolute path (links are not resolved: the path the user
   sees) and the SHA-256 of its bytes; an uploaded text (``ingest_text``) by its title and hash.
   * same path, same hash: ``unchanged`` (nothing is read beyond the hash, nothing written);
@@ -77,6 +78,7 @@ from .errors import NotFound
 from .memories import Memories, new_uid
 from .models import ForgetResult, iso
 from .parsers import (
+    IMAGE_EXTENSIONS,
     SUPPORTED_EXTENSIONS,
     DocumentError,
     OcrCancelled,
@@ -204,8 +206,11 @@ def _file_problem(path: Path, st: os.stat_result, max_bytes: int) -> str | None:
     return None
 
 
-def scan(paths: Sequence[str | Path], allow: Allow | None = None) -> list[_Found]:
+def scan(paths: Sequence[str | Path], allow: Allow | None = None, *, pictures: bool = True) -> list[_Found]:
     """Files named and files in folders named, in a stable order; problems are entries with an error.
+
+    Without ``pictures`` (OCR turned off) image files inside folders are passed over like unsupported
+    types; an image named explicitly is still taken (and fails saying OCR is off).
 
     ``allow`` (a path policy) is asked about every file and every folder before it is read or walked;
     what it refuses is an entry with its reason as the error."""
@@ -237,7 +242,8 @@ def scan(paths: Sequence[str | Path], allow: Allow | None = None) -> list[_Found
             if entry.name.startswith(".") or entry.name in SKIP_DIRS:
                 continue
             path = Path(entry.path)
-            supported = path.suffix.lower() in SUPPORTED_EXTENSIONS
+            supported = path.suffix.lower() in SUPPORTED_EXTENSIONS and (
+                pictures or path.suffix.lower() not in IMAGE_EXTENSIONS)
             try:
                 st = path.stat()
             except OSError as e:
@@ -420,7 +426,7 @@ class Documents:
         """
         project = (project or "").strip() or None
         max_bytes = int((self.ctx.settings.max_file_mb if max_mb is None else max_mb) * _MB)
-        files = scan(paths, allow)
+        files = scan(paths, allow, pictures=self.ctx.settings.ocr.enabled)
         tracker = _Progress(progress, len(files), sum(f.size for f in files))
         tracker.scanned()
         results: list[IngestResult | None] = [None] * len(files)

@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "SUPPORTED_EXTENSIONS",
+    "IMAGE_EXTENSIONS",
     "DocumentError",
     "OcrCancelled",
     "OcrOptions",

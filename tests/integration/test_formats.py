@@ -57,12 +57,18 @@ def test_ocr_can_be_turned_off_and_cancelled(eng: Engine, tmp_path: Path):
     eng.apply_settings(settings)
     [r] = eng.ingest([png])
     assert r.status == "failed" and "turned off" in (r.error or "")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "note.md").write_text("# Jam\n\nQuince jam needs lemon.\n", encoding="utf-8")
+    make_png(folder / "photo.png", ["Quince jam recipe"])
+    assert [Path(r.path or "").name for r in eng.ingest([folder])] == ["note.md"]  # pictures passed over
     settings.ocr.enabled = True
     eng.apply_settings(settings)
     cancel = threading.Event()
+    documents = eng.con.execute("SELECT count(*) FROM documents").fetchone()[0]
     results = eng.ingest([scan, png], cancel=cancel, progress=lambda p: cancel.set() if p.stage == "parsing" else None)
-    assert [r.error for r in results] == ["cancelled", "cancelled"]
-    assert eng.con.execute("SELECT count(*) FROM documents").fetchone()[0] == 0
+    assert [r.error for r in results] == ["cancelled", "cancelled"]  # stopped before the first page was read
+    assert eng.con.execute("SELECT count(*) FROM documents").fetchone()[0] == documents
 
 
 def test_hostile_pictures_are_refused_before_decoding(tmp_path: Path):
