@@ -60,6 +60,7 @@ class ImportDialog(QDialog):
         self.bridge = bridge
         self.running = False
         self.report: Any = None
+        self.last_progress: tuple[int, int] | None = None
         self.setWindowTitle("Import")
         self.setMinimumWidth(520)
 
@@ -153,6 +154,7 @@ class ImportDialog(QDialog):
             self.reject()
 
     def _progressed(self, done: int, total: int) -> None:
+        self.last_progress = (done, total)
         if total > 0:
             self.progress.setRange(0, total)
             self.progress.setValue(done)
