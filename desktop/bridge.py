@@ -89,6 +89,9 @@ class Bridge(QObject):
     failed = Signal(str)  # an operation without its own error handler failed
     ingest_progressed = Signal(object)  # engine IngestProgress
     ingest_finished = Signal(object)  # list[IngestResult], or [] when cancelled before any result
+    import_progressed = Signal(int, int)  # conversations (or files of a vault) done, total
+    import_finished = Signal(object)  # engine ImportReport
+    import_failed = Signal(str)  # a sentence: the export could not be read; nothing was stored
     answer_token_received = Signal(str)
     answer_finished = Signal(object)  # AskResult
     answer_failed = Signal(str)
@@ -112,6 +115,7 @@ class Bridge(QObject):
         self._engine: Future[Engine] | None = None
         self._info: EngineInfo | None = None
         self._ingest_cancel: threading.Event | None = None
+        self._import_cancel: threading.Event | None = None
         self._ask_cancel: threading.Event | None = None
         self._consolidate_cancel: threading.Event | None = None
         self._in_flight = 0
@@ -453,6 +457,27 @@ class Bridge(QObject):
     def cancel_ingest(self) -> None:
         if self._ingest_cancel is not None:
             self._ingest_cancel.set()
+
+    def import_history(self, source: str, path: str | Path, project: str | None = None) -> None:
+        """Import a ChatGPT or Claude export or an Obsidian vault (`source`: chatgpt, claude, obsidian) on the
+        jobs thread; `import_progressed`, then `import_finished` or `import_failed` follow."""
+        cancel = threading.Event()
+        self._import_cancel = cancel
+        path = Path(path)
+        project = project or None
+
+        def run(e: Engine) -> Any:
+            if source == "obsidian":
+                return e.import_obsidian(path, project=project, cancel=cancel,
+                                         progress=lambda p: self.import_progressed.emit(p.files_done, p.files_total))
+            method = e.import_chatgpt if source == "chatgpt" else e.import_claude
+            return method(path, project=project, cancel=cancel, progress=self.import_progressed.emit)
+
+        self._run(self._jobs, run, self.import_finished.emit, self.import_failed.emit)
+
+    def cancel_import(self) -> None:
+        if self._import_cancel is not None:
+            self._import_cancel.set()
 
     # ------------------------------------------------------------------------------------------------
     # ask and the language model

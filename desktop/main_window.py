@@ -105,6 +105,7 @@ class MainWindow(QMainWindow):
 
         self._wire()
         self._shortcuts()
+        self._build_menu()
         self.sidebar.setCurrentRow(0)
         self.restore_geometry()
 
@@ -168,6 +169,19 @@ class MainWindow(QMainWindow):
                 item.setText("" if icons_only else label)
         if self.first_run.isVisible():
             self.first_run.fit_height(self.height())
+
+    def _build_menu(self) -> None:
+        """File → Import… (ChatGPT, Claude, Obsidian)."""
+        file_menu = self.menuBar().addMenu("&File")
+        self.import_action = file_menu.addAction("&Import…")
+        self.import_action.setToolTip("Import your history: a ChatGPT or Claude export, or an Obsidian vault")
+        self.import_action.triggered.connect(self.open_import)
+
+    def open_import(self) -> None:
+        from .import_dialog import ImportDialog
+
+        self.import_dialog = ImportDialog(self.bridge, self)
+        self.import_dialog.open()
 
     # ------------------------------------------------------------------------------------------------
     def build_pages(self) -> None:

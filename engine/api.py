@@ -43,6 +43,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .ask import AskResult
 from .errors import DiskFull, EngineError, NotFound, StoreLocked, StoreUnavailable, UserError
+from .imports import ImportReport
 from .ingest import Document, IngestResult
 from .models import ForgetResult, Hit, Memory, RememberResult, Stats
 from .pathpolicy import PathPolicy, PathRefused
@@ -131,6 +132,13 @@ def _query_epoch(name: str, value: datetime | None) -> float | None:
     except ValueError as e:
         raise HTTPException(status_code=422, detail=[{"loc": ["query", name], "msg": str(e),
                                                       "type": "value_error"}]) from e
+
+
+class ImportRequest(BaseModel):
+    """A ChatGPT or Claude export (zip or conversations.json), or an Obsidian vault folder, on this machine."""
+
+    path: str = Field(min_length=1, max_length=4096, description="Absolute path (under the folders you allowed)")
+    project: str | None = Field(default=None, max_length=200)
 
 
 class IngestRequest(BaseModel):
@@ -463,6 +471,16 @@ def _add_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
                             project: Annotated[str | None, Form(max_length=200)] = None) -> list[IngestResult]:
         data = await file.read()
         return [await call(eng.ingest_upload, data, file.filename or "", project=project, pool="long")]
+
+    @app.post("/import/{source}", response_model=ImportReport, tags=["documents"],
+              summary="Import a ChatGPT or Claude export, or an Obsidian vault, from under the folders you allowed")
+    async def import_source(source: Literal["chatgpt", "claude", "obsidian"], body: ImportRequest) -> ImportReport:
+        policy = PathPolicy.for_engine(eng)
+        policy.check_request([body.path])
+        if source == "obsidian":
+            return await call(eng.import_obsidian, Path(body.path), project=body.project, allow=policy)
+        method = eng.import_chatgpt if source == "chatgpt" else eng.import_claude
+        return await call(method, Path(body.path), project=body.project)
 
     @app.post("/ask", response_model=AskResult, tags=["ask"],
               summary="A grounded answer from memory, with numbered sources")

@@ -40,7 +40,8 @@ class ChunkDraft:
     """One piece of a document, ready to embed.
 
     ``position`` numbers the document's chunks 0..n-1 in reading order. ``locator`` tells a person
-    where the text is ("page 3", "Setup › Linux", "page 3 · Budget", "lines 10–42", "paragraph 4").
+    where the text is ("page 3", "Setup › Linux", "page 3 · Budget", "lines 10–42", "paragraph 4",
+    "page 2 · OCR" for a scanned page, "slide 4 › Results", "Budget › rows 2–41").
     ``token_count`` excludes the model's special tokens.
     """
 
@@ -437,6 +438,8 @@ class _Locator:
             parts.append(f"page {section.page}")
         if section.heading_path:
             parts.append(" › ".join(section.heading_path))
+        if section.ocr:
+            parts.append("OCR")  # read from a picture: the words may hold recognition errors
         self._prefix = parts
         self._first_line = section.first_line
         self._newlines = (

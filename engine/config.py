@@ -52,6 +52,9 @@ class IngestSettings(BaseModel):
 class BackupSettings(BaseModel):
     folder: str | None = None  # None: $PERSONAL_LLM_BACKUP_DIR, else backups/ in the profile (engine/backup.py)
     schedule: Literal["daily", "weekly", "off"] = "daily"  # how often the app takes a snapshot while it runs
+class OcrSettings(BaseModel):
+    # Read scanned PDF pages and image files (png, jpg, tiff, webp) with the offline OCR engine (engine/ocr.py).
+    enabled: bool = True
 
 
 class Settings(BaseModel):
@@ -62,6 +65,7 @@ class Settings(BaseModel):
     hotkey: str = "Ctrl+Shift+Space"
     max_file_mb: float = 50.0
     ingest: IngestSettings = Field(default_factory=IngestSettings)
+    ocr: OcrSettings = Field(default_factory=OcrSettings)
     vector_cache: bool = True  # keep an in-memory mirror of the vectors for exact, fast search
     api_port: int = 8765
     api_allowed_origins: list[str] = Field(default_factory=list)

@@ -11,6 +11,7 @@ The parts are attributes (docs/architecture.md draws them):
     eng.consolidation  decay, archive, roll-up, contradictions     engine/consolidation.py
     eng.answers        grounded answers, conversations             engine/ask.py
     eng.transfer       export and import                           engine/transfer.py
+    eng.imports        ChatGPT/Claude histories, Obsidian vaults   engine/imports/
     eng.audit          the audit log                               engine/audit.py
     eng.space          the embedding model and vectors             engine/space.py
     eng.language       the language model                          engine/language.py
@@ -43,6 +44,7 @@ from .embeddings import Embedder, NoEmbedder
 from .errors import EngineError
 from .feed import OutsideWrites, StoreChanges
 from .graph import ExtractionReport, Graph, GraphView
+from .imports import ImportReport, Imports
 from .ingest import Allow, Document, Documents, IngestProgress, IngestResult, Passage
 from .keys import Profile, keychain_token, keychain_usable, read_profile
 from .language import LanguageModel
@@ -100,6 +102,7 @@ class Engine:
         self.answers = Answers(self.ctx, self.memories, self.retrieval, self.graph, self.language)
         self.transfer = Transfer(self.ctx, self.backfill)
         self.watch = Watch(self.ctx, self.documents)
+        self.imports = Imports(self.ctx, self.memories, self.documents, self.graph)
 
     # ------------------------------------------------------------------------------------------------
     # opening
@@ -478,6 +481,23 @@ class Engine:
     def import_(self, path: Path | str, *, passphrase: str | None = None, embed: bool = True,
                 progress: Progress | None = None) -> ImportResult:
         return self.transfer.import_(path, passphrase=passphrase, embed=embed, progress=progress)
+
+    def import_chatgpt(self, path: Path | str, *, project: str | None = None,
+                       progress: Callable[[int, int], None] | None = None,
+                       cancel: threading.Event | None = None, embed: bool = True) -> ImportReport:
+        return self.imports.import_chats("chatgpt", path, project=project, progress=progress, cancel=cancel,
+                                         embed=embed)
+
+    def import_claude(self, path: Path | str, *, project: str | None = None,
+                      progress: Callable[[int, int], None] | None = None,
+                      cancel: threading.Event | None = None, embed: bool = True) -> ImportReport:
+        return self.imports.import_chats("claude", path, project=project, progress=progress, cancel=cancel,
+                                         embed=embed)
+
+    def import_obsidian(self, vault: Path | str, *, project: str | None = None,
+                        progress: Callable[[IngestProgress], None] | None = None,
+                        cancel: threading.Event | None = None, allow: Allow | None = None) -> ImportReport:
+        return self.imports.import_obsidian(vault, project=project, progress=progress, cancel=cancel, allow=allow)
 
     # ------------------------------------------------------------------------------------------------
     # stats, audit, diagnostics, secrets kept for interfaces

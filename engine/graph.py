@@ -232,6 +232,15 @@ class Graph:
         return rows.add_node(con, display, norm, kind, now), True
 
     @staticmethod
+    def link(con: Connection, src: str, rel: str, dst: str, chunk_id: int, now: float,
+             type_: str | None = None) -> bool:
+        """An edge stated by a document rather than extracted (a note's link to another note), derived
+        from the chunk that holds it: it goes when the document goes. True when it is new."""
+        a, _ = Graph._resolve_node(con, src, type_, now)
+        b, _ = Graph._resolve_node(con, dst, type_, now)
+        return a != b and rows.add_edge(con, a, rel, b, "chunks", chunk_id, now)
+
+    @staticmethod
     def _aliased(con: Connection) -> list[tuple[int, set[str]]]:
         """Nodes with aliases: (id, normalised aliases)."""
         return [(rid, {norm_name(a) for a in aliases}) for rid, aliases in rows.aliases(con)]

@@ -6,7 +6,8 @@ How a file becomes a document, and what the rules are:
   Folders are walked in name order, following links, skipping hidden entries and ``.git``,
   ``node_modules``, ``__pycache__`` and ``.venv``; inside folders only supported types are taken. A link
   back into a folder being walked (a symlink loop), a broken link, a pipe or an unreadable file is reported
-  as a ``failed`` result; the walk goes on. A file reached twice (through links) is ingested once.
+  as a ``failed`` result; the walk goes on. A file reached twice (through links) is ingested once. With
+  OCR turned off (``settings.ocr.enabled``) pictures inside folders are passed over.
 - **Identity.** A file document is keyed by its absolute path (links are not resolved: the path the user
   sees) and the SHA-256 of its bytes; an uploaded text (``ingest_text``) by its title and hash.
   * same path, same hash: ``unchanged`` (nothing is read beyond the hash, nothing written);
@@ -78,7 +79,16 @@ from .embeddings import EmbeddingUnavailable
 from .errors import NotFound
 from .memories import Memories, new_uid
 from .models import ForgetResult, iso
-from .parsers import SUPPORTED_EXTENSIONS, DocumentError, ParsedDocument, parse_file, parse_text
+from .parsers import (
+    IMAGE_EXTENSIONS,
+    SUPPORTED_EXTENSIONS,
+    DocumentError,
+    OcrCancelled,
+    OcrOptions,
+    ParsedDocument,
+    parse_file,
+    parse_text,
+)
 from .space import Touched
 from .storage import documents as rows
 from .storage import memories as memory_rows
@@ -107,6 +117,8 @@ class IngestProgress(BaseModel):
     bytes_done: int = Field(default=0, description="Bytes of the files done, plus the embedded part of the current one")
     bytes_total: int = 0
     stage: Stage = "scanning"
+    pages_done: int = Field(default=0, description="Pages (or pictures) of the current file read by OCR so far")
+    pages_total: int | None = Field(default=None, description="Pages of the current file that need OCR, once known")
 
 
 class IngestResult(BaseModel):
@@ -128,6 +140,8 @@ class Document(BaseModel):
     created_at: str
     updated_at: str
     error: str | None = Field(default=None, description="Why it could not be ingested (failed documents only)")
+    ocr_pages: list[int] = Field(default_factory=list,
+                                 description="Pages (or pictures) whose text was read by OCR: it may hold errors")
 
 
 class Passage(BaseModel):
@@ -208,8 +222,11 @@ def _file_problem(path: Path, st: os.stat_result, max_bytes: int) -> str | None:
     return None
 
 
-def scan(paths: Sequence[str | Path], allow: Allow | None = None) -> list[_Found]:
+def scan(paths: Sequence[str | Path], allow: Allow | None = None, *, pictures: bool = True) -> list[_Found]:
     """Files named and files in folders named, in a stable order; problems are entries with an error.
+
+    Without ``pictures`` (OCR turned off) image files inside folders are passed over like unsupported
+    types; an image named explicitly is still taken (and fails saying OCR is off).
 
     ``allow`` (a path policy) is asked about every file and every folder before it is read or walked;
     what it refuses is an entry with its reason as the error."""
@@ -241,7 +258,8 @@ def scan(paths: Sequence[str | Path], allow: Allow | None = None) -> list[_Found
             if entry.name.startswith(".") or entry.name in SKIP_DIRS:
                 continue
             path = Path(entry.path)
-            supported = path.suffix.lower() in SUPPORTED_EXTENSIONS
+            supported = path.suffix.lower() in SUPPORTED_EXTENSIONS and (
+                pictures or path.suffix.lower() not in IMAGE_EXTENSIONS)
             try:
                 st = path.stat()
             except OSError as e:
@@ -319,6 +337,12 @@ class _Progress:
         self.state.stage = "parsing"
         self.state.current_file = display_path(found.path)
         self.state.chunks_done, self.state.chunks_total = 0, None
+        self.state.pages_done, self.state.pages_total = 0, None
+        self._send()
+
+    def ocr_page(self, done: int, total: int) -> None:
+        """A page of the current file was read by OCR (slow: about a second a page)."""
+        self.state.pages_done, self.state.pages_total = done, total
         self._send()
 
     def embedding(self, current: _Pending, queue: list[_Pending]) -> None:
@@ -420,7 +444,7 @@ class Documents:
         """
         project = (project or "").strip() or None
         max_bytes = int((self.ctx.settings.max_file_mb if max_mb is None else max_mb) * _MB)
-        files = scan(paths, allow)
+        files = scan(paths, allow, pictures=self.ctx.settings.ocr.enabled)
         tracker = _Progress(progress, len(files), sum(f.size for f in files))
         tracker.scanned()
         results: list[IngestResult | None] = [None] * len(files)
@@ -430,7 +454,11 @@ class Documents:
                 if cancel is not None and cancel.is_set():
                     raise _Cancelled
                 tracker.reading(found)
-                out = self._prepare_file(i, found, project, max_bytes, retry_failed)
+                ocr = OcrOptions(enabled=self.ctx.settings.ocr.enabled, progress=tracker.ocr_page, cancel=cancel)
+                try:
+                    out = self._prepare_file(i, found, project, max_bytes, retry_failed, ocr)
+                except OcrCancelled:
+                    raise _Cancelled from None
                 if isinstance(out, IngestResult):
                     results[i] = out
                     tracker.finished(found.size)
@@ -480,7 +508,8 @@ class Documents:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
                 with os.fdopen(fd, "wb") as f:
                     f.write(data)
-                return parse_file(path, max_bytes=limit)
+                return parse_file(path, max_bytes=limit,
+                                  ocr=OcrOptions(enabled=self.ctx.settings.ocr.enabled))
 
         return self._ingest_unfiled(None, name, hashlib.sha256(data).hexdigest(), size, project, parse)
 
@@ -612,7 +641,7 @@ class Documents:
 
     # --- one file --------------------------------------------------------------------------------------
     def _prepare_file(self, index: int, found: _Found, project: str | None, max_bytes: int,
-                      retry_failed: bool = True) -> IngestResult | _Pending:
+                      retry_failed: bool = True, ocr: OcrOptions | None = None) -> IngestResult | _Pending:
         """Settle a file at once (failed, unchanged, moved) or write its rows and return it to be embedded."""
         path = found.path
         failed = IngestResult(path=display_path(path), status="failed")
@@ -645,7 +674,7 @@ class Documents:
             if moved is not None:
                 return self._move(moved, path, st)
         try:
-            parsed = parse_file(path, max_bytes=max_bytes)
+            parsed = parse_file(path, max_bytes=max_bytes, ocr=ocr)
             drafts = _chunks(parsed, path.name)
         except DocumentError as e:
             if given_up:
@@ -687,7 +716,7 @@ class Documents:
         embedding = self.space.ensure()
         status = "pending" if embedding else "ready"
         now = time.time()
-        meta = json.dumps({"action": action, "attempts": 1}) if embedding else "{}"
+        meta = json.dumps({**parsed.meta, "action": action, "attempts": 1} if embedding else parsed.meta)
         with self.ctx.mutation() as (con, touched):
             kept = rows.kept_vectors(con, doc_id) if embedding and doc_id is not None else {}
             if doc_id is None:
@@ -799,5 +828,7 @@ class Documents:
 
 
 def _document(r: tuple, error: str | None = None) -> Document:
+    ocr = json.loads(r[9] or "{}").get("ocr") if len(r) > 9 else None
     return Document(id=r[0], path=r[1], title=r[2], mime=r[3], chunks=r[4], size=r[5], project=r[6],
-                    created_at=iso(r[7]) or "", updated_at=iso(r[8]) or "", error=error)
+                    created_at=iso(r[7]) or "", updated_at=iso(r[8]) or "", error=error,
+                    ocr_pages=[int(n) for n in ocr.get("pages", [])] if isinstance(ocr, dict) else [])

@@ -9,6 +9,14 @@ The file-size limit (``settings.max_file_mb``) counts bytes on disk; these count
   as a stream, in blocks, counting the bytes that really come out (a header that lies is caught there)
   and checking each XML part's nesting depth (:data:`MAX_XML_DEPTH`) and that it declares no entities
   (the "billion laughs" expansion). Only then does the format's parser read the file.
+- **Pictures** (image files, and scanned PDF pages read by OCR): an image file may have at most
+  :data:`MAX_IMAGE_PIXELS` pixels (read from its header, before any pixel is decoded: a "decompression
+  bomb" declares a huge canvas in a few bytes) and :data:`MAX_IMAGE_FRAMES` frames (pages of a TIFF); a
+  PDF page is rendered for OCR at :data:`OCR_DPI` but never to more than :data:`MAX_RENDER_PIXELS` pixels
+  (a hostile page size only lowers the resolution); at most :data:`MAX_OCR_PAGES` pages of one document
+  are read by OCR.
+- **Spreadsheets** (XLSX, ODS): at most :data:`MAX_SHEET_CELLS` cells are read (empty ones count too:
+  a sheet can declare a million empty rows in a few bytes).
 - **Text**: at most :data:`MAX_DOCUMENT_CHARS` characters of text per document, and at most
   :data:`MAX_CHUNKS` chunks.
 
@@ -33,6 +41,12 @@ RATIO_CHECKED_ABOVE = 1 * MIB
 MAX_XML_DEPTH = 256
 MAX_DOCUMENT_CHARS = 30_000_000
 MAX_CHUNKS = 25_000
+MAX_IMAGE_PIXELS = 40_000_000
+MAX_IMAGE_FRAMES = 200
+MAX_RENDER_PIXELS = 12_000_000
+OCR_DPI = 200
+MAX_OCR_PAGES = 1_000
+MAX_SHEET_CELLS = 2_000_000
 MAX_RESUME_ATTEMPTS = 3
 """A pending document whose embedding was interrupted this many times is marked failed, not resumed again."""
 
@@ -154,6 +168,26 @@ def check_text(name: str, chars: int) -> None:
     if chars > MAX_DOCUMENT_CHARS:
         raise LimitExceeded(f"{name} holds {chars / 1e6:,.0f} million characters of text; one document may hold "
                             f"at most {MAX_DOCUMENT_CHARS / 1e6:,.0f} million. Split it into smaller files.")
+
+
+def check_pixels(name: str, width: int, height: int) -> None:
+    """Refuse an image bigger than one picture may be (before it is decoded)."""
+    if width <= 0 or height <= 0:
+        raise LimitExceeded(f"{name} declares an empty picture ({width} x {height} pixels); not read.")
+    if width * height > MAX_IMAGE_PIXELS:
+        raise LimitExceeded(f"{name} is {width:,} x {height:,} pixels, more than the limit of "
+                            f"{MAX_IMAGE_PIXELS / 1e6:,.0f} million for one picture. Not read (it may be a "
+                            "decompression bomb).")
+
+
+def render_scale(width_pt: float, height_pt: float) -> float:
+    """The scale (pixels per PDF point) to render a page for OCR: OCR_DPI, lowered to stay within
+    MAX_RENDER_PIXELS."""
+    scale = OCR_DPI / 72
+    area = max(width_pt, 1.0) * max(height_pt, 1.0)
+    if area * scale * scale > MAX_RENDER_PIXELS:
+        scale = (MAX_RENDER_PIXELS / area) ** 0.5
+    return scale
 
 
 def too_many_chunks(name: str, estimate: int | None = None) -> LimitExceeded:

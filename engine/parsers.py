@@ -4,11 +4,18 @@ Every reader returns the same shape, :class:`ParsedDocument`, so the chunker nev
 format. Failures the user can act on (encrypted, damaged, empty, too big, not text, unknown type)
 raise :class:`DocumentError` or :class:`UnsupportedDocument` with a message written for people.
 Document text is never logged.
+
+Pictures of text (image files, PDF pages without a text layer) are read by OCR (engine/ocr.py) when
+:class:`~engine.ocr.OcrOptions` allows it; their sections are marked ``ocr`` (the locator then says
+"OCR") and the document's ``meta["ocr"]`` lists the pages so read. Slides are sections per slide (and
+its speaker notes); spreadsheets are sections of row ranges per sheet, each row written as
+``Header: value; Header: value``.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import csv
 import hashlib
 import io
@@ -23,12 +30,16 @@ from typing import Any
 
 from . import limits
 from .errors import UserError
+from .ocr import ENGINE_NAME, OcrCancelled, OcrOptions, OcrUnavailable, read_image
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "SUPPORTED_EXTENSIONS",
+    "IMAGE_EXTENSIONS",
     "DocumentError",
+    "OcrCancelled",
+    "OcrOptions",
     "ParsedDocument",
     "Section",
     "UnsupportedDocument",
@@ -50,7 +61,7 @@ class UnsupportedDocument(DocumentError):
 class Section:
     """A run of text that shares one location: a PDF page, a heading, a code block.
 
-    ``page`` is 1-based. ``heading_path`` runs from the outermost heading inwards, e.g.
+    ``page`` is 1-based (a frame's number for images). ``heading_path`` runs from the outermost heading inwards, e.g.
     ``["Setup", "Linux"]``. ``first_line`` is the 1-based line of the source file on which ``text``
     starts; it is set only for line-oriented formats (plain text, code, CSV, JSON Lines), where the
     chunker can then cite line numbers.
@@ -60,6 +71,7 @@ class Section:
     page: int | None = None
     heading_path: list[str] = field(default_factory=list)
     first_line: int | None = None
+    ocr: bool = False  # read from a picture by OCR (its locator says so)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +79,7 @@ class ParsedDocument:
     title: str
     mime: str
     sections: list[Section]
+    meta: dict[str, Any] = field(default_factory=dict)  # stored with the document (e.g. which pages were OCR)
 
 
 _TEXT_EXTENSIONS = frozenset({".txt", ".text", ".log", ".rst"})
@@ -106,8 +119,18 @@ _MIME: dict[str, str] = {
     ".docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
     ".odt": "application/vnd.oasis.opendocument.text",
     ".epub": "application/epub+zip",
+    ".pptx": "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+    ".xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+    ".ods": "application/vnd.oasis.opendocument.spreadsheet",
+    ".png": "image/png",
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".tif": "image/tiff",
+    ".tiff": "image/tiff",
+    ".webp": "image/webp",
     **_CODE_MIME,
 }
+IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".tif", ".tiff", ".webp"})
 
 SUPPORTED_EXTENSIONS: frozenset[str] = frozenset(_MIME)
 """Lower-case file suffixes (with the dot) that :func:`parse_file` can read."""
@@ -118,12 +141,15 @@ SUPPORTED_EXTENSIONS: frozenset[str] = frozenset(_MIME)
 # ---------------------------------------------------------------------------------------------------
 
 
-def parse_file(path: Path, *, max_bytes: int) -> ParsedDocument:
+def parse_file(path: Path, *, max_bytes: int, ocr: OcrOptions | None = None) -> ParsedDocument:
     """Read ``path`` into a :class:`ParsedDocument`.
 
-    Raises :class:`UnsupportedDocument` for unknown types, encrypted, scanned or binary files and
-    :class:`DocumentError` for missing, empty, oversized or damaged ones.
+    Raises :class:`UnsupportedDocument` for unknown types, encrypted or binary files (and pictures when
+    OCR is off) and :class:`DocumentError` for missing, empty, oversized or damaged ones;
+    :class:`OcrCancelled` when ``ocr.cancel`` is set while pages are read by OCR. ``ocr`` defaults to
+    OCR on, without progress.
     """
+    ocr = ocr or OcrOptions()
     path = Path(path)
     name = path.name
     ext = path.suffix.lower()
@@ -151,9 +177,11 @@ def parse_file(path: Path, *, max_bytes: int) -> ParsedDocument:
     try:
         if ext in _ZIP_CONTAINERS:
             limits.check_archive(path, _KIND_NAMES[ext])  # sizes, ratio, XML depth and entities, before any parser
-        doc = reader(path)
-    except DocumentError:
+        doc = _OCR_READERS[ext](path, ocr) if ext in _OCR_READERS else reader(path)
+    except (DocumentError, OcrCancelled):
         raise
+    except OcrUnavailable as e:
+        raise UnsupportedDocument(f"{name}: {e}") from None
     except limits.EncryptedArchive as e:
         raise UnsupportedDocument(str(e)) from None
     except limits.LimitExceeded as e:
@@ -172,7 +200,7 @@ def parse_file(path: Path, *, max_bytes: int) -> ParsedDocument:
         raise DocumentError(f"{name} has no text to remember")
     _check_text(name, sections)
     log.debug("parsed %s: %d sections", ext, len(sections))
-    return ParsedDocument(title=doc.title, mime=_MIME[ext], sections=sections)
+    return ParsedDocument(title=doc.title, mime=_MIME[ext], sections=sections, meta=doc.meta)
 
 
 def parse_text(text: str, title: str) -> ParsedDocument:
@@ -196,7 +224,7 @@ def content_hash(path: Path) -> str:
 # ---------------------------------------------------------------------------------------------------
 
 
-_ZIP_CONTAINERS = frozenset({".docx", ".odt", ".epub"})
+_ZIP_CONTAINERS = frozenset({".docx", ".odt", ".epub", ".pptx", ".xlsx", ".ods"})
 
 
 def _check_text(name: str, sections: list[Section]) -> None:
@@ -216,6 +244,13 @@ _KIND_NAMES = {
     ".docx": "Word (.docx)",
     ".odt": "OpenDocument (.odt)",
     ".epub": "EPUB",
+    ".pptx": "PowerPoint (.pptx)",
+    ".xlsx": "Excel (.xlsx)",
+    ".ods": "OpenDocument spreadsheet (.ods)",
+    **dict.fromkeys((".png",), "PNG image"),
+    **dict.fromkeys((".jpg", ".jpeg"), "JPEG image"),
+    **dict.fromkeys((".tif", ".tiff"), "TIFF image"),
+    ".webp": "WebP image",
     ".json": "JSON",
     ".jsonl": "JSON Lines",
     ".csv": "CSV",
@@ -304,8 +339,39 @@ def _read_plain(path: Path) -> ParsedDocument:
 
 
 def _read_markdown(path: Path) -> ParsedDocument:
-    title, sections = _markdown_sections(_read_text(path))
-    return ParsedDocument(title or path.name, "", sections)
+    text = _read_text(path)
+    title, sections = _markdown_sections(text)
+    return ParsedDocument(title or path.name, "", sections, _markdown_meta(text))
+
+
+_TAG = re.compile(r"(?<![\w&/#])#([^\W\d][\w/-]*|\d+[^\W\d][\w/-]*)")
+_MAX_FRONT_MATTER = 64 * 1024
+
+
+def _markdown_meta(text: str) -> dict[str, Any]:
+    """Front matter (YAML) as ``front_matter`` and the tags (front matter ``tags`` and inline ``#tags``
+    outside code) as ``tags``; {} when a note has neither. Unreadable front matter is left out."""
+    meta: dict[str, Any] = {}
+    tags: list[str] = []
+    body = text
+    if (fm := _FRONT_MATTER.match(text)) and len(fm.group(1)) <= _MAX_FRONT_MATTER:
+        body = text[fm.end():]
+        try:
+            import yaml
+
+            data = yaml.safe_load(fm.group(1))
+        except Exception:  # not YAML after all (or a yaml we lack): the text is still the note's
+            data = None
+        if isinstance(data, dict) and data:
+            meta["front_matter"] = json.loads(json.dumps(data, default=str))
+            raw = data.get("tags", data.get("tag"))
+            items = raw if isinstance(raw, list) else re.split(r"[,\s]+", raw) if isinstance(raw, str) else []
+            tags += [str(t).strip().lstrip("#") for t in items if str(t).strip().lstrip("#")]
+    code = re.compile(r"^ {0,3}(```|~~~).*?^ {0,3}\1|`[^`\n]*`", re.MULTILINE | re.DOTALL)
+    tags += _TAG.findall(code.sub("", body))
+    if tags:
+        meta["tags"] = list(dict.fromkeys(tags))
+    return meta
 
 
 _ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))??(?:[ \t]+#+)?[ \t]*$")
@@ -562,7 +628,7 @@ def _table_text(rows: list[list[str]]) -> str:
 # ---------------------------------------------------------------------------------------------------
 
 
-def _read_pdf(path: Path) -> ParsedDocument:
+def _read_pdf(path: Path, ocr: OcrOptions) -> ParsedDocument:
     import pypdf
     from pypdf import PasswordType
 
@@ -576,22 +642,324 @@ def _read_pdf(path: Path) -> ParsedDocument:
         if not opened:
             raise UnsupportedDocument(f"{path.name} is encrypted: remove the password and try again")
 
-    sections = []
+    pages: dict[int, Section] = {}
+    scanned: list[int] = []  # pages without a text layer (or with only a stray page number)
     for number, page in enumerate(reader.pages, start=1):
         text = _clean_text((page.extract_text() or "").translate(_LIGATURES))
         if text.strip():
-            sections.append(Section(text, page=number))
+            pages[number] = Section(text, page=number)
+        if len(_WORD_CHARS.findall(text)) < _MIN_TEXT_LAYER_CHARS:
+            scanned.append(number)
+    meta: dict[str, Any] = {}
+    if scanned and ocr.enabled:
+        read = _ocr_pdf_pages(path, scanned, ocr)
+        for number, text in read.items():
+            if len(_WORD_CHARS.findall(text)) > len(_WORD_CHARS.findall(pages[number].text if number in pages else "")):
+                pages[number] = Section(text, page=number, ocr=True)
+        meta["ocr"] = {"engine": ENGINE_NAME, "pages": sorted(n for n, p in pages.items() if p.ocr)}
+    sections = [pages[n] for n in sorted(pages)]
     if not sections:
-        raise UnsupportedDocument(
-            f"{path.name} has no text layer (scanned?): run it through OCR first, then add it again"
-        )
+        if not ocr.enabled:
+            raise UnsupportedDocument(
+                f"{path.name} has no text layer (scanned?) and reading scanned pages (OCR) is turned off: turn it "
+                "on with `personal-llm config set ocr.enabled true`, or run the file through OCR first"
+            )
+        raise UnsupportedDocument(f"{path.name} has no text layer (scanned?) and OCR found no text on its pages")
     title = ""
     try:
         metadata = reader.metadata
         title = _one_line(str(metadata.title or "")) if metadata is not None else ""
     except Exception:  # broken metadata must not cost us the text
         log.info("unreadable PDF metadata ignored")
+    return ParsedDocument(title or path.name, "", sections, meta)
+
+
+_WORD_CHARS = re.compile(r"\w")
+_MIN_TEXT_LAYER_CHARS = 10
+
+
+def _ocr_pdf_pages(path: Path, numbers: list[int], ocr: OcrOptions) -> dict[int, str]:
+    """OCR text of these 1-based pages, rendered with PDFium at limits.OCR_DPI (lowered for huge pages)."""
+    import numpy as np
+    import pypdfium2 as pdfium
+
+    if len(numbers) > limits.MAX_OCR_PAGES:
+        raise limits.LimitExceeded(
+            f"{path.name} has {len(numbers):,} pages without a text layer; at most {limits.MAX_OCR_PAGES:,} pages "
+            "of one document are read by OCR. Split it into smaller files."
+        )
+    out: dict[int, str] = {}
+    pdf = pdfium.PdfDocument(str(path))
+    try:
+        for done, number in enumerate(numbers):
+            ocr.check_cancel()
+            page = pdf[number - 1]
+            try:
+                width, height = page.get_size()
+                bitmap = page.render(scale=limits.render_scale(width, height))
+                image = bitmap.to_pil().convert("RGB")
+                bitmap.close()
+            finally:
+                page.close()
+            text = _clean_text(read_image(np.asarray(image)))
+            if text.strip():
+                out[number] = text
+            if ocr.progress is not None:
+                ocr.progress(done + 1, len(numbers))
+    finally:
+        pdf.close()
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Images (OCR)
+# ---------------------------------------------------------------------------------------------------
+
+_PIL_FORMATS = ("PNG", "JPEG", "MPO", "TIFF", "WEBP")
+
+
+def _read_image(path: Path, ocr: OcrOptions) -> ParsedDocument:
+    """The text of a picture (every frame of a multi-page TIFF is a page), read by OCR."""
+    import warnings
+
+    import numpy as np
+    from PIL import Image
+
+    name = path.name
+    if not ocr.enabled:
+        raise UnsupportedDocument(
+            f"{name} is a picture, and reading text from pictures (OCR) is turned off: turn it on with "
+            "`personal-llm config set ocr.enabled true`"
+        )
+    sections = []
+    with warnings.catch_warnings(), _pixel_guard(name):
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        with Image.open(path, formats=_PIL_FORMATS) as im:  # reads the header only
+            frames = int(getattr(im, "n_frames", 1) or 1)
+            if frames > limits.MAX_IMAGE_FRAMES:
+                raise limits.LimitExceeded(f"{name} holds {frames:,} pictures; a picture file may hold at most "
+                                           f"{limits.MAX_IMAGE_FRAMES:,}. Not read.")
+            for frame in range(frames):
+                ocr.check_cancel()
+                im.seek(frame)
+                limits.check_pixels(name, *im.size)
+                text = _clean_text(read_image(np.asarray(im.convert("RGB"))))
+                if text.strip():
+                    sections.append(Section(text, page=frame + 1, ocr=True))
+                if ocr.progress is not None:
+                    ocr.progress(frame + 1, frames)
+    if not sections:
+        raise DocumentError(f"{name} has no text to remember (OCR found none in the picture)")
+    return ParsedDocument(name, "", sections, {"ocr": {"engine": ENGINE_NAME, "pages": [s.page for s in sections]}})
+
+
+@contextlib.contextmanager
+def _pixel_guard(name: str) -> Iterator[None]:
+    """Pillow's own decompression-bomb check (far above limits.MAX_IMAGE_PIXELS) worded as ours."""
+    from PIL import Image
+
+    try:
+        yield
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise limits.LimitExceeded(f"{name} declares a picture of more than {limits.MAX_IMAGE_PIXELS / 1e6:,.0f} "
+                                   "million pixels, the limit for one picture. Not read (it may be a decompression "
+                                   "bomb).") from None
+
+
+# ---------------------------------------------------------------------------------------------------
+# Slides and spreadsheets
+# ---------------------------------------------------------------------------------------------------
+
+
+def _read_pptx(path: Path) -> ParsedDocument:
+    """One section per slide (its title, text boxes and tables, in shape order), one for its speaker notes."""
+    from pptx import Presentation
+
+    deck = Presentation(str(path))
+    sections: list[Section] = []
+    for number, slide in enumerate(deck.slides, start=1):
+        title_shape = slide.shapes.title
+        title = _one_line(_clean_text(title_shape.text_frame.text)) if title_shape is not None and \
+            title_shape.has_text_frame else ""
+        where = [f"slide {number}", *([title] if title else [])]
+        parts = [title] if title else []
+        for shape in _shapes(slide.shapes):
+            if title_shape is not None and shape.shape_id == title_shape.shape_id:
+                continue
+            if getattr(shape, "has_text_frame", False) and shape.has_text_frame:
+                parts.append(_clean_text(shape.text_frame.text))
+            elif getattr(shape, "has_table", False) and shape.has_table:
+                parts.append(_table_text([[_clean_text(c.text) for c in row.cells] for row in shape.table.rows]))
+        body = "\n\n".join(p.strip() for p in parts if p.strip())
+        if body:
+            sections.append(Section(body, heading_path=where))
+        if slide.has_notes_slide and slide.notes_slide.notes_text_frame is not None:
+            notes = _clean_text(slide.notes_slide.notes_text_frame.text).strip()
+            if notes:
+                sections.append(Section(notes, heading_path=[*where, "speaker notes"]))
+    title = _one_line(deck.core_properties.title or "")
     return ParsedDocument(title or path.name, "", sections)
+
+
+def _shapes(shapes: Any) -> Iterator[Any]:
+    """Every shape, groups opened, in the slide's order."""
+    for shape in shapes:
+        if hasattr(shape, "shapes") and getattr(shape, "shape_type", None) == 6:  # MSO_SHAPE_TYPE.GROUP
+            yield from _shapes(shape.shapes)
+        else:
+            yield shape
+
+
+_ROWS_PER_SECTION = 40
+_CHARS_PER_SECTION = 1500
+
+
+def _cell_text(value: Any) -> str:
+    """A spreadsheet value as people write it: 3 not 3.0, dates in ISO form, TRUE/FALSE."""
+    import datetime as dt
+
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    if isinstance(value, dt.datetime):
+        return value.isoformat(sep=" ", timespec="minutes") if (value.hour, value.minute, value.second) != (0, 0, 0) \
+            else value.date().isoformat()
+    if isinstance(value, dt.date | dt.time):
+        return value.isoformat()
+    return _one_line(_clean_text(str(value)))
+
+
+def _sheet_sections(name: str, sheet: str, rows: Iterable[tuple[int, list[str]]]) -> list[Section]:
+    """Sections of one sheet: (row number, cells) pairs become lines grouped into row ranges.
+
+    When the first non-empty row looks like a header, every later row reads ``Header: value; Header:
+    value`` (and the header row itself is not repeated); otherwise ``value | value``."""
+    cells = 0
+    kept: list[tuple[int, list[str]]] = []
+    for number, row in rows:
+        cells += max(len(row), 1)
+        if cells > limits.MAX_SHEET_CELLS:
+            raise limits.LimitExceeded(f"{name} has more than {limits.MAX_SHEET_CELLS:,} cells; not read. Split "
+                                       "it into smaller files.")
+        while row and not row[-1]:
+            row.pop()
+        if any(row):
+            kept.append((number, row))
+    if not kept:
+        return []
+    header = kept[0][1] if _looks_like_header([r for _, r in kept[:2]]) else None
+    body = kept[1:] if header else kept
+    lines: list[tuple[int, str]] = []
+    for number, row in body:
+        if header:
+            text = "; ".join([f"{h}: {v}" if h else v for h, v in zip(header, row, strict=False) if v]
+                             + [v for v in row[len(header):] if v])
+        else:
+            text = " | ".join(v for v in row if v)
+        lines.append((number, text))
+    if header and not body:
+        lines = [(kept[0][0], " | ".join(v for v in header if v))]
+    sections = []
+    group: list[tuple[int, str]] = []
+
+    def flush() -> None:
+        if group:
+            first, last = group[0][0], group[-1][0]
+            where = f"row {first}" if first == last else f"rows {first}–{last}"
+            sections.append(Section("\n".join(t for _, t in group), heading_path=[sheet, where]))
+            group.clear()
+
+    size = 0
+    for number, text in lines:
+        if group and (len(group) >= _ROWS_PER_SECTION or size + len(text) > _CHARS_PER_SECTION):
+            flush()
+            size = 0
+        group.append((number, text))
+        size += len(text) + 1
+    flush()
+    return sections
+
+
+def _read_xlsx(path: Path) -> ParsedDocument:
+    import openpyxl
+
+    book = openpyxl.load_workbook(str(path), read_only=True, data_only=True)
+    try:
+        sections: list[Section] = []
+        for ws in book.worksheets:
+            start = ws.min_row or 1
+            rows = ((start + i, [_cell_text(v) for v in row]) for i, row in enumerate(ws.iter_rows(values_only=True)))
+            sections += _sheet_sections(path.name, _one_line(ws.title) or "sheet", rows)
+        title = _one_line(book.properties.title or "") if book.properties is not None else ""
+    finally:
+        book.close()
+    return ParsedDocument(title or path.name, "", sections)
+
+
+_MAX_REPEAT = 1024  # a repeated cell or row (ODS compresses runs) is written out at most this many times
+
+
+def _read_ods(path: Path) -> ParsedDocument:
+    from odf import teletype
+    from odf.namespaces import DCNS, TABLENS
+    from odf.opendocument import load
+
+    document = load(str(path))
+    sections: list[Section] = []
+    cell_tags = {(TABLENS, "table-cell"), (TABLENS, "covered-table-cell")}
+
+    def table_rows(table: Any) -> Iterator[tuple[int, list[str]]]:
+        number = 0
+        for row in _ods_rows(table, TABLENS):
+            repeat = _repeat(row.getAttrNS(TABLENS, "number-rows-repeated"))
+            cells: list[str] = []
+            for cell in row.childNodes:
+                if getattr(cell, "qname", None) not in cell_tags:
+                    continue
+                text = _one_line(_clean_text(teletype.extractText(cell)))
+                times = _repeat(cell.getAttrNS(TABLENS, "number-columns-repeated"))
+                cells += [text] * min(times, _MAX_REPEAT)
+            if not any(cells):
+                number += repeat  # a run of empty rows: counted, not written out
+                yield number, []
+                continue
+            for _ in range(min(repeat, _MAX_REPEAT)):
+                number += 1
+                yield number, list(cells)
+            number += max(0, repeat - _MAX_REPEAT)
+
+    for table in _ods_tables(document.spreadsheet, TABLENS):
+        sheet = _one_line(str(table.getAttrNS(TABLENS, "name") or "")) or "sheet"
+        sections += _sheet_sections(path.name, sheet, table_rows(table))
+    titles = [n for n in document.meta.childNodes if getattr(n, "qname", None) == (DCNS, "title")]
+    title = _one_line(teletype.extractText(titles[0])) if titles else ""
+    return ParsedDocument(title or path.name, "", sections)
+
+
+def _repeat(value: Any) -> int:
+    try:
+        return max(1, int(value)) if value else 1
+    except (TypeError, ValueError):
+        return 1
+
+
+def _ods_tables(node: Any, ns: str) -> Iterator[Any]:
+    for child in node.childNodes:
+        if getattr(child, "qname", None) == (ns, "table"):
+            yield child
+
+
+def _ods_rows(node: Any, ns: str) -> Iterator[Any]:
+    """The rows of a table, also those inside header-rows and row groups (not those of nested tables)."""
+    for child in node.childNodes:
+        qname = getattr(child, "qname", None)
+        if qname == (ns, "table-row"):
+            yield child
+        elif qname in ((ns, "table-header-rows"), (ns, "table-row-group"), (ns, "table-rows")):
+            yield from _ods_rows(child, ns)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -806,8 +1174,15 @@ _READERS: dict[str, Callable[[Path], ParsedDocument]] = {
     **dict.fromkeys(_CSV_EXTENSIONS, _read_csv),
     ".json": _read_json,
     ".jsonl": _read_jsonl,
-    ".pdf": _read_pdf,
     ".docx": _read_docx,
+    ".pptx": _read_pptx,
+    ".xlsx": _read_xlsx,
+    ".ods": _read_ods,
     ".odt": _read_odt,
     ".epub": _read_epub,
+}
+
+_OCR_READERS: dict[str, Callable[[Path, OcrOptions], ParsedDocument]] = {
+    ".pdf": _read_pdf,
+    **dict.fromkeys(IMAGE_EXTENSIONS, _read_image),
 }

@@ -56,8 +56,8 @@ def make_image_only_pdf(path: Path) -> Path:
     """A PDF whose only page content is a drawing: no text layer, like a scan."""
     from reportlab.pdfgen import canvas
 
-    c = canvas.Canvas(str(path))
-    c.rect(100, 100, 300, 300, fill=1)
+    c = canvas.Canvas(str(path), pagesize=(300, 300))  # small: OCR renders and reads it quickly
+    c.rect(50, 50, 200, 200, fill=1)
     c.showPage()
     c.save()
     return path

@@ -1,4 +1,4 @@
-"""`personal-llm config`: show or change the language model and backup settings."""
+"""`personal-llm config`: show or change the language model, backup and OCR settings."""
 
 from __future__ import annotations
 
@@ -8,12 +8,26 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from ..config import BackupSettings, LLMSettings
+from ..config import BackupSettings, LLMSettings, Settings
 from ..errors import UserError
 from ..llm import LLMConfig
 from .base import Command, Handler, Session, add_json, print_json
 
-CONFIG_KEYS = ("llm.provider", "llm.host", "llm.model", "llm.timeout", "backup.folder", "backup.schedule")
+CONFIG_KEYS = ("llm.provider", "llm.host", "llm.model", "llm.timeout", "backup.folder", "backup.schedule",
+               "ocr.enabled")
+_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+def _switch(key: str, value: str) -> bool:
+    v = value.strip().lower()
+    if v not in _TRUE + _FALSE:
+        raise UserError(f"'{value}' is not a valid value for {key}: use true or false.")
+    return v in _TRUE
+
+
+def _value(settings: Settings, key: str) -> object:
+    section, field = key.split(".", 1)
+    return getattr(getattr(settings, section), field)
 
 
 def _write(text: str) -> None:
@@ -26,7 +40,8 @@ def config(p: argparse.ArgumentParser) -> Handler:
     get = sub.add_parser("get", help="show a setting (or all of them)")
     get.add_argument("key", nargs="?", choices=CONFIG_KEYS)
     add_json(get)
-    put = sub.add_parser("set", help="change a setting (llm.host, backup.folder: '' means the default)")
+    put = sub.add_parser("set", help="change a setting (llm.host, backup.folder: '' means the default; "
+                                            "ocr.enabled: true or false)")
     put.add_argument("key", choices=CONFIG_KEYS)
     put.add_argument("value")
     add_json(put)
@@ -44,6 +59,9 @@ def config(p: argparse.ArgumentParser) -> Handler:
                 reason = e.errors()[0]["msg"]
                 raise UserError(f"'{a.value}' is not a valid value for {a.key}: {reason}.") from None
             session.save_settings(settings)
+        elif a.action == "set" and a.key == "ocr.enabled":
+            settings.ocr.enabled = _switch(a.key, a.value)
+            session.save_settings(settings)
         elif a.action == "set":
             field = a.key.removeprefix("llm.")
             value = None if field == "host" and not a.value.strip() else a.value.strip()
@@ -56,7 +74,7 @@ def config(p: argparse.ArgumentParser) -> Handler:
             settings.llm = LLMSettings.model_validate(data)
             session.save_settings(settings)
         keys = [a.key] if a.key else list(CONFIG_KEYS)
-        values = {k: getattr(getattr(settings, k.split(".")[0]), k.split(".")[1]) for k in keys}
+        values = {k: _value(settings, k) for k in keys}
         if a.json:
             print_json(values)
             return 0
@@ -64,7 +82,7 @@ def config(p: argparse.ArgumentParser) -> Handler:
         for k, v in values.items():
             shown = (f"(not set: {default_host})" if k == "llm.host" and v is None else
                      "(not set: backups/ in the profile, or $PERSONAL_LLM_BACKUP_DIR)" if k == "backup.folder"
-                     and v is None else v)
+                     and v is None else str(v).lower() if isinstance(v, bool) else v)
             _write(f"{k} = {shown}\n")
         return 0
 

@@ -59,12 +59,27 @@ def export(p: argparse.ArgumentParser) -> Handler:
     return run
 
 
+SOURCES = ("chatgpt", "claude", "obsidian")
+
+
 def import_(p: argparse.ArgumentParser) -> Handler:
-    p.add_argument("file", help="an export file, or JSON Lines of memories from another tool")
+    p.description = ("import FILE merges an export of this app (or JSON Lines of memories). import chatgpt FILE "
+                     "and import claude FILE read a ChatGPT or Claude data export (its zip or its "
+                     "conversations.json); import obsidian VAULT reads an Obsidian vault (a folder).")
+    p.add_argument("file", metavar="FILE|SOURCE",
+                   help="an export file, or JSON Lines of memories from another tool; or chatgpt, claude, obsidian")
+    p.add_argument("source_file", nargs="?", metavar="PATH",
+                   help="with a SOURCE: the ChatGPT/Claude export (zip or conversations.json) or the vault folder")
+    p.add_argument("--project", help="with a SOURCE: the project the imported conversations or notes go into")
     add_json(p)
 
     def run(a: argparse.Namespace, session: Session) -> int:
         from ..transfer import PASSPHRASE_ENV, is_encrypted
+
+        if a.source_file is not None:
+            return _import_source(a, session)
+        if a.project:
+            raise UserError("--project goes with an import from chatgpt, claude or obsidian.")
 
         phrase = None
         try:
@@ -85,7 +100,38 @@ def import_(p: argparse.ArgumentParser) -> Handler:
     return run
 
 
+def _import_source(a: argparse.Namespace, session: Session) -> int:
+    source = a.file.lower()
+    if source not in SOURCES:
+        raise UserError(f"Unknown source '{a.file}': use one of {', '.join(SOURCES)} (import SOURCE PATH), or give "
+                        "one file alone to merge an export of this app (import FILE).")
+    with session.open_engine() as eng:
+        if source == "chatgpt":
+            r = eng.import_chatgpt(a.source_file, project=a.project)
+        elif source == "claude":
+            r = eng.import_claude(a.source_file, project=a.project)
+        else:
+            r = eng.import_obsidian(a.source_file, project=a.project)
+    if a.json:
+        print_json(r)
+        return 0
+    out = console()
+    if source == "obsidian":
+        out.print(f"Imported {r.documents} note{'s' if r.documents != 1 else ''} and attachments"
+                  + (f" ({r.unchanged} already present)" if r.unchanged else "")
+                  + f", {r.links} link{'s' if r.links != 1 else ''} between notes.")
+        for reason in r.failed:
+            out.print(f"  [yellow]not read:[/yellow] {escape(reason)}")
+    else:
+        out.print(f"Imported {r.messages} message{'s' if r.messages != 1 else ''} in {r.conversations} "
+                  f"conversation{'s' if r.conversations != 1 else ''}"
+                  + (f"; {r.skipped} already present" if r.skipped else "")
+                  + (f"; {r.empty} empty" if r.empty else "") + ".")
+    return 1 if source == "obsidian" and r.failed and not (r.documents or r.unchanged) else 0
+
+
 COMMANDS = [
     Command("export", "write everything you own to a JSON Lines file (optionally encrypted)", export),
-    Command("import", "merge an export (or a JSONL of {text, kind, at, project}) into this store", import_),
+    Command("import", "merge an export (or a JSONL of {text, kind, at, project}) into this store; "
+                      "import chatgpt|claude FILE, import obsidian VAULT: your history from elsewhere", import_),
 ]

@@ -10,7 +10,7 @@ import numpy as np
 from ..db import Connection
 from .memories import marks
 
-DOC_COLS = "uid, path, title, mime, chunk_count, size, project, created_at, updated_at"
+DOC_COLS = "uid, path, title, mime, chunk_count, size, project, created_at, updated_at, meta"
 
 
 def by_content(con: Connection, chash: str, title: str | None = None) -> tuple | None:
@@ -158,7 +158,8 @@ def rewrite(con: Connection, doc_id: int, *, title: str, mime: str, chash: str, 
 
 def make_ready(con: Connection, doc_id: int, now: float) -> list[int] | None:
     """Flip a pending document to ready; its chunk ids, or None when it was not pending."""
-    if not con.execute("UPDATE documents SET status = 'ready', meta = '{}', updated_at = ? WHERE id = ? "
+    if not con.execute("UPDATE documents SET status = 'ready', meta = json_remove(meta, '$.action', '$.attempts'), "
+                       "updated_at = ? WHERE id = ? "
                        "AND status = 'pending'", (now, doc_id)).rowcount:
         return None
     return [r[0] for r in con.execute("SELECT id FROM chunks WHERE document_id = ?", (doc_id,)).fetchall()]
@@ -225,3 +226,6 @@ def chunk_by_uid(con: Connection, uid: str) -> tuple | None:
     return con.execute(
         "SELECT c.uid, c.text, c.locator, c.page, c.heading, d.uid, d.title, d.path FROM chunks c "
         "JOIN documents d ON d.id = c.document_id WHERE c.uid = ? AND d.status = 'ready'", (uid,)).fetchone()
+def chunk_texts(con: Connection, doc_id: int) -> list[tuple[int, str]]:
+    """(chunk id, text) of a document's chunks in reading order."""
+    return con.execute("SELECT id, text FROM chunks WHERE document_id = ? ORDER BY position", (doc_id,)).fetchall()
