@@ -6,6 +6,7 @@
         eng.recall("Which city is my sibling based in?")
 """
 
+from .agent import AgentInfo, AgentRun, AgentStep, ConfirmRequest
 from .ask import AskFailed, AskResult, Source
 from .config import Settings, log_dir
 from .context import Changes
@@ -16,6 +17,7 @@ from .models import ForgetResult, HealthReport, Hit, Memory, RememberResult, Sta
 from .version import __version__
 
 __all__ = [
+    "AgentInfo", "AgentRun", "AgentStep", "ConfirmRequest",
     "AskFailed", "AskResult", "Source", "Cancelled", "Changes", "Engine", "EngineError", "ForgetResult", "HealthReport",
     "Hit", "KeyMissing", "Memory", "NotFound", "RememberResult", "Settings", "Stats", "UserError", "WrongKey", "__version__", "log_dir", "setup_logging",
 ]

@@ -49,6 +49,50 @@ class IngestSettings(BaseModel):
     allowed_folders: list[str] = Field(default_factory=list)
 
 
+Permission = Literal["read_only", "write", "sensitive"]
+MemoryKind = Literal["fact", "episodic", "procedural"]
+_ALL_KINDS: tuple[MemoryKind, ...] = ("fact", "episodic", "procedural")
+
+
+class MemoryScope(BaseModel):
+    """What an agent may read and write. `projects` None: every project (and memories without one)."""
+
+    kinds: list[MemoryKind] = Field(default_factory=lambda: list(_ALL_KINDS))
+    documents: bool = True  # may read documents' passages
+    projects: list[str] | None = None
+    write_kinds: list[MemoryKind] = Field(default_factory=list)  # empty: no writes
+    write_projects: list[str] | None = None  # None: any project it may read
+
+
+class AgentSettings(BaseModel):
+    """One agent: a configuration, not code (docs/agents.md)."""
+
+    name: str = Field(min_length=1, max_length=60)
+    description: str = ""
+    system_prompt: str = ""
+    tools: list[str] = Field(default_factory=list)  # tool names; "mcp:SERVER" offers all of a server's tools
+    scope: MemoryScope = Field(default_factory=MemoryScope)
+    allowed: list[str] = Field(default_factory=list)  # `write` tools it runs without asking (sensitive always asks)
+    max_steps: int = Field(default=6, ge=1, le=50)
+    time_limit: float = Field(default=300.0, gt=0)  # seconds for the whole run
+    tool_timeout: float = Field(default=30.0, gt=0)  # seconds for one tool call
+
+
+class McpServerSettings(BaseModel):
+    """Another MCP server whose tools agents may use: a program started over stdio."""
+
+    name: str = Field(min_length=1, max_length=40, pattern=r"^[A-Za-z0-9_-]+$")
+    command: str
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    permissions: dict[str, Permission] = Field(default_factory=dict)  # tool → level; unlisted: sensitive
+
+
+class AgentsSettings(BaseModel):
+    agents: list[AgentSettings] = Field(default_factory=list)  # beside the built-in Research and Organiser
+    mcp_servers: list[McpServerSettings] = Field(default_factory=list)
+
+
 class Settings(BaseModel):
     """User settings, stored as JSON next to the store. Nothing secret lives here."""
 
@@ -66,6 +110,7 @@ class Settings(BaseModel):
     archive_floor: float = 0.1
     autostart: bool = False
     tray_notice_shown: bool = False
+    agents: AgentsSettings = Field(default_factory=AgentsSettings)
 
 
 def write_atomic(path: Path, data: str) -> None:

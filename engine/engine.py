@@ -11,6 +11,7 @@ The parts are attributes (docs/architecture.md draws them):
     eng.consolidation  decay, archive, roll-up, contradictions     engine/consolidation.py
     eng.answers        grounded answers, conversations             engine/ask.py
     eng.transfer       export and import                           engine/transfer.py
+    eng.agents         agents: typed tools, the bounded loop          engine/agent/
     eng.audit          the audit log                               engine/audit.py
     eng.space          the embedding model and vectors             engine/space.py
     eng.language       the language model                          engine/language.py
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from . import backup, db, erasure, keyops
+from .agent import AgentInfo, AgentRun, Agents, AgentStep, ConfirmRequest
 from .ask import Answers, AskResult
 from .audit import AuditLog
 from .backfill import Backfill
@@ -94,6 +96,7 @@ class Engine:
         self.consolidation = Consolidation(self.ctx, self.memories, self.graph, self.language)
         self.answers = Answers(self.ctx, self.memories, self.retrieval, self.graph, self.language)
         self.transfer = Transfer(self.ctx, self.backfill)
+        self.agents = Agents(self.ctx, self.memories, self.documents, self.retrieval, self.graph, self.language)
 
     # ------------------------------------------------------------------------------------------------
     # opening
@@ -149,6 +152,7 @@ class Engine:
         return profile is not None and profile.key_source == "passphrase"
 
     def close(self) -> None:
+        self.agents.close()
         self.backfill.stop()
         self.language.reset()
         self.store.close()
@@ -337,6 +341,21 @@ class Engine:
             conversation_id: str | None = None, cancel: threading.Event | None = None) -> AskResult:
         return self.answers.ask(question, project=project, k=k, on_token=on_token, verify=verify,
                                 conversation_id=conversation_id, cancel=cancel)
+
+    # ------------------------------------------------------------------------------------------------
+    # agents (engine/agent/)
+    # ------------------------------------------------------------------------------------------------
+    def agent_run(self, task: str, *, agent: str | None = None, project: str | None = None,
+                  on_step: Callable[[AgentStep], None] | None = None,
+                  confirm: Callable[[ConfirmRequest], bool] | None = None,
+                  cancel: threading.Event | None = None) -> AgentRun:
+        return self.agents.run(task, agent=agent, project=project, on_step=on_step, confirm=confirm, cancel=cancel)
+
+    def list_agents(self) -> list[AgentInfo]:
+        return self.agents.catalogue()
+
+    def agent_info(self, name: str | None = None) -> AgentInfo:
+        return self.agents.info(name)
 
     @property
     def llm(self) -> LLMRouter:

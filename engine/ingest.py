@@ -128,6 +128,15 @@ class Document(BaseModel):
     error: str | None = Field(default=None, description="Why it could not be ingested (failed documents only)")
 
 
+class Passage(BaseModel):
+    """One chunk of a document, as read in order."""
+
+    id: str
+    position: int
+    locator: str | None = None
+    text: str
+
+
 Allow = Callable[[Path], "str | None"]
 """A path policy: None when a file or folder may be read, else why not (see engine.pathpolicy)."""
 
@@ -549,6 +558,12 @@ class Documents:
         if row is None:
             raise NotFound(f"No document with id {uid}.")
         return _document(row)
+
+    def passages(self, uid: str, *, offset: int = 0, limit: int = 20) -> list[Passage]:
+        """A ready document's passages (chunks) in reading order, `limit` of them from `offset`."""
+        self.get_document(uid)  # NotFound for an unknown id
+        return [Passage(id=r[0], position=r[1], locator=r[2] or None, text=r[3])
+                for r in rows.passages(self.ctx.con, uid, max(0, offset), max(1, limit))]
 
     def forget(self, uid: str) -> ForgetResult:
         """Delete a document, its chunks and everything derived from them, in one transaction."""

@@ -80,6 +80,14 @@ def ready_by_uid(con: Connection, uid: str) -> tuple | None:
     return con.execute(f"SELECT {DOC_COLS} FROM documents WHERE uid = ? AND status = 'ready'", (uid,)).fetchone()
 
 
+def passages(con: Connection, uid: str, offset: int, limit: int) -> list[tuple[str, int, str, str]]:
+    """(uid, position, locator, text) of a ready document's chunks, in reading order."""
+    return con.execute(
+        "SELECT c.uid, c.position, c.locator, c.text FROM chunks c JOIN documents d ON d.id = c.document_id "
+        "WHERE d.uid = ? AND d.status = 'ready' ORDER BY c.position LIMIT ? OFFSET ?", (uid, limit, offset),
+    ).fetchall()
+
+
 def row_id(con: Connection, uid: str) -> int | None:
     row = con.execute("SELECT id FROM documents WHERE uid = ?", (uid,)).fetchone()
     return None if row is None else int(row[0])
