@@ -131,7 +131,7 @@ class AgentInfo(BaseModel):
 
 def _summary(o: Observation) -> str:
     if o.status == "ok":
-        return f"{o.count} result{'s' if o.count != 1 else ''}" if o.count != 1 else "done"
+        return "done" if o.count is None else f"{o.count} result{'s' if o.count != 1 else ''}"
     return o.text.removeprefix(f"tool {o.tool} ")
 
 

@@ -61,7 +61,7 @@ class Observation(BaseModel):
     status: Status
     text: str
     ids: list[str] = Field(default_factory=list)
-    count: int = 0
+    count: int | None = None
     seconds: float = 0.0
 
     @property
@@ -82,9 +82,10 @@ def _ids(value: Any, out: list[str]) -> list[str]:
     return out
 
 
-def _count(output: dict[str, Any]) -> int:
+def _count(output: dict[str, Any]) -> int | None:
+    """How many results a tool gave (the length of its output's list), None for a single result."""
     lists = [v for v in output.values() if isinstance(v, list)]
-    return len(lists[0]) if lists else 1
+    return len(lists[0]) if lists else None
 
 
 class Dispatcher:
