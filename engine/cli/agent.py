@@ -132,7 +132,8 @@ def agent(p: argparse.ArgumentParser) -> Handler:
                 from ..errors import UserError
 
                 raise UserError('Give the task as one argument, in quotes: personal-llm agent run [NAME] "task".')
-            name, task = (words[0], words[1]) if len(words) == 2 else (None, words[0])
+            name: str | None = words[0] if len(words) == 2 else None
+            task = words[-1]
             printer = _Printer()
             result = eng.agent_run(task, agent=name, project=a.project, on_step=None if a.json else printer.step,
                                    confirm=_confirm(printer, a.yes))
