@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from ..agent import AgentRun, AgentStep, ConfirmRequest
+from ..errors import UserError
 from .base import Command, Handler, Session, add_json, print_json, short
 
 MARKS = {"ok": "✓", "failed": "✗", "refused": "✗", "declined": "✗", "timeout": "✗"}
@@ -124,13 +125,11 @@ def agent(p: argparse.ArgumentParser) -> Handler:
                        f"  writes: {', '.join(scope.write_kinds) or 'nothing'}\n  tools:\n")
                 for t in info.tools:
                     _write(f"    {t.name}  [{t.permission}{', asks first' if t.asks else ''}]  {t.description}\n")
-                for name in info.unknown_tools:
-                    _write(f"    {name}  [not found: fix the agent's settings]\n")
+                for missing in info.unknown_tools:
+                    _write(f"    {missing}  [not found: fix the agent's settings]\n")
                 return 0
             words = a.words
             if len(words) > 2:
-                from ..errors import UserError
-
                 raise UserError('Give the task as one argument, in quotes: personal-llm agent run [NAME] "task".')
             name: str | None = words[0] if len(words) == 2 else None
             task = words[-1]
