@@ -348,8 +348,13 @@ class Engine:
     def agent_run(self, task: str, *, agent: str | None = None, project: str | None = None,
                   on_step: Callable[[AgentStep], None] | None = None,
                   confirm: Callable[[ConfirmRequest], bool] | None = None,
-                  cancel: threading.Event | None = None) -> AgentRun:
-        return self.agents.run(task, agent=agent, project=project, on_step=on_step, confirm=confirm, cancel=cancel)
+                  cancel: threading.Event | None = None, run_id: str | None = None) -> AgentRun:
+        return self.agents.run(task, agent=agent, project=project, on_step=on_step, confirm=confirm, cancel=cancel,
+                               run_id=run_id)
+
+    def prepare_agent(self, agent: str | None = None, project: str | None = None) -> str:
+        """Raise what `agent_run` would before its first step; the agent's name when it can run."""
+        return self.agents.prepare(agent, project)
 
     def list_agents(self) -> list[AgentInfo]:
         return self.agents.catalogue()

@@ -7,7 +7,7 @@ permission levels and confirmation (docs/agents.md).
     mcp_tools.py   tools of other MCP servers, through the official `mcp` client
 """
 
-from .agents import AgentInfo, AgentRun, Agents, AgentStep, ToolInfo
+from .agents import AgentInfo, AgentRun, Agents, AgentStep, ToolInfo, new_run_id
 from .dispatcher import ConfirmRequest
 
-__all__ = ["AgentInfo", "AgentRun", "AgentStep", "Agents", "ConfirmRequest", "ToolInfo"]
+__all__ = ["AgentInfo", "AgentRun", "AgentStep", "Agents", "ConfirmRequest", "ToolInfo", "new_run_id"]

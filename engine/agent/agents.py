@@ -213,13 +213,23 @@ class Agents:
 
     # -- a run -------------------------------------------------------------------------------------
 
+    def prepare(self, agent: str | None = None, project: str | None = None) -> str:
+        """Raise what `run` would raise before its first step (no such agent, a project outside its scope, no
+        model); the agent's name when it can run."""
+        cfg = self.config(agent)
+        _narrowed(cfg.scope, project)
+        router, why = self.language.ready()
+        if router is None:
+            raise LLMUnavailable(f"An agent needs a language model. {why}")
+        return cfg.name
+
     def run(self, task: str, *, agent: str | None = None, project: str | None = None,
             on_step: Callable[[AgentStep], None] | None = None, confirm: Confirm | None = None,
-            cancel: threading.Event | None = None) -> AgentRun:
+            cancel: threading.Event | None = None, run_id: str | None = None) -> AgentRun:
         """Do `task` with the agent (default Research); see the module's docstring. `confirm` is asked before
         a `sensitive` call (and a `write` one the agent is not allowed): without it, those calls are
         declined. `cancel` stops the run at the next piece of text, tool call or confirmation
-        (`Cancelled`); what was written before stays written."""
+        (`Cancelled`); what was written before stays written. `run_id` names the run (default: a new id)."""
         task = (task or "").strip()
         if not task:
             raise UserError("An agent needs a task.")
@@ -232,7 +242,7 @@ class Agents:
         if unknown:
             raise UserError(f"The agent '{cfg.name}' names tools that do not exist: {', '.join(unknown)}. "
                             "Fix its settings (`personal-llm agent show` lists them).")
-        run_id = f"run_{secrets.token_hex(6)}"
+        run_id = run_id or new_run_id()
         env = ToolEnv(memories=self.memories, documents=self.documents, retrieval=self.retrieval, graph=self.graph,
                       settings=self.ctx.settings, home=self.ctx.home, scope=scope, citations=Citations())
         started = time.monotonic()
@@ -342,6 +352,10 @@ class Agents:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+
+
+def new_run_id() -> str:
+    return f"run_{secrets.token_hex(6)}"
 
 
 def _narrowed(scope: MemoryScope, project: str | None) -> MemoryScope:
