@@ -33,10 +33,10 @@ def call(name: str, **arguments: Any) -> Reply:
     return Reply(tool_calls=[{"name": name, "arguments": arguments}])
 
 
-def events(live: Live, body: dict[str, Any], on_confirm: Any = None) -> list[dict[str, Any]]:
+def events(api: Live, body: dict[str, Any], on_confirm: Any = None) -> list[dict[str, Any]]:
     """Read the stream to its end; `on_confirm(event)` is called for each confirm event as it arrives."""
     out = []
-    with live.client.stream("POST", "/agent/run", json=body) as r:
+    with api.client.stream("POST", "/agent/run", json=body) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("application/x-ndjson")
         for raw in r.iter_lines():
             event = json.loads(raw)
@@ -46,8 +46,8 @@ def events(live: Live, body: dict[str, Any], on_confirm: Any = None) -> list[dic
     return out
 
 
-def answer(live: Live, event: dict[str, Any], approve: bool) -> httpx.Response:
-    return live.client.post(f"/agent/run/{event['run_id']}/confirm",
+def answer(api: Live, event: dict[str, Any], approve: bool) -> httpx.Response:
+    return api.client.post(f"/agent/run/{event['run_id']}/confirm",
                             json={"call_id": event["call_id"], "approve": approve})
 
 
