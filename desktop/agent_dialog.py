@@ -52,7 +52,8 @@ class AgentConfirmDialog(QDialog):
         self.permission.setProperty("tone", "warn" if request.permission == "sensitive" else "info")
         self.arguments = QPlainTextEdit(arguments_text(dict(request.arguments)))
         self.arguments.setReadOnly(True)
-        self.arguments.setMaximumHeight(140)
+        lines = self.arguments.toPlainText().count("\n") + 1
+        self.arguments.setFixedHeight(min(160, 16 + lines * self.fontMetrics().lineSpacing() * 2))
 
         self.allow_button = button("Allow", danger=request.permission == "sensitive")
         self.deny_button = button("Don't allow", primary=True)

@@ -218,7 +218,7 @@ class AskPanel(QWidget):
         elif step.kind == "call":
             plan = self.answer.toPlainText().strip()
             if plan:  # what the model wrote before choosing a tool was its plan, not the answer
-                self._add_step(f"💬 {formatting.one_line(plan, 300)}")
+                self._add_step(f"Plan: {formatting.one_line(plan, 300)}")
                 self.answer.clear()
             args = ", ".join(arguments_text(step.arguments or {}).splitlines())
             self._add_step(f"→ {step.tool}({formatting.one_line(args, 200)})")
