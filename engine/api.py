@@ -521,9 +521,14 @@ def _agent_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
                                "description": "One JSON object a line: start, step…, confirm…, then done, "
                                               "stopped or error (docs/api.md)"},
                          404: {"model": ErrorBody, "description": "No such agent"},
-                         502: {"model": ErrorBody, "description": "No language model can answer"}})
+                         409: {"model": ErrorBody, "description": "No language model can answer now"}})
     async def agent_run(body: AgentRunRequest) -> StreamingResponse:
-        name = await call(eng.prepare_agent, body.agent, body.project)  # 404 / 400 / 502 before the stream starts
+        from .llm import LLMModelMissing, LLMUnavailable
+
+        try:  # 404 (no such agent), 400 (project outside its scope), 409 (no model) before the stream starts
+            name = await call(eng.prepare_agent, body.agent, body.project)
+        except (LLMUnavailable, LLMModelMissing) as e:
+            raise HTTPException(status_code=409, detail=str(e)) from None
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
         run_id = new_run_id()

@@ -106,4 +106,4 @@ def test_errors_before_the_stream_are_plain_http_errors(llm_live, live, server):
     server.set_models([])  # the model is not installed: no run starts
     llm_live.eng.reset_llm()
     r = llm_live.client.post("/agent/run", json={"task": "x"})
-    assert r.status_code == 502 and "not installed" in r.json()["detail"]
+    assert r.status_code == 409 and "not installed" in r.json()["detail"]
