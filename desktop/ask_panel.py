@@ -1,4 +1,8 @@
-"""The ask panel: a question, the answer streamed as it is written, and numbered, clickable sources."""
+"""The ask panel: a question, the answer streamed as it is written, and numbered, clickable sources.
+
+With "Agent" on, the question is a task for an agent (docs/agents.md): each step shows as it happens
+(the tool called, what it gave), a step that needs the user's permission opens a dialog naming the tool
+and its arguments (desktop/agent_dialog.py), and Stop ends the run at any time."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from typing import Any
 from PySide6.QtCore import Qt, QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QTextCursor
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QHBoxLayout,
     QLineEdit,
@@ -22,11 +27,15 @@ from PySide6.QtWidgets import (
 )
 
 from . import formatting
+from .agent_dialog import AgentConfirmDialog, arguments_text
 from .bridge import Bridge
 from .widgets import Banner, EmptyState, button, muted, page_title
 
 ALL_PROJECTS = "All projects"
 CITATION = re.compile(r"\[(\d{1,3})\]")
+STOPPED_AT = {"step_limit": "The agent used all its steps; this is what it found so far.",
+              "time_limit": "The agent ran out of time; this is what it found so far."}
+MARKS = {"ok": "✓", "failed": "✗", "refused": "✗", "declined": "✗", "timeout": "✗"}
 OLLAMA_HINT = ("No language model is running, so you get the best passages from your memory instead of a "
                "written answer. To get answers, install Ollama from <a href='https://ollama.com'>ollama.com</a> "
                "and run <code>ollama pull llama3.2</code>.")
@@ -41,6 +50,8 @@ class AskPanel(QWidget):
         self.bridge = bridge
         self.sources: list[Any] = []
         self._asking = False
+        self._agent_mode = False  # the question in flight is an agent's task
+        self.dialog: AgentConfirmDialog | None = None
 
         self.question = QLineEdit()
         self.question.setPlaceholderText("Ask your memory a question…")
@@ -51,11 +62,20 @@ class AskPanel(QWidget):
         self.ask_button = button("Ask", primary=True)
         self.ask_button.clicked.connect(self.ask)
         self.stop_button = button("Stop")
-        self.stop_button.clicked.connect(self.bridge.cancel_ask)
+        self.stop_button.clicked.connect(self.stop)
         self.stop_button.hide()
+        self.agent_toggle = QCheckBox("Agent")
+        self.agent_toggle.setToolTip("Let an agent do the task step by step with tools: search, documents, "
+                                     "dates… It asks before it changes anything.")
+        self.agent_toggle.toggled.connect(self._agent_toggled)
+        self.agent_picker = QComboBox()
+        self.agent_picker.addItem("Research", "Research")
+        self.agent_picker.hide()
         row = QHBoxLayout()
         row.setSpacing(8)
         row.addWidget(self.question, 1)
+        row.addWidget(self.agent_toggle)
+        row.addWidget(self.agent_picker)
         row.addWidget(self.project)
         row.addWidget(self.ask_button)
         row.addWidget(self.stop_button)
@@ -72,6 +92,10 @@ class AskPanel(QWidget):
         self.source_list.itemActivated.connect(self._source_activated)
         self.source_list.itemClicked.connect(self._source_activated)
         self.locator = muted("")
+        self.steps_title = muted("Steps")
+        self.steps = QListWidget()
+        self.steps.setWordWrap(True)
+        self.steps.setMaximumHeight(180)
 
         content = QWidget()
         cl = QVBoxLayout(content)
@@ -79,6 +103,8 @@ class AskPanel(QWidget):
         cl.setSpacing(8)
         cl.addLayout(row)
         cl.addWidget(self.banner)
+        cl.addWidget(self.steps_title)
+        cl.addWidget(self.steps)
         cl.addWidget(self.answer, 1)
         cl.addWidget(self.sources_title)
         cl.addWidget(self.source_list)
@@ -100,7 +126,13 @@ class AskPanel(QWidget):
         bridge.answer_finished.connect(self._finished)
         bridge.answer_failed.connect(self._failed)
         bridge.answer_cancelled.connect(self._cancelled)
+        bridge.agent_step_received.connect(self._agent_step)
+        bridge.agent_confirm_requested.connect(self._confirm)
+        bridge.agent_finished.connect(self._agent_finished)
+        bridge.agent_failed.connect(self._failed)
+        bridge.agent_cancelled.connect(self._cancelled)
         self._set_sources_visible(False)
+        self._set_steps_visible(False)
 
     # ------------------------------------------------------------------------------------------------
     def focus_question(self) -> None:
@@ -124,9 +156,27 @@ class AskPanel(QWidget):
         self.source_list.clear()
         self.locator.setText("")
         self._set_sources_visible(False)
-        self.banner.set("Looking through your memory…", "info")
-        self.bridge.ask(question, self.project.currentData())
+        self._agent_mode = self.agent_toggle.isChecked()
+        self.steps.clear()
+        self._set_steps_visible(self._agent_mode)
+        if self._agent_mode:
+            agent = self.agent_picker.currentData()
+            self.banner.set(f"{html.escape(agent)} is working on it…", "info")
+            self.bridge.agent_run(question, agent, self.project.currentData())
+        else:
+            self.banner.set("Looking through your memory…", "info")
+            self.bridge.ask(question, self.project.currentData())
         self._set_asking(True)
+
+    def stop(self) -> None:
+        """Stop the answer or the agent now; a permission question still open is withdrawn (not allowed)."""
+        if self._agent_mode:
+            self.bridge.cancel_agent()
+            if self.dialog is not None:
+                self.dialog.dismiss()
+                self.dialog = None
+        else:
+            self.bridge.cancel_ask()
 
     def open_source(self, n: int) -> None:
         for source in self.sources:
@@ -137,6 +187,80 @@ class AskPanel(QWidget):
     # ------------------------------------------------------------------------------------------------
     def _opened(self, info: Any) -> None:
         self.stack.setCurrentIndex(0)
+        self.bridge.list_agents(self._set_agents)
+
+    def _set_agents(self, agents: Any) -> None:
+        current = self.agent_picker.currentData()
+        self.agent_picker.clear()
+        for a in agents or []:
+            self.agent_picker.addItem(a.name, a.name)
+            self.agent_picker.setItemData(self.agent_picker.count() - 1, a.description, Qt.ItemDataRole.ToolTipRole)
+        self.agent_picker.setCurrentIndex(max(self.agent_picker.findData(current), 0))
+
+    def _agent_toggled(self, on: bool) -> None:
+        self.agent_picker.setVisible(on)
+        self.question.setPlaceholderText("Give an agent a task…" if on else "Ask your memory a question…")
+        self.ask_button.setText("Run" if on else "Ask")
+
+    # -- agent runs --------------------------------------------------------------------------------
+    def _add_step(self, text: str, tone: str | None = None) -> None:
+        item = QListWidgetItem(text)
+        if tone:
+            item.setData(Qt.ItemDataRole.UserRole, tone)
+        self.steps.addItem(item)
+        self.steps.scrollToBottom()
+
+    def _agent_step(self, step: Any) -> None:
+        if not (self._asking and self._agent_mode):
+            return
+        if step.kind == "text":
+            self._token(step.text or "")
+        elif step.kind == "call":
+            plan = self.answer.toPlainText().strip()
+            if plan:  # what the model wrote before choosing a tool was its plan, not the answer
+                self._add_step(f"Plan: {formatting.one_line(plan, 300)}")
+                self.answer.clear()
+            args = ", ".join(arguments_text(step.arguments or {}).splitlines())
+            self._add_step(f"→ {step.tool}({formatting.one_line(args, 200)})")
+        elif step.kind == "confirm":
+            self._add_step(f"? Waiting for you: allow {step.tool}?", "warn")
+        elif step.kind == "observation":
+            self._add_step(f"    {MARKS.get(step.status or '', '·')} {step.summary}",
+                           "ok" if step.status == "ok" else "warn")
+
+    def _confirm(self, request: Any) -> None:
+        if not (self._asking and self._agent_mode):
+            self.bridge.answer_agent(request.call_id, False)
+            return
+        dialog = AgentConfirmDialog(request, self)
+        dialog.answered.connect(self._confirm_answered)
+        self.dialog = dialog
+        dialog.open()
+
+    def _confirm_answered(self, call_id: str, approve: bool) -> None:
+        self.dialog = None
+        self.bridge.answer_agent(call_id, approve)
+
+    def _agent_finished(self, run: Any) -> None:
+        if self.dialog is not None:
+            self.dialog.dismiss()
+            self.dialog = None
+        self._set_asking(False)
+        self.sources = list(run.sources)
+        self.answer.setHtml(self._answer_html(run.answer))
+        self.banner.set(STOPPED_AT.get(run.stopped, ""), "info")
+        self._add_step(f"Done: {run.tool_calls} tool call{'s' if run.tool_calls != 1 else ''}.")
+        shown = [s for s in self.sources if f"[{s.n}]" in run.answer]
+        for source in shown:
+            item = QListWidgetItem(self._source_label(source))
+            item.setData(Qt.ItemDataRole.UserRole, int(source.n))
+            item.setToolTip("Click to open")
+            self.source_list.addItem(item)
+        self._set_sources_visible(bool(shown))
+
+    def _set_steps_visible(self, visible: bool) -> None:
+        self.steps_title.setVisible(visible)
+        self.steps.setVisible(visible)
 
     def _token(self, piece: str) -> None:
         if not self._asking:
@@ -155,8 +279,13 @@ class AskPanel(QWidget):
         self.stop_button.setVisible(asking)
 
     def _cancelled(self) -> None:
+        if self.dialog is not None:
+            self.dialog.dismiss()
+            self.dialog = None
         self._set_asking(False)
         self.banner.set("Stopped.", "info")
+        if self._agent_mode:
+            self._add_step("Stopped.")
 
     def _finished(self, result: Any) -> None:
         self._set_asking(False)
@@ -183,6 +312,9 @@ class AskPanel(QWidget):
         self._set_sources_visible(bool(self.sources))
 
     def _failed(self, message: str) -> None:
+        if self.dialog is not None:
+            self.dialog.dismiss()
+            self.dialog = None
         self._set_asking(False)
         self.banner.set(html.escape(message), "error")
 

@@ -96,6 +96,11 @@ class Bridge(QObject):
     answer_finished = Signal(object)  # AskResult
     answer_failed = Signal(str)
     answer_cancelled = Signal()
+    agent_step_received = Signal(object)  # engine AgentStep, as it happens
+    agent_confirm_requested = Signal(object)  # engine ConfirmRequest: answer with answer_agent()
+    agent_finished = Signal(object)  # engine AgentRun
+    agent_failed = Signal(str)
+    agent_cancelled = Signal()
     paused_changed = Signal(bool)
     closed = Signal()
     outside_changed = Signal(object)  # engine.Changes written by another program (CLI, API, MCP)
@@ -118,6 +123,8 @@ class Bridge(QObject):
         self._import_cancel: threading.Event | None = None
         self._ask_cancel: threading.Event | None = None
         self._consolidate_cancel: threading.Event | None = None
+        self._agent_cancel: threading.Event | None = None
+        self._agent_answers: dict[str, tuple[threading.Event, list[bool]]] = {}
         self._in_flight = 0
         self._lock = threading.Lock()
         self._closing = False
@@ -268,7 +275,7 @@ class Bridge(QObject):
             return
         self._closing = True
         self._poll_timer.stop()
-        for cancel in (self._ingest_cancel, self._ask_cancel, self._consolidate_cancel):
+        for cancel in (self._ingest_cancel, self._ask_cancel, self._consolidate_cancel, self._agent_cancel):
             if cancel is not None:
                 cancel.set()
         self._jobs.shutdown(wait=True, cancel_futures=True)
@@ -497,6 +504,52 @@ class Bridge(QObject):
     def cancel_ask(self) -> None:
         if self._ask_cancel is not None:
             self._ask_cancel.set()
+
+    def list_agents(self, done: Done) -> None:
+        """The agents (built-in and the user's), for the Ask panel's picker."""
+        self.read(lambda e: e.list_agents(), done)
+
+    def agent_run(self, task: str, agent: str | None = None, project: str | None = None) -> None:
+        """Run an agent on the jobs thread: `agent_step_received` per step, `agent_confirm_requested` when a
+        step waits for the user (answer with `answer_agent`), then `agent_finished`, `agent_failed` or
+        `agent_cancelled`."""
+        cancel = threading.Event()
+        self._agent_cancel = cancel
+
+        def confirm(request: Any) -> bool:  # on the jobs thread: wait for the UI's answer, or Stop
+            answered, approve = threading.Event(), [False]
+            with self._lock:
+                self._agent_answers[request.call_id] = (answered, approve)
+            self.agent_confirm_requested.emit(request)
+            try:
+                while not answered.wait(0.1):
+                    if cancel.is_set() or self._closing:
+                        return False
+                return approve[0]
+            finally:
+                with self._lock:
+                    self._agent_answers.pop(request.call_id, None)
+
+        self._run(
+            self._jobs,
+            lambda e: e.agent_run(task, agent=agent or None, project=project or None,
+                                  on_step=self.agent_step_received.emit, confirm=confirm, cancel=cancel),
+            lambda run: self.agent_finished.emit(run) if run is not None else self.agent_cancelled.emit(),
+            self.agent_failed.emit,
+        )
+
+    def answer_agent(self, call_id: str, approve: bool) -> None:
+        """The user's answer to `agent_confirm_requested`."""
+        with self._lock:
+            waiting = self._agent_answers.get(call_id)
+        if waiting is not None:
+            waiting[1][0] = approve
+            waiting[0].set()
+
+    def cancel_agent(self) -> None:
+        """Stop the agent: at its next piece of text, tool call or question (a question waiting is declined)."""
+        if self._agent_cancel is not None:
+            self._agent_cancel.set()
 
     def test_connection(self, llm_settings: Any, done: Done) -> None:
         """Check an LLM configuration (saved or not) with a fresh router: result has ok, detail, models."""

@@ -6,6 +6,7 @@
         eng.recall("Which city is my sibling based in?")
 """
 
+from .agent import AgentInfo, AgentRun, AgentStep, ConfirmRequest
 from .ask import AskFailed, AskResult, Source
 from .config import Settings, log_dir
 from .context import Changes
@@ -18,6 +19,7 @@ from .parsers import SUPPORTED_EXTENSIONS
 from .version import __version__
 
 __all__ = [
+    "AgentInfo", "AgentRun", "AgentStep", "ConfirmRequest",
     "AskFailed", "AskResult", "Source", "Cancelled", "Changes", "Engine", "EngineError", "ForgetResult", "HealthReport",
     "Hit", "KeyMissing", "Memory", "NotFound", "RememberResult", "Remembered", "Settings", "Stats", "UserError", "WrongKey", "__version__", "log_dir", "setup_logging",
     "SUPPORTED_EXTENSIONS",

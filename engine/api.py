@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -35,7 +36,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import FastAPI, File, Form, HTTPException, Query, Request, Security, UploadFile
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPBearer
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from starlette.middleware.cors import CORSMiddleware
@@ -165,6 +166,28 @@ class AskRequest(BaseModel):
     verify: bool = Field(default=False, description="Check the answer against its sources (slower)")
     conversation_id: str | None = Field(default=None, max_length=100,
                                         description="Continue this conversation (from an earlier answer)")
+
+
+class AgentRunRequest(BaseModel):
+    task: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, description="What the agent should do")
+    agent: str | None = Field(default=None, max_length=60, description="Which agent (default: Research)")
+    project: str | None = Field(default=None, max_length=200, description="Work within this project only")
+
+
+class ConfirmAnswer(BaseModel):
+    call_id: str = Field(min_length=1, max_length=100, description="The `call_id` of the `confirm` event")
+    approve: bool = Field(description="true: run the tool; false: don't")
+
+
+class ConfirmResult(BaseModel):
+    run_id: str
+    call_id: str
+    approve: bool
+
+
+class StopResult(BaseModel):
+    run_id: str
+    stopping: bool
 
 
 class ErrorBody(BaseModel):
@@ -441,7 +464,164 @@ def create_app(engine: Any, token: str, allowed_origins: list[str] | None = None
     return app
 
 
+CONFIRM_TIMEOUT = 300.0  # seconds a confirmation waits for its answer; then the call is declined
+_END = object()
+
+
+class _Pending:
+    """A confirmation waiting for the client's answer."""
+
+    def __init__(self) -> None:
+        self.answered = threading.Event()
+        self.approve = False
+
+
+class _AgentRuns:
+    """The agent runs streaming now: their Stop flags and the confirmations waiting for an answer."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._cancel: dict[str, threading.Event] = {}
+        self._pending: dict[tuple[str, str], _Pending] = {}
+
+    def start(self, run_id: str) -> threading.Event:
+        with self._lock:
+            cancel = self._cancel[run_id] = threading.Event()
+            return cancel
+
+    def end(self, run_id: str) -> None:
+        with self._lock:
+            cancel = self._cancel.pop(run_id, None)
+            waiting = [k for k in self._pending if k[0] == run_id]
+            for key in waiting:
+                self._pending.pop(key).answered.set()  # declined
+        if cancel is not None:
+            cancel.set()
+
+    def expect(self, run_id: str, call_id: str) -> _Pending:
+        """Make ready for the answer (before the client is told, so that a quick answer finds it)."""
+        pending = _Pending()
+        with self._lock:
+            self._pending[(run_id, call_id)] = pending
+        return pending
+
+    def wait(self, run_id: str, call_id: str, pending: _Pending, cancel: threading.Event) -> bool:
+        """Block (on the run's worker thread) until the client answers, the run stops, or time runs out."""
+        deadline = time.monotonic() + CONFIRM_TIMEOUT
+        try:
+            while not pending.answered.wait(0.1):
+                if cancel.is_set() or time.monotonic() > deadline:
+                    return False
+            return pending.approve
+        finally:
+            with self._lock:
+                self._pending.pop((run_id, call_id), None)
+
+    def answer(self, run_id: str, call_id: str, approve: bool) -> bool:
+        with self._lock:
+            pending = self._pending.get((run_id, call_id))
+        if pending is None:
+            return False
+        pending.approve = approve
+        pending.answered.set()
+        return True
+
+    def stop(self, run_id: str) -> bool:
+        with self._lock:
+            cancel = self._cancel.get(run_id)
+        if cancel is None:
+            return False
+        cancel.set()
+        return True
+
+
+def _agent_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
+    from .agent import ConfirmRequest, new_run_id
+    from .errors import Cancelled
+
+    runs = _AgentRuns()
+
+    @app.post("/agent/run", tags=["agents"], summary="Run an agent on a task, streaming its steps (NDJSON)",
+              response_class=StreamingResponse,
+              responses={200: {"content": {"application/x-ndjson": {}},
+                               "description": "One JSON object a line: start, step…, confirm…, then done, "
+                                              "stopped or error (docs/api.md)"},
+                         404: {"model": ErrorBody, "description": "No such agent"},
+                         409: {"model": ErrorBody, "description": "No language model can answer now"}})
+    async def agent_run(body: AgentRunRequest) -> StreamingResponse:
+        from .llm import LLMModelMissing, LLMUnavailable
+
+        try:  # 404 (no such agent), 400 (project outside its scope), 409 (no model) before the stream starts
+            name = await call(eng.prepare_agent, body.agent, body.project)
+        except (LLMUnavailable, LLMModelMissing) as e:
+            raise HTTPException(status_code=409, detail=str(e)) from None
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        run_id = new_run_id()
+        cancel = runs.start(run_id)
+
+        def put(item: Any) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+
+        def confirm(request: ConfirmRequest) -> bool:
+            pending = runs.expect(run_id, request.call_id)
+            put({"event": "confirm", **request.model_dump(mode="json")})
+            return runs.wait(run_id, request.call_id, pending, cancel)
+
+        job = asyncio.ensure_future(call(
+            eng.agent_run, body.task, agent=name, project=body.project, run_id=run_id, cancel=cancel,
+            on_step=lambda step: put({"event": "step", **step.model_dump(mode="json", exclude_none=True)}),
+            confirm=confirm))
+        job.add_done_callback(lambda _job: queue.put_nowait(_END))
+
+        def line(item: dict[str, Any]) -> bytes:
+            return (json.dumps(item, ensure_ascii=False) + "\n").encode("utf-8")
+
+        async def stream() -> Any:
+            try:
+                yield line({"event": "start", "run_id": run_id, "agent": name})
+                while (item := await queue.get()) is not _END:
+                    yield line(item)
+                try:
+                    result = job.result()
+                except Cancelled:
+                    yield line({"event": "stopped", "run_id": run_id})
+                except UserError as e:
+                    log.info("POST /agent/run: %s", type(e).__name__)
+                    yield line({"event": "error", "run_id": run_id, "detail": str(e)})
+                except Exception as e:  # noqa: BLE001 - the stream has started: the error is its last line
+                    log.error("POST /agent/run failed: %s\n%s", type(e).__name__,
+                              "".join(traceback.format_tb(e.__traceback__)))
+                    yield line({"event": "error", "run_id": run_id,
+                                "detail": "Internal error; details are in the server log."})
+                else:
+                    yield line({"event": "done", "run_id": run_id, "result": result.model_dump(mode="json")})
+            finally:
+                runs.end(run_id)  # a client that hung up stops the run
+
+        return StreamingResponse(stream(), media_type="application/x-ndjson")
+
+    @app.post("/agent/run/{run_id}/confirm", response_model=ConfirmResult, tags=["agents"],
+              summary="Answer a `confirm` event: run the tool (approve) or not",
+              responses={404: {"model": ErrorBody, "description": "No such run, or it is not asking about this call"}})
+    async def agent_confirm(run_id: str, body: ConfirmAnswer) -> ConfirmResult:
+        if not runs.answer(run_id, body.call_id, body.approve):
+            raise HTTPException(status_code=404, detail=f"The run {run_id} is not waiting for an answer about "
+                                                        f"{body.call_id}.")
+        return ConfirmResult(run_id=run_id, call_id=body.call_id, approve=body.approve)
+
+    @app.post("/agent/run/{run_id}/stop", response_model=StopResult, tags=["agents"],
+              summary="Stop a run (its stream ends with a `stopped` event)",
+              responses={404: {"model": ErrorBody, "description": "No such run"}})
+    async def agent_stop(run_id: str) -> StopResult:
+        if not runs.stop(run_id):
+            raise HTTPException(status_code=404, detail=f"There is no run {run_id} going on.")
+        return StopResult(run_id=run_id, stopping=True)
+
+
 def _add_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
+    _agent_routes(app, eng, call)
+
     @app.post("/ingest", response_model=list[IngestResult], tags=["documents"],
               summary="Ingest files or folders under the folders you allowed, or a text (one result per file)")
     async def ingest(body: IngestRequest) -> list[IngestResult]:

@@ -52,9 +52,55 @@ class IngestSettings(BaseModel):
 class BackupSettings(BaseModel):
     folder: str | None = None  # None: $PERSONAL_LLM_BACKUP_DIR, else backups/ in the profile (engine/backup.py)
     schedule: Literal["daily", "weekly", "off"] = "daily"  # how often the app takes a snapshot while it runs
+
+
 class OcrSettings(BaseModel):
     # Read scanned PDF pages and image files (png, jpg, tiff, webp) with the offline OCR engine (engine/ocr.py).
     enabled: bool = True
+
+
+Permission = Literal["read_only", "write", "sensitive"]
+MemoryKind = Literal["fact", "episodic", "procedural"]
+_ALL_KINDS: tuple[MemoryKind, ...] = ("fact", "episodic", "procedural")
+
+
+class MemoryScope(BaseModel):
+    """What an agent may read and write. `projects` None: every project (and memories without one)."""
+
+    kinds: list[MemoryKind] = Field(default_factory=lambda: list(_ALL_KINDS))
+    documents: bool = True  # may read documents' passages
+    projects: list[str] | None = None
+    write_kinds: list[MemoryKind] = Field(default_factory=list)  # empty: no writes
+    write_projects: list[str] | None = None  # None: any project it may read
+
+
+class AgentSettings(BaseModel):
+    """One agent: a configuration, not code (docs/agents.md)."""
+
+    name: str = Field(min_length=1, max_length=60)
+    description: str = ""
+    system_prompt: str = ""
+    tools: list[str] = Field(default_factory=list)  # tool names; "mcp:SERVER" offers all of a server's tools
+    scope: MemoryScope = Field(default_factory=MemoryScope)
+    allowed: list[str] = Field(default_factory=list)  # `write` tools it runs without asking (sensitive always asks)
+    max_steps: int = Field(default=6, ge=1, le=50)
+    time_limit: float = Field(default=300.0, gt=0)  # seconds for the whole run
+    tool_timeout: float = Field(default=30.0, gt=0)  # seconds for one tool call
+
+
+class McpServerSettings(BaseModel):
+    """Another MCP server whose tools agents may use: a program started over stdio."""
+
+    name: str = Field(min_length=1, max_length=40, pattern=r"^[A-Za-z0-9_-]+$")
+    command: str
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    permissions: dict[str, Permission] = Field(default_factory=dict)  # tool → level; unlisted: sensitive
+
+
+class AgentsSettings(BaseModel):
+    agents: list[AgentSettings] = Field(default_factory=list)  # beside the built-in Research and Organiser
+    mcp_servers: list[McpServerSettings] = Field(default_factory=list)
 
 
 class Settings(BaseModel):
@@ -79,6 +125,7 @@ class Settings(BaseModel):
     api_enabled: bool = False  # the desktop app serves the HTTP API (127.0.0.1) while it runs
     backup: BackupSettings = Field(default_factory=BackupSettings)
     recovery_confirmed: bool = False  # the user confirmed in the app that they kept the recovery key
+    agents: AgentsSettings = Field(default_factory=AgentsSettings)
 
 
 def write_atomic(path: Path, data: str) -> None:

@@ -12,6 +12,7 @@ The parts are attributes (docs/architecture.md draws them):
     eng.answers        grounded answers, conversations             engine/ask.py
     eng.transfer       export and import                           engine/transfer.py
     eng.imports        ChatGPT/Claude histories, Obsidian vaults   engine/imports/
+    eng.agents         agents: typed tools, the bounded loop       engine/agent/
     eng.audit          the audit log                               engine/audit.py
     eng.space          the embedding model and vectors             engine/space.py
     eng.language       the language model                          engine/language.py
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from . import backup, db, erasure, keyops
+from .agent import AgentInfo, AgentRun, Agents, AgentStep, ConfirmRequest
 from .ask import Answers, AskResult
 from .audit import AuditLog
 from .backfill import Backfill
@@ -103,6 +105,7 @@ class Engine:
         self.transfer = Transfer(self.ctx, self.backfill)
         self.watch = Watch(self.ctx, self.documents)
         self.imports = Imports(self.ctx, self.memories, self.documents, self.graph)
+        self.agents = Agents(self.ctx, self.memories, self.documents, self.retrieval, self.graph, self.language)
 
     # ------------------------------------------------------------------------------------------------
     # opening
@@ -160,6 +163,7 @@ class Engine:
 
     def close(self) -> None:
         self.watch.stop()
+        self.agents.close()
         self.backfill.stop()
         self.language.reset()
         self.store.close()
@@ -357,7 +361,7 @@ class Engine:
         return self.documents.get_document(uid)
 
     def document_passages(self, uid: str, limit: int = 2000) -> list[Passage]:
-        return self.documents.passages(uid, limit)
+        return self.documents.passages(uid, limit=limit)
 
     def get_passage(self, uid: str) -> Passage:
         """A document passage (chk_…) with its document and place in it."""
@@ -405,6 +409,26 @@ class Engine:
             conversation_id: str | None = None, cancel: threading.Event | None = None) -> AskResult:
         return self.answers.ask(question, project=project, k=k, on_token=on_token, verify=verify,
                                 conversation_id=conversation_id, cancel=cancel)
+
+    # ------------------------------------------------------------------------------------------------
+    # agents (engine/agent/)
+    # ------------------------------------------------------------------------------------------------
+    def agent_run(self, task: str, *, agent: str | None = None, project: str | None = None,
+                  on_step: Callable[[AgentStep], None] | None = None,
+                  confirm: Callable[[ConfirmRequest], bool] | None = None,
+                  cancel: threading.Event | None = None, run_id: str | None = None) -> AgentRun:
+        return self.agents.run(task, agent=agent, project=project, on_step=on_step, confirm=confirm, cancel=cancel,
+                               run_id=run_id)
+
+    def prepare_agent(self, agent: str | None = None, project: str | None = None) -> str:
+        """Raise what `agent_run` would before its first step; the agent's name when it can run."""
+        return self.agents.prepare(agent, project)
+
+    def list_agents(self) -> list[AgentInfo]:
+        return self.agents.catalogue()
+
+    def agent_info(self, name: str | None = None) -> AgentInfo:
+        return self.agents.info(name)
 
     @property
     def llm(self) -> LLMRouter:

@@ -606,13 +606,12 @@ class Documents:
             raise NotFound(f"No document with id {uid}.")
         return _document(row)
 
-    def passages(self, uid: str, limit: int = 2000) -> list[Passage]:
-        """The document's passages in reading order, each with where it is (page, heading)."""
-        doc_id = rows.row_id(self.ctx.con, uid)
-        if doc_id is None:
-            raise NotFound(f"No document with id {uid}.")
-        return [Passage(id=r[0], position=r[1], text=r[2], locator=r[3], page=r[4], heading=r[5])
-                for r in rows.passages(self.ctx.con, doc_id, limit)]
+    def passages(self, uid: str, *, offset: int = 0, limit: int = 2000) -> list[Passage]:
+        """A ready document's passages in reading order, `limit` of them from `offset`, each with where it
+        is (page, heading)."""
+        self.get_document(uid)  # NotFound for an unknown id
+        return [Passage(id=r[0], position=r[1], text=r[2], locator=r[3] or None, page=r[4], heading=r[5])
+                for r in rows.passages(self.ctx.con, uid, max(0, offset), max(1, limit))]
 
     def forget(self, uid: str) -> ForgetResult:
         """Delete a document, its chunks and everything derived from them, in one transaction."""

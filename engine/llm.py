@@ -71,13 +71,51 @@ class _Transient(Exception):
 # -- data ------------------------------------------------------------------------------------------
 
 
-class Message(BaseModel):
-    """One turn of a conversation."""
+class ToolCall(BaseModel):
+    """A tool the model asks to run. `invalid` says why the arguments could not be read (then `arguments`
+    is empty): the caller tells the model, it is not an error of the server."""
 
     model_config = ConfigDict(frozen=True)
 
-    role: Literal["system", "user", "assistant"]
+    id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    invalid: str | None = None
+
+
+class ToolSpec(BaseModel):
+    """A tool offered to the model: its name, what it does and its arguments (a JSON schema)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class Message(BaseModel):
+    """One turn of a conversation. An assistant turn may carry `tool_calls`; a `tool` turn is the result of
+    one call (`tool_call_id`, `name`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    role: Literal["system", "user", "assistant", "tool"]
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+class ToolTurn(BaseModel):
+    """One answer of a model offered tools: its text and the tools it asks to run (maybe none)."""
+
+    text: str
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    model: str
+    provider: str
+
+
+TurnEvent = tuple[Literal["text"], str] | tuple[Literal["call"], ToolCall]
 
 
 class Completion(BaseModel):
@@ -167,6 +205,11 @@ class _Backend(ABC):
     @abstractmethod
     def stream(self, messages: Sequence[Message], temperature: float) -> Generator[str, None, None]:
         """The answer in non-empty pieces."""
+
+    @abstractmethod
+    def stream_tools(self, messages: Sequence[Message], tools: Sequence[ToolSpec],
+                     temperature: float) -> Generator[TurnEvent, None, None]:
+        """The answer of a model offered `tools`: text pieces and tool calls, as they arrive."""
 
     @abstractmethod
     def list_models(self) -> list[str]:
@@ -284,10 +327,21 @@ class _OllamaBackend(_Backend):
                 raise LLMError(f"Ollama stopped with an error: {_short(str(e.error))}") from None
             raise self.from_status(e.status_code, str(e.error)) from None
 
+    @staticmethod
+    def _wire(m: Message) -> dict[str, Any]:
+        """A message as Ollama reads it: tool calls with their arguments as an object, a tool result
+        named by `tool_name`."""
+        out: dict[str, Any] = {"role": m.role, "content": m.content}
+        if m.tool_calls:
+            out["tool_calls"] = [{"function": {"name": c.name, "arguments": c.arguments}} for c in m.tool_calls]
+        if m.role == "tool" and m.name:
+            out["tool_name"] = m.name
+        return out
+
     def _request(self, messages: Sequence[Message], temperature: float) -> dict[str, Any]:
         return {
             "model": self.config.model,
-            "messages": [m.model_dump() for m in messages],
+            "messages": [self._wire(m) for m in messages],
             "options": {"temperature": temperature},
         }
 
@@ -301,6 +355,25 @@ class _OllamaBackend(_Backend):
             for part in self._client.chat(**self._request(messages, temperature), stream=True):
                 if part.message.content:
                     yield part.message.content
+
+    def stream_tools(self, messages: Sequence[Message], tools: Sequence[ToolSpec],
+                     temperature: float) -> Generator[TurnEvent, None, None]:
+        offered = [{"type": "function", "function": t.model_dump()} for t in tools]
+        count = 0
+        with self._errors():
+            for part in self._client.chat(**self._request(messages, temperature), tools=offered or None,
+                                          stream=True):
+                if part.message.content:
+                    yield "text", part.message.content
+                for call in part.message.tool_calls or ():
+                    count += 1
+                    arguments = call.function.arguments
+                    if isinstance(arguments, dict):
+                        yield "call", ToolCall(id=f"call_{count}", name=call.function.name,
+                                               arguments=dict(arguments))
+                    else:
+                        yield "call", ToolCall(id=f"call_{count}", name=call.function.name,
+                                               invalid="the arguments are not a JSON object")
 
     def list_models(self) -> list[str]:
         with self._errors(names_model=False):
@@ -364,6 +437,20 @@ class _OpenAIBackend(_Backend):
             raise LLMError(f"There is no OpenAI-compatible API at {self.host} (HTTP 404). Check the address.")
         raise self.from_status(response.status_code, detail)
 
+    @staticmethod
+    def _wire(m: Message) -> dict[str, Any]:
+        """A message as the OpenAI API reads it: tool calls with their arguments as a JSON string, a tool
+        result answering its call by id."""
+        out: dict[str, Any] = {"role": m.role, "content": m.content}
+        if m.tool_calls:
+            out["content"] = m.content or None
+            out["tool_calls"] = [{"id": c.id, "type": "function",
+                                  "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+                                 for c in m.tool_calls]
+        if m.role == "tool":
+            out["tool_call_id"] = m.tool_call_id
+        return out
+
     def _request(
         self,
         messages: Sequence[Message],
@@ -374,7 +461,7 @@ class _OpenAIBackend(_Backend):
     ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.config.model,
-            "messages": [m.model_dump() for m in messages],
+            "messages": [self._wire(m) for m in messages],
             "temperature": temperature,
             "stream": stream,
         }
@@ -419,6 +506,58 @@ class _OpenAIBackend(_Backend):
                     piece = choice.get("delta", {}).get("content") if isinstance(choice, dict) else None
                     if isinstance(piece, str) and piece:
                         yield piece
+
+    def stream_tools(self, messages: Sequence[Message], tools: Sequence[ToolSpec],
+                     temperature: float) -> Generator[TurnEvent, None, None]:
+        body = self._request(messages, temperature, stream=True)
+        if tools:
+            body["tools"] = [{"type": "function", "function": t.model_dump()} for t in tools]
+        calls: dict[int, dict[str, str]] = {}  # by index: id, name, the arguments' JSON as it arrives
+        with self._errors(), self._client.stream("POST", "/v1/chat/completions", json=body) as response:
+            self._check(response)
+            for chunk in self._chunks(response):
+                for choice in chunk.get("choices") or ():
+                    delta = choice.get("delta") if isinstance(choice, dict) else None
+                    if not isinstance(delta, dict):
+                        continue
+                    piece = delta.get("content")
+                    if isinstance(piece, str) and piece:
+                        yield "text", piece
+                    for part in delta.get("tool_calls") or ():
+                        if not isinstance(part, dict):
+                            raise self.unreadable()
+                        call = calls.setdefault(int(part.get("index") or 0), {"id": "", "name": "", "arguments": ""})
+                        function = part.get("function") or {}
+                        call["id"] = part.get("id") or call["id"]
+                        call["name"] += function.get("name") or ""
+                        call["arguments"] += function.get("arguments") or ""
+        for index, call in sorted(calls.items()):
+            uid = call["id"] or f"call_{index + 1}"
+            try:
+                arguments = json.loads(call["arguments"] or "{}")
+            except ValueError:
+                arguments = None
+            if isinstance(arguments, dict):
+                yield "call", ToolCall(id=uid, name=call["name"], arguments=arguments)
+            else:
+                yield "call", ToolCall(id=uid, name=call["name"], invalid="the arguments are not a JSON object")
+
+    def _chunks(self, response: httpx.Response) -> Iterator[dict[str, Any]]:
+        """The JSON chunks of a streamed answer, until `[DONE]`; an error event raises."""
+        for line in response.iter_lines():
+            if not line.startswith("data:"):
+                continue
+            data = line.removeprefix("data:").strip()
+            if data == "[DONE]":
+                return
+            chunk = json.loads(data)
+            if not isinstance(chunk, dict):
+                raise self.unreadable()
+            if chunk.get("error"):
+                error = chunk["error"]
+                message = error.get("message") if isinstance(error, dict) else error
+                raise LLMError(f"{self.subject} stopped with an error: {_short(str(message))}")
+            yield chunk
 
     def list_models(self) -> list[str]:
         with self._errors():
@@ -533,6 +672,42 @@ class LLMRouter:
         finally:
             pieces.close()
         log.info("llm %s/%s streamed in %.2fs", backend.name, self.config.model, self._clock() - started)
+
+    def chat_tools(self, messages: Sequence[Message], tools: Sequence[ToolSpec], *,
+                   on_text: Callable[[str], None] | None = None, temperature: float = 0.0) -> ToolTurn:
+        """One turn of a model offered `tools` (its native tool calling: Ollama's `tools`, the OpenAI
+        API's `tools`): the text, streamed to `on_text` as it is written, and the tool calls it asks for.
+        Failures before anything arrived are retried; after that they raise."""
+        backend = self._require_backend()
+        started = self._clock()
+
+        def first_event() -> tuple[Generator[TurnEvent, None, None], TurnEvent | None]:
+            events = backend.stream_tools(messages, tools, temperature)
+            return events, next(events, None)
+
+        events, first = self._call(first_event, "tools")
+        pieces: list[str] = []
+        calls: list[ToolCall] = []
+        try:
+            event = first
+            while event is not None:
+                if event[0] == "text":
+                    pieces.append(event[1])
+                    if on_text is not None:
+                        on_text(event[1])
+                else:
+                    calls.append(event[1])
+                event = next(events, None)
+        except _Transient as failure:
+            log.warning("llm %s/%s: stream broke (%s)", backend.name, self.config.model, failure.reason)
+            self._forget_health()
+            raise failure.error from None
+        finally:
+            events.close()
+        log.info("llm %s/%s: a turn with %d tool calls in %.2fs", backend.name, self.config.model, len(calls),
+                 self._clock() - started)
+        return ToolTurn(text="".join(pieces), tool_calls=calls, model=self.config.model,
+                        provider=self.config.provider)
 
     def _completion(self, text: str, parsed: BaseModel | None = None) -> Completion:
         return Completion(text=text, model=self.config.model, provider=self.config.provider, parsed=parsed)

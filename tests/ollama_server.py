@@ -31,7 +31,9 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["OllamaTestServer", "OpenAITestServer", "RecordedRequest", "Reply", "echo_reply", "split_tokens"]
+__all__ = [
+    "OllamaTestServer", "OpenAITestServer", "RecordedRequest", "Reply", "echo_reply", "offered_tools", "split_tokens",
+]
 
 _TOKEN = re.compile(r"\s*\S+|\s+")
 _OLLAMA_VERSION = "0.12.6"
@@ -51,6 +53,10 @@ class Reply:
     times:       how many consecutive requests this reply answers.
     delay:       seconds to wait before answering (to provoke client timeouts).
     drop_after:  stream this many tokens, then cut the connection mid-answer.
+    tool_calls:  tools the model asks to run, each {"name": ..., "arguments": {...}}; only tools the
+                 request offered (`tools`) may be called, else the server answers 400 (a broken script).
+                 Ollama sends them in `message.tool_calls` (arguments as an object), after the text when
+                 streaming; the OpenAI server as `delta.tool_calls` with the arguments' JSON in pieces.
     """
 
     text: str | None = None
@@ -61,6 +67,7 @@ class Reply:
     times: int = 1
     delay: float = 0.0
     drop_after: int | None = None
+    tool_calls: list[dict[str, Any]] | None = None
 
     def pieces(self) -> list[str]:
         """The answer as stream pieces; joined, they give back the whole answer."""
@@ -98,6 +105,38 @@ def echo_reply(request: dict[str, Any]) -> str:
     """The default answer: repeat the last user message."""
     users = [m.get("content", "") for m in request.get("messages") or [] if m.get("role") == "user"]
     return f"You said: {users[-1]}" if users else "Hello."
+
+
+def offered_tools(request: dict[str, Any]) -> list[str]:
+    """The names of the tools a chat request offers."""
+    return [str((t.get("function") or {}).get("name")) for t in request.get("tools") or []]
+
+
+def _tools_problem(body: dict[str, Any], reply: Reply, strict: bool = True) -> str | None:
+    """What is wrong with a request's `tools` and messages (as Ollama's server checks them), or with a
+    scripted reply calling a tool the request did not offer."""
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            return "json: cannot unmarshal tools: expected an array"
+        for t in tools:
+            function = t.get("function") if isinstance(t, dict) else None
+            if not isinstance(t, dict) or t.get("type") != "function" or not isinstance(function, dict) \
+                    or not function.get("name") or not isinstance(function.get("parameters", {}), dict):
+                return "invalid tool: expected {type: function, function: {name, description, parameters}}"
+    for m in body.get("messages") or []:
+        if m.get("role") not in ("system", "user", "assistant", "tool"):
+            return f"invalid role: {m.get('role')}"
+        for call in m.get("tool_calls") or []:
+            arguments = (call.get("function") or {}).get("arguments")
+            if not isinstance(arguments, dict):
+                return ("json: cannot unmarshal string into Go struct field .messages.tool_calls.function."
+                        "arguments of type api.ToolCallFunctionArguments")
+    offered = offered_tools(body)
+    for call in reply.tool_calls or [] if strict else []:
+        if call.get("name") not in offered:
+            return f"test script: the model calls {call.get('name')!r}, which the request does not offer"
+    return None
 
 
 def _now_iso() -> str:
@@ -211,6 +250,7 @@ class _ScriptedServer:
 
     def __init__(self, *, models: Iterable[str] = ("llama3.2",), reply_fn: ReplyFn = echo_reply) -> None:
         self.reply_fn: ReplyFn = reply_fn
+        self.strict_tools = True  # a scripted call of a tool the request did not offer is answered 400
         self.closed = False
         self._lock = threading.Lock()
         self._script: deque[list[Any]] = deque()  # [Reply, remaining uses]
@@ -462,6 +502,9 @@ class OllamaTestServer(_ScriptedServer):
         if model is None:
             return
         reply = self._next_reply(body)
+        if (problem := _tools_problem(body, reply, self.strict_tools)) is not None:
+            self._error(handler, 400, problem)
+            return
         if not self._serve_reply(handler, reply):
             return
         pieces = reply.pieces()
@@ -473,12 +516,15 @@ class OllamaTestServer(_ScriptedServer):
         if body.get("stream", True):
             self._stream_chat(handler, model, pieces, reply, done_reason, stats)
         else:
+            message: dict[str, Any] = {"role": "assistant", "content": "".join(pieces)}
+            if reply.tool_calls:
+                message["tool_calls"] = self._calls(reply)
             handler.send_json(
                 200,
                 {
                     "model": model,
                     "created_at": _now_iso(),
-                    "message": {"role": "assistant", "content": "".join(pieces)},
+                    "message": message,
                     "done_reason": done_reason,
                     "done": True,
                     **stats,
@@ -516,6 +562,15 @@ class OllamaTestServer(_ScriptedServer):
         if reply.drop_after is not None and reply.drop_after < len(pieces):
             handler.cut()
             return
+        if reply.tool_calls:  # Ollama sends the calls in one chunk of their own, after the text
+            line(
+                {
+                    "model": model,
+                    "created_at": _now_iso(),
+                    "message": {"role": "assistant", "content": "", "tool_calls": self._calls(reply)},
+                    "done": False,
+                }
+            )
         line(
             {
                 "model": model,
@@ -527,6 +582,11 @@ class OllamaTestServer(_ScriptedServer):
             }
         )
         handler.end_chunked()
+
+    @staticmethod
+    def _calls(reply: Reply) -> list[dict[str, Any]]:
+        return [{"function": {"index": i, "name": c["name"], "arguments": dict(c.get("arguments") or {})}}
+                for i, c in enumerate(reply.tool_calls or [])]
 
     @staticmethod
     def _stats(eval_count: int, body: dict[str, Any]) -> dict[str, int]:
@@ -562,6 +622,26 @@ class OllamaTestServer(_ScriptedServer):
         raw = [(seed[i % len(seed)] - 127.5) / 127.5 for i in range(self.embedding_dim)]
         norm = math.sqrt(sum(x * x for x in raw)) or 1.0
         return [x / norm for x in raw]
+
+
+def _openai_as_ollama(body: dict[str, Any]) -> dict[str, Any]:
+    """An OpenAI chat request with its tool calls' arguments parsed, so one check serves both servers
+    (the OpenAI API sends them as JSON strings; a string that is not a JSON object fails the check)."""
+    messages = []
+    for m in body.get("messages") or []:
+        m = dict(m)
+        if m.get("tool_calls"):
+            calls = []
+            for call in m["tool_calls"]:
+                function = dict(call.get("function") or {})
+                try:
+                    function["arguments"] = json.loads(function.get("arguments") or "")
+                except (TypeError, ValueError):
+                    function["arguments"] = None
+                calls.append({**call, "function": function})
+            m["tool_calls"] = calls
+        messages.append(m)
+    return {**body, "messages": messages}
 
 
 class OpenAITestServer(_ScriptedServer):
@@ -622,9 +702,16 @@ class OpenAITestServer(_ScriptedServer):
             )
             return
         reply = self._next_reply(body)
+        if (problem := _tools_problem(_openai_as_ollama(body), reply, self.strict_tools)) is not None:
+            self._error(handler, 400, problem)
+            return
         if not self._serve_reply(handler, reply):
             return
         pieces = reply.pieces()
+        finish = "tool_calls" if reply.tool_calls else "stop"
+        calls = [{"id": f"call_{uuid.uuid4().hex[:8]}", "type": "function",
+                  "function": {"name": c["name"], "arguments": json.dumps(c.get("arguments") or {})}}
+                 for c in reply.tool_calls or []]
         completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         created = int(time.time())
         usage = {"prompt_tokens": 10, "completion_tokens": len(pieces), "total_tokens": 10 + len(pieces)}
@@ -639,8 +726,9 @@ class OpenAITestServer(_ScriptedServer):
                     "choices": [
                         {
                             "index": 0,
-                            "message": {"role": "assistant", "content": "".join(pieces)},
-                            "finish_reason": "stop",
+                            "message": {"role": "assistant", "content": "".join(pieces),
+                                        **({"tool_calls": calls} if calls else {})},
+                            "finish_reason": finish,
                         }
                     ],
                     "usage": usage,
@@ -665,9 +753,15 @@ class OpenAITestServer(_ScriptedServer):
                 handler.cut()
                 return
             event({"content": piece})
+        for index, call in enumerate(calls):  # as vLLM streams them: id and name first, the arguments in pieces
+            arguments = call["function"]["arguments"]
+            half = len(arguments) // 2
+            event({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                                   "function": {"name": call["function"]["name"], "arguments": arguments[:half]}}]})
+            event({"tool_calls": [{"index": index, "function": {"arguments": arguments[half:]}}]})
         if reply.error is not None:
             handler.write_chunk(f"data: {json.dumps({'error': {'message': reply.error}})}\n\n".encode())
         else:
-            event({}, "stop")
+            event({}, finish)
         handler.write_chunk(b"data: [DONE]\n\n")
         handler.end_chunked()

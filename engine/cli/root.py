@@ -15,6 +15,7 @@ from ..errors import EngineError, UserError
 from ..logs import setup_logging
 from ..version import __version__
 from . import (
+    agent,
     answers,
     consolidation,
     documents,
@@ -38,7 +39,7 @@ EXIT_BUG = 70
 
 COMMANDS: dict[str, Command] = {
     c.name: c for module in (memories, retrieval, status, documents, folders, answers, settings, graph,
-                             consolidation, interfaces, transfer, keys, watch)
+                             consolidation, interfaces, transfer, keys, watch, agent)
     for c in module.COMMANDS
 }
 

@@ -99,6 +99,15 @@ def ready_by_uid(con: Connection, uid: str) -> tuple | None:
     return con.execute(f"SELECT {DOC_COLS} FROM documents WHERE uid = ? AND status = 'ready'", (uid,)).fetchone()
 
 
+def passages(con: Connection, uid: str, offset: int, limit: int) -> list[tuple[str, int, str, str | None, int | None, str | None]]:
+    """(uid, position, text, locator, page, heading) of a ready document's chunks, in reading order."""
+    return con.execute(
+        "SELECT c.uid, c.position, c.text, c.locator, c.page, c.heading FROM chunks c "
+        "JOIN documents d ON d.id = c.document_id "
+        "WHERE d.uid = ? AND d.status = 'ready' ORDER BY c.position LIMIT ? OFFSET ?", (uid, limit, offset),
+    ).fetchall()
+
+
 def row_id(con: Connection, uid: str) -> int | None:
     row = con.execute("SELECT id FROM documents WHERE uid = ?", (uid,)).fetchone()
     return None if row is None else int(row[0])
@@ -212,13 +221,6 @@ def delete_contents(con: Connection, doc_id: int, *, keep_document: bool) -> tup
 def derived_memories(con: Connection, doc_id: int) -> list[int]:
     """Memories made from a document (the ingest event, facts extracted from it)."""
     return [r[0] for r in con.execute("SELECT id FROM memories WHERE document_id = ?", (doc_id,)).fetchall()]
-
-
-def passages(con: Connection, doc_id: int, limit: int) -> list[tuple[str, int, str, str | None, int | None, str | None]]:
-    """A document's passages in reading order: (uid, position, text, locator, page, heading)."""
-    return [(r[0], int(r[1]), r[2], r[3], r[4], r[5]) for r in con.execute(
-        "SELECT uid, position, text, locator, page, heading FROM chunks WHERE document_id = ? ORDER BY position "
-        "LIMIT ?", (doc_id, limit)).fetchall()]
 
 
 def chunk_by_uid(con: Connection, uid: str) -> tuple | None:

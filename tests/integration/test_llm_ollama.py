@@ -109,7 +109,7 @@ def test_stream_yields_tokens_in_order(server: OllamaTestServer, router: LLMRout
     request = server.chat_requests[-1]
     assert request["stream"] is True
     assert request["model"] == "llama3.2"
-    assert request["messages"] == [m.model_dump() for m in QUESTION]
+    assert request["messages"] == [m.model_dump(include={"role", "content"}) for m in QUESTION]  # plain turns: no tool fields
     assert request["options"] == {"temperature": 0.0}
 
 
@@ -340,7 +340,7 @@ def test_openai_stream(openai_server: OpenAITestServer, openai_router: LLMRouter
     request = openai_server.chat_requests[-1]
     assert request["stream"] is True
     assert request["model"] == "qwen2.5-7b-instruct"
-    assert request["messages"] == [m.model_dump() for m in QUESTION]
+    assert request["messages"] == [m.model_dump(include={"role", "content"}) for m in QUESTION]  # plain turns: no tool fields
     assert openai_server.requests[-1].headers["authorization"] == "Bearer sk-local"
 
 

@@ -85,7 +85,8 @@ def test_config_rejects_nonsense() -> None:
 
 def test_messages_have_known_roles() -> None:
     with pytest.raises(ValidationError):
-        Message(role="tool", content="x")  # type: ignore[arg-type]
+        Message(role="function", content="x")  # type: ignore[arg-type]
+    assert Message(role="tool", content="x", tool_call_id="call_1", name="today").role == "tool"  # a tool's result
 
 
 def test_every_llm_error_is_a_user_error() -> None:
