@@ -43,7 +43,7 @@ OLLAMA_HINT = ("No language model is running, so you get the best passages from 
 
 class AskPanel(QWidget):
     memory_opened = Signal(str)  # a memory source was clicked: show it in the browser
-    document_opened = Signal(str, str)  # path, locator
+    passage_requested = Signal(object)  # a document source was clicked: show its passage inside the app
 
     def __init__(self, bridge: Bridge, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -352,14 +352,9 @@ class AskPanel(QWidget):
 
     def _open(self, source: Any) -> None:
         if getattr(source, "document_id", None):
-            path = source.document_path or ""
+            title = source.document_title or Path(source.document_path or "").name or "the document"
             locator = source.locator or ""
-            title = source.document_title or Path(path).name
-            self.locator.setText(f"Opened {title}" + (f" — look at {locator}" if locator else ""))
-            self.document_opened.emit(path, locator)
-            if path and Path(path).exists():
-                QDesktopServices.openUrl(QUrl.fromLocalFile(path))
-            elif path:
-                self.locator.setText(f"{title} is no longer at {path}" + (f" ({locator})" if locator else ""))
+            self.locator.setText(f"Showing {title}" + (f" — {locator}" if locator else ""))
+            self.passage_requested.emit(source)
         else:
             self.memory_opened.emit(source.id)

@@ -207,6 +207,7 @@ class MainWindow(QMainWindow):
         b.ingest_finished.connect(lambda _r: self.status.set_work(""))
         self.documents.status_posted.connect(self.status.post)
         self.ask.memory_opened.connect(self._reveal_memory)
+        self.ask.passage_requested.connect(self.show_passage)
         self.activity.memory_opened.connect(self._reveal_memory)
         self.activity.documents_opened.connect(lambda: self.show_page("documents"))
         self._page_selected(self.sidebar.currentRow())

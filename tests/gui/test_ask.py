@@ -86,8 +86,10 @@ def test_without_a_model_the_sources_still_show(qtbot, qasync_loop, profile_home
 
 
 @pytest.mark.skipif(not hasattr(Engine, "ingest"), reason="Engine.ingest has not landed yet")
-def test_a_document_source_opens_the_file_and_shows_its_locator(qtbot, asking_desktop, ollama, tmp_path,
-                                                                 monkeypatch):
+def test_a_document_source_shows_its_passage_inside_the_app(qtbot, asking_desktop, ollama, tmp_path,
+                                                            monkeypatch):
+    """Clicking a document source opens the passage in the app's reader (highlighted); launching the
+    file is a second step the user takes there."""
     from PySide6.QtGui import QDesktopServices
 
     app = asking_desktop
@@ -103,5 +105,9 @@ def test_a_document_source_opens_the_file_and_shows_its_locator(qtbot, asking_de
         panel.ask()
     assert "garden" in panel.source_list.item(0).text().lower()
     panel.source_list.itemClicked.emit(panel.source_list.item(0))
-    assert opened == [str(note)]
+    viewer = app.window.documents.viewer
+    assert viewer is not None
+    qtbot.waitUntil(lambda: "south bed" in viewer.text.toPlainText(), timeout=10_000)
+    assert viewer.path == str(note)
+    assert opened == []  # nothing launched until the user asks for it
     assert "garden" in panel.locator.text().lower()
