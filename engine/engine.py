@@ -196,8 +196,20 @@ class Engine:
     def apply_settings(self, settings: Settings) -> None:
         """Save new settings and use them from now on (the language model is reconnected)."""
         save_settings(settings, self.home)
+        changed_model = settings.embedding_model != self.ctx.settings.embedding_model
         self.ctx.settings = settings
         self.language.reset()
+        if changed_model:
+            self.switch_embedding_model(settings.embedding_model)
+
+    def switch_embedding_model(self, model: str) -> None:
+        """Use another embedding model from now on; when the background runs, it re-embeds every row (recall
+        matches words for rows still waiting). The setting itself is saved by apply_settings."""
+        running = self.backfill.running
+        self.backfill.stop()
+        self.space.switch(NoEmbedder() if model == "none" else Embedder(model))
+        if running:
+            self.start_background()
 
     # ------------------------------------------------------------------------------------------------
     # embeddings and background work

@@ -1,4 +1,8 @@
-"""`personal-llm config`: show or change the language model settings."""
+"""`personal-llm config`: show or change the language model and embedding model settings.
+
+`config set embedding.model NAME|PATH` saves the choice and re-embeds the store with it at once, with a
+progress line (Ctrl-C leaves the rest to the background: the app, the API server or the next `config
+set`); recall matches words for rows still waiting. `--later` only saves the choice."""
 
 from __future__ import annotations
 
@@ -8,11 +12,12 @@ import sys
 from pydantic import ValidationError
 
 from ..config import LLMSettings
+from ..embeddings import resolve_model_choice
 from ..errors import UserError
 from ..llm import LLMConfig
 from .base import Command, Handler, Session, add_json, print_json
 
-CONFIG_KEYS = ("llm.provider", "llm.host", "llm.model", "llm.timeout")
+CONFIG_KEYS = ("llm.provider", "llm.host", "llm.model", "llm.timeout", "embedding.model")
 
 
 def _write(text: str) -> None:
@@ -28,11 +33,18 @@ def config(p: argparse.ArgumentParser) -> Handler:
     put = sub.add_parser("set", help="change a setting (llm.host: '' means the default)")
     put.add_argument("key", choices=CONFIG_KEYS)
     put.add_argument("value")
+    put.add_argument("--later", action="store_true",
+                     help="embedding.model: only save the choice; the background re-embeds the store later")
     add_json(put)
 
     def run(a: argparse.Namespace, session: Session) -> int:
         settings = session.load_settings()
-        if a.action == "set":
+        if a.action == "set" and a.key == "embedding.model":
+            settings.embedding_model = resolve_model_choice(a.value)
+            session.save_settings(settings)
+            if not a.later:
+                _reembed(session)
+        elif a.action == "set":
             field = a.key.removeprefix("llm.")
             value = None if field == "host" and not a.value.strip() else a.value.strip()
             data = {**settings.llm.model_dump(), field: value}
@@ -44,7 +56,8 @@ def config(p: argparse.ArgumentParser) -> Handler:
             settings.llm = LLMSettings.model_validate(data)
             session.save_settings(settings)
         keys = [a.key] if a.key else list(CONFIG_KEYS)
-        values = {k: getattr(settings.llm, k.removeprefix("llm.")) for k in keys}
+        values = {k: settings.embedding_model if k == "embedding.model" else getattr(settings.llm, k.removeprefix("llm."))
+                  for k in keys}
         if a.json:
             print_json(values)
             return 0
@@ -55,6 +68,37 @@ def config(p: argparse.ArgumentParser) -> Handler:
         return 0
 
     return run
+
+
+def _reembed(session: Session) -> None:
+    """Embed every row waiting for a vector in the chosen model's space, with a progress line on stderr."""
+    import threading
+
+    from .documents import _ctrl_c_cancels
+
+    cancel = threading.Event()
+    with session.open_engine() as eng, _ctrl_c_cancels(cancel):
+        eng.load_embeddings()  # a model that cannot load says why (EmbeddingUnavailable)
+        tty = sys.stderr.isatty()
+        last = [0.0]
+
+        def progress(done: int, total: int) -> None:
+            import time
+
+            now = time.monotonic()
+            if done == total or now - last[0] > (0.2 if tty else 5.0):
+                last[0] = now
+                end = "\r" if tty and done < total else "\n"
+                sys.stderr.write(f"re-embedding: {done:,} of {total:,}{end}")
+                sys.stderr.flush()
+
+        done = eng.embed_pending(progress=progress, cancel=cancel)  # a new space: every row waits
+        left = eng.stats().pending_embeddings
+    if left:
+        sys.stderr.write(f"{left:,} rows still wait for a vector; the app or the API server embeds them in the "
+                         "background (recall matches their words meanwhile).\n")
+    elif not done:
+        sys.stderr.write("nothing to re-embed: the store already uses this model.\n")
 
 
 COMMANDS = [
