@@ -399,6 +399,10 @@ class Bridge(QObject):
         """What works and what is missing (embedding model, LLM) — for the first-run card."""
         self.read(lambda e: e.health(), done)
 
+    def embedding_status(self, done: Done) -> None:
+        """(state, detail) of the embedding model, with re-embedding progress after a change of model."""
+        self.read(lambda e: e.embedding_status(), done)
+
     # ------------------------------------------------------------------------------------------------
     # settings
     # ------------------------------------------------------------------------------------------------

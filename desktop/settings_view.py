@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import Qt, QUrl, Signal
+from PySide6.QtCore import Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QKeySequence
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -26,6 +26,8 @@ from .hotkey import HotkeyStatus
 from .widgets import Banner, button, muted, page_title
 
 PROVIDERS = (("Ollama (local)", "ollama"), ("OpenAI-compatible server", "openai"), ("None — sources only", "none"))
+# The embedding model: the bundled one, words only, or a typed path to a sentence-transformers folder.
+EMBEDDING_MODELS = (("all-MiniLM-L6-v2 (bundled, English)", "all-MiniLM-L6-v2"), ("None — match words only", "none"))
 
 
 class SettingsView(QWidget):
@@ -77,8 +79,17 @@ class SettingsView(QWidget):
         self.open_folder.clicked.connect(self._open_folder)
         self.encryption = QLabel("…")
         self.encryption.setWordWrap(True)
+        self.embedding_model = QComboBox()
+        self.embedding_model.setEditable(True)  # or a folder with a sentence-transformers model
+        for label, value in EMBEDDING_MODELS:
+            self.embedding_model.addItem(label, value)
+        self.embedding_model.setToolTip("The bundled model, none, or the folder of a sentence-transformers model. "
+                                        "A change re-embeds everything in the background.")
         self.embedding = QLabel("…")
         self.embedding.setWordWrap(True)
+        self._embedding_poll = QTimer(self)  # re-embedding progress while this page is shown
+        self._embedding_poll.setInterval(2000)
+        self._embedding_poll.timeout.connect(self._poll_embedding)
         self.logs = QLabel("…")
         self.logs.setWordWrap(True)
         self.logs.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -89,7 +100,8 @@ class SettingsView(QWidget):
         loc_row.addWidget(self.open_folder)
         df.addRow("Location", loc_row)
         df.addRow("Encryption", self.encryption)
-        df.addRow("Search model", self.embedding)
+        df.addRow("Search model", self.embedding_model)
+        df.addRow("", self.embedding)
         df.addRow("Logs", self.logs)
 
         self.tidy_button = button("Tidy up now")
@@ -144,6 +156,12 @@ class SettingsView(QWidget):
         self.provider.setCurrentIndex(max(self.provider.findData(s.llm.provider), 0))
         self.host.setText(s.llm.host or "")
         self.model.setCurrentText(s.llm.model)
+        known = self.embedding_model.findData(s.embedding_model)
+        if known >= 0:
+            self.embedding_model.setCurrentIndex(known)
+        else:
+            self.embedding_model.setEditText(s.embedding_model)
+        self._embedding_poll.start()
         self.hotkey.setKeySequence(QKeySequence(s.hotkey))
         self.autostart.setChecked(autostart.is_enabled())
         self.location.setText(str(info.store))
@@ -156,6 +174,10 @@ class SettingsView(QWidget):
 
     def set_model_state(self, state: str, detail: str) -> None:
         self.embedding.setText(detail)
+
+    def _poll_embedding(self) -> None:
+        if self.isVisible():
+            self.bridge.embedding_status(lambda status: self.set_model_state(*status))
 
     def set_hotkey_status(self, status: HotkeyStatus) -> None:
         tone = {"active": "ok", "clash": "error", "invalid": "error"}.get(status.state, "warn")
@@ -171,6 +193,9 @@ class SettingsView(QWidget):
         seq = self.hotkey.keySequence().toString(QKeySequence.SequenceFormat.PortableText)
         s.hotkey = seq or s.hotkey
         s.autostart = self.autostart.isChecked()
+        typed = self.embedding_model.currentText().strip()
+        known = self.embedding_model.findText(typed)
+        s.embedding_model = self.embedding_model.itemData(known) if known >= 0 else (typed or s.embedding_model)
         return s
 
     def tidy_up(self) -> None:

@@ -37,7 +37,7 @@ from .config import STORE_FILE, LLMSettings, Settings, home_dir, load_settings, 
 from .consolidation import ConflictPair, Consolidation, ConsolidationReport, Resolution
 from .context import ChangeFeed, Changes, Context
 from .db import Connection, Store
-from .embeddings import Embedder, NoEmbedder
+from .embeddings import Embedder, NoEmbedder, resolve_model_choice
 from .errors import EngineError
 from .graph import ExtractionReport, Graph, GraphView
 from .ingest import Allow, Document, Documents, IngestProgress, IngestResult
@@ -195,8 +195,11 @@ class Engine:
 
     def apply_settings(self, settings: Settings) -> None:
         """Save new settings and use them from now on (the language model is reconnected)."""
-        save_settings(settings, self.home)
         changed_model = settings.embedding_model != self.ctx.settings.embedding_model
+        if changed_model:  # a clear error for a folder that is no model, or a missing `models` extra
+            settings.embedding_model = resolve_model_choice(settings.embedding_model)
+            changed_model = settings.embedding_model != self.ctx.settings.embedding_model
+        save_settings(settings, self.home)
         self.ctx.settings = settings
         self.language.reset()
         if changed_model:
