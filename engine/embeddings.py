@@ -99,7 +99,8 @@ class Embedder:
         if self.model_name == DEFAULT_MODEL:
             return EmbeddingSpace("sentence-transformers", DEFAULT_MODEL, 384, f"{DEFAULT_PACKAGE};{WINDOW_VERSION}")
         model = self.load()
-        dim = int(model.get_sentence_embedding_dimension())
+        get_dim = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        dim = int(get_dim())
         return EmbeddingSpace("sentence-transformers", self.model_name, dim, f"local:{self.model_name};{WINDOW_VERSION}")
 
     @property
