@@ -47,6 +47,24 @@ def _blas():
     return _controller
 
 
+def _release_memory() -> None:
+    """Hand freed heap back to the OS after a batch (glibc keeps it otherwise: a batch's activations are tens
+    of MB, and a process that ingested once would stay that much larger while idle). No-op elsewhere."""
+    global _trim
+    if _trim is None:
+        try:
+            import ctypes
+
+            _trim = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _trim = False
+    if _trim:
+        _trim(0)
+
+
+_trim: Any = None
+
+
 def batch_threads() -> int:
     """BLAS threads for a batch (ingest, a rebuild): the cores, at most 4 — bounded, whoever else runs."""
     return max(1, min(4, os.cpu_count() or 1))
@@ -197,4 +215,6 @@ class MiniLM:
                 idx = order[s : s + take]
                 out[idx] = self._forward([ids[i] for i in idx])
                 s += take
+        if len(texts) > 8:
+            _release_memory()
         return out
