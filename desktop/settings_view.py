@@ -238,6 +238,7 @@ class SettingsView(QWidget):
             self._settings = saved
             self.feedback.setText("Saved ✓")
             self.saved.emit(saved)
+            self.bridge.embedding_status(lambda status: self.set_model_state(*status))  # a new model's state
             if saved.hotkey != old_hotkey:
                 self.hotkey_changed.emit(saved.hotkey)
 

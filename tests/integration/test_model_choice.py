@@ -13,7 +13,13 @@ import pytest
 
 from engine import Engine
 from engine.config import Settings, save_settings
-from engine.embeddings import DEFAULT_MODEL, Embedder, EmbeddingUnavailable, models_extra_installed, resolve_model_choice
+from engine.embeddings import (
+    DEFAULT_MODEL,
+    Embedder,
+    EmbeddingUnavailable,
+    models_extra_installed,
+    resolve_model_choice,
+)
 from engine.errors import UserError
 from tests.integration.test_cli import ok_json, run
 
