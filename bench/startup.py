@@ -4,7 +4,7 @@
     .venv/bin/python bench/startup.py --after-ingest 200     # idle RSS after ingesting 200 files; cold CLI recall
 
 --after-ingest N: a process that imports the desktop app and its engine as the app does (Qt offscreen),
-ingests N generated files (bench/ingest_throughput.py's corpus) through the engine, waits for the
+ingests N generated files of ~2 KB (bench/ingest_throughput.py's prose) through the engine, waits for the
 background embedding to finish, idles and reports its RSS (target < 300 MB); then the cold CLI `recall`
 on that store: wall time and peak RSS of the `personal-llm recall` process.
 
@@ -128,7 +128,7 @@ def after_ingest(files: int, idle: float) -> int:
 
     with tempfile.TemporaryDirectory(prefix="pllm-startup-") as tmp:
         home, corpus = Path(tmp) / "home", Path(tmp) / "corpus"
-        write_corpus(corpus, files, files * 10 * 1024)
+        write_corpus(corpus, files, files * 2 * 1024)  # short notes, ~2 KB each
         env = dict(os.environ, PERSONAL_LLM_HOME=str(home), PYTHON_KEYRING_BACKEND="keyrings.alt.file.PlaintextKeyring",
                    QT_QPA_PLATFORM="offscreen")
         t0 = time.perf_counter()
