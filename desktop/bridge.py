@@ -559,6 +559,10 @@ class Bridge(QObject):
         """What works and what is missing (embedding model, LLM); `refresh` asks the LLM server again."""
         self.read(lambda e: e.health(refresh=refresh), done)
 
+    def embedding_status(self, done: Done) -> None:
+        """(state, detail) of the embedding model, with re-embedding progress after a change of model."""
+        self.read(lambda e: e.embedding_status(), done)
+
     # ------------------------------------------------------------------------------------------------
     # settings
     # ------------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from PySide6.QtCore import Qt, QUrl, Signal
+from PySide6.QtCore import Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QKeyEvent, QKeySequence
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -30,6 +30,8 @@ from .settings_sections import SettingsSections
 from .widgets import Banner, button, muted, page_title
 
 PROVIDERS = (("Ollama (local)", "ollama"), ("OpenAI-compatible server", "openai"), ("None — sources only", "none"))
+# The embedding model: the bundled one, words only, or a typed path to a sentence-transformers folder.
+EMBEDDING_MODELS = (("all-MiniLM-L6-v2 (bundled, English)", "all-MiniLM-L6-v2"), ("None — match words only", "none"))
 
 
 WINDOW_SHORTCUTS = {f"Ctrl+{i}" for i in range(1, 6)} | {"Ctrl+N", "Ctrl+K", "Ctrl+F", "Ctrl+Q", "Ctrl+W", "Ctrl+S"}
@@ -143,8 +145,17 @@ class SettingsView(QWidget):
         self.encryption.setWordWrap(True)
         self.encryption.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.key_warning = Banner(tone="warn")
+        self.embedding_model = QComboBox()
+        self.embedding_model.setEditable(True)  # or a folder with a sentence-transformers model
+        for label, value in EMBEDDING_MODELS:
+            self.embedding_model.addItem(label, value)
+        self.embedding_model.setToolTip("The bundled model, none, or the folder of a sentence-transformers model. "
+                                        "A change re-embeds everything in the background.")
         self.embedding = QLabel("…")
         self.embedding.setWordWrap(True)
+        self._embedding_poll = QTimer(self)  # re-embedding progress while this page is shown
+        self._embedding_poll.setInterval(2000)
+        self._embedding_poll.timeout.connect(self._poll_embedding)
         self.logs = QLabel("…")
         self.logs.setWordWrap(True)
         self.logs.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -156,7 +167,8 @@ class SettingsView(QWidget):
         df.addRow("Location", loc_row)
         df.addRow("Encryption", self.encryption)
         df.addRow("", self.key_warning)
-        df.addRow("Search model", self.embedding)
+        df.addRow("Search model", self.embedding_model)
+        df.addRow("", self.embedding)
         df.addRow("Logs", self.logs)
 
         self.tidy_button = button("Tidy up now")
@@ -212,6 +224,12 @@ class SettingsView(QWidget):
         self.model.setCurrentText(s.llm.model)
         self.hotkey.set_shortcut(s.hotkey)
         self.hotkey_problem.set("")
+        known = self.embedding_model.findData(s.embedding_model)
+        if known >= 0:
+            self.embedding_model.setCurrentIndex(known)
+        else:
+            self.embedding_model.setEditText(s.embedding_model)
+        self._embedding_poll.start()
         self.autostart.setChecked(autostart.is_enabled())
         self.location.setText(str(info.store))
         if info.key_source == "keychain" and info.key_backend_secure:
@@ -248,6 +266,10 @@ class SettingsView(QWidget):
     def set_model_state(self, state: str, detail: str) -> None:
         self.embedding.setText(detail)
 
+    def _poll_embedding(self) -> None:
+        if self.isVisible():
+            self.bridge.embedding_status(lambda status: self.set_model_state(*status))
+
     def set_hotkey_status(self, status: HotkeyStatus) -> None:
         tone = {"active": "ok", "clash": "error", "invalid": "error", "waiting": "info"}.get(status.state, "warn")
         self.hotkey_status.set(status.message, tone)
@@ -263,6 +285,9 @@ class SettingsView(QWidget):
         s.llm.model = self.model.currentText().strip() or s.llm.model
         s.hotkey = self.hotkey.shortcut() or s.hotkey
         s.autostart = self.autostart.isChecked()
+        typed = self.embedding_model.currentText().strip()
+        known = self.embedding_model.findText(typed)
+        s.embedding_model = self.embedding_model.itemData(known) if known >= 0 else (typed or s.embedding_model)
         return s
 
     def tidy_up(self) -> None:
@@ -306,6 +331,7 @@ class SettingsView(QWidget):
             self._settings = saved
             self.feedback.setText("Saved ✓")
             self.saved.emit(saved)
+            self.bridge.embedding_status(lambda status: self.set_model_state(*status))  # a new model's state
             if saved.hotkey != old_hotkey:
                 self.hotkey_changed.emit(saved.hotkey)
 

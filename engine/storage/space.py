@@ -37,6 +37,11 @@ def pending(con: Connection) -> int:
     return tallies.unembedded(con)
 
 
+def rows(con: Connection) -> int:
+    """Memories and chunks, embedded or not (what a change of model re-embeds)."""
+    return con.execute("SELECT (SELECT count(*) FROM memories) + (SELECT count(*) FROM chunks)").fetchone()[0]
+
+
 def waiting(con: Connection, table: str, limit: int) -> list[tuple[int, str, str]]:
     """(id, text, content hash) of rows without a vector, oldest first (chunks of ready documents only)."""
     extra = "" if table == "memories" else " AND document_id IN (SELECT id FROM documents WHERE status = 'ready')"

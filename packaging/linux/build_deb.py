@@ -146,8 +146,8 @@ def stage(bundle: Path, root: Path, version: str, architecture: str) -> None:
         "Upstream-Name: Personal LLM\n\n"
         "Files: *\nCopyright: Personal LLM developers\nLicense: MIT\n\n"
         "Files: opt/personal-llm/_internal/*\n"
-        "Comment: Third-party Python packages and libraries bundled by PyInstaller (PyTorch, Qt/PySide6 (LGPLv3),\n"
-        " SQLCipher, sqlite-vec, sentence-transformers, transformers and the all-MiniLM-L6-v2 model (Apache-2.0),\n"
+        "Comment: Third-party Python packages and libraries bundled by PyInstaller (Qt/PySide6 (LGPLv3), NumPy,\n"
+        " SQLCipher, sqlite-vec, tokenizers, safetensors and the all-MiniLM-L6-v2 model (Apache-2.0),\n"
         " and others), each under its own licence; their metadata and licence files are in the same directory.\n",
         encoding="utf-8",
     )

@@ -303,3 +303,18 @@ def test_the_theme_follows_the_os_scheme(qapp, monkeypatch):
     light_window = qapp.palette().color(QPalette.ColorRole.Window)
     assert dark_window.lightness() < 80 < light_window.lightness()
     assert "chevron-down-light.svg" in qapp.styleSheet()
+
+
+def test_settings_choose_the_embedding_model(qtbot, desktop, tmp_path):
+    from engine.config import load_settings
+
+    settings = desktop.window.settings
+    assert settings.embedding_model.currentData() == load_settings(desktop.home).embedding_model
+    settings.embedding_model.setEditText(str(tmp_path))  # not a model folder: a clear message, nothing saved
+    settings.save_button.click()
+    qtbot.waitUntil(lambda: "sentence-transformers model" in settings.test_result.label.text(), timeout=10_000)
+    settings.embedding_model.setCurrentIndex(settings.embedding_model.findData("none"))
+    settings.save_button.click()
+    qtbot.waitUntil(lambda: settings.feedback.text() == "Saved ✓", timeout=10_000)
+    assert load_settings(desktop.home).embedding_model == "none"
+    qtbot.waitUntil(lambda: "words only" in settings.embedding.text(), timeout=10_000)
