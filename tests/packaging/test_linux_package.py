@@ -236,6 +236,27 @@ def test_ingest_html_pdf_docx(installed: Path, tmp_path: Path):
         assert any(fact in hit["text"] for hit in json.loads(r.stdout)), (query, r.stdout)
 
 
+def test_ocr_slides_and_sheets_from_the_bundle(installed: Path, tmp_path: Path):
+    """The OCR engine (onnxruntime, OpenCV, RapidOCR's models, PDFium) and the slide and sheet readers work
+    from the bundle: a picture of text and a spreadsheet are ingested and found."""
+    from tests.formats_fixtures import make_png, make_xlsx
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    make_png(docs / "receipt.png", ["Lighthouse keeper salary", "paid on Tuesday"])
+    make_xlsx(docs / "stock.xlsx")
+    cli = str(installed / APP / "personal-llm")
+    profile = tmp_path / "profile"
+    r = _run(installed, tmp_path, cli, "ingest", str(docs), profile=profile, timeout=300)
+    assert r.returncode == 0 and "2 added" in r.stdout, r.stdout + r.stderr
+    r = _run(installed, tmp_path, cli, "recall", "--json", "-k", "3", "lighthouse keeper salary", profile=profile)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert any("paid on Tuesday" in hit["text"] for hit in json.loads(r.stdout)), r.stdout
+    r = _run(installed, tmp_path, cli, "recall", "--json", "-k", "3", "porcupine quills count", profile=profile)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert any("porcupine quills" in hit["text"] for hit in json.loads(r.stdout)), r.stdout
+
+
 def _assert_nothing_left(home: Path) -> None:
     assert not list((home / "tmp").glob("personal-llm-selftest-*")), "the temporary profile was not removed"
     keyring_file = home / ".local/share/python_keyring/keyring_pass.cfg"
