@@ -17,29 +17,38 @@ def missing_tools() -> list[str]:
     return [t for t in TOOLS if shutil.which(t) is None]
 
 
-def free_display() -> int:
-    for n in range(91, 200):
-        if not Path(f"/tmp/.X{n}-lock").exists() and not Path(f"/tmp/.X11-unix/X{n}").exists():
-            return n
-    raise RuntimeError("no free X display number")
-
-
 class XServer:
+    """Xvfb on a display number it picks itself (-displayfd), so servers started at once never collide."""
+
     def __init__(self, width: int = 1280, height: int = 800) -> None:
-        self.number = free_display()
-        self.display = f":{self.number}"
+        self.number = -1
+        self.display = ""
         self.size = (width, height)
         self.procs: list[subprocess.Popen] = []
 
     def __enter__(self) -> XServer:
-        self.procs.append(subprocess.Popen(
-            ["Xvfb", self.display, "-screen", "0", f"{self.size[0]}x{self.size[1]}x24", "-nolisten", "tcp"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        deadline = time.monotonic() + 10
-        while not Path(f"/tmp/.X11-unix/X{self.number}").exists():
-            if time.monotonic() > deadline:
-                raise RuntimeError("Xvfb did not start")
-            time.sleep(0.05)
+        read, write = os.pipe()
+        try:
+            self.procs.append(subprocess.Popen(
+                ["Xvfb", "-displayfd", str(write), "-screen", "0", f"{self.size[0]}x{self.size[1]}x24",
+                 "-nolisten", "tcp"], pass_fds=(write,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            os.close(write)
+            write = -1
+            number = b""
+            deadline = time.monotonic() + 10
+            while not number.endswith(b"\n"):
+                if time.monotonic() > deadline or self.procs[0].poll() is not None:
+                    raise RuntimeError("Xvfb did not start")
+                chunk = os.read(read, 16)
+                if not chunk:
+                    raise RuntimeError("Xvfb did not start")
+                number += chunk
+        finally:
+            os.close(read)
+            if write >= 0:
+                os.close(write)
+        self.number = int(number.strip())
+        self.display = f":{self.number}"
         return self
 
     def start_tray_host(self) -> None:
