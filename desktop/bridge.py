@@ -571,15 +571,7 @@ class Bridge(QObject):
             e.apply_settings(settings.model_copy(deep=True))  # saved, and the next question uses it
             return settings
 
-        def saved(value: Settings) -> None:
-            if self._info is not None:
-                from dataclasses import replace
-
-                self._info = replace(self._info, settings=value.model_copy(deep=True))
-            if done:
-                done(value)
-
-        self.write(save, saved, failed)
+        self.write(save, self._settings_saved(done), failed)
 
 
     # ------------------------------------------------------------------------------------------------
@@ -770,6 +762,18 @@ class Bridge(QObject):
         return sys.executable, ["-m", "engine.mcp"]
 
 
+    def _settings_saved(self, done: Done | None) -> Callable[[Settings], None]:
+        """After a save: the engine info the pages read carries the saved settings, then `done` gets them."""
+        def saved(value: Settings) -> None:
+            if self._info is not None:
+                from dataclasses import replace
+
+                self._info = replace(self._info, settings=value.model_copy(deep=True))
+            if done:
+                done(value)
+
+        return saved
+
     def update_settings(self, change: Callable[[Settings], None], done: Done | None = None,
                         failed: Failed | None = None) -> None:
         """Change some settings and save them, starting from the ones in use (so a change made meanwhile by
@@ -780,15 +784,7 @@ class Bridge(QObject):
             e.apply_settings(settings)
             return settings.model_copy(deep=True)
 
-        def saved(value: Settings) -> None:
-            if self._info is not None:
-                from dataclasses import replace
-
-                self._info = replace(self._info, settings=value.model_copy(deep=True))
-            if done:
-                done(value)
-
-        self.write(save, saved, failed)
+        self.write(save, self._settings_saved(done), failed)
 
 
 @dataclass
