@@ -12,15 +12,21 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anyio
-import jsonschema
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..config import McpServerSettings
 from ..errors import UserError
+from ..lazy import lazy_module
 from .tools import Tool, ToolEnv
+
+if TYPE_CHECKING:
+    import anyio
+    import jsonschema
+else:  # imported when an MCP server's tools are first used
+    anyio = lazy_module("anyio")
+    jsonschema = lazy_module("jsonschema")
 
 log = logging.getLogger(__name__)
 
