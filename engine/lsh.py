@@ -37,6 +37,8 @@ def hyperplanes(dim: int) -> np.ndarray:
     return rng.standard_normal((dim, TABLES * BITS)).astype(np.float32)
 
 
+_EMPTY: tuple[np.ndarray, np.ndarray, int] = (np.zeros((TABLES, 0), dtype=np.int32),
+                                              np.zeros((TABLES, (1 << BITS) + 1), dtype=np.int64), 0)
 _WEIGHTS = (1 << np.arange(BITS, dtype=np.uint32)).astype(np.uint32)
 
 
@@ -53,12 +55,13 @@ class Buckets:
     def __init__(self) -> None:
         self.keys = np.zeros((0, TABLES), dtype=np.uint16)  # by position; capacity grows by doubling
         self.n = 0
-        self._sorted = 0  # positions [0, _sorted) are in the CSR
-        self._order = np.zeros((TABLES, 0), dtype=np.int32)
-        self._offsets = np.zeros((TABLES, (1 << BITS) + 1), dtype=np.int64)
+        # (positions sorted by key per table, offsets per key, how many positions they cover): replaced whole,
+        # so a lookup on another thread sees one consistent version
+        self._csr: tuple[np.ndarray, np.ndarray, int] = _EMPTY
 
     def resident_bytes(self) -> int:
-        return int(self.n * self.keys.itemsize * TABLES + self._order.nbytes + self._offsets.nbytes)
+        order, offsets, _ = self._csr
+        return int(self.n * self.keys.itemsize * TABLES + order.nbytes + offsets.nbytes)
 
     def set(self, start: int, ks: np.ndarray) -> None:
         """Keys of positions start, start+1, ... (start <= n: positions past the tail extend it)."""
@@ -67,10 +70,8 @@ class Buckets:
             grown = np.zeros((max(1024, 2 * len(self.keys), end), TABLES), dtype=np.uint16)
             grown[: self.n] = self.keys[: self.n]
             self.keys = grown
-        if start < self._sorted:  # a position already sorted changed: sort again at the next lookup
-            self._sorted = 0
-            self._order = np.zeros((TABLES, 0), dtype=np.int32)
-            self._offsets = np.zeros((TABLES, (1 << BITS) + 1), dtype=np.int64)
+        if start < self._csr[2]:  # a position already sorted changed: sort again at the next lookup
+            self._csr = _EMPTY
         self.keys[start:end] = ks
         self.n = max(self.n, end)
 
@@ -86,23 +87,23 @@ class Buckets:
             order[t] = np.argsort(col, kind="stable")  # a radix sort for 16-bit keys: O(n)
             offsets[t, 0] = 0
             np.cumsum(np.bincount(col, minlength=1 << BITS), out=offsets[t, 1:])
-        self._order, self._offsets, self._sorted = order, offsets, n
+        self._csr = (order, offsets, n)
 
     def lookup(self, qkeys: np.ndarray) -> np.ndarray:
         """Positions sharing at least one key with the query's (TABLES,) keys, without repeats."""
-        tail = self.n - self._sorted
-        if tail > max(TAIL_MIN, self.n // TAIL_SHARE):
+        n, keys = self.n, self.keys
+        if n - self._csr[2] > max(TAIL_MIN, n // TAIL_SHARE):
             self._fold()
-            tail = 0
+        order, offsets, done = self._csr
         parts = []
         for t in range(TABLES):
             k = int(qkeys[t])
-            a, b = self._offsets[t, k], self._offsets[t, k + 1]
+            a, b = offsets[t, k], offsets[t, k + 1]
             if b > a:
-                parts.append(self._order[t, a:b])
-        if tail:
-            hit = (self.keys[self._sorted : self.n] == qkeys[None, :]).any(axis=1)
-            parts.append(np.flatnonzero(hit).astype(np.int32) + self._sorted)
+                parts.append(order[t, a:b])
+        if n > done:
+            hit = (keys[done:n] == qkeys[None, :]).any(axis=1)
+            parts.append(np.flatnonzero(hit).astype(np.int32) + done)
         if not parts:
             return np.zeros(0, dtype=np.int64)
         return np.unique(np.concatenate(parts)).astype(np.int64)

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import lsh
 from .db import Connection
 from .embeddings import Windows
 
@@ -58,6 +59,7 @@ COPY_KEY = "vector_copy"  # state: the float copies hold every vector of vec0 (f
 BLOCK_ROWS = 1024  # int8 rows turned into float32 at a time (fits in the CPU cache)
 LOAD_ROWS = 20_000  # rows read at a time when the mirror loads
 LOG_EPOCHS = 2000  # writes kept in vector_log for other processes' mirrors to catch up with
+NEAR_STEP = 20_000  # rows given their near-duplicate keys at a time by the background build (engine/lsh.py)
 
 
 # memory windows: (owner memory id, vector), by owner
@@ -197,6 +199,17 @@ def read_windows(con: Connection, ids: list[int] | None = None) -> dict[int, np.
     return {rid: np.stack(v) for rid, v in out.items()}
 
 
+_planes: dict[int, np.ndarray] = {}
+
+
+def planes(dim: int) -> np.ndarray:
+    """The near-duplicate buckets' hyperplanes for this dimension (engine/lsh.py), made once."""
+    p = _planes.get(dim)
+    if p is None:
+        p = _planes[dim] = lsh.hyperplanes(dim)
+    return p
+
+
 def read_vectors(con: Connection, table: str, ids: list[int]) -> dict[int, np.ndarray]:
     """The exact (float32) vectors of these rows, from the float copy: id -> vector (rows without one are
     left out)."""
@@ -268,6 +281,10 @@ class _Mirror:
         self.walive = np.zeros(0, dtype=bool)
         self.wrows: dict[int, list[int]] = {}  # owner id -> its rows in wmat
         self._buf = np.zeros((BLOCK_ROWS, dim), dtype=np.float32)
+        # near-duplicate buckets (memories; engine/lsh.py), built in the background once a duplicate check
+        # asks: positions [0, near_n) have their keys in `near`, later ones are scanned
+        self.near: lsh.Buckets | None = None
+        self.near_n = 0
 
     def resident_bytes(self, *, vectors_only: bool = False) -> int:
         """Bytes of the rows in use (the arrays' spare capacity is allocated untouched, so not resident):
@@ -275,7 +292,8 @@ class _Mirror:
         per_row = self.codes.itemsize * self.dim + self.scale.itemsize + self.bound.itemsize
         if not vectors_only:
             per_row += sum(a.itemsize for a in (self.ids, self.kind, self.proj, self.archived, self.t, self.alive))
-        return int(self.n * per_row + self.wn * (self.wmat.itemsize * self.dim + self.wpos.itemsize + 1))
+        near = self.near.resident_bytes() if self.near is not None and not vectors_only else 0
+        return int(self.n * per_row + self.wn * (self.wmat.itemsize * self.dim + self.wpos.itemsize + 1)) + near
 
     def _grow(self, need: int) -> None:
         cap = len(self.ids)
@@ -371,28 +389,56 @@ class _Mirror:
         self.t[span] = np.fromiter((r[4] or 0.0 for r in rows), dtype=np.float64, count=n)
         self.alive[span] = True
         self.pos.update(zip(ids.tolist(), range(p0, p0 + n), strict=True))
+        if self.near is not None and self.near_n == p0:  # the buckets are complete: keep them so
+            self.near.set(p0, lsh.keys(mat, planes(self.dim)))
+            self.near_n = p0 + n
         self.n += n
 
-    def mask(self, f: Filter) -> np.ndarray:
-        n = self.n
-        mask = self.alive[:n].copy()
+    def mask(self, f: Filter, pos: np.ndarray | None = None) -> np.ndarray:
+        """Which rows pass the filter: all n, or those at positions `pos`."""
+        at: slice | np.ndarray = slice(0, self.n) if pos is None else pos
+        mask = self.alive[at].copy()
         if f.projects is not None:
             codes = [self.projects[p] for p in f.projects if p in self.projects]
-            mask &= np.isin(self.proj[:n], codes)
+            mask &= np.isin(self.proj[at], codes)
         if f.kinds is not None:
             codes = [KIND_CODES[x] for x in f.kinds]
             if f.activity and "episodic" in f.kinds:
                 codes.append(KIND_CODES["activity"])
-            mask &= np.isin(self.kind[:n], codes)
+            mask &= np.isin(self.kind[at], codes)
         elif not f.activity:
-            mask &= self.kind[:n] != KIND_CODES["activity"]
+            mask &= self.kind[at] != KIND_CODES["activity"]
         if not f.include_archived:
-            mask &= ~self.archived[:n]
+            mask &= ~self.archived[at]
         if f.since is not None:
-            mask &= self.t[:n] >= f.since
+            mask &= self.t[at] >= f.since
         if f.until is not None:
-            mask &= self.t[:n] <= f.until
+            mask &= self.t[at] <= f.until
         return mask
+
+    def near_rows(self, q: np.ndarray, threshold: float, f: Filter,
+                  exact: Callable[[list[int]], dict[int, np.ndarray]]) -> list[tuple[int, float]]:
+        """[(row id, cosine)] of the rows at least `threshold` close to q (whole texts, no windows), best
+        first: the rows sharing a bucket with q (engine/lsh.py) and those not in the buckets yet, checked by
+        their int8 bounds and then exactly. Misses a row only as the buckets do (P in engine/lsh.py)."""
+        n = self.n
+        done = min(self.near_n, n) if self.near is not None else 0
+        parts = [np.arange(done, n, dtype=np.int64)]
+        if done:
+            found = self.near.lookup(lsh.keys(q, planes(self.dim))[0])  # type: ignore[union-attr]
+            parts.append(found[found < done])
+        pos = np.concatenate(parts)
+        pos = pos[self.mask(f, pos)]
+        if pos.size == 0:
+            return []
+        upper = (self.codes[pos].astype(np.float32) @ q) * self.scale[pos] + self.bound[pos] * float(np.linalg.norm(q))
+        pos = pos[upper >= threshold]
+        if pos.size == 0:
+            return []
+        ids = [int(i) for i in self.ids[pos]]
+        vecs = exact(ids)
+        out = [(rid, float(vecs[rid] @ q)) for rid in ids if rid in vecs]
+        return sorted(((rid, c) for rid, c in out if c >= threshold), key=lambda x: (-x[1], x[0]))
 
     def search(self, q: np.ndarray, k: int, f: Filter, exact: Callable[[list[int]], dict[int, np.ndarray]],
                windows: bool = True) -> list[tuple[int, float]]:
@@ -545,9 +591,12 @@ class VectorIndex:
         return view
 
     def warm(self, con: Connection) -> None:
-        """Load the mirror now (in the background after a store opens), so the first search finds it."""
+        """Load the mirror now (in the background after a store opens), so the first search finds it; for
+        memories, then build the near-duplicate buckets (in a thread of their own)."""
         if self.use_mirror:
             self._view(con)
+            if self.table == "memories":  # and the near-duplicate buckets, so remember does not scan
+                self._start_near()
 
     def cosines(self, con: Connection, ids: list[int], q: np.ndarray) -> dict[int, float]:
         """Exact cosine to q for these rows (those without a vector are left out), from the float copy; a
@@ -573,6 +622,40 @@ class VectorIndex:
         span = con.execute("SELECT start, end FROM memory_windows WHERE memory_id = ? ORDER BY id LIMIT 1 OFFSET ?",
                            (rid, best)).fetchone()
         return (int(span[0]), int(span[1])) if span else None
+
+    def near(self, con: Connection, q: np.ndarray, threshold: float, f: Filter) -> list[tuple[int, float]]:
+        """[(row id, cosine)] of the rows at least `threshold` close to q, whole texts only, best first: the
+        near-duplicate check. With the mirror, through its buckets (engine/lsh.py: a few hundred rows read
+        instead of all, once built; the first check starts building them in the background)."""
+        q = np.asarray(q, dtype=np.float32)
+        if not self.use_mirror or self.table != "memories":
+            return [(i, c) for i, c in self.search(con, q, 2, f, windows=False) if c >= threshold]
+        view = self._view(con)
+        if view.near is None:
+            self._start_near()
+        return view.near_rows(q, threshold, f, lambda ids: read_vectors(con, self.table, ids))
+
+    def _start_near(self) -> None:
+        with self._lock:
+            m = self._mirror
+            if m is None or m.near is not None:
+                return
+            m.near = lsh.Buckets()
+        threading.Thread(target=self._build_near, args=(m,), name="near-duplicate-buckets", daemon=True).start()
+
+    def _build_near(self, m: _Mirror) -> None:
+        """Give every row of mirror m its keys, NEAR_STEP rows at a time (writes wait at most one step)."""
+        try:
+            while True:
+                with self._lock:
+                    if self._mirror is not m or m.near is None or m.near_n >= m.n:
+                        return
+                    s, e = m.near_n, min(m.n, m.near_n + NEAR_STEP)
+                    # the codes' signs are the vectors' (scale > 0): keys from the int8 rows
+                    m.near.set(s, lsh.keys(m.codes[s:e].astype(np.float32), planes(self.dim)))
+                    m.near_n = e
+        except Exception:  # the buckets only speed the check up: without them it scans
+            log.exception("near-duplicate buckets could not be built")
 
     def search(self, con: Connection, q: np.ndarray, k: int, f: Filter, *,
                windows: bool = True) -> list[tuple[int, float]]:
