@@ -306,12 +306,13 @@ Check = Callable[[OnnxMiniLM, MiniLM], float]
 
 
 def agreement(onnx: OnnxMiniLM, numpy: MiniLM) -> float:
-    """The lowest cosine between the two runtimes' vectors of the probes, one at a time and as one batch."""
+    """The lowest cosine between the numpy runtime's vectors of the probes and the ONNX runtime's, one at a
+    time and (the short ones) as one padded batch; the long probe is cut at the model's 256 word-pieces."""
     probes = list(PROBES)
-    ref = numpy.encode(probes)
-    ours = [onnx.encode([p]) for p in probes] + [onnx.encode(probes, batch_size=2)]
-    return float(min((o * r).sum(1).min() for o, r in zip(ours, [ref[i : i + 1] for i in range(len(probes))] + [ref],
-                                                            strict=True)))
+    ref = np.concatenate([numpy.encode([p]) for p in probes])
+    singles = np.concatenate([onnx.encode([p]) for p in probes])
+    batch = onnx.encode(probes[:-1], batch_size=len(probes))
+    return float(min((singles * ref).sum(1).min(), (batch * ref[:-1]).sum(1).min()))
 
 
 def _verdict_file(cache_dir: Path | None, key: str) -> Path | None:
@@ -322,15 +323,15 @@ def _verdict_file(cache_dir: Path | None, key: str) -> Path | None:
     return cache_dir / f"minilm-{key[:16]}-onnx-g{GRAPH_VERSION}-ort{ort.__version__}.json"
 
 
-_kept: dict[Path, np.ndarray] = {}  # verdicts read or written by this process: their probe vectors
+_kept: dict[str, np.ndarray] = {}  # verdicts reached or read by this process (by file name): their probe vectors
 _RECHECK = 2  # probes kept with a verdict and encoded again at each load (the short ones)
 
 
 def _kept_probes(verdict: Path | None) -> np.ndarray | None:
     if verdict is None:
         return None
-    if verdict in _kept:
-        return _kept[verdict]
+    if verdict.name in _kept:
+        return _kept[verdict.name]
     try:
         kept = np.asarray(json.loads(verdict.read_text())["probes"], dtype=np.float32)
     except (OSError, ValueError, KeyError, TypeError):
@@ -338,10 +339,10 @@ def _kept_probes(verdict: Path | None) -> np.ndarray | None:
     return kept if kept.shape == (_RECHECK, 384) else None
 
 
-def _keep_verdict(verdict: Path | None, probes: np.ndarray, cosine: float) -> None:
+def _keep_verdict(verdict: Path | None, numpy: MiniLM, cosine: float) -> None:
     if verdict is None:
         return
-    _kept[verdict] = probes
+    probes = _kept[verdict.name] = np.concatenate([numpy.encode([p]) for p in PROBES[:_RECHECK]])
     try:
         verdict.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=verdict.parent, prefix=".minilm-", suffix=".tmp")
@@ -369,7 +370,7 @@ def load_runtime(model_dir: Path, *, key: str, cache_dir: Path | None, check: Ch
         return MiniLM(model_dir)
     verdict = _verdict_file(cache_dir, key)
     kept = _kept_probes(verdict)
-    if kept is not None and (onnx.encode(list(PROBES[:_RECHECK])) * kept).sum(1).min() >= AGREEMENT:
+    if kept is not None and (np.concatenate([onnx.encode([p]) for p in PROBES[:_RECHECK]]) * kept).sum(1).min() >= AGREEMENT:
         return onnx
     numpy = MiniLM(model_dir)
     try:
@@ -381,7 +382,7 @@ def load_runtime(model_dir: Path, *, key: str, cache_dir: Path | None, check: Ch
         log.warning("ONNX Runtime's vectors differ from the numpy runtime's (lowest cosine %.6f < %s); "
                     "using the numpy runtime", cosine, AGREEMENT)
         return numpy
-    _keep_verdict(verdict, numpy.encode(list(PROBES[:_RECHECK])), cosine)
+    _keep_verdict(verdict, numpy, cosine)
     log.info("embedding model on ONNX Runtime (lowest cosine with the numpy runtime %.7f)", cosine)
     del numpy
     _release_memory()
