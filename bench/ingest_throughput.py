@@ -255,7 +255,7 @@ def main() -> int:
               f"batch size {EMBED_BATCH_SIZE}; {batch_threads()} threads; sample rates before ingest: "
               f"runtime {raw_before:.1f}/s, numpy {np_before:.1f}/s, sentence-transformers {st_before:.1f}/s")
         print(f"ingest (end to end):           {rate:7.1f} chunks/s  ({elapsed:.1f} s, {size / elapsed / 1024:.0f} KB/s)")
-        print(f"raw runtime encode ({runtime}): {raw:7.1f} chunks/s  (runs: {raw_a:.1f}, {raw_b:.1f})")
+        print(f"{f'raw runtime ({runtime}):':31}{raw:7.1f} chunks/s  (runs: {raw_a:.1f}, {raw_b:.1f})")
         print(f"raw numpy runtime (before):    {np_rate:7.1f} chunks/s  (runs: {np_a:.1f}, {np_b:.1f})")
         print(f"raw sentence-transformers:     {st_rate:7.1f} chunks/s  (runs: {st_a:.1f}, {st_b:.1f})")
         print(f"ratio ingest / raw runtime:    {rate / raw:.2f}  (target >= 0.90)")

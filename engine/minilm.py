@@ -3,9 +3,11 @@
 It reads the same safetensors weights and tokenizer as sentence-transformers and gives the same vectors
 (cosine > 0.99999; a test compares them with sentence-transformers run in the test). It needs only numpy,
 `tokenizers` and `safetensors` — no torch — so it loads in a fraction of a second and takes ~90 MB
-instead of ~600. It runs every call of the default model: queries and captures (one BLAS thread) and
-ingest batches (texts sorted by token count and cut into batches of similar length, so little work goes
-to padding, on a bounded number of BLAS threads). See docs/performance.md, "The embedding runtime".
+instead of ~600. The default model runs on ONNX Runtime (engine/onnx_minilm.py, the same graph); this
+runtime is what that graph is checked against when it is built, and what runs when it cannot be used:
+queries and captures on one BLAS thread, ingest batches (texts sorted by token count and cut into batches
+of similar length, so little work goes to padding, `plan_batches`) on a bounded number of BLAS threads.
+See docs/performance.md, "The embedding runtime".
 """
 
 from __future__ import annotations
