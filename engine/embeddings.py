@@ -11,8 +11,10 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -73,18 +75,37 @@ SMALL_BATCH = 8
 MODELS_EXTRA = "personal-llm[models]"
 
 
-class Embedder:
-    """One embedding model, loaded once, used from any thread (calls are serialised).
+def runtime_cache_dir() -> Path:
+    """Where the embedding runtime keeps its check of the ONNX graph: cache/ in the profile when
+    $PERSONAL_LLM_HOME moves it, else the platform's user cache dir."""
+    from .config import APP_NAME, HOME_ENV, home_dir
 
-    The default model runs on `engine.minilm` (numpy, the same weights, no torch) for every call: queries
-    and captures on one BLAS thread, batches on a bounded pool. Other models (a local sentence-transformers
+    if os.environ.get(HOME_ENV):
+        return home_dir() / "cache"
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir(APP_NAME))
+
+
+class Embedder:
+    """One embedding model, loaded once, used from any thread.
+
+    The default model runs on ONNX Runtime (`engine.onnx_minilm`: a graph built from the packaged weights
+    and checked against the numpy runtime), or on `engine.minilm` (numpy) when that graph cannot be used;
+    neither imports torch. Queries and captures run on one thread, batches on a bounded pool
+    (engine.minilm.batch_threads). ONNX Runtime calls run concurrently; numpy and sentence-transformers
+    calls are serialised (their thread count is process-wide). Other models (a local sentence-transformers
     folder) run on sentence-transformers, which needs the `models` extra (torch).
+
+    `runtime` replaces engine.onnx_minilm.load_runtime (same arguments) for the default model.
     """
 
-    def __init__(self, model: str = DEFAULT_MODEL):
+    def __init__(self, model: str = DEFAULT_MODEL, *, runtime: Callable[..., Any] | None = None):
         self.model_name = model
-        self._model = None  # what load() returns: the numpy runtime or a SentenceTransformer
-        self._fast = None  # the numpy runtime (default model only)
+        self._model = None  # what load() returns: the ONNX or numpy runtime, or a SentenceTransformer
+        self._fast: Any = None  # the ONNX or numpy runtime (default model only)
+        self._concurrent = False  # calls need no lock (ONNX Runtime)
+        self._runtime_loader = runtime
         self._error: EmbeddingUnavailable | None = None
         self._load_lock = threading.Lock()
         self._encode_lock = threading.Lock()
@@ -102,6 +123,15 @@ class Embedder:
         get_dim = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
         dim = int(get_dim())
         return EmbeddingSpace("sentence-transformers", self.model_name, dim, f"local:{self.model_name};{WINDOW_VERSION}")
+
+    @property
+    def runtime(self) -> str | None:
+        """What runs the model once loaded: "onnxruntime", "numpy" or "sentence-transformers"."""
+        if self._model is None:
+            return None
+        if self._fast is None:
+            return "sentence-transformers"
+        return "onnxruntime" if self._concurrent else "numpy"
 
     @property
     def ready(self) -> bool:
@@ -148,9 +178,11 @@ class Embedder:
             try:
                 path = self._path = self._model_dir()
                 if self.model_name == DEFAULT_MODEL:
-                    from .minilm import MiniLM
+                    from .onnx_minilm import OnnxMiniLM, load_runtime
 
-                    self._fast = MiniLM(path)
+                    loader = self._runtime_loader or load_runtime
+                    self._fast = loader(path, key=DEFAULT_WEIGHTS_SHA256, cache_dir=runtime_cache_dir())
+                    self._concurrent = isinstance(self._fast, OnnxMiniLM)
                     self._model = self._fast
                 else:
                     self._model = _sentence_transformer(path)
@@ -164,7 +196,7 @@ class Embedder:
             finally:
                 self._loaded.set()
             self.load_seconds = time.perf_counter() - t0
-            log.info("embedding model loaded in %.2fs", self.load_seconds)
+            log.info("embedding model loaded in %.2fs (%s)", self.load_seconds, self.runtime)
             return self._model
 
     def load_in_background(self) -> threading.Thread:
@@ -191,6 +223,8 @@ class Embedder:
 
         one = small if small is not None else len(texts) <= SMALL_BATCH
         n_threads = 1 if one else batch_threads()
+        if self._concurrent:
+            return self._fast.encode(texts, batch_size=batch_size, n_threads=n_threads)
         if self._fast is not None:
             with self._encode_lock:
                 return self._fast.encode(texts, batch_size=batch_size, n_threads=n_threads)
