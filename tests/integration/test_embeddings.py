@@ -225,3 +225,26 @@ def test_onnx_calls_run_concurrently_and_give_the_same_vectors():
     assert np.abs(results[0] - batch_alone).max() < 1e-6
     for k in range(1, 5):
         assert np.abs(results[k] - np.stack(alone[k::4])).max() < 1e-6
+
+
+def test_weights_are_hashed_once_and_a_changed_file_is_refused(tmp_path, monkeypatch):
+    """The weights' sha256 is checked at the first load and remembered by the file's size, time and inode:
+    a later load skips hashing; a file that changed (bytes or time) is hashed again, and refused."""
+    import hashlib
+
+    from engine import embeddings
+
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"weights " * 1000)
+    good = hashlib.sha256(weights.read_bytes()).hexdigest()
+    hashed: list[Path] = []
+    real = embeddings._sha256
+    monkeypatch.setattr(embeddings, "_sha256", lambda p: hashed.append(p) or real(p))
+    assert embeddings._weights_intact(weights, good) and len(hashed) == 1
+    assert embeddings._weights_intact(weights, good) and len(hashed) == 1  # remembered
+    assert not embeddings._weights_intact(weights, "0" * 64)  # another expected hash: checked, refused
+    raw = bytearray(weights.read_bytes())
+    raw[3] ^= 1
+    weights.write_bytes(bytes(raw))  # same size, new time
+    assert not embeddings._weights_intact(weights, good)
+    assert len(hashed) == 3
