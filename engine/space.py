@@ -128,7 +128,8 @@ class VectorSpace:
                         log.info("embedding space changed; vectors will be rebuilt from rows")
                 else:
                     vectors.create_tables(con, space.dimension)  # idempotent: heals a missing trigger
-            self.index = {t: vectors.VectorIndex(t, space.dimension, mirror=self.mirror) for t in TABLES}
+            self.index = {t: vectors.VectorIndex(t, space.dimension, mirror=self.mirror, store=self.store)
+                          for t in TABLES}
             self._checked = True
             return True
 
