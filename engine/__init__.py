@@ -6,7 +6,6 @@
         eng.recall("Which city is my sibling based in?")
 """
 
-from .agent import AgentInfo, AgentRun, AgentStep, ConfirmRequest
 from .ask import AskFailed, AskResult, Source
 from .config import Settings, log_dir
 from .context import Changes
@@ -17,6 +16,16 @@ from .memories import Remembered
 from .models import ForgetResult, HealthReport, Hit, Memory, RememberResult, Stats
 from .parsers import SUPPORTED_EXTENSIONS
 from .version import __version__
+
+_LAZY = {"AgentInfo", "AgentRun", "AgentStep", "ConfirmRequest"}  # engine/agent loads when first used
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        from . import agent
+
+        return getattr(agent, name)
+    raise AttributeError(f"module 'engine' has no attribute {name!r}")
 
 __all__ = [
     "AgentInfo", "AgentRun", "AgentStep", "ConfirmRequest",

@@ -213,6 +213,8 @@ class Embedder:
 
     def window_spans(self, text: str) -> list[tuple[int, int]]:
         """(start, end) character offsets of the windows of a long text ([] when it fits in one)."""
+        if len(text) <= WINDOW_TOKENS and text.isascii():  # an ASCII character is at most one word-piece
+            return []
         tok = self._tokenizer_for_windows()
         if tok is None:
             return []

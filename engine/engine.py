@@ -30,10 +30,9 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import backup, db, erasure, keyops
-from .agent import AgentInfo, AgentRun, Agents, AgentStep, ConfirmRequest
 from .ask import Answers, AskResult
 from .audit import AuditLog
 from .backfill import Backfill
@@ -71,6 +70,9 @@ from .transfer import ExportResult, ImportResult, Progress, Transfer
 from .unlock import open_store
 from .watch import ScanReport, Watch, WatchedFolder, WatchRemoved, WatchStatus
 
+if TYPE_CHECKING:  # engine/agent is imported when an agent is first used: a CLI remember never pays for it
+    from .agent import AgentInfo, AgentRun, Agents, AgentStep, ConfirmRequest
+
 
 class Engine:
     """An open memory store. Use `Engine.open()`; close it (or use `with`) when done."""
@@ -105,7 +107,8 @@ class Engine:
         self.transfer = Transfer(self.ctx, self.backfill)
         self.watch = Watch(self.ctx, self.documents)
         self.imports = Imports(self.ctx, self.memories, self.documents, self.graph)
-        self.agents = Agents(self.ctx, self.memories, self.documents, self.retrieval, self.graph, self.language)
+        self._agents: Agents | None = None
+        self._agents_lock = threading.Lock()
 
     # ------------------------------------------------------------------------------------------------
     # opening
@@ -163,7 +166,8 @@ class Engine:
 
     def close(self) -> None:
         self.watch.stop()
-        self.agents.close()
+        if self._agents is not None:
+            self._agents.close()
         self.backfill.stop()
         self.language.reset()
         self.store.close()
@@ -428,6 +432,18 @@ class Engine:
     # ------------------------------------------------------------------------------------------------
     # agents (engine/agent/)
     # ------------------------------------------------------------------------------------------------
+    @property
+    def agents(self) -> Agents:
+        """The agents and their tools (engine/agent/), made on first use."""
+        if self._agents is None:
+            with self._agents_lock:
+                if self._agents is None:
+                    from .agent import Agents
+
+                    self._agents = Agents(self.ctx, self.memories, self.documents, self.retrieval, self.graph,
+                                          self.language)
+        return self._agents
+
     def agent_run(self, task: str, *, agent: str | None = None, project: str | None = None,
                   on_step: Callable[[AgentStep], None] | None = None,
                   confirm: Callable[[ConfirmRequest], bool] | None = None,

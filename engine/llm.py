@@ -20,13 +20,19 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-import httpx
-import ollama
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import UserError
+from .lazy import lazy_module
+
+if TYPE_CHECKING:
+    import httpx
+    import ollama
+else:  # imported when a model server is first asked something (see engine/lazy.py)
+    httpx = lazy_module("httpx")
+    ollama = lazy_module("ollama")
 
 log = logging.getLogger(__name__)
 

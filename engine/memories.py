@@ -225,9 +225,7 @@ class Memories:
         idx = self.space.index.get("memories")
         if idx is None:
             return None
-        for rid, cosine in idx.search(con, vec, 2, vectors.Filter(projects={project}, kinds={kind}), windows=False):
-            if cosine < NEAR_DUPLICATE_COSINE:
-                break
+        for rid, _cosine in idx.near(con, vec, NEAR_DUPLICATE_COSINE, vectors.Filter(projects={project}, kinds={kind})):
             if rid != exclude:
                 return rows.by_id(con, rid)
         return None

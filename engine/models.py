@@ -82,7 +82,7 @@ class Stats(BaseModel):
     by_kind: dict[str, int]
     activity: int = Field(default=0, description="The app's own events (\"Ingested X\"), not counted as memories")
     archived: int
-    conflicts: int
+    conflicts: int = Field(description="Pairs of facts flagged as contradicting each other, to resolve")
     documents: int
     documents_failed: int = Field(default=0, description="Documents that could not be ingested and are not retried "
                                                          "on their own (`personal-llm documents --failed`)")

@@ -11,8 +11,23 @@ in numpy, then the best candidates are **rescored exactly** from the float copy.
 construction: each row also keeps the bound of its quantization error (rho = ||v - scale * code||, so
 |approximate - exact| <= rho * ||q||), and every row whose approximate cosine plus its bound reaches the
 k-th exact cosine found is rescored too, so no row left out can belong to the top k. The mirror follows
-writes made in this process row by row, and reloads when the store's vector epoch shows another process
-wrote. With the mirror off (settings.vector_cache = false) vec0 answers directly.
+writes made in this process row by row, and catches up from `vector_log` (the rows each write touched)
+when the store's vector epoch shows another process wrote. With the mirror off (settings.vector_cache =
+false) vec0 answers directly.
+
+The mirror is also **kept in the store** (table `vector_mirror`, inside the encrypted file like everything
+else), so that opening a big store does not read every float vector through SQLCipher (~30 us a row): one
+row per block of STORED_IDS row ids holds the block's codes, scales, bounds and filter columns as packed
+numpy bytes, and the state row `vector_mirror:<table>` the epoch every block is up to date with. A store
+that opens loads the blocks (a quarter of the float32 bytes, in big blobs) and replays the vector log
+since that epoch; it loads from every row instead when there are no blocks, they are older than the log
+reaches, of another dimension or format, or one does not add up. A vector that changes or goes (forget,
+an edit, a re-embedding) **erases its block in the same transaction**, by trigger: the block's rows are
+read from the float copy until it is written again, and a forgotten row's code never outlives it (the
+freed pages are zeroed by secure_delete). Blocks are written by `VectorIndex.save`, in the background once
+a mirror of STORED_MIN_ROWS rows or more has loaded from the rows and then every REFRESH_EPOCHS writes
+(only the blocks that changed): SAVE_BLOCKS blocks a transaction, each from the mirror as it is at that
+transaction, so a user's write waits at most one of those and a crash leaves the previous state usable.
 
 A memory longer than the model's window also has **window vectors** (overlapping passages of it, see
 `embeddings.Embedder.encode_windows`) in `vec_memory_windows`, owned through `memory_windows`. Its cosine
@@ -34,6 +49,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from . import lsh
 from .db import Connection, DatabaseError, connect
 from .embeddings import Windows
 from .errors import EngineError
@@ -65,6 +81,7 @@ COPY_KEY = "vector_copy"  # state: the float copies hold every vector of vec0 (f
 BLOCK_ROWS = 1024  # int8 rows turned into float32 at a time (fits in the CPU cache)
 LOAD_ROWS = 20_000  # rows read at a time when the mirror loads
 LOG_EPOCHS = 2000  # writes kept in vector_log for other processes' mirrors to catch up with
+NEAR_STEP = 20_000  # rows given their near-duplicate keys at a time by the background build (engine/lsh.py)
 
 # the mirror kept in the store (table vector_mirror, one row per block of row ids)
 TABLE_CODES = {"memories": 0, "chunks": 1}
@@ -73,7 +90,7 @@ STORED_MIN_ROWS = 5000  # a table's mirror is kept in the store from this many r
 STORED_FORMAT = 1
 HEAD_KEY = "vector_mirror:"  # + table: state row describing the stored blocks (JSON)
 REFRESH_EPOCHS = 200  # writes after which the stored blocks are brought up to date (well within LOG_EPOCHS)
-SAVE_BLOCKS = 16  # stored blocks written per transaction (~7 MB: a user's write waits at most that long)
+SAVE_BLOCKS = 4  # stored blocks written per transaction (~1.6 MB: a user's write waits at most that long)
 SAVE_BUSY_MS = 200  # a save gives way to another program's write instead of waiting for it
 RETRY_SECONDS = 30.0  # after a save that could not finish
 READ_CACHE_KIB = 4096  # page cache while the stored blocks are read (they are read once)
@@ -259,6 +276,17 @@ def read_windows(con: Connection, ids: list[int] | None = None) -> dict[int, np.
     return {rid: np.stack(v) for rid, v in out.items()}
 
 
+_planes: dict[int, np.ndarray] = {}
+
+
+def planes(dim: int) -> np.ndarray:
+    """The near-duplicate buckets' hyperplanes for this dimension (engine/lsh.py), made once."""
+    p = _planes.get(dim)
+    if p is None:
+        p = _planes[dim] = lsh.hyperplanes(dim)
+    return p
+
+
 def read_vectors(con: Connection, table: str, ids: list[int]) -> dict[int, np.ndarray]:
     """The exact (float32) vectors of these rows, from the float copy: id -> vector (rows without one are
     left out)."""
@@ -364,6 +392,10 @@ class _Mirror:
         self.walive = np.zeros(0, dtype=bool)
         self.wrows: dict[int, list[int]] = {}  # owner id -> its rows in wmat
         self._buf = np.zeros((BLOCK_ROWS, dim), dtype=np.float32)
+        # near-duplicate buckets (memories; engine/lsh.py), built in the background once a duplicate check
+        # asks: positions [0, near_n) have their keys in `near`, later ones are scanned
+        self.near: lsh.Buckets | None = None
+        self.near_n = 0
 
     def resident_bytes(self, *, vectors_only: bool = False) -> int:
         """Bytes of the rows in use (the arrays' spare capacity is allocated untouched, so not resident):
@@ -371,7 +403,8 @@ class _Mirror:
         per_row = self.codes.itemsize * self.dim + self.scale.itemsize + self.bound.itemsize
         if not vectors_only:
             per_row += sum(a.itemsize for a in (self.ids, self.kind, self.proj, self.archived, self.t, self.alive))
-        return int(self.n * per_row + self.wn * (self.wmat.itemsize * self.dim + self.wpos.itemsize + 1))
+        near = self.near.resident_bytes() if self.near is not None and not vectors_only else 0
+        return int(self.n * per_row + self.wn * (self.wmat.itemsize * self.dim + self.wpos.itemsize + 1)) + near
 
     def _grow(self, need: int) -> None:
         cap = len(self.ids)
@@ -473,18 +506,39 @@ class _Mirror:
         self.kind[span] = parts["kind"]
         self.archived[span] = parts["archived"].astype(bool)
         self.alive[span] = True
+        if self.near is not None and self.near_n == self.n:  # the buckets are complete: keep them so
+            self.near.set(self.n, lsh.keys(self.codes[span].astype(np.float32), planes(self.dim)))
+            self.near_n = self.n + rows
         self.n += rows
         self.pos.sorted_n = self.n
 
-    def block_positions(self, blocks: list[int]) -> dict[int, np.ndarray]:
-        """The live positions of the rows of these stored blocks, each block's by id."""
-        live = np.flatnonzero(self.alive[: self.n])
+    def by_id(self) -> tuple[int, np.ndarray, np.ndarray]:
+        """(n, live positions by id, their stored blocks) as of now: what `block_positions` starts from."""
+        n = self.n
+        live = np.flatnonzero(self.alive[:n])
+        order = live[np.argsort(self.ids[live], kind="stable")]
+        return n, order, self.ids[order] // STORED_IDS
+
+    def block_positions(self, blocks: list[int], start: tuple[int, np.ndarray, np.ndarray] | None = None
+                        ) -> dict[int, np.ndarray]:
+        """The live positions of the rows of these stored blocks, each block's by id; from `by_id()` taken
+        earlier on this mirror (rows are only appended or tombstoned since), or from scratch."""
+        n0, order, blk = start if start is not None else self.by_id()
+        tail = np.arange(n0, self.n, dtype=np.int64)
+        tail = tail[self.alive[tail]]
+        tail_blk = self.ids[tail] // STORED_IDS
         want = np.asarray(blocks, dtype=np.int64)
-        p = live[np.isin(self.ids[live] // STORED_IDS, want)]
-        p = p[np.argsort(self.ids[p], kind="stable")]
-        b = self.ids[p] // STORED_IDS
-        lo, hi = np.searchsorted(b, want, "left"), np.searchsorted(b, want, "right")
-        return {int(k): p[i:j] for k, i, j in zip(want, lo, hi, strict=True)}
+        lo, hi = np.searchsorted(blk, want, "left"), np.searchsorted(blk, want, "right")
+        out = {}
+        for b, i, j in zip(want.tolist(), lo.tolist(), hi.tolist(), strict=True):
+            p = order[i:j]
+            p = p[self.alive[p]]
+            extra = tail[tail_blk == b]
+            if len(extra):
+                p = np.concatenate([p, extra])
+                p = p[np.argsort(self.ids[p], kind="stable")]
+            out[b] = p
+        return out
 
     def pack(self, p: np.ndarray, names: dict[int, str | None]) -> tuple[int, str, bytes, bytes]:
         """(rows, project names JSON, meta, codes) of a stored block holding the rows at positions p (by id);
@@ -524,28 +578,56 @@ class _Mirror:
             self.pos.sorted_n = p0 + n
         else:
             self.pos.update(zip(ids.tolist(), range(p0, p0 + n), strict=True))
+        if self.near is not None and self.near_n == p0:  # the buckets are complete: keep them so
+            self.near.set(p0, lsh.keys(mat, planes(self.dim)))
+            self.near_n = p0 + n
         self.n += n
 
-    def mask(self, f: Filter) -> np.ndarray:
-        n = self.n
-        mask = self.alive[:n].copy()
+    def mask(self, f: Filter, pos: np.ndarray | None = None) -> np.ndarray:
+        """Which rows pass the filter: all n, or those at positions `pos`."""
+        at: slice | np.ndarray = slice(0, self.n) if pos is None else pos
+        mask = self.alive[at].copy()
         if f.projects is not None:
             codes = [self.projects[p] for p in f.projects if p in self.projects]
-            mask &= np.isin(self.proj[:n], codes)
+            mask &= np.isin(self.proj[at], codes)
         if f.kinds is not None:
             codes = [KIND_CODES[x] for x in f.kinds]
             if f.activity and "episodic" in f.kinds:
                 codes.append(KIND_CODES["activity"])
-            mask &= np.isin(self.kind[:n], codes)
+            mask &= np.isin(self.kind[at], codes)
         elif not f.activity:
-            mask &= self.kind[:n] != KIND_CODES["activity"]
+            mask &= self.kind[at] != KIND_CODES["activity"]
         if not f.include_archived:
-            mask &= ~self.archived[:n]
+            mask &= ~self.archived[at]
         if f.since is not None:
-            mask &= self.t[:n] >= f.since
+            mask &= self.t[at] >= f.since
         if f.until is not None:
-            mask &= self.t[:n] <= f.until
+            mask &= self.t[at] <= f.until
         return mask
+
+    def near_rows(self, q: np.ndarray, threshold: float, f: Filter,
+                  exact: Callable[[list[int]], dict[int, np.ndarray]]) -> list[tuple[int, float]]:
+        """[(row id, cosine)] of the rows at least `threshold` close to q (whole texts, no windows), best
+        first: the rows sharing a bucket with q (engine/lsh.py) and those not in the buckets yet, checked by
+        their int8 bounds and then exactly. Misses a row only as the buckets do (P in engine/lsh.py)."""
+        n = self.n
+        done = min(self.near_n, n) if self.near is not None else 0
+        parts = [np.arange(done, n, dtype=np.int64)]
+        if done:
+            found = self.near.lookup(lsh.keys(q, planes(self.dim))[0])  # type: ignore[union-attr]
+            parts.append(found[found < done])
+        pos = np.concatenate(parts)
+        pos = pos[self.mask(f, pos)]
+        if pos.size == 0:
+            return []
+        upper = (self.codes[pos].astype(np.float32) @ q) * self.scale[pos] + self.bound[pos] * float(np.linalg.norm(q))
+        pos = pos[upper >= threshold]
+        if pos.size == 0:
+            return []
+        ids = [int(i) for i in self.ids[pos]]
+        vecs = exact(ids)
+        out = [(rid, float(vecs[rid] @ q)) for rid in ids if rid in vecs]
+        return sorted(((rid, c) for rid, c in out if c >= threshold), key=lambda x: (-x[1], x[0]))
 
     def search(self, q: np.ndarray, k: int, f: Filter, exact: Callable[[list[int]], dict[int, np.ndarray]],
                windows: bool = True) -> list[tuple[int, float]]:
@@ -608,6 +690,7 @@ class VectorIndex:
         self._saver: threading.Thread | None = None
         self._retry_at = 0.0
         self._damaged = False
+        self.last_save: dict[str, float] = {}  # blocks written, seconds, longest write transaction (s)
         self.loaded_from: str | None = None  # "stored" or "rows": how the mirror last loaded
 
     def invalidate(self) -> None:
@@ -832,8 +915,8 @@ class VectorIndex:
             if m is None:
                 return False
             start = self._epoch
-            live = np.flatnonzero(m.alive[: m.n])
-            now_blocks = set(np.unique(m.ids[live] // STORED_IDS).tolist())
+            index = (m, m.by_id())
+            now_blocks = set(np.unique(index[1][2]).tolist())
         head = read_head(con, self.table)
         damaged = self._damaged  # a block failed to load: every block is written again
         changed = changes_since(con, self.table, head["epoch"], start) \
@@ -845,15 +928,16 @@ class VectorIndex:
                                                 (code,))}
             todo = {i // STORED_IDS for i in changed} | erased
         order = sorted(todo)
-        written = 0
+        written, longest, began = 0, 0.0, time.perf_counter()
         while True:
             step, order = order[:SAVE_BLOCKS], order[SAVE_BLOCKS:]
             last = not order
+            t0 = time.perf_counter()
             with store.write_lock:
                 con.execute("BEGIN IMMEDIATE")
                 try:
                     epoch = read_epoch(con)
-                    packed, gone = self._pack_current(con, step, start if last else None, epoch)
+                    packed, gone = self._pack_current(con, step, start if last else None, epoch, index)
                     if packed is None or gone is None:
                         con.execute("ROLLBACK")
                         return False
@@ -874,14 +958,16 @@ class VectorIndex:
                     if con.in_transaction:
                         con.execute("ROLLBACK")
                     raise
+            longest = max(longest, time.perf_counter() - t0)
             if last:
                 break
         self._saved, self._damaged = epoch, False
+        self.last_save = {"blocks": written, "seconds": time.perf_counter() - began, "longest_write": longest}
         log.info("vector mirror %s stored: %d blocks written, up to date with epoch %d", self.table, written, epoch)
         return True
 
-    def _pack_current(self, con: Connection, blocks: list[int], since: int | None,
-                      epoch: int) -> tuple[list[tuple], list[int]] | tuple[None, None]:
+    def _pack_current(self, con: Connection, blocks: list[int], since: int | None, epoch: int,
+                      index: tuple[_Mirror, tuple]) -> tuple[list[tuple], list[int]] | tuple[None, None]:
         """Inside the save's write transaction (nothing else can commit): the packed blocks from the mirror
         caught up to `epoch`, and, for the last step (since = the epoch the save started at), also the
         blocks of rows changed meanwhile, and the stored blocks that hold no row any more."""
@@ -898,7 +984,7 @@ class VectorIndex:
                     return None, None
                 blocks = sorted(set(blocks) | {i // STORED_IDS for i in meanwhile})
             names = {c: p for p, c in m.projects.items()}
-            positions = m.block_positions(blocks)
+            positions = m.block_positions(blocks, index[1] if index[0] is m else None)
             code = TABLE_CODES[self.table]
             erased = {r[0] for r in con.execute("SELECT block FROM vector_mirror WHERE tbl = ? AND codes IS NULL",
                                                 (code,))}
@@ -929,9 +1015,12 @@ class VectorIndex:
         return packed, gone
 
     def warm(self, con: Connection) -> None:
-        """Load the mirror now (in the background after a store opens), so the first search finds it."""
+        """Load the mirror now (in the background after a store opens), so the first search finds it; for
+        memories, then build the near-duplicate buckets (in a thread of their own)."""
         if self.use_mirror:
             self._view(con)
+            if self.table == "memories":  # and the near-duplicate buckets, so remember does not scan
+                self._start_near()
 
     def cosines(self, con: Connection, ids: list[int], q: np.ndarray) -> dict[int, float]:
         """Exact cosine to q for these rows (those without a vector are left out), from the float copy; a
@@ -957,6 +1046,40 @@ class VectorIndex:
         span = con.execute("SELECT start, end FROM memory_windows WHERE memory_id = ? ORDER BY id LIMIT 1 OFFSET ?",
                            (rid, best)).fetchone()
         return (int(span[0]), int(span[1])) if span else None
+
+    def near(self, con: Connection, q: np.ndarray, threshold: float, f: Filter) -> list[tuple[int, float]]:
+        """[(row id, cosine)] of the rows at least `threshold` close to q, whole texts only, best first: the
+        near-duplicate check. With the mirror, through its buckets (engine/lsh.py: a few hundred rows read
+        instead of all, once built; the first check starts building them in the background)."""
+        q = np.asarray(q, dtype=np.float32)
+        if not self.use_mirror or self.table != "memories":
+            return [(i, c) for i, c in self.search(con, q, 2, f, windows=False) if c >= threshold]
+        view = self._view(con)
+        if view.near is None:
+            self._start_near()
+        return view.near_rows(q, threshold, f, lambda ids: read_vectors(con, self.table, ids))
+
+    def _start_near(self) -> None:
+        with self._lock:
+            m = self._mirror
+            if m is None or m.near is not None:
+                return
+            m.near = lsh.Buckets()
+        threading.Thread(target=self._build_near, args=(m,), name="near-duplicate-buckets", daemon=True).start()
+
+    def _build_near(self, m: _Mirror) -> None:
+        """Give every row of mirror m its keys, NEAR_STEP rows at a time (writes wait at most one step)."""
+        try:
+            while True:
+                with self._lock:
+                    if self._mirror is not m or m.near is None or m.near_n >= m.n:
+                        return
+                    s, e = m.near_n, min(m.n, m.near_n + NEAR_STEP)
+                    # the codes' signs are the vectors' (scale > 0): keys from the int8 rows
+                    m.near.set(s, lsh.keys(m.codes[s:e].astype(np.float32), planes(self.dim)))
+                    m.near_n = e
+        except Exception:  # the buckets only speed the check up: without them it scans
+            log.exception("near-duplicate buckets could not be built")
 
     def search(self, con: Connection, q: np.ndarray, k: int, f: Filter, *,
                windows: bool = True) -> list[tuple[int, float]]:

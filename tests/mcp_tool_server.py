@@ -3,7 +3,8 @@
     python tests/mcp_tool_server.py
 
 Tools: `forecast(city)` (a made-up forecast, the same for the same city), `send_postcard(to, text)`
-(pretends to send; writes one line to $MCP_TOOL_SERVER_LOG when set, so a test can see it ran).
+(pretends to send; writes one line to $MCP_TOOL_SERVER_LOG when set, so a test can see it ran). With
+$MCP_TOOL_SERVER_STARTS set, each start of the program writes its process id there.
 """
 
 from __future__ import annotations
@@ -12,6 +13,10 @@ import hashlib
 import os
 
 from mcp.server.mcpserver import MCPServer
+
+if os.environ.get("MCP_TOOL_SERVER_STARTS"):
+    with open(os.environ["MCP_TOOL_SERVER_STARTS"], "a", encoding="utf-8") as f:
+        f.write(f"{os.getpid()}\n")
 
 server = MCPServer("test-tools", log_level="WARNING")
 

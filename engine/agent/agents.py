@@ -174,7 +174,8 @@ class Agents:
     def info(self, name: str | None = None, *, list_servers: bool = True) -> AgentInfo:
         """An agent's configuration with its tools resolved (MCP servers are asked unless not `list_servers`)."""
         cfg = self.config(name)
-        tools, unknown = self._resolve(cfg, list_servers=list_servers)
+        with mcp_tools.Links() as links:
+            tools, unknown = self._resolve(cfg, links, list_servers=list_servers)
         builtin = any(a.name == cfg.name for a in BUILTIN_AGENTS) and cfg not in self.ctx.settings.agents.agents
         return AgentInfo(
             name=cfg.name, description=cfg.description, builtin=builtin, system_prompt=cfg.system_prompt,
@@ -185,7 +186,8 @@ class Agents:
             time_limit=cfg.time_limit,
         )
 
-    def _resolve(self, cfg: AgentSettings, *, list_servers: bool = True) -> tuple[dict[str, Tool], list[str]]:
+    def _resolve(self, cfg: AgentSettings, links: mcp_tools.Links, *,
+                 list_servers: bool = True) -> tuple[dict[str, Tool], list[str]]:
         builtin = {t.name: t for t in BUILTIN_TOOLS}
         servers = {s.name: s for s in self.ctx.settings.agents.mcp_servers}
         tools: dict[str, Tool] = {}
@@ -204,7 +206,7 @@ class Agents:
                 continue
             if not list_servers:
                 continue
-            offered = mcp_tools.server_tools(server)
+            offered = mcp_tools.server_tools(server, links)
             picked = [t for t in offered if not only or t.name == f"{server.name}{mcp_tools.SEPARATOR}{only}"]
             if only and not picked:
                 unknown.append(entry)
@@ -230,6 +232,13 @@ class Agents:
         a `sensitive` call (and a `write` one the agent is not allowed): without it, those calls are
         declined. `cancel` stops the run at the next piece of text, tool call or confirmation
         (`Cancelled`); what was written before stays written. `run_id` names the run (default: a new id)."""
+        with mcp_tools.Links() as links:  # the run's MCP sessions end with it
+            return self._run(task, links, agent=agent, project=project, on_step=on_step, confirm=confirm,
+                             cancel=cancel, run_id=run_id)
+
+    def _run(self, task: str, links: mcp_tools.Links, *, agent: str | None, project: str | None,
+             on_step: Callable[[AgentStep], None] | None, confirm: Confirm | None, cancel: threading.Event | None,
+             run_id: str | None) -> AgentRun:
         task = (task or "").strip()
         if not task:
             raise UserError("An agent needs a task.")
@@ -238,7 +247,7 @@ class Agents:
         router, why = self.language.ready()
         if router is None:
             raise LLMUnavailable(f"An agent needs a language model. {why}")
-        tools, unknown = self._resolve(cfg)
+        tools, unknown = self._resolve(cfg, links)
         if unknown:
             raise UserError(f"The agent '{cfg.name}' names tools that do not exist: {', '.join(unknown)}. "
                             "Fix its settings (`personal-llm agent show` lists them).")

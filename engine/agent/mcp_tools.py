@@ -1,8 +1,10 @@
 """Tools from other MCP servers the user configured (`settings.agents.mcp_servers`), through the official
 `mcp` client over stdio.
 
-Each server is a program started for the occasion: once to list its tools when a run begins, once per
-call. A server's tool `lookup` is offered to the model as `SERVER__lookup`; it is `sensitive` (asks
+Each server is a program started for the occasion, once per run: the run's `Links` opens a session on
+first use (listing its tools), keeps it for every call of that run on a background event loop, and
+closes it (the program ends) when the run ends. A server that fails is started again at the next call.
+A server's tool `lookup` is offered to the model as `SERVER__lookup`; it is `sensitive` (asks
 every time) unless the user gave it another level in the server's `permissions`. Its arguments are
 checked against the tool's own JSON schema before the call; its answer (text) is what the model reads,
 inside `<untrusted_content>` like every tool result.
@@ -10,17 +12,25 @@ inside `<untrusted_content>` like every tool result.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from typing import Any
+import threading
+from typing import TYPE_CHECKING, Any
 
-import anyio
-import jsonschema
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..config import McpServerSettings
 from ..errors import UserError
+from ..lazy import lazy_module
 from .tools import Tool, ToolEnv
+
+if TYPE_CHECKING:
+    import anyio
+    import jsonschema
+else:  # imported when an MCP server's tools are first used
+    anyio = lazy_module("anyio")
+    jsonschema = lazy_module("jsonschema")
 
 log = logging.getLogger(__name__)
 
@@ -40,11 +50,6 @@ class McpResult(BaseModel):
     is_error: bool = Field(default=False, description="The server says the call failed")
 
 
-def _run(coro_fn: Any, *args: Any) -> Any:
-    """Run an async function to completion on this (worker) thread."""
-    return anyio.run(coro_fn, *args)
-
-
 def _params(server: McpServerSettings) -> Any:
     from mcp import StdioServerParameters
 
@@ -52,15 +57,80 @@ def _params(server: McpServerSettings) -> Any:
     return StdioServerParameters(command=server.command, args=list(server.args), env=env)
 
 
-async def _session(server: McpServerSettings, work: Any) -> Any:
-    from mcp import ClientSession
-    from mcp.client.stdio import stdio_client
+class Link:
+    """One live session with one server: its program runs until `close`. Calls may come from any thread
+    (several at once); they run on the link's own event loop thread."""
 
-    with open(os.devnull, "w") as quiet:  # the server's stderr is its own business, and may quote data
-        async with stdio_client(_params(server), errlog=quiet) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                return await work(session)
+    def __init__(self, server: McpServerSettings):
+        from anyio.from_thread import start_blocking_portal
+        from mcp import ClientSession
+        from mcp.client.stdio import stdio_client
+
+        self.server = server
+        self._stack = contextlib.ExitStack()
+        try:
+            portal = self._stack.enter_context(start_blocking_portal())
+            quiet = self._stack.enter_context(open(os.devnull, "w"))  # the server's stderr may quote data
+            read, write = self._stack.enter_context(
+                portal.wrap_async_context_manager(stdio_client(_params(server), errlog=quiet)))
+            self.session = self._stack.enter_context(portal.wrap_async_context_manager(ClientSession(read, write)))
+            self._portal = portal
+            self.call(self.session.initialize, timeout=LIST_TIMEOUT)
+        except BaseException:
+            self.close()
+            raise
+
+    def call(self, fn: Any, *args: Any, timeout: float | None = None) -> Any:
+        async def run() -> Any:
+            if timeout is None:
+                return await fn(*args)
+            with anyio.fail_after(timeout):
+                return await fn(*args)
+
+        return self._portal.call(run)
+
+    def close(self) -> None:
+        try:
+            self._stack.close()
+        except BaseException as e:  # noqa: BLE001 - a server that will not stop cleanly is still gone
+            log.info("mcp server %s: closing failed (%s)", self.server.name, type(_flatten(e)).__name__)
+
+
+class Links:
+    """The sessions of one agent run (or one listing), by server name; `close` ends them all."""
+
+    def __init__(self) -> None:
+        self._links: dict[str, Link] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def get(self, server: McpServerSettings) -> Link:
+        with self._lock:
+            if self._closed:
+                raise UserError("The agent's run has ended; its MCP servers are closed.")
+            link = self._links.get(server.name)
+            if link is None:
+                link = self._links[server.name] = Link(server)
+            return link
+
+    def drop(self, server: McpServerSettings) -> None:
+        """Forget a failed session: the next call starts the server again."""
+        with self._lock:
+            link = self._links.pop(server.name, None)
+        if link is not None:
+            link.close()
+
+    def close(self) -> None:
+        with self._lock:
+            links, self._links, self._closed = list(self._links.values()), {}, True
+        for link in links:
+            link.close()
+
+    def __enter__(self) -> Links:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _unavailable(server: McpServerSettings, e: BaseException) -> UserError:
@@ -84,26 +154,23 @@ def _flatten(e: BaseException) -> BaseException:
     return e
 
 
-def server_tools(server: McpServerSettings) -> list[Tool]:
-    """The tools `server` offers now, as agent tools (a server that does not answer raises UserError)."""
-
-    async def listing() -> list[Any]:
-        async def work(session: Any) -> list[Any]:
-            return list((await session.list_tools()).tools)
-
-        with anyio.fail_after(LIST_TIMEOUT):
-            return await _session(server, work)  # type: ignore[no-any-return]
-
+def server_tools(server: McpServerSettings, links: Links) -> list[Tool]:
+    """The tools `server` offers now, as agent tools calling it through `links` (a server that does not
+    answer raises UserError)."""
     try:
-        listed = _run(listing)
+        link = links.get(server)
+        listed = list(link.call(link.session.list_tools, timeout=LIST_TIMEOUT).tools)
     except Exception as e:  # noqa: BLE001 - a server that fails is a sentence, not a crash
         cause = _flatten(e)
         log.warning("mcp server %s: listing failed (%s)", server.name, type(cause).__name__)
+        links.drop(server)
+        if isinstance(cause, UserError):
+            raise cause from None
         raise _unavailable(server, cause) from None
-    return [_tool(server, t) for t in listed]
+    return [_tool(server, t, links) for t in listed]
 
 
-def _tool(server: McpServerSettings, listed: Any) -> Tool:
+def _tool(server: McpServerSettings, listed: Any, links: Links) -> Tool:
     name = str(listed.name)
     schema = dict(listed.input_schema or {"type": "object", "properties": {}})
 
@@ -118,17 +185,15 @@ def _tool(server: McpServerSettings, listed: Any) -> Tool:
         return None
 
     def run(arguments: McpArguments, _env: ToolEnv) -> McpResult:
-        async def call() -> Any:
-            async def work(session: Any) -> Any:
-                return await session.call_tool(name, arguments.model_dump())
-
-            return await _session(server, work)
-
         try:
-            result = _run(call)
+            link = links.get(server)
+            result = link.call(link.session.call_tool, name, arguments.model_dump())
         except Exception as e:  # noqa: BLE001
             cause = _flatten(e)
             log.warning("mcp server %s: call failed (%s)", server.name, type(cause).__name__)
+            links.drop(server)
+            if isinstance(cause, UserError):
+                raise cause from None
             raise _unavailable(server, cause) from None
         return McpResult(text=_text(result), is_error=bool(result.is_error))
 

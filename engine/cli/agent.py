@@ -12,11 +12,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..agent import AgentRun, AgentStep, ConfirmRequest
 from ..errors import UserError
 from .base import Command, Handler, Session, add_json, print_json, short
+
+if TYPE_CHECKING:
+    from ..agent import AgentRun, AgentStep, ConfirmRequest
 
 MARKS = {"ok": "✓", "failed": "✗", "refused": "✗", "declined": "✗", "timeout": "✗"}
 

@@ -44,7 +44,9 @@ def _collect(ctx: Context, con: Connection, pending_extraction: int, embedding_r
         activity=activity,
         by_kind=by_kind,
         archived=archived,
-        conflicts=one("SELECT count(*) FROM memories WHERE conflict_with IS NOT NULL"),
+        # pairs, as `conflicts()` lists them: both facts of a pair carry the flag (by the flagged rows' index)
+        conflicts=one("SELECT count(*) FROM memories a JOIN memories b ON b.uid = a.conflict_with "
+                      "WHERE a.conflict_with IS NOT NULL AND (a.uid < b.uid OR b.conflict_with IS NOT a.uid)"),
         documents=one("SELECT count(*) FROM documents WHERE status = 'ready'"),
         documents_failed=one("SELECT count(*) FROM documents WHERE status = 'failed'"),
         chunks=chunk_tally(con),

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from PySide6.QtCore import Qt
 
+from desktop.main_window import PAGES
 from tests.gui.conftest import engine_of, wait_idle
 from tests.ollama_server import OllamaTestServer, Reply
 
@@ -106,6 +107,11 @@ def test_conflicts_keep_one_archives_the_other_and_keep_both_unflags_the_pair(qt
     page = w.conflicts
     page.refresh()
     qtbot.waitUntil(lambda: len(page.cards) == 2)
+    # the sidebar and the status bar count the same pairs the page shows
+    sidebar = w.sidebar.item([key for _label, key in PAGES].index("conflicts"))
+    qtbot.waitUntil(lambda: sidebar.text() == "Conflicts (2)")
+    w._refresh_counts()
+    qtbot.waitUntil(lambda: "2 to resolve" in w.status.count.text())
     card = next(c for c in page.cards if {c.pair.a.id, c.pair.b.id} == {lisbon, porto})
     assert card.older.uid == lisbon and card.newer.uid == porto
     assert card.older.meta.text().startswith("Older · said ") and card.newer.meta.text().startswith("Newer · said ")

@@ -5,9 +5,11 @@ tools offered, the tool results), so the answers are computed from the run, not 
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from datetime import date
 from pathlib import Path
@@ -345,10 +347,11 @@ def test_stop_during_a_confirmation_stops_the_run_and_runs_nothing(llm_eng, serv
 
 
 def test_tools_of_a_configured_mcp_server(llm_eng, server, tmp_path):
-    ran = tmp_path / "postcards.log"
+    ran, starts = tmp_path / "postcards.log", tmp_path / "starts.log"
     llm_eng.settings.agents.mcp_servers.append(McpServerSettings(
         name="outside", command=sys.executable, args=[str(ROOT / "tests" / "mcp_tool_server.py")],
-        env={"MCP_TOOL_SERVER_LOG": str(ran)}, permissions={"forecast": "read_only"}))
+        env={"MCP_TOOL_SERVER_LOG": str(ran), "MCP_TOOL_SERVER_STARTS": str(starts)},
+        permissions={"forecast": "read_only"}))
     add_agent(llm_eng, AgentSettings(name="Traveller", tools=["today", "mcp:outside"]))
     info = llm_eng.agent_info("Traveller")
     assert {(t.name, t.permission, t.asks) for t in info.tools} == {
@@ -363,6 +366,25 @@ def test_tools_of_a_configured_mcp_server(llm_eng, server, tmp_path):
     assert invalid.startswith("tool outside__forecast refused: invalid arguments")
     assert not ran.exists()  # the sensitive tool did not run
     assert [s.status for s in run.steps if s.kind == "observation"] == ["ok", "declined", "refused"]
+    # one program for the listing in agent_info, one for the whole run (listing and calls), both ended
+    pids = [int(x) for x in starts.read_text().split()]
+    assert len(pids) == 2
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(p) for p in pids)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a child not yet reaped is a zombie: gone for our purpose
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 # -- the LLM layer's native tool calling, both providers, streamed and not -----------------------------

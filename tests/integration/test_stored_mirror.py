@@ -238,3 +238,30 @@ def test_a_mirror_that_missed_a_delete_does_not_write_the_row_back(profile_home)
                                (victim // vectors.STORED_IDS,)).fetchone()
         stored_ids = np.frombuffer(meta[0], dtype=np.int64, count=meta[1])
         assert victim not in stored_ids and int(ids[11]) in stored_ids
+
+
+def test_the_mirror_is_stored_in_the_background_and_kept_up_to_date(profile_home, monkeypatch):
+    """Through the engine's own write path: a big enough mirror loaded from the rows is stored without being
+    asked, and REFRESH_EPOCHS writes later the changed blocks are written again (the others stay)."""
+    monkeypatch.setattr(vectors, "STORED_MIN_ROWS", 1000)
+    monkeypatch.setattr(vectors, "REFRESH_EPOCHS", 3)
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        ids, mat, crowded = _fill(eng)
+        index = _wire(eng)
+        index.search(eng.con, crowded, 5, vectors.Filter())  # loads from the rows, then stores
+        index.wait_saved(60)
+        head = vectors.read_head(eng.con, "memories")
+        assert head is not None and head["epoch"] == vectors.read_epoch(eng.con)
+        first = dict(eng.con.execute("SELECT block, epoch FROM vector_mirror WHERE tbl = 0").fetchall())
+        for n in range(3):
+            with eng.space.mutation() as (con, touched):
+                con.execute("UPDATE memories SET archived = 1 WHERE id = ?", (int(ids[n]),))
+                touched.memories.add(int(ids[n]))
+        index.wait_saved(60)
+        head = vectors.read_head(eng.con, "memories")
+        assert head is not None and head["epoch"] == vectors.read_epoch(eng.con)
+        now = dict(eng.con.execute("SELECT block, epoch FROM vector_mirror WHERE tbl = 0").fetchall())
+        assert now[0] > first[0] and all(now[b] == first[b] for b in first if b != 0)  # only block 0 changed
+        fresh = _wire(eng)
+        assert not {int(i) for i in ids[:3]} & {i for i, _ in fresh.search(eng.con, crowded, ROWS, vectors.Filter())}
+        assert fresh.loaded_from == "stored"

@@ -1,0 +1,55 @@
+"""A short command does not pay for what it never uses: the CLI's `remember` and `recall` run in a process
+that never imports the LLM clients (ollama, httpx), the agents (engine/agent) or their schema checker;
+those load on first use and then work."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+HEAVY = ("ollama", "httpx", "jsonschema", "anyio", "engine.agent", "click")
+
+PROBE = """
+import json, sys
+from engine.cli import main
+code = 0
+try:
+    main(sys.argv[1:])
+except SystemExit as e:
+    code = e.code or 0
+loaded = sorted(m for m in sys.modules if m.split('.')[0] in {'ollama', 'httpx', 'jsonschema', 'anyio', 'click'}
+                or m.startswith('engine.agent'))
+# a lazy module sits in sys.modules unexecuted until used: only count the ones that ran (their submodules)
+ran = [m for m in loaded if type(sys.modules[m]).__name__ != '_LazyModule']
+print(json.dumps({"code": code, "ran": ran}), file=sys.stderr)
+"""
+
+
+def run(*args: str) -> dict:
+    p = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, env=dict(os.environ),
+                       timeout=300)
+    return {**json.loads(p.stderr.strip().splitlines()[-1]), "out": p.stdout}
+
+
+def test_remember_and_recall_never_import_the_llm_clients_or_agents():
+    r = run("remember", "My sister Alice lives in Lisbon.")
+    assert r["code"] == 0 and "Remembered" in r["out"]
+    assert [m for m in r["ran"] if m.split(".")[0] in HEAVY or m.startswith("engine.agent")] == []
+    r = run("recall", "Where does my sister live?")
+    assert r["code"] == 0 and "Lisbon" in r["out"]
+    assert r["ran"] == []
+
+
+def test_the_lazy_modules_load_when_used():
+    code = ("import engine, engine.llm as llm, engine.agent.mcp_tools as m; "
+            "assert llm.httpx.Timeout(3.0).read == 3.0; assert hasattr(llm.ollama, 'Client'); "
+            "assert m.jsonschema.ValidationError and m.anyio.fail_after; "
+            "assert engine.AgentInfo.__name__ == 'AgentInfo' and engine.ConfirmRequest; "
+            "import sys; assert 'httpx._client' in sys.modules and 'ollama._client' in sys.modules")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    p = subprocess.run([sys.executable, "-c", "import engine; engine.NoSuchThing"], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode != 0 and "NoSuchThing" in p.stderr
