@@ -130,6 +130,8 @@ class VectorSpace:
                     vectors.create_tables(con, space.dimension)  # idempotent: heals a missing trigger
             self.index = {t: vectors.VectorIndex(t, space.dimension, mirror=self.mirror, store=self.store)
                           for t in TABLES}
+            for ix in self.index.values():  # loading one mirror starts the others beside it
+                ix.siblings = [o for o in self.index.values() if o is not ix]
             self._checked = True
             return True
 

@@ -692,6 +692,7 @@ class VectorIndex:
         self._damaged = False
         self.last_save: dict[str, float] = {}  # blocks written, seconds, longest write transaction (s)
         self.loaded_from: str | None = None  # "stored" or "rows": how the mirror last loaded
+        self.siblings: list[VectorIndex] = []  # the other tables' indexes of the same store
 
     def invalidate(self) -> None:
         with self._lock:
@@ -842,6 +843,7 @@ class VectorIndex:
         with self._lock:
             m = self._current(con)
             if m is None:
+                self._load_siblings()
                 m, self._epoch = self._load(con)
                 self._mirror = m
                 loaded = True
@@ -853,6 +855,23 @@ class VectorIndex:
         if loaded:
             self._save_if_due()
         return view
+
+    def _load_siblings(self) -> None:
+        """The other tables' mirrors start loading beside this one, each on a thread (and connection) of
+        its own: a recall searches both, and reading the blocks is decryption a second core can share."""
+        store = self.store
+        if store is None:
+            return
+        for other in self.siblings:
+            if other._mirror is None and other.use_mirror and not other._lock.locked():
+
+                def run(ix: VectorIndex = other) -> None:
+                    try:
+                        ix._view(store.con)
+                    except Exception:  # the search that needs it loads it (and says why it cannot)
+                        log.info("loading the %s vector mirror beside another failed", ix.table, exc_info=True)
+
+                threading.Thread(target=run, name=f"mirror-{other.table}", daemon=True).start()
 
     # -- the mirror kept in the store ------------------------------------------------------------------
 
