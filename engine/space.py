@@ -133,7 +133,9 @@ class VectorSpace:
             for ix in self.index.values():  # loading one mirror starts the others beside it
                 ix.siblings = [o for o in self.index.values() if o is not ix]
             self._checked = True
-            return True
+        for ix in self.index.values():  # the first search is near: the mirrors start loading now
+            ix.preload()
+        return True
 
     def warm(self) -> None:
         """Load the vector mirrors (memories and chunks side by side, each on a thread of its own: reading

@@ -856,22 +856,29 @@ class VectorIndex:
             self._save_if_due()
         return view
 
-    def _load_siblings(self) -> None:
-        """The other tables' mirrors start loading beside this one, each on a thread (and connection) of
-        its own: a recall searches both, and reading the blocks is decryption a second core can share."""
+    def preload(self) -> None:
+        """Start loading the mirror on a thread (and connection) of its own, when it is kept in the store and
+        not loaded or loading: the search that needs it then waits only for what is left (reading the blocks
+        is decryption, which another core can do while the query is embedded and matched by words)."""
         store = self.store
-        if store is None:
+        if store is None or not self.use_mirror or self._mirror is not None or self._lock.locked():
             return
+        con = store.con
+        if not has_stored_mirror(con) or read_head(con, self.table) is None:
+            return  # a small store (or one not stored yet) loads when searched
+
+        def run() -> None:
+            try:
+                self._view(store.con)
+            except Exception:  # the search that needs it loads it (and says why it cannot)
+                log.info("loading the %s vector mirror ahead failed", self.table, exc_info=True)
+
+        threading.Thread(target=run, name=f"mirror-{self.table}", daemon=True).start()
+
+    def _load_siblings(self) -> None:
+        """The other tables' stored mirrors start loading beside this one (a recall searches both)."""
         for other in self.siblings:
-            if other._mirror is None and other.use_mirror and not other._lock.locked():
-
-                def run(ix: VectorIndex = other) -> None:
-                    try:
-                        ix._view(store.con)
-                    except Exception:  # the search that needs it loads it (and says why it cannot)
-                        log.info("loading the %s vector mirror beside another failed", ix.table, exc_info=True)
-
-                threading.Thread(target=run, name=f"mirror-{other.table}", daemon=True).start()
+            other.preload()
 
     # -- the mirror kept in the store ------------------------------------------------------------------
 

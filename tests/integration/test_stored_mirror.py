@@ -5,6 +5,8 @@ code leaves the stored blocks at once and is never returned nor written back."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -265,3 +267,23 @@ def test_the_mirror_is_stored_in_the_background_and_kept_up_to_date(profile_home
         fresh = _wire(eng)
         assert not {int(i) for i in ids[:3]} & {i for i, _ in fresh.search(eng.con, crowded, ROWS, vectors.Filter())}
         assert fresh.loaded_from == "stored"
+
+
+def test_a_stored_mirror_loads_ahead_of_the_first_search(profile_home):
+    """preload (the space calls it when the store opens for searching): a stored mirror loads on a thread of
+    its own; a store with nothing stored is left to load when searched."""
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        ids, mat, crowded = _fill(eng)
+        index = _wire(eng)
+        index.preload()
+        assert index._mirror is None and not index._lock.locked()  # nothing stored: nothing started
+        index.search(eng.con, crowded, 5, vectors.Filter())
+        assert index.save()
+        fresh = _wire(eng)
+        fresh.preload()
+        for _ in range(600):
+            if fresh._mirror is not None:
+                break
+            threading.Event().wait(0.05)
+        assert fresh._mirror is not None and fresh.loaded_from == "stored"
+        _assert_exact(fresh, eng.con, _probes(mat, crowded)[:2])
