@@ -398,12 +398,34 @@ def m005_flat_costs(con: Connection) -> None:
     )
 
 
+def m006_vector_mirror_blocks(con: Connection) -> None:
+    """The int8 vector mirror kept inside the store, in blocks of row ids (engine/vectors.py), so that a big
+    store's first search reads a quarter of the float32 bytes in large blobs instead of every vector row by
+    row. A block whose vector rows change or go is erased at once by triggers (kept with the vector tables)."""
+    run_script(
+        con,
+        """
+        CREATE TABLE vector_mirror(
+            tbl INTEGER NOT NULL,     -- 0: memories, 1: chunks
+            block INTEGER NOT NULL,   -- the rows with ids block * 1024 ... block * 1024 + 1023
+            epoch INTEGER NOT NULL,   -- the vector epoch the block was written at
+            rows INTEGER NOT NULL,
+            projects TEXT,            -- JSON list of the block's project names (meta codes them)
+            meta BLOB,                -- ids, scales, error bounds, times, projects, kinds, archived; NULL: erased
+            codes BLOB,               -- rows x dimension int8 codes; NULL: erased
+            PRIMARY KEY(tbl, block)
+        );
+        """,
+    )
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     m001_initial,
     m002_consolidation,
     m003_activity_and_late_duplicates,
     m004_watched_folders_and_failed_documents,
     m005_flat_costs,
+    m006_vector_mirror_blocks,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

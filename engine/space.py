@@ -128,9 +128,14 @@ class VectorSpace:
                         log.info("embedding space changed; vectors will be rebuilt from rows")
                 else:
                     vectors.create_tables(con, space.dimension)  # idempotent: heals a missing trigger
-            self.index = {t: vectors.VectorIndex(t, space.dimension, mirror=self.mirror) for t in TABLES}
+            self.index = {t: vectors.VectorIndex(t, space.dimension, mirror=self.mirror, store=self.store)
+                          for t in TABLES}
+            for ix in self.index.values():  # loading one mirror starts the others beside it
+                ix.siblings = [o for o in self.index.values() if o is not ix]
             self._checked = True
-            return True
+        for ix in self.index.values():  # the first search is near: the mirrors start loading now
+            ix.preload()
+        return True
 
     def warm(self) -> None:
         """Load the vector mirrors (memories and chunks side by side, each on a thread of its own: reading

@@ -11,8 +11,23 @@ in numpy, then the best candidates are **rescored exactly** from the float copy.
 construction: each row also keeps the bound of its quantization error (rho = ||v - scale * code||, so
 |approximate - exact| <= rho * ||q||), and every row whose approximate cosine plus its bound reaches the
 k-th exact cosine found is rescored too, so no row left out can belong to the top k. The mirror follows
-writes made in this process row by row, and reloads when the store's vector epoch shows another process
-wrote. With the mirror off (settings.vector_cache = false) vec0 answers directly.
+writes made in this process row by row, and catches up from `vector_log` (the rows each write touched)
+when the store's vector epoch shows another process wrote. With the mirror off (settings.vector_cache =
+false) vec0 answers directly.
+
+The mirror is also **kept in the store** (table `vector_mirror`, inside the encrypted file like everything
+else), so that opening a big store does not read every float vector through SQLCipher (~30 us a row): one
+row per block of STORED_IDS row ids holds the block's codes, scales, bounds and filter columns as packed
+numpy bytes, and the state row `vector_mirror:<table>` the epoch every block is up to date with. A store
+that opens loads the blocks (a quarter of the float32 bytes, in big blobs) and replays the vector log
+since that epoch; it loads from every row instead when there are no blocks, they are older than the log
+reaches, of another dimension or format, or one does not add up. A vector that changes or goes (forget,
+an edit, a re-embedding) **erases its block in the same transaction**, by trigger: the block's rows are
+read from the float copy until it is written again, and a forgotten row's code never outlives it (the
+freed pages are zeroed by secure_delete). Blocks are written by `VectorIndex.save`, in the background once
+a mirror of STORED_MIN_ROWS rows or more has loaded from the rows and then every REFRESH_EPOCHS writes
+(only the blocks that changed): SAVE_BLOCKS blocks a transaction, each from the mirror as it is at that
+transaction, so a user's write waits at most one of those and a crash leaves the previous state usable.
 
 A memory longer than the model's window also has **window vectors** (overlapping passages of it, see
 `embeddings.Embedder.encode_windows`) in `vec_memory_windows`, owned through `memory_windows`. Its cosine
@@ -24,16 +39,23 @@ document's best chunk does).
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from . import lsh
-from .db import Connection
+from .db import Connection, DatabaseError, connect
 from .embeddings import Windows
+from .errors import EngineError
+
+if TYPE_CHECKING:
+    from .db import Store
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +82,22 @@ BLOCK_ROWS = 1024  # int8 rows turned into float32 at a time (fits in the CPU ca
 LOAD_ROWS = 20_000  # rows read at a time when the mirror loads
 LOG_EPOCHS = 2000  # writes kept in vector_log for other processes' mirrors to catch up with
 NEAR_STEP = 20_000  # rows given their near-duplicate keys at a time by the background build (engine/lsh.py)
+
+# the mirror kept in the store (table vector_mirror, one row per block of row ids)
+TABLE_CODES = {"memories": 0, "chunks": 1}
+STORED_IDS = 1024  # row ids per stored block (what a forget erases: ~0.4 MB at 384 dimensions)
+STORED_MIN_ROWS = 5000  # a table's mirror is kept in the store from this many rows (smaller ones load fast)
+STORED_FORMAT = 1
+HEAD_KEY = "vector_mirror:"  # + table: state row describing the stored blocks (JSON)
+REFRESH_EPOCHS = 200  # writes after which the stored blocks are brought up to date (well within LOG_EPOCHS)
+SAVE_BLOCKS = 4  # stored blocks written per transaction (~1.6 MB: a user's write waits at most that long)
+SAVE_BUSY_MS = 200  # a save gives way to another program's write instead of waiting for it
+RETRY_SECONDS = 30.0  # after a save that could not finish
+READ_CACHE_KIB = 4096  # page cache while the stored blocks are read (they are read once)
+# a stored block's meta blob: these arrays of `rows` items each, one after the other
+META_LAYOUT = (("ids", np.int64), ("scale", np.float32), ("bound", np.float32), ("t", np.float64),
+               ("proj", np.int32), ("kind", np.int8), ("archived", np.uint8))
+META_BYTES = sum(np.dtype(dt).itemsize for _, dt in META_LAYOUT)
 
 
 # memory windows: (owner memory id, vector), by owner
@@ -140,6 +178,44 @@ def create_tables(con: Connection, dim: int) -> None:
         "DELETE FROM vec_memory_windows WHERE rowid IN (SELECT id FROM memory_windows WHERE memory_id = old.id); "
         "DELETE FROM memory_windows WHERE memory_id = old.id; END"
     )
+    if has_stored_mirror(con):
+        # a vector that changes or goes erases its stored block in the same transaction (a forgotten row's
+        # code never outlives it; the block's rows are read from the float copy until it is written again)
+        for table, code in TABLE_CODES.items():
+            for event in ("DELETE", "UPDATE"):
+                con.execute(
+                    f"CREATE TRIGGER IF NOT EXISTS {table}_f32_mirror_{event[0].lower()} AFTER {event} ON "
+                    f"vec_{table}_f32 BEGIN UPDATE vector_mirror SET projects = NULL, meta = NULL, codes = NULL "
+                    f"WHERE tbl = {code} AND block = old.id / {STORED_IDS} AND codes IS NOT NULL; END"
+                )
+
+
+def has_stored_mirror(con: Connection) -> bool:
+    return con.execute("SELECT 1 FROM sqlite_master WHERE name = 'vector_mirror'").fetchone() is not None
+
+
+def read_head(con: Connection, table: str) -> dict | None:
+    """What the stored blocks of `table` are (format, dimension, block size, the epoch they are up to date
+    with); None when there are none, or of another format."""
+    row = con.execute("SELECT value FROM state WHERE key = ?", (HEAD_KEY + table,)).fetchone()
+    if row is None:
+        return None
+    try:
+        head = json.loads(row[0])
+    except ValueError:
+        return None
+    if not isinstance(head, dict) or head.get("format") != STORED_FORMAT or head.get("ids") != STORED_IDS:
+        return None
+    if not isinstance(head.get("dim"), int) or not isinstance(head.get("epoch"), int):
+        return None
+    return head
+
+
+def drop_stored(con: Connection) -> None:
+    """Forget the stored mirror (its blocks are zeroed on disk by secure_delete)."""
+    if has_stored_mirror(con):
+        con.execute("DELETE FROM vector_mirror")
+    con.execute("DELETE FROM state WHERE key LIKE ?", (HEAD_KEY + "%",))
 
 
 def drop_tables(con: Connection) -> None:
@@ -152,6 +228,7 @@ def drop_tables(con: Connection) -> None:
         con.execute(f"DROP TABLE IF EXISTS vec_{table}")
     con.execute("DROP TABLE IF EXISTS memory_windows")
     con.execute("DELETE FROM state WHERE key = ?", (COPY_KEY,))
+    drop_stored(con)
 
 
 def put(con: Connection, table: str, ids: list[int], vecs: np.ndarray,
@@ -255,6 +332,40 @@ class Filter:
     activity: bool = False  # also the app's own events (ACTIVITY_SOURCE), as episodic memories
 
 
+class _Positions:
+    """Row id -> position in the mirror. The rows loaded from the stored blocks come in id order and are
+    found by bisection (a million ids need no dict built when the mirror loads); rows added later, by a dict."""
+
+    def __init__(self, mirror: _Mirror):
+        self.m = mirror
+        self.sorted_n = 0  # positions [0, sorted_n) hold ids in increasing order
+        self.extra: dict[int, int] = {}
+
+    def get(self, rid: int, default: int | None = None) -> int | None:
+        m = self.m
+        if self.sorted_n:
+            i = int(np.searchsorted(m.ids[: self.sorted_n], rid))
+            if i < self.sorted_n and int(m.ids[i]) == rid and m.alive[i]:
+                return i
+        return self.extra.get(rid, default)
+
+    def pop(self, rid: int, default: int | None = None) -> int | None:
+        p = self.get(rid)
+        if p is None:
+            return default
+        self.extra.pop(rid, None)
+        return p
+
+    def update(self, pairs) -> None:
+        self.extra.update(pairs)
+
+    def __contains__(self, rid: int) -> bool:
+        return self.get(rid) is not None
+
+    def __bool__(self) -> bool:
+        return bool(self.sorted_n or self.extra)
+
+
 class _Mirror:
     """A growable int8 matrix of one table's vectors (codes, a scale and an error bound per row) plus
     filter columns; deleted rows are tombstoned. Window vectors of long memories stay float32 (few)."""
@@ -271,7 +382,7 @@ class _Mirror:
         self.archived = np.zeros(0, dtype=bool)
         self.t = np.zeros(0, dtype=np.float64)
         self.alive = np.zeros(0, dtype=bool)
-        self.pos: dict[int, int] = {}
+        self.pos = _Positions(self)
         self.projects: dict[str | None, int] = {None: 0}
         self.dead = 0
         # window vectors of long memories: row i of wmat belongs to the row at position wpos[i]
@@ -365,12 +476,87 @@ class _Mirror:
         np.maximum.at(best, self.wpos[live], self.wmat[live] @ q)
         return best
 
-    def add(self, rows: list[tuple]) -> None:
+    def add_stored(self, block: int, rows: int, projects: list, meta: bytes, codes: bytes) -> None:
+        """Append one stored block (rows already quantized, ids in increasing order, none in the mirror yet:
+        blocks are added in block order on a fresh mirror). ValueError when the block does not add up."""
+        if len(meta) != rows * META_BYTES or len(codes) != rows * self.dim or len(projects) < 1:
+            raise ValueError("stored mirror block of the wrong size")
+        parts, off = {}, 0
+        for name, dt in META_LAYOUT:
+            parts[name] = np.frombuffer(meta, dtype=dt, count=rows, offset=off)
+            off += rows * np.dtype(dt).itemsize
+        ids = parts["ids"]
+        lo = block * STORED_IDS
+        if rows and (ids[0] < lo or ids[-1] >= lo + STORED_IDS or np.any(np.diff(ids) <= 0)):
+            raise ValueError("stored mirror block with ids out of place")
+        if self.n and rows and ids[0] <= self.ids[self.n - 1]:
+            raise ValueError("stored mirror blocks out of order")
+        local = parts["proj"]
+        if rows and (local.min() < 0 or local.max() >= len(projects)):
+            raise ValueError("stored mirror block with unknown project codes")
+        lut = np.array([self.projects.setdefault(p, len(self.projects)) for p in projects], dtype=np.int32)
+        self._grow(rows)
+        span = slice(self.n, self.n + rows)
+        self.ids[span] = ids
+        self.codes[span] = np.frombuffer(codes, dtype=np.int8).reshape(rows, self.dim)
+        self.scale[span] = parts["scale"]
+        self.bound[span] = parts["bound"]
+        self.t[span] = parts["t"]
+        self.proj[span] = lut[local]
+        self.kind[span] = parts["kind"]
+        self.archived[span] = parts["archived"].astype(bool)
+        self.alive[span] = True
+        if self.near is not None and self.near_n == self.n:  # the buckets are complete: keep them so
+            self.near.set(self.n, lsh.keys(self.codes[span].astype(np.float32), planes(self.dim)))
+            self.near_n = self.n + rows
+        self.n += rows
+        self.pos.sorted_n = self.n
+
+    def by_id(self) -> tuple[int, np.ndarray, np.ndarray]:
+        """(n, live positions by id, their stored blocks) as of now: what `block_positions` starts from."""
+        n = self.n
+        live = np.flatnonzero(self.alive[:n])
+        order = live[np.argsort(self.ids[live], kind="stable")]
+        return n, order, self.ids[order] // STORED_IDS
+
+    def block_positions(self, blocks: list[int], start: tuple[int, np.ndarray, np.ndarray] | None = None
+                        ) -> dict[int, np.ndarray]:
+        """The live positions of the rows of these stored blocks, each block's by id; from `by_id()` taken
+        earlier on this mirror (rows are only appended or tombstoned since), or from scratch."""
+        n0, order, blk = start if start is not None else self.by_id()
+        tail = np.arange(n0, self.n, dtype=np.int64)
+        tail = tail[self.alive[tail]]
+        tail_blk = self.ids[tail] // STORED_IDS
+        want = np.asarray(blocks, dtype=np.int64)
+        lo, hi = np.searchsorted(blk, want, "left"), np.searchsorted(blk, want, "right")
+        out = {}
+        for b, i, j in zip(want.tolist(), lo.tolist(), hi.tolist(), strict=True):
+            p = order[i:j]
+            p = p[self.alive[p]]
+            extra = tail[tail_blk == b]
+            if len(extra):
+                p = np.concatenate([p, extra])
+                p = p[np.argsort(self.ids[p], kind="stable")]
+            out[b] = p
+        return out
+
+    def pack(self, p: np.ndarray, names: dict[int, str | None]) -> tuple[int, str, bytes, bytes]:
+        """(rows, project names JSON, meta, codes) of a stored block holding the rows at positions p (by id);
+        names: project code -> name."""
+        codes, local = np.unique(self.proj[p], return_inverse=True)
+        projects = json.dumps([names[int(c)] for c in codes] or [None])
+        meta = b"".join([self.ids[p].astype(np.int64).tobytes(), self.scale[p].tobytes(), self.bound[p].tobytes(),
+                         self.t[p].tobytes(), local.astype(np.int32).tobytes(), self.kind[p].tobytes(),
+                         self.archived[p].astype(np.uint8).tobytes()])
+        return len(p), projects, meta, self.codes[p].tobytes()
+
+    def add(self, rows: list[tuple], *, fresh: bool = False) -> None:
         """Add (or replace) rows (id, kind, project, archived, time, float32 blob), vectorised: loading a
-        big mirror is bound by reading the rows, not by this."""
+        big mirror is bound by reading the rows, not by this. fresh: none of them is in the mirror yet,
+        and they come in increasing id order after every row it holds (they join the bisected rows)."""
         if not rows:
             return
-        if self.pos:
+        if self.pos and not fresh:
             for r in rows:
                 self.remove(r[0])
         n = len(rows)
@@ -388,7 +574,10 @@ class _Mirror:
         self.archived[span] = np.fromiter((bool(r[3]) for r in rows), dtype=bool, count=n)
         self.t[span] = np.fromiter((r[4] or 0.0 for r in rows), dtype=np.float64, count=n)
         self.alive[span] = True
-        self.pos.update(zip(ids.tolist(), range(p0, p0 + n), strict=True))
+        if fresh and self.pos.sorted_n == p0 and not self.pos.extra:
+            self.pos.sorted_n = p0 + n
+        else:
+            self.pos.update(zip(ids.tolist(), range(p0, p0 + n), strict=True))
         if self.near is not None and self.near_n == p0:  # the buckets are complete: keep them so
             self.near.set(p0, lsh.keys(mat, planes(self.dim)))
             self.near_n = p0 + n
@@ -484,16 +673,26 @@ class _Mirror:
 
 
 class VectorIndex:
-    """Exact cosine search over one table (memories or chunks) with filters."""
+    """Exact cosine search over one table (memories or chunks) with filters. With a store, the mirror is
+    also kept in it (`save`), and loads from there when it can."""
 
-    def __init__(self, table: str, dim: int, *, mirror: bool = True):
+    def __init__(self, table: str, dim: int, *, mirror: bool = True, store: Store | None = None):
         self.table = table
         self.dim = dim
         self.use_mirror = mirror
+        self.store = store
         self._mirror: _Mirror | None = None
         self._epoch = -1
         self._lock = threading.Lock()
         self._scratch = threading.local()
+        self._saved: int | None = None  # epoch the stored blocks are up to date with, as far as we know
+        self._save_lock = threading.Lock()
+        self._saver: threading.Thread | None = None
+        self._retry_at = 0.0
+        self._damaged = False
+        self.last_save: dict[str, float] = {}  # blocks written, seconds, longest write transaction (s)
+        self.loaded_from: str | None = None  # "stored" or "rows": how the mirror last loaded
+        self.siblings: list[VectorIndex] = []  # the other tables' indexes of the same store
 
     def invalidate(self) -> None:
         with self._lock:
@@ -505,7 +704,21 @@ class VectorIndex:
         m = self._mirror
         return m.resident_bytes(vectors_only=vectors_only) if m is not None else 0
 
-    def _load(self, con: Connection) -> _Mirror:
+    def _load(self, con: Connection) -> tuple[_Mirror, int]:
+        """The mirror and the epoch it is up to date with: from the stored blocks when they can be
+        caught up, else from every row."""
+        try:
+            stored = self._load_stored(con)
+        except (ValueError, DatabaseError, EngineError) as e:  # a damaged block: the rows are the truth
+            log.warning("the stored vector mirror of %s could not be read (%s); loading from the rows",
+                        self.table, type(e).__name__)
+            stored = None
+            self._damaged = True  # the next save writes every block
+            self._saved = None
+        if stored is not None:
+            self.loaded_from = "stored"
+            return stored
+        epoch = read_epoch(con)
         m = _Mirror(self.dim)
         cur = con.execute(_SOURCES[self.table])
         while rows := cur.fetchmany(LOAD_ROWS):
@@ -513,7 +726,51 @@ class VectorIndex:
         if self.table == "memories":
             m.add_windows(read_windows(con))
         log.info("vector mirror %s loaded: %d rows, %d windows", self.table, m.n, m.wn)
-        return m
+        self.loaded_from = "rows"
+        return m, epoch
+
+    def _load_stored(self, con: Connection) -> tuple[_Mirror, int] | None:
+        """The mirror from its stored blocks (erased blocks read from their rows), caught up from the vector
+        log; None when there are none, they are for another dimension, or older than the log reaches."""
+        if not has_stored_mirror(con):
+            return None
+        head = read_head(con, self.table)
+        if head is None or head["dim"] != self.dim:
+            return None
+        epoch = read_epoch(con)
+        changed = changes_since(con, self.table, head["epoch"], epoch)
+        if changed is None:
+            return None
+        code = TABLE_CODES[self.table]
+        total = con.execute("SELECT coalesce(sum(rows), 0), count(*) FROM vector_mirror WHERE tbl = ?",
+                            (code,)).fetchone()
+        m = _Mirror(self.dim)
+        m._grow(int(total[0]))
+        key = "m.id" if self.table == "memories" else "c.id"
+        by_range = _SOURCES[self.table] + f" WHERE {key} >= ? AND {key} < ? ORDER BY {key}"
+        cache = con.execute("PRAGMA cache_size").fetchone()[0]
+        con.execute(f"PRAGMA cache_size = -{READ_CACHE_KIB}")  # read once: not worth keeping in the cache
+        erased = 0
+        try:
+            cur = con.execute("SELECT block, rows, projects, meta, codes FROM vector_mirror WHERE tbl = ? "
+                              "ORDER BY block", (code,))
+            for block, rows, projects, meta, codes in cur:
+                if meta is None or codes is None:  # erased by a deleted vector: its rows are the truth
+                    erased += 1
+                    lo = block * STORED_IDS
+                    m.add(con.execute(by_range, (lo, lo + STORED_IDS)).fetchall(), fresh=True)
+                    continue
+                m.add_stored(block, rows, json.loads(projects), meta, codes)
+        finally:
+            con.execute(f"PRAGMA cache_size = {int(cache)}")
+        if self.table == "memories":
+            m.add_windows(read_windows(con))
+        if not self._apply_to(con, m, changed):
+            return None
+        self._saved = head["epoch"] if not erased else None
+        log.info("vector mirror %s loaded from %d stored blocks (%d erased): %d rows, %d changed since",
+                 self.table, int(total[1]), erased, m.n, len(changed))
+        return m, epoch
 
     def after_write(self, con: Connection, epoch_before: int, epoch_after: int, ids: set[int]) -> None:
         """Apply this process's committed write to the mirror, or catch up if another process wrote too."""
@@ -525,6 +782,7 @@ class VectorIndex:
                 return
             self._apply(con, ids)
             self._epoch = epoch_after
+        self._save_if_due()
 
     def _catch_up(self, con: Connection, epoch: int) -> bool:
         """Apply other processes' writes up to `epoch` from the vector log; False when the log does not
@@ -543,10 +801,15 @@ class VectorIndex:
         return True
 
     def _apply(self, con: Connection, ids: set[int]) -> None:
-        m = self._mirror
-        assert m is not None
+        assert self._mirror is not None
+        if not self._apply_to(con, self._mirror, ids):
+            self._mirror = None  # compact by reloading on next search
+
+    def _apply_to(self, con: Connection, m: _Mirror, ids: set[int]) -> bool:
+        """Re-read these rows into m (gone ones removed); False when m holds so many removed rows that it
+        should be loaded again (compacted)."""
         if not ids:
-            return
+            return True
         id_list = sorted(ids)
         found: list[tuple] = []
         key = "m.id" if self.table == "memories" else "c.id"
@@ -560,8 +823,7 @@ class VectorIndex:
         m.add(found)
         if self.table == "memories" and present:
             m.add_windows(read_windows(con, sorted(present)))
-        if m.dead > 1024 and m.dead > (m.n + m.wn) // 4:
-            self._mirror = None  # compact by reloading on next search
+        return not (m.dead > 1024 and m.dead > (m.n + m.wn) // 4)
 
     def _current(self, con: Connection) -> _Mirror | None:
         """The mirror, if it is loaded and up to date (caught up with other processes' writes); call
@@ -577,18 +839,206 @@ class VectorIndex:
     def _view(self, con: Connection) -> _Mirror:
         """A consistent view of the up-to-date mirror (loaded first if need be) that a search can read
         without the lock: rows are only appended or tombstoned, so the first n rows of a view stay valid."""
+        loaded = False
         with self._lock:
             m = self._current(con)
             if m is None:
-                epoch = read_epoch(con)
-                m = self._mirror = self._load(con)
-                self._epoch = epoch
+                self._load_siblings()
+                m, self._epoch = self._load(con)
+                self._mirror = m
+                loaded = True
             view = copy.copy(m)
         buf = getattr(self._scratch, "buf", None)
         if buf is None:
             buf = self._scratch.buf = np.zeros((BLOCK_ROWS, self.dim), dtype=np.float32)
         view._buf = buf  # each thread its own scratch block
+        if loaded:
+            self._save_if_due()
         return view
+
+    def preload(self) -> None:
+        """Start loading the mirror on a thread (and connection) of its own, when it is kept in the store and
+        not loaded or loading: the search that needs it then waits only for what is left (reading the blocks
+        is decryption, which another core can do while the query is embedded and matched by words)."""
+        store = self.store
+        if store is None or not self.use_mirror or self._mirror is not None or self._lock.locked():
+            return
+        con = store.con
+        if not has_stored_mirror(con) or read_head(con, self.table) is None:
+            return  # a small store (or one not stored yet) loads when searched
+
+        def run() -> None:
+            try:
+                self._view(store.con)
+            except Exception:  # the search that needs it loads it (and says why it cannot)
+                log.info("loading the %s vector mirror ahead failed", self.table, exc_info=True)
+
+        threading.Thread(target=run, name=f"mirror-{self.table}", daemon=True).start()
+
+    def _load_siblings(self) -> None:
+        """The other tables' stored mirrors start loading beside this one (a recall searches both)."""
+        for other in self.siblings:
+            other.preload()
+
+    # -- the mirror kept in the store ------------------------------------------------------------------
+
+    def _save_if_due(self) -> None:
+        """Start writing the mirror into the store in the background when it is big enough and what is
+        stored is missing or REFRESH_EPOCHS writes behind."""
+        m = self._mirror
+        if self.store is None or m is None or m.n - m.dead < STORED_MIN_ROWS:
+            return
+        if self._saved is not None and self._epoch - self._saved < REFRESH_EPOCHS:
+            return
+        if time.monotonic() < self._retry_at or (self._saver is not None and self._saver.is_alive()):
+            return
+
+        def run() -> None:
+            try:
+                if not self.save():
+                    self._retry_at = time.monotonic() + RETRY_SECONDS
+            except Exception:
+                self._retry_at = time.monotonic() + RETRY_SECONDS
+                log.exception("writing the vector mirror of %s into the store failed", self.table)
+
+        self._saver = threading.Thread(target=run, name=f"mirror-save-{self.table}", daemon=True)
+        self._saver.start()
+
+    def wait_saved(self, timeout: float | None = None) -> None:
+        """Wait for a background save to end (benchmarks, tests)."""
+        saver = self._saver
+        if saver is not None:
+            saver.join(timeout)
+
+    def save(self) -> bool:
+        """Write the loaded mirror into the store: the blocks whose rows changed since it was last written
+        (or every block, when nothing usable is stored), SAVE_BLOCKS blocks a transaction on a connection of
+        its own, so a user's write waits at most one of those. Each block is written from the mirror as it
+        is at that transaction (checked against the store's vector epoch, under the write lock); the last
+        transaction rewrites what changed meanwhile and records the epoch every block is now up to date
+        with. A crash leaves the previous state, which stays usable. False when it could not be done now
+        (no mirror, no store, another program writing)."""
+        store = self.store
+        if store is None or not self.use_mirror:
+            return False
+        with self._save_lock:
+            con = connect(store.path, store._key_pragma)
+            try:
+                con.execute(f"PRAGMA busy_timeout = {SAVE_BUSY_MS}")
+                return self._save(con, store)
+            except EngineError as e:  # busy, full, read-only: the next write tries again
+                log.info("vector mirror of %s not stored now: %s", self.table, type(e).__name__)
+                return False
+            finally:
+                con.close()
+
+    def _save(self, con: Connection, store: Store) -> bool:
+        if not has_stored_mirror(con):
+            return False
+        code = TABLE_CODES[self.table]
+        with self._lock:
+            m = self._current(con)
+            if m is None:
+                return False
+            start = self._epoch
+            index = (m, m.by_id())
+            now_blocks = set(np.unique(index[1][2]).tolist())
+        head = read_head(con, self.table)
+        damaged = self._damaged  # a block failed to load: every block is written again
+        changed = changes_since(con, self.table, head["epoch"], start) \
+            if head is not None and head["dim"] == self.dim and not damaged else None
+        if changed is None:  # nothing usable stored: every block
+            todo = now_blocks
+        else:
+            erased = {r[0] for r in con.execute("SELECT block FROM vector_mirror WHERE tbl = ? AND codes IS NULL",
+                                                (code,))}
+            todo = {i // STORED_IDS for i in changed} | erased
+        order = sorted(todo)
+        written, longest, began = 0, 0.0, time.perf_counter()
+        while True:
+            step, order = order[:SAVE_BLOCKS], order[SAVE_BLOCKS:]
+            last = not order
+            t0 = time.perf_counter()
+            with store.write_lock:
+                con.execute("BEGIN IMMEDIATE")
+                try:
+                    epoch = read_epoch(con)
+                    packed, gone = self._pack_current(con, step, start if last else None, epoch, index)
+                    if packed is None or gone is None:
+                        con.execute("ROLLBACK")
+                        return False
+                    for block, rows, projects, meta, codes in packed:
+                        con.execute("INSERT OR REPLACE INTO vector_mirror(tbl, block, epoch, rows, projects, meta, "
+                                    "codes) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                                    (code, block, epoch, rows, projects, meta, codes))
+                    written += len(packed)
+                    if last:
+                        con.executemany("DELETE FROM vector_mirror WHERE tbl = ? AND block = ?",
+                                        [(code, b) for b in gone])
+                        con.execute("INSERT INTO state(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET "
+                                    "value = excluded.value", (HEAD_KEY + self.table, json.dumps(
+                                        {"format": STORED_FORMAT, "dim": self.dim, "ids": STORED_IDS,
+                                         "epoch": epoch})))
+                    con.execute("COMMIT")
+                except BaseException:
+                    if con.in_transaction:
+                        con.execute("ROLLBACK")
+                    raise
+            longest = max(longest, time.perf_counter() - t0)
+            if last:
+                break
+        self._saved, self._damaged = epoch, False
+        self.last_save = {"blocks": written, "seconds": time.perf_counter() - began, "longest_write": longest}
+        log.info("vector mirror %s stored: %d blocks written, up to date with epoch %d", self.table, written, epoch)
+        return True
+
+    def _pack_current(self, con: Connection, blocks: list[int], since: int | None, epoch: int,
+                      index: tuple[_Mirror, tuple]) -> tuple[list[tuple], list[int]] | tuple[None, None]:
+        """Inside the save's write transaction (nothing else can commit): the packed blocks from the mirror
+        caught up to `epoch`, and, for the last step (since = the epoch the save started at), also the
+        blocks of rows changed meanwhile, and the stored blocks that hold no row any more."""
+        if not self._lock.acquire(timeout=0.5):  # a search is loading the mirror: another time
+            return None, None
+        try:
+            m = self._current(con)
+            if m is None or self._epoch != epoch:
+                return None, None
+            gone: list[int] = []
+            if since is not None:
+                meanwhile = changes_since(con, self.table, since, epoch)
+                if meanwhile is None:
+                    return None, None
+                blocks = sorted(set(blocks) | {i // STORED_IDS for i in meanwhile})
+            names = {c: p for p, c in m.projects.items()}
+            positions = m.block_positions(blocks, index[1] if index[0] is m else None)
+            code = TABLE_CODES[self.table]
+            erased = {r[0] for r in con.execute("SELECT block FROM vector_mirror WHERE tbl = ? AND codes IS NULL",
+                                                (code,))}
+            for b in erased & set(blocks):
+                # a vector of this block was deleted: write only rows whose vector is there now (belt and
+                # braces: the mirror follows deletes, this does not depend on it)
+                lo = b * STORED_IDS
+                there = np.array([r[0] for r in con.execute(
+                    f"SELECT id FROM vec_{self.table}_f32 WHERE id >= ? AND id < ?", (lo, lo + STORED_IDS))],
+                    dtype=np.int64)
+                p = positions[b]
+                positions[b] = p[np.isin(m.ids[p], there)]
+            packed = [(b, *m.pack(positions[b], names)) for b in blocks if len(positions[b])]
+            empty = [b for b in blocks if not len(positions[b])]
+            if since is not None:
+                live = np.flatnonzero(m.alive[: m.n])
+                now_blocks = set(np.unique(m.ids[live] // STORED_IDS).tolist())
+                stored = {r[0] for r in con.execute("SELECT block FROM vector_mirror WHERE tbl = ?",
+                                                    (TABLE_CODES[self.table],))}
+                gone = sorted((stored | set(empty)) - now_blocks)
+            else:
+                gone = []
+        finally:
+            self._lock.release()
+        if since is None and empty:
+            # blocks left without rows are deleted now (their old content must not stay)
+            con.executemany("DELETE FROM vector_mirror WHERE tbl = ? AND block = ?", [(code, b) for b in empty])
+        return packed, gone
 
     def warm(self, con: Connection) -> None:
         """Load the mirror now (in the background after a store opens), so the first search finds it; for

@@ -71,7 +71,7 @@ def test_crowded_vectors_need_the_bound_and_get_it(store_with_vectors):
     """Around one direction the int8 cosines cannot order the rows: the first candidates alone would miss
     some of the exact top k; rows whose bound reaches the k-th exact cosine are rescored, so none is missed."""
     eng, ids, mat, crowded = store_with_vectors
-    m = vectors.VectorIndex("memories", DIM)._load(eng.con)
+    m, _ = vectors.VectorIndex("memories", DIM)._load(eng.con)
     approx = m.approximate(crowded)
     exact = np.array([float(mat[list(ids).index(int(i))] @ crowded) for i in m.ids[: m.n]])
     assert np.all(np.abs(approx - exact) <= m.bound[: m.n])  # the bound holds

@@ -1,0 +1,289 @@
+"""The int8 vector mirror kept in the store (engine/vectors.py, table vector_mirror): a real encrypted store
+whose mirror is written, reopened and searched exactly; writes made after it by another connection are
+caught up; a missing, stale, damaged or foreign one is passed over for the rows; and a forgotten memory's
+code leaves the stored blocks at once and is never returned nor written back."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from engine import Engine, vectors
+from engine.embeddings import NoEmbedder
+from engine.storage import memories as memory_rows
+from tests.forensics import find
+from tests.integration.test_safety import data_key
+
+DIM = 32
+ROWS = 3000  # three stored blocks of 1,024 ids
+
+
+def _unit(rows: np.ndarray) -> np.ndarray:
+    return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+
+
+def _insert(con, i: int, *, project: str | None = None, kind: str = "fact") -> int:
+    return memory_rows.insert(con, uid=f"mem_s{i}", kind=kind, text=f"note {i}", chash=f"h{i}", importance=0.5,
+                              now=float(i), event_at=None, project=project, source="user", meta=None,
+                              conversation_id=None, document_id=None, done=True, dedup_pending=False)
+
+
+def _fill(eng: Engine, dim: int = DIM, rows: int = ROWS, seed: int = 5):
+    """ROWS memories with vectors: half random, half crowded around one direction (the int8 codes cannot
+    order those, so the error bounds must be right after a reload too); three projects, three kinds."""
+    rng = np.random.default_rng(seed)
+    with eng.store.write() as con:
+        vectors.create_tables(con, dim)
+        ids = [_insert(con, i, project=(None, "p", "q")[i % 3], kind=("fact", "episodic", "procedural")[i % 3 - 1])
+               for i in range(rows)]
+        base = rng.standard_normal(dim)
+        mat = _unit(np.vstack([rng.standard_normal((rows // 2, dim)),
+                               base + 0.05 * rng.standard_normal((rows - rows // 2, dim))]))
+        vectors.put(con, "memories", ids, mat)
+        vectors.bump_epoch(con)
+    return np.array(ids), mat, _unit(base[None, :])[0]
+
+
+def _wire(eng: Engine, dim: int = DIM) -> vectors.VectorIndex:
+    """The engine's own memories index, for a store filled through the storage layer."""
+    eng.space.index = {"memories": vectors.VectorIndex("memories", dim, store=eng.store)}
+    eng.space._checked = True
+    return eng.space.index["memories"]
+
+
+def _exact(con, q: np.ndarray, k: int, f: vectors.Filter) -> list[int]:
+    """The exact top k under the filter, from the float copy and the rows (nothing of the mirror)."""
+    rows = con.execute("SELECT v.id, v.embedding, m.project, m.kind, m.archived, coalesce(m.event_at, m.created_at) "
+                       "FROM vec_memories_f32 v JOIN memories m ON m.id = v.id").fetchall()
+    keep = [(rid, float(np.frombuffer(blob, np.float32) @ q)) for rid, blob, project, kind, archived, t in rows
+            if (f.projects is None or project in f.projects) and (f.kinds is None or kind in f.kinds)
+            and (f.include_archived or not archived) and (f.since is None or t >= f.since)]
+    keep.sort(key=lambda x: (-x[1], x[0]))
+    return [rid for rid, _ in keep[:k]]
+
+
+FILTERS = [vectors.Filter(), vectors.Filter(projects={"p"}), vectors.Filter(kinds={"episodic"}),
+           vectors.Filter(projects={None, "q"}, since=1000.0), vectors.Filter(include_archived=True)]
+
+
+def _probes(mat: np.ndarray, crowded: np.ndarray) -> list[np.ndarray]:
+    rng = np.random.default_rng(11)
+    return [crowded, *_unit(rng.standard_normal((6, mat.shape[1]))), *_unit(mat[rng.integers(0, len(mat), 4)] + 0.01)]
+
+
+def _assert_exact(index: vectors.VectorIndex, con, probes) -> None:
+    for q in probes:
+        for f in FILTERS:
+            for k in (1, 10, 40):
+                assert [i for i, _ in index.search(con, q, k, f)] == _exact(con, q, k, f)
+
+
+def test_the_stored_mirror_reopens_and_answers_exactly(profile_home):
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        ids, mat, crowded = _fill(eng)
+        first = _wire(eng)
+        first.search(eng.con, crowded, 5, vectors.Filter())
+        assert first.loaded_from == "rows"
+        assert first.save()
+        blocks = eng.con.execute("SELECT block, rows, length(codes) FROM vector_mirror WHERE tbl = 0 ORDER BY block"
+                                 ).fetchall()
+        assert [b for b, _, _ in blocks] == sorted({int(i) // vectors.STORED_IDS for i in ids})
+        assert sum(r for _, r, _ in blocks) == ROWS and all(n == r * DIM for _, r, n in blocks)
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:  # reopened: new connections, new process state
+        index = _wire(eng)
+        _assert_exact(index, eng.con, _probes(mat, crowded))
+        assert index.loaded_from == "stored"
+        assert index.resident_bytes(vectors_only=True) < 0.4 * mat.nbytes
+
+
+def test_writes_after_the_stored_mirror_are_caught_up(profile_home):
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        ids, mat, crowded = _fill(eng)
+        index = _wire(eng)
+        index.search(eng.con, crowded, 5, vectors.Filter())
+        assert index.save()
+        # another open store (its own connections) writes through the engine's write path: a new row, a
+        # re-embedded row, a row whose vector goes, an archived row and a row moved to another project
+        with Engine.open(profile_home, embedder=NoEmbedder()) as other:
+            _wire(other)
+            with other.space.mutation() as (con, touched):
+                new = _insert(con, 99_999, project="p")
+                vectors.put(con, "memories", [new], crowded[None, :])
+                vectors.put(con, "memories", [int(ids[1])], -crowded[None, :])
+                vectors.delete(con, "memories", [int(ids[2])])
+                con.execute("UPDATE memories SET archived = 1 WHERE id = ?", (int(ids[-1]),))
+                con.execute("UPDATE memories SET project = 'r' WHERE id = ?", (int(ids[-2]),))
+                touched.memories.update({new, int(ids[1]), int(ids[2]), int(ids[-1]), int(ids[-2])})
+        fresh = _wire(eng)
+        got = fresh.search(eng.con, crowded, 3, vectors.Filter())
+        assert fresh.loaded_from == "stored"
+        assert got[0][0] == new and got[0][1] == pytest.approx(1.0, abs=1e-5)
+        assert int(ids[2]) not in fresh._mirror.pos
+        assert [i for i, _ in fresh.search(eng.con, crowded, 2, vectors.Filter(projects={"r"}))] == [int(ids[-2])]
+        assert int(ids[-1]) not in [i for i, _ in fresh.search(eng.con, crowded, ROWS, vectors.Filter())]
+        _assert_exact(fresh, eng.con, _probes(mat, crowded))
+        # brought up to date, the stored blocks alone (nothing to catch up) answer the same
+        assert fresh.save()
+        again = _wire(eng)
+        _assert_exact(again, eng.con, _probes(mat, crowded))
+        assert again.loaded_from == "stored"
+
+
+def test_a_missing_stale_damaged_or_foreign_stored_mirror_is_passed_over(profile_home):
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        ids, mat, crowded = _fill(eng)
+        probes = _probes(mat, crowded)[:3]
+        index = _wire(eng)
+        index.search(eng.con, crowded, 5, vectors.Filter())
+
+        def reload() -> str | None:
+            """A fresh index (as a reopened store has) answers exactly; it is the one that saves next, as the
+            engine's own index does (a damaged block it found makes it write every block)."""
+            nonlocal index
+            index = _wire(eng)
+            _assert_exact(index, eng.con, probes)
+            return index.loaded_from
+
+        assert index.save() and reload() == "stored"
+        with eng.store.write() as con:  # missing
+            vectors.drop_stored(con)
+        assert reload() == "rows"
+
+        assert index.save() and reload() == "stored"
+        with eng.store.write() as con:  # a block of the wrong size
+            con.execute("UPDATE vector_mirror SET codes = zeroblob(7) WHERE block = 1")
+        assert reload() == "rows"
+
+        assert index.save() and reload() == "stored"
+        with eng.store.write() as con:  # ids out of their block
+            meta = bytearray(con.execute("SELECT meta FROM vector_mirror WHERE block = 0").fetchone()[0])
+            meta[:8] = (5_000_000).to_bytes(8, "little")
+            con.execute("UPDATE vector_mirror SET meta = ? WHERE block = 0", (bytes(meta),))
+        assert reload() == "rows"
+
+        assert index.save() and reload() == "stored"
+        with eng.store.write() as con:  # a head that does not parse, then one of another dimension
+            con.execute("UPDATE state SET value = '{not json' WHERE key = 'vector_mirror:memories'")
+        assert reload() == "rows"
+        assert index.save() and reload() == "stored"
+        with eng.store.write() as con:
+            con.execute("UPDATE state SET value = json_set(value, '$.dim', 384) WHERE key = 'vector_mirror:memories'")
+        assert reload() == "rows"
+
+        assert index.save() and reload() == "stored"
+        with eng.store.write() as con:  # writes the vector log does not cover: older than the log reaches
+            vectors.bump_epoch(con)
+        assert reload() == "rows"
+
+        assert index.save() and reload() == "stored"
+        with eng.store.write() as con:  # another embedding space: the vector tables start over
+            from engine.storage import space as space_rows
+
+            space_rows.restamp(con, ("test", "other", DIM, "1"))
+        assert eng.con.execute("SELECT count(*) FROM vector_mirror").fetchone()[0] == 0
+        assert vectors.read_head(eng.con, "memories") is None
+
+
+def test_forget_erases_the_stored_code_and_it_never_comes_back(profile_home):
+    dim = 384  # the codes of one row are long enough to look for in the file's pages
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        ids, mat, crowded = _fill(eng, dim=dim, rows=2500)
+        index = _wire(eng, dim)
+        index.search(eng.con, crowded, 5, vectors.Filter())
+        assert index.save()
+        victim = int(ids[1800])
+        block = victim // vectors.STORED_IDS
+        m = index._mirror
+        code = m.codes[m.pos.get(victim)].tobytes()
+        key, db = data_key(profile_home), profile_home / "memory.db"
+        assert find(db, key, code[:64])  # the check can see it while it is stored
+        uid = eng.con.execute("SELECT uid FROM memories WHERE id = ?", (victim,)).fetchone()[0]
+        eng.forget(uid)
+        # erased in the forget's own transaction: the block keeps no code until it is written again
+        assert eng.con.execute("SELECT meta IS NULL AND codes IS NULL FROM vector_mirror WHERE tbl = 0 AND block = ?",
+                               (block,)).fetchone() == (1,)
+        assert find(db, key, code[:64]) == []  # nor does any page or log frame
+        fresh = _wire(eng, dim)
+        hits = fresh.search(eng.con, mat[1800], 10, vectors.Filter(include_archived=True))
+        assert victim not in [i for i, _ in hits] and fresh.loaded_from == "stored"
+        assert victim not in fresh._mirror.pos
+        # written again (the other rows of the block come back, not the forgotten one)
+        assert fresh.save()
+        rows = eng.con.execute("SELECT rows FROM vector_mirror WHERE tbl = 0 AND block = ?", (block,)).fetchone()[0]
+        assert rows == int(np.sum(ids // vectors.STORED_IDS == block)) - 1
+        again = _wire(eng, dim)
+        assert victim not in [i for i, _ in again.search(eng.con, mat[1800], 10, vectors.Filter())]
+        eng.compact()
+        assert find(db, key, code[:64]) == []
+
+
+def test_a_mirror_that_missed_a_delete_does_not_write_the_row_back(profile_home):
+    """Belt and braces: a vector deleted behind the mirror's back (no epoch, no log) erases its block by
+    trigger, and writing that block again keeps only rows whose vector is still there."""
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        ids, mat, crowded = _fill(eng)
+        index = _wire(eng)
+        index.search(eng.con, crowded, 5, vectors.Filter())
+        assert index.save()
+        victim = int(ids[10])
+        with eng.store.write() as con:
+            con.execute("DELETE FROM memories WHERE id = ?", (victim,))  # the mirror is not told
+        assert victim in index._mirror.pos
+        with eng.store.write() as con:  # an ordinary logged write, so the save has something to do
+            con.execute("UPDATE memories SET archived = 1 WHERE id = ?", (int(ids[20]),))
+            e = vectors.bump_epoch(con)
+            vectors.log_changes(con, e, {int(ids[20])}, set())
+        assert index.save()
+        meta = eng.con.execute("SELECT meta, rows FROM vector_mirror WHERE tbl = 0 AND block = ?",
+                               (victim // vectors.STORED_IDS,)).fetchone()
+        stored_ids = np.frombuffer(meta[0], dtype=np.int64, count=meta[1])
+        assert victim not in stored_ids and int(ids[11]) in stored_ids
+
+
+def test_the_mirror_is_stored_in_the_background_and_kept_up_to_date(profile_home, monkeypatch):
+    """Through the engine's own write path: a big enough mirror loaded from the rows is stored without being
+    asked, and REFRESH_EPOCHS writes later the changed blocks are written again (the others stay)."""
+    monkeypatch.setattr(vectors, "STORED_MIN_ROWS", 1000)
+    monkeypatch.setattr(vectors, "REFRESH_EPOCHS", 3)
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        ids, mat, crowded = _fill(eng)
+        index = _wire(eng)
+        index.search(eng.con, crowded, 5, vectors.Filter())  # loads from the rows, then stores
+        index.wait_saved(60)
+        head = vectors.read_head(eng.con, "memories")
+        assert head is not None and head["epoch"] == vectors.read_epoch(eng.con)
+        first = dict(eng.con.execute("SELECT block, epoch FROM vector_mirror WHERE tbl = 0").fetchall())
+        for n in range(3):
+            with eng.space.mutation() as (con, touched):
+                con.execute("UPDATE memories SET archived = 1 WHERE id = ?", (int(ids[n]),))
+                touched.memories.add(int(ids[n]))
+        index.wait_saved(60)
+        head = vectors.read_head(eng.con, "memories")
+        assert head is not None and head["epoch"] == vectors.read_epoch(eng.con)
+        now = dict(eng.con.execute("SELECT block, epoch FROM vector_mirror WHERE tbl = 0").fetchall())
+        assert now[0] > first[0] and all(now[b] == first[b] for b in first if b != 0)  # only block 0 changed
+        fresh = _wire(eng)
+        assert not {int(i) for i in ids[:3]} & {i for i, _ in fresh.search(eng.con, crowded, ROWS, vectors.Filter())}
+        assert fresh.loaded_from == "stored"
+
+
+def test_a_stored_mirror_loads_ahead_of_the_first_search(profile_home):
+    """preload (the space calls it when the store opens for searching): a stored mirror loads on a thread of
+    its own; a store with nothing stored is left to load when searched."""
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        ids, mat, crowded = _fill(eng)
+        index = _wire(eng)
+        index.preload()
+        assert index._mirror is None and not index._lock.locked()  # nothing stored: nothing started
+        index.search(eng.con, crowded, 5, vectors.Filter())
+        assert index.save()
+        fresh = _wire(eng)
+        fresh.preload()
+        for _ in range(600):
+            if fresh._mirror is not None:
+                break
+            threading.Event().wait(0.05)
+        assert fresh._mirror is not None and fresh.loaded_from == "stored"
+        _assert_exact(fresh, eng.con, _probes(mat, crowded)[:2])
