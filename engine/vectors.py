@@ -832,7 +832,7 @@ class VectorIndex:
         if m is None:
             return None
         epoch = read_epoch(con)
-        if self._epoch == epoch:
+        if epoch <= self._epoch:  # up to date, or ahead of a reader whose transaction began before a write
             return m
         return self._mirror if self._catch_up(con, epoch) else None
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from engine import Engine, Remembered, vectors
+from engine.db import connect
 from engine.embeddings import NoEmbedder
 from engine.storage import memories as memory_rows
 
@@ -183,3 +184,27 @@ def test_the_tallies_match_the_rows(profile_home):
             "SELECT count(*) FROM memories WHERE kind = 'episodic' AND processed = 0 AND archived = 0")
         assert s.pending_extraction == count("SELECT count(*) FROM memories WHERE extracted = 0 AND archived = 0") \
             + count("SELECT count(*) FROM chunks WHERE extracted = 0")
+
+
+def test_a_reader_in_an_older_transaction_does_not_reload_the_mirror(store_with_vectors, profile_home):
+    """A recall reads inside one transaction; a write committed meanwhile has already moved the mirror on:
+    the reader's older epoch is not a reason to load it all again."""
+    eng, ids, mat, crowded = store_with_vectors
+    index = vectors.VectorIndex("memories", DIM)
+    eng.space.index = {"memories": index}
+    eng.space._checked = True
+    index.search(eng.con, crowded, 5, vectors.Filter())
+    loaded = index._mirror
+    reader = connect(eng.store.path, eng.store._key_pragma)
+    try:
+        reader.execute("BEGIN")
+        before = vectors.read_epoch(reader)
+        with eng.space.mutation() as (con, touched):
+            vectors.delete(con, "memories", [int(ids[0])])
+            touched.memories.add(int(ids[0]))
+        assert vectors.read_epoch(reader) == before < vectors.read_epoch(eng.con)
+        index.search(reader, crowded, 5, vectors.Filter())
+        assert index._mirror is loaded
+        reader.execute("COMMIT")
+    finally:
+        reader.close()

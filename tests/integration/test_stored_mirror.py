@@ -1,11 +1,12 @@
 """The int8 vector mirror kept in the store (engine/vectors.py, table vector_mirror): a real encrypted store
-whose mirror is written, reopened and searched exactly; writes made after it by another connection are
-caught up; a missing, stale, damaged or foreign one is passed over for the rows; and a forgotten memory's
+whose mirror is written, reopened and searched exactly; writes made after it by another connection or
+another process are caught up; a missing, stale, damaged or foreign one is passed over for the rows; and a forgotten memory's
 code leaves the stored blocks at once and is never returned nor written back."""
 
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -287,3 +288,49 @@ def test_a_stored_mirror_loads_ahead_of_the_first_search(profile_home):
             threading.Event().wait(0.05)
         assert fresh._mirror is not None and fresh.loaded_from == "stored"
         _assert_exact(fresh, eng.con, _probes(mat, crowded)[:2])
+
+
+OTHER_PROCESS = """
+import sys
+import numpy as np
+from engine import Engine, vectors
+from engine.embeddings import NoEmbedder
+from engine.storage import memories as memory_rows
+
+dim, gone = int(sys.argv[1]), int(sys.argv[2])
+q = np.frombuffer(bytes.fromhex(sys.argv[3]), dtype=np.float32)
+with Engine.open(embedder=NoEmbedder()) as eng:
+    eng.space.index = {"memories": vectors.VectorIndex("memories", dim, store=eng.store)}
+    eng.space._checked = True
+    with eng.space.mutation() as (con, touched):
+        rid = memory_rows.insert(con, uid="mem_elsewhere", kind="fact", text="from another process", chash="x",
+                                 importance=0.5, now=1.0, event_at=None, project=None, source="user", meta=None,
+                                 conversation_id=None, document_id=None, done=True, dedup_pending=False)
+        vectors.put(con, "memories", [rid], q[None, :])
+        con.execute("DELETE FROM memories WHERE id = ?", (gone,))
+        touched.memories.update({rid, gone})
+    print(rid)
+"""
+
+
+def test_another_process_writing_after_the_stored_mirror_is_caught_up(profile_home):
+    import subprocess
+    import sys
+
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        ids, mat, crowded = _fill(eng)
+        index = _wire(eng)
+        index.search(eng.con, crowded, 5, vectors.Filter())
+        assert index.save()
+        gone = int(ids[5])
+        out = subprocess.run([sys.executable, "-c", OTHER_PROCESS, str(DIM), str(gone), crowded.tobytes().hex()],
+                             capture_output=True, text=True, timeout=120, check=True,
+                             cwd=Path(__file__).resolve().parents[2])
+        rid = int(out.stdout.strip())
+        assert eng.con.execute("SELECT codes IS NULL FROM vector_mirror WHERE tbl = 0 AND block = ?",
+                               (gone // vectors.STORED_IDS,)).fetchone() == (1,)  # erased over there too
+        fresh = _wire(eng)
+        got = fresh.search(eng.con, crowded, 1, vectors.Filter())
+        assert fresh.loaded_from == "stored" and got[0][0] == rid
+        assert gone not in fresh._mirror.pos
+        _assert_exact(fresh, eng.con, _probes(mat, crowded)[:3])
