@@ -901,7 +901,9 @@ class VectorIndex:
                 self._retry_at = time.monotonic() + RETRY_SECONDS
                 log.exception("writing the vector mirror of %s into the store failed", self.table)
 
-        self._saver = threading.Thread(target=run, name=f"mirror-save-{self.table}", daemon=True)
+        # not a daemon: a short-lived process (a CLI command) finishes the save before it exits, so the
+        # next one loads from the blocks (each step is a short transaction of its own)
+        self._saver = threading.Thread(target=run, name=f"mirror-save-{self.table}", daemon=False)
         self._saver.start()
 
     def wait_saved(self, timeout: float | None = None) -> None:

@@ -334,3 +334,40 @@ def test_another_process_writing_after_the_stored_mirror_is_caught_up(profile_ho
         assert fresh.loaded_from == "stored" and got[0][0] == rid
         assert gone not in fresh._mirror.pos
         _assert_exact(fresh, eng.con, _probes(mat, crowded)[:3])
+
+
+SHORT_LIVED = """
+import time
+
+from engine import Engine, vectors
+from engine.embeddings import NoEmbedder
+from tests.integration.test_stored_mirror import _fill, _wire
+
+vectors.STORED_MIN_ROWS = 1000
+vectors.SAVE_BLOCKS = 1
+slow = vectors.VectorIndex._pack_current
+
+
+def slowly(*args, **kwargs):  # a big store's save takes a while: the process must still finish it
+    time.sleep(0.4)
+    return slow(*args, **kwargs)
+
+
+vectors.VectorIndex._pack_current = slowly
+with Engine.open(embedder=NoEmbedder()) as eng:
+    ids, mat, crowded = _fill(eng)
+    _wire(eng).search(eng.con, crowded, 5, vectors.Filter())  # loads from the rows, starts storing
+print("exiting")
+"""
+
+
+def test_a_short_lived_process_finishes_storing_before_it_exits(profile_home):
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-c", SHORT_LIVED], capture_output=True, text=True, timeout=120, check=True,
+                   cwd=Path(__file__).resolve().parents[2])
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        head = vectors.read_head(eng.con, "memories")
+        assert head is not None and head["epoch"] == vectors.read_epoch(eng.con)
+        assert eng.con.execute("SELECT sum(rows) FROM vector_mirror WHERE tbl = 0").fetchone()[0] == ROWS
