@@ -22,6 +22,8 @@ row numbers); dead positions are filtered by the caller.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 TABLES = 16
@@ -31,10 +33,13 @@ TAIL_SHARE = 8  # the tail is folded into the sorted part once it exceeds 1/TAIL
 TAIL_MIN = 4096  # ... and this many
 
 
+@functools.cache
 def hyperplanes(dim: int) -> np.ndarray:
-    """(dim, TABLES * BITS) float32 normals, the same for every process."""
+    """(dim, TABLES * BITS) float32 normals, the same for every process (made once, read-only)."""
     rng = np.random.default_rng(SEED + dim)
-    return rng.standard_normal((dim, TABLES * BITS)).astype(np.float32)
+    planes = rng.standard_normal((dim, TABLES * BITS)).astype(np.float32)
+    planes.flags.writeable = False
+    return planes
 
 
 _EMPTY: tuple[np.ndarray, np.ndarray, int] = (np.zeros((TABLES, 0), dtype=np.int32),

@@ -129,6 +129,17 @@ def load_tokenizer(model_dir: Path) -> Any:
     return tok
 
 
+def pad_batch(ids_list: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """(token ids, attention mask) of one batch, padded to its longest list."""
+    b, n = len(ids_list), max(len(i) for i in ids_list)
+    ids = np.zeros((b, n), dtype=np.int64)
+    mask = np.zeros((b, n), dtype=np.float32)
+    for r, seq in enumerate(ids_list):
+        ids[r, : len(seq)] = seq
+        mask[r, : len(seq)] = 1.0
+    return ids, mask
+
+
 def plan_batches(lengths: list[int], batch_size: int = BATCH_TEXTS) -> list[list[int]]:
     """Indices of the texts in each batch: sorted by token count (longest first) and cut into batches of at
     most `batch_size` texts and BATCH_TOKENS padded tokens, so a batch pads little."""
@@ -189,12 +200,8 @@ class MiniLM:
 
     def _forward(self, ids_list: list[list[int]]) -> np.ndarray:
         """Vectors of one batch of token id lists (padded here to the batch's longest)."""
-        b, n = len(ids_list), max(len(i) for i in ids_list)
-        ids = np.zeros((b, n), dtype=np.int64)
-        mask = np.zeros((b, n), dtype=np.float32)
-        for r, seq in enumerate(ids_list):
-            ids[r, : len(seq)] = seq
-            mask[r, : len(seq)] = 1.0
+        ids, mask = pad_batch(ids_list)
+        b, n = ids.shape
         padded = bool((mask == 0).any())
         h = self.heads
         dh = self.word.shape[1] // h

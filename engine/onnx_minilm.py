@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from .minilm import BATCH_TEXTS, MiniLM, _release_memory, load_tokenizer, plan_batches
+from .minilm import BATCH_TEXTS, MiniLM, _release_memory, load_tokenizer, pad_batch, plan_batches
 
 log = logging.getLogger(__name__)
 
@@ -275,12 +275,7 @@ class OnnxMiniLM:
 
     def _forward(self, ids_list: list[list[int]], n_threads: int, run_options: Any = None) -> np.ndarray:
         """Vectors of one batch of token id lists (padded here to the batch's longest)."""
-        b, n = len(ids_list), max(len(i) for i in ids_list)
-        ids = np.zeros((b, n), dtype=np.int64)
-        mask = np.zeros((b, n), dtype=np.float32)
-        for r, seq in enumerate(ids_list):
-            ids[r, : len(seq)] = seq
-            mask[r, : len(seq)] = 1.0
+        ids, mask = pad_batch(ids_list)
         return self._session_for(n_threads)[0].run(None, {"input_ids": ids, "attention_mask": mask}, run_options)[0]
 
     def encode(self, texts: list[str], batch_size: int = BATCH_TEXTS, *, n_threads: int = 1) -> np.ndarray:

@@ -276,17 +276,6 @@ def read_windows(con: Connection, ids: list[int] | None = None) -> dict[int, np.
     return {rid: np.stack(v) for rid, v in out.items()}
 
 
-_planes: dict[int, np.ndarray] = {}
-
-
-def planes(dim: int) -> np.ndarray:
-    """The near-duplicate buckets' hyperplanes for this dimension (engine/lsh.py), made once."""
-    p = _planes.get(dim)
-    if p is None:
-        p = _planes[dim] = lsh.hyperplanes(dim)
-    return p
-
-
 def read_vectors(con: Connection, table: str, ids: list[int]) -> dict[int, np.ndarray]:
     """The exact (float32) vectors of these rows, from the float copy: id -> vector (rows without one are
     left out)."""
@@ -507,7 +496,7 @@ class _Mirror:
         self.archived[span] = parts["archived"].astype(bool)
         self.alive[span] = True
         if self.near is not None and self.near_n == self.n:  # the buckets are complete: keep them so
-            self.near.set(self.n, lsh.keys(self.codes[span].astype(np.float32), planes(self.dim)))
+            self.near.set(self.n, lsh.keys(self.codes[span].astype(np.float32), lsh.hyperplanes(self.dim)))
             self.near_n = self.n + rows
         self.n += rows
         self.pos.sorted_n = self.n
@@ -579,7 +568,7 @@ class _Mirror:
         else:
             self.pos.update(zip(ids.tolist(), range(p0, p0 + n), strict=True))
         if self.near is not None and self.near_n == p0:  # the buckets are complete: keep them so
-            self.near.set(p0, lsh.keys(mat, planes(self.dim)))
+            self.near.set(p0, lsh.keys(mat, lsh.hyperplanes(self.dim)))
             self.near_n = p0 + n
         self.n += n
 
@@ -614,7 +603,7 @@ class _Mirror:
         done = min(self.near_n, n) if self.near is not None else 0
         parts = [np.arange(done, n, dtype=np.int64)]
         if done:
-            found = self.near.lookup(lsh.keys(q, planes(self.dim))[0])  # type: ignore[union-attr]
+            found = self.near.lookup(lsh.keys(q, lsh.hyperplanes(self.dim))[0])  # type: ignore[union-attr]
             parts.append(found[found < done])
         pos = np.concatenate(parts)
         pos = pos[self.mask(f, pos)]
@@ -1104,7 +1093,7 @@ class VectorIndex:
                         return
                     s, e = m.near_n, min(m.n, m.near_n + NEAR_STEP)
                     # the codes' signs are the vectors' (scale > 0): keys from the int8 rows
-                    m.near.set(s, lsh.keys(m.codes[s:e].astype(np.float32), planes(self.dim)))
+                    m.near.set(s, lsh.keys(m.codes[s:e].astype(np.float32), lsh.hyperplanes(self.dim)))
                     m.near_n = e
         except Exception:  # the buckets only speed the check up: without them it scans
             log.exception("near-duplicate buckets could not be built")

@@ -54,6 +54,15 @@ def _wire(eng: Engine, dim: int = DIM) -> vectors.VectorIndex:
     return eng.space.index["memories"]
 
 
+def _stored(eng):
+    """A filled store whose mirror loaded from the rows and was then stored: (ids, mat, crowded, index)."""
+    ids, mat, crowded = _fill(eng)
+    index = _wire(eng)
+    index.search(eng.con, crowded, 5, vectors.Filter())
+    assert index.save()
+    return ids, mat, crowded, index
+
+
 def _exact(con, q: np.ndarray, k: int, f: vectors.Filter) -> list[int]:
     """The exact top k under the filter, from the float copy and the rows (nothing of the mirror)."""
     rows = con.execute("SELECT v.id, v.embedding, m.project, m.kind, m.archived, coalesce(m.event_at, m.created_at) "
@@ -101,10 +110,7 @@ def test_the_stored_mirror_reopens_and_answers_exactly(profile_home):
 
 def test_writes_after_the_stored_mirror_are_caught_up(profile_home):
     with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
-        ids, mat, crowded = _fill(eng)
-        index = _wire(eng)
-        index.search(eng.con, crowded, 5, vectors.Filter())
-        assert index.save()
+        ids, mat, crowded, index = _stored(eng)
         # another open store (its own connections) writes through the engine's write path: a new row, a
         # re-embedded row, a row whose vector goes, an archived row and a row moved to another project
         with Engine.open(profile_home, embedder=NoEmbedder()) as other:
@@ -224,10 +230,7 @@ def test_a_mirror_that_missed_a_delete_does_not_write_the_row_back(profile_home)
     """Belt and braces: a vector deleted behind the mirror's back (no epoch, no log) erases its block by
     trigger, and writing that block again keeps only rows whose vector is still there."""
     with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
-        ids, mat, crowded = _fill(eng)
-        index = _wire(eng)
-        index.search(eng.con, crowded, 5, vectors.Filter())
-        assert index.save()
+        ids, mat, crowded, index = _stored(eng)
         victim = int(ids[10])
         with eng.store.write() as con:
             con.execute("DELETE FROM memories WHERE id = ?", (victim,))  # the mirror is not told
@@ -318,10 +321,7 @@ def test_another_process_writing_after_the_stored_mirror_is_caught_up(profile_ho
     import sys
 
     with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
-        ids, mat, crowded = _fill(eng)
-        index = _wire(eng)
-        index.search(eng.con, crowded, 5, vectors.Filter())
-        assert index.save()
+        ids, mat, crowded, index = _stored(eng)
         gone = int(ids[5])
         out = subprocess.run([sys.executable, "-c", OTHER_PROCESS, str(DIM), str(gone), crowded.tobytes().hex()],
                              capture_output=True, text=True, timeout=120, check=True,
