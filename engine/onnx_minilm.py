@@ -36,7 +36,7 @@ from .minilm import BATCH_TEXTS, MiniLM, _release_memory, load_tokenizer, pad_ba
 log = logging.getLogger(__name__)
 
 # Bump when the graph changes: a verdict kept for an older graph is not trusted.
-GRAPH_VERSION = 1
+GRAPH_VERSION = 2
 AGREEMENT = 0.9999  # the lowest cosine with the numpy runtime accepted on any probe
 PROBES = (
     "My sister Alice lives in Lisbon.",
@@ -153,11 +153,17 @@ class Model:
     graph: bytes  # the serialised ONNX model, without its large initializers
     external: dict[str, np.ndarray]  # those, by name
     mapping: mmap.mmap | None = None  # the memory map they are views of
+    words: np.ndarray | None = None  # the word-embedding table [vocabulary, hidden], looked up outside the graph
 
 
 def build_model(model_dir: Path) -> Model:
-    """The ONNX graph of the model: inputs input_ids (int64) and attention_mask (float32), both
-    [batch, tokens], right-padded; output "vectors", the unit-length mean-pooled vectors [batch, 384].
+    """The ONNX graph of the model: inputs "words" (float32 [batch, tokens, hidden]: the rows of the
+    word-embedding table for the token ids, `Model.words[ids]`) and attention_mask (float32 [batch, tokens]),
+    right-padded; output "vectors", the unit-length mean-pooled vectors [batch, 384].
+
+    The word-embedding table (47 MB, the largest tensor) stays out of the graph: ONNX Runtime copies every
+    initializer into its own memory, where the table would stay resident for good, while a lookup in the
+    memory-mapped file touches only the rows of the tokens used, and those pages are let go after each call.
 
     The large weights are the safetensors file's own tensors (memory-mapped, never copied here): the linear
     layers' [out, in] matrices are multiplied transposed (FusedMatMul transB), so nothing is rearranged.
@@ -171,7 +177,7 @@ def build_model(model_dir: Path) -> Model:
     eps = float(cfg["layer_norm_eps"])
     hidden = int(cfg["hidden_size"])
     g = _Graph()
-    ids, mask = "input_ids", "attention_mask"
+    words, mask = "words", "attention_mask"
     ms = "com.microsoft"
 
     def const(name: str) -> str:
@@ -182,11 +188,10 @@ def build_model(model_dir: Path) -> Model:
 
     # embeddings: words + positions + token type 0 (folded into the positions: every token is type 0)
     pos = np.asarray(w["embeddings.position_embeddings.weight"] + w["embeddings.token_type_embeddings.weight"][0])
-    word = g.op("Gather", const("embeddings.word_embeddings.weight"), ids)
-    n_tok = g.op("Slice", g.op("Shape", ids), g.const("one", np.array([1], np.int64)),
+    n_tok = g.op("Slice", g.op("Shape", mask), g.const("one", np.array([1], np.int64)),
                  g.const("two", np.array([2], np.int64)))
     zero = g.const("zero", np.array([0], np.int64))
-    x = g.op("Add", word, g.op("Slice", g.const("positions", pos), zero, n_tok, zero))
+    x = g.op("Add", words, g.op("Slice", g.const("positions", pos), zero, n_tok, zero))
     x = g.op("LayerNormalization", x, const("embeddings.LayerNorm.weight"), const("embeddings.LayerNorm.bias"),
              axis=-1, epsilon=eps)
     key_mask = g.op("Cast", mask, to=_INT32)
@@ -210,9 +215,10 @@ def build_model(model_dir: Path) -> Model:
     pooled = g.op("Div", total, count)
     norm = g.op("Max", g.op("ReduceL2", pooled, axes=[-1], keepdims=1), g.const("tinier", np.array(1e-12, np.float32)))
     g.op("Div", pooled, norm, name="vectors")
-    model = g.model([_value_info(ids, _INT64, ["batch", "tokens"]), _value_info(mask, _FLOAT, ["batch", "tokens"])],
+    model = g.model([_value_info(words, _FLOAT, ["batch", "tokens", hidden]),
+                     _value_info(mask, _FLOAT, ["batch", "tokens"])],
                     [_value_info("vectors", _FLOAT, ["batch", hidden])])
-    return Model(model, g.external, mapping)
+    return Model(model, g.external, mapping, w["embeddings.word_embeddings.weight"])
 
 
 # --- the runtime -----------------------------------------------------------------------------------------
@@ -260,7 +266,11 @@ class OnnxMiniLM:
         self._build = build
         self.tokenizer = load_tokenizer(model_dir)
         self.dimension = int(json.loads((model_dir / "config.json").read_text())["hidden_size"])
-        self._sessions = {1: _session(build(model_dir), 1)}
+        model = build(model_dir)
+        if model.words is None:
+            raise ValueError("the model has no word-embedding table")
+        self._words, self._mapping = model.words, model.mapping
+        self._sessions = {1: _session(model, 1)}
         self._sessions_lock = threading.Lock()
 
     def _session_for(self, n_threads: int) -> Any:
@@ -276,7 +286,14 @@ class OnnxMiniLM:
     def _forward(self, ids_list: list[list[int]], n_threads: int, run_options: Any = None) -> np.ndarray:
         """Vectors of one batch of token id lists (padded here to the batch's longest)."""
         ids, mask = pad_batch(ids_list)
-        return self._session_for(n_threads)[0].run(None, {"input_ids": ids, "attention_mask": mask}, run_options)[0]
+        words = self._words[ids]  # reads the used rows of the memory-mapped table (a copy, [batch, tokens, hidden])
+        return self._session_for(n_threads)[0].run(None, {"words": words, "attention_mask": mask}, run_options)[0]
+
+    def _let_go(self) -> None:
+        """The word-embedding table's pages read by a call leave this process's resident memory (they stay
+        in the page cache: the next lookup of those rows faults them back in, in microseconds)."""
+        if self._mapping is not None and hasattr(mmap, "MADV_DONTNEED"):
+            self._mapping.madvise(mmap.MADV_DONTNEED)
 
     def encode(self, texts: list[str], batch_size: int = BATCH_TEXTS, *, n_threads: int = 1) -> np.ndarray:
         """Unit vectors, one row per text, batched as engine.minilm.MiniLM.encode does."""
@@ -291,6 +308,7 @@ class OnnxMiniLM:
             # that much larger while idle. Between the batches of one call the arena is reused.
             last = j == len(plan) - 1 and len(texts) > 8
             out[idx] = self._forward([ids[i] for i in idx], n_threads, _shrink_arena() if last else None)
+        self._let_go()
         if len(texts) > 8:
             _release_memory()
         return out
