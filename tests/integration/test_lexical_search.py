@@ -1,0 +1,120 @@
+"""Lexical search reads FTS5's best matches and filters those (engine/retrieval.py, `_lexical`): whichever
+way it gets there (the first read, a larger one, or every match filtered), it returns exactly what ranking
+every filtered match by BM25 returns, ties by row id, on a real store."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from engine import Engine, retrieval
+from engine.embeddings import NoEmbedder
+from engine.storage import documents as doc_rows
+from engine.storage import memories as memory_rows
+from engine.vectors import Filter
+
+WORDS = "garden tomato fence shed compost hedge path rain spade soil".split()
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """1,200 memories and 600 chunks that all say "garden", of varied lengths, kinds, projects, times,
+    archived or not, some of them the app's own events, many with the very same text (equal BM25: ties);
+    the chunks in ready documents and in one still pending."""
+    home = tmp_path_factory.mktemp("lexical") / "profile"
+    rng = random.Random(4)
+    eng = Engine.open(home, embedder=NoEmbedder())
+    with eng.store.write() as con:
+        for i in range(1200):
+            n = rng.choice((1, 3, 8, 20))
+            text = "garden " + " ".join(rng.choice(WORDS) for _ in range(n)) if i % 5 else "garden tomato"
+            project = "rare" if i % 97 == 0 else rng.choice((None, "home", "work"))
+            memory_rows.insert(
+                con, uid=f"mem_l{i}", kind=rng.choice(("fact", "episodic", "procedural")), text=text,
+                chash=f"h{i}", importance=0.5, now=1000.0 + i, event_at=None, project=project,
+                source="activity" if i % 13 == 0 else "user", meta=None, conversation_id=None, document_id=None,
+                done=True, dedup_pending=False)
+        for i in range(400):  # "lantern" rows of 400 different lengths: no two rank the same
+            memory_rows.insert(
+                con, uid=f"mem_n{i}", kind=("fact", "episodic", "procedural")[i % 3],
+                text="lantern " + "word " * i, chash=f"n{i}", importance=0.5, now=3000.0 + i, event_at=None,
+                project="rare" if i % 50 == 7 else ("home", "work")[i % 2], source="user", meta=None,
+                conversation_id=None, document_id=None, done=True, dedup_pending=False)
+        for i in range(60):  # the very same text 60 times: they all rank the same
+            memory_rows.insert(
+                con, uid=f"mem_b{i}", kind="fact", text="birdbath by the gate", chash=f"b{i}", importance=0.5,
+                now=4000.0 + i, event_at=None, project=None, source="user", meta=None, conversation_id=None,
+                document_id=None, done=True, dedup_pending=False)
+        con.execute("UPDATE memories SET archived = 1 WHERE id % 7 = 0")
+        for d in range(6):
+            doc = doc_rows.insert(con, uid=f"doc_l{d}", path=None, title=f"Doc {d}", mime="text/plain",
+                                  chash=f"d{d}", size=0, mtime=None, project=(None, "home", "rare")[d % 3],
+                                  status="pending" if d == 5 else "ready", chunks=100, now=2000.0 + d, meta="{}")
+            rows = [(f"chk_l{d}_{p}", doc, p, "garden " + " ".join(rng.choice(WORDS) for _ in range(p % 9)),
+                     f"c{d}_{p}", f"p{p}", None, None, 10) for p in range(100)]
+            doc_rows.insert_chunks(con, doc, rows)
+    yield eng
+    eng.close()
+
+
+def reference(con, table: str, terms: list[str], limit: int, f: Filter) -> list[tuple[int, float]]:
+    """Every match filtered, ranked by BM25, ties by id: what the search must return."""
+    expr = retrieval.match_expression(terms)
+    fts = f"{table}_fts"
+    rows = con.execute(f"SELECT rowid, bm25({fts}) FROM {fts} WHERE {fts} MATCH ?", (expr,)).fetchall()
+    kind = "m" if table == "memories" else "c"
+    ok = {i for _, i in retrieval.passing(con, [(kind, r[0]) for r in rows], f)}
+    return [(i, -r) for r, i in sorted((r, i) for i, r in rows if i in ok)][:limit]
+
+
+FILTERS = [
+    Filter(),
+    Filter(activity=True, include_archived=True),
+    Filter(projects={"home"}),
+    Filter(projects={"rare"}),  # ~1% of the rows: needs more than the first read
+    Filter(projects={"rare", None}, kinds={"fact"}),
+    Filter(kinds={"episodic", "chunk"}, since=1300.0, until=1900.0),
+    Filter(projects={"nowhere"}),
+]
+
+
+@pytest.mark.parametrize("first", [retrieval.LEXICAL_FIRST, 20])
+@pytest.mark.parametrize("terms", [["garden"], ["tomato", "shed"], ["spade"], ["lantern", "tomato"], ["birdbath"]])
+def test_lexical_search_is_exactly_every_filtered_match_ranked(store, monkeypatch, first, terms):
+    monkeypatch.setattr(retrieval, "LEXICAL_FIRST", first)
+    con = store.con
+    for f in FILTERS:
+        for limit in (1, 5, 50):
+            assert retrieval.lexical_memories(con, terms, limit, f) == reference(con, "memories", terms, limit, f)
+            want = reference(con, "chunks", terms, limit, f) if f.kinds is None or "chunk" in f.kinds else []
+            assert retrieval.lexical_chunks(con, terms, limit, f) == want
+
+
+def test_each_way_to_the_answer_is_taken(store, monkeypatch):
+    """The first read answers an unfiltered search; a selective filter reads a larger share; one that keeps
+    almost nothing filters every match; ties at the end of a read read on (the statements SQLite runs say
+    which)."""
+    monkeypatch.setattr(retrieval, "LEXICAL_FIRST", 20)
+    con = store.con
+    seen: list[str] = []
+    con.set_trace_callback(seen.append)
+    try:
+        def ways(f: Filter) -> tuple[int, bool]:
+            seen.clear()
+            assert retrieval.lexical_memories(con, ["lantern"], 5, f) == reference(con, "memories", ["lantern"], 5, f)
+            reads = [s for s in seen if "ORDER BY rank LIMIT" in s]
+            return len(reads), any("JOIN memories m ON m.id = memories_fts.rowid" in s for s in seen)
+
+        assert ways(Filter()) == (1, False)
+        assert ways(Filter(projects={"home"}, kinds={"fact"})) == (2, False)  # 1 in 6 kept: 20 read, then 320
+        assert ways(Filter(projects={"rare"}, kinds={"episodic"})) == (2, True)  # 3 of 400: every match filtered
+        # the 20 "birdbath" rows read first all rank the same as the last of them: none is sure to be among
+        # the first of that rank by id, so it reads on (and the larger read holds all 60)
+        seen.clear()
+        got = retrieval.lexical_memories(con, ["birdbath"], 5, Filter())
+        assert got == reference(con, "memories", ["birdbath"], 5, Filter())
+        assert len({s for _, s in got}) == 1 and [i for i, _ in got] == sorted(i for i, _ in got)
+        assert len([s for s in seen if "ORDER BY rank LIMIT" in s]) == 2
+    finally:
+        con.set_trace_callback(None)
