@@ -18,7 +18,7 @@ At each size, through the engine facade with the real embedding model:
 - flat operations: remember (words only, and with its vector and near-duplicate check), get, update (a
   field), forget, a page of the list, stats, a page of the audit log;
 - recall end to end against the floor: the same query embedding plus a numpy brute-force float32 top-10
-  over the same vectors (held by this script);
+  over the same vectors (held by this script), on one BLAS thread as the engine runs a query;
 - recall@10 of the engine's vector search against exact numpy top-10 (queries: random unit vectors and
   stored vectors with noise), the vector mirror's resident bytes against float32, and the first recall
   after reopening the store: once with the mirror loaded from every row (nothing stored), then --reopens
@@ -146,6 +146,15 @@ class Fill:
         return ids, code, mat
 
 
+def one_blas_thread():
+    """The floor runs on one BLAS thread, as the engine runs a query (docs/performance.md, "Threads"): left
+    to itself OpenBLAS spreads the float32 product over every core (twice as fast on 2 cores), and whether it
+    does in a run would otherwise depend on what else the process loaded."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(1, user_api="blas")
+
+
 def timed(fn, reps: int) -> list[float]:
     out = []
     for i in range(reps):
@@ -169,10 +178,11 @@ def measure(eng, fill: Fill, ops: int, queries: int, rng: random.Random) -> dict
     vec_t, np_t = [], []
     for q in probes:
         q = q.astype(np.float32)
-        t0 = time.perf_counter()
-        s = mat @ q
-        top = np.argpartition(-s, 10)[:10]
-        np_t.append(time.perf_counter() - t0)
+        with one_blas_thread():
+            t0 = time.perf_counter()
+            s = mat @ q
+            top = np.argpartition(-s, 10)[:10]
+            np_t.append(time.perf_counter() - t0)
         exact = {(int(code[i]), int(ids[i])) for i in top}
         t0 = time.perf_counter()
         hm = eng.space.index["memories"].search(eng.con, q, 10, Filter(activity=True))
@@ -203,12 +213,13 @@ def measure(eng, fill: Fill, ops: int, queries: int, rng: random.Random) -> dict
         t0 = time.perf_counter()
         eng.recall(q)
         rec.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        qv = eng.embedder.encode_one(q)
-        s = mat @ qv
-        top = np.argpartition(-s, 10)[:10]
-        top[np.argsort(-s[top])]
-        floor.append(time.perf_counter() - t0)
+        with one_blas_thread():
+            t0 = time.perf_counter()
+            qv = eng.embedder.encode_one(q)
+            s = mat @ qv
+            top = np.argpartition(-s, 10)[:10]
+            top[np.argsort(-s[top])]
+            floor.append(time.perf_counter() - t0)
     res["recall"], res["floor"] = rec, floor
 
     res["recall@10"] = found / total
@@ -373,7 +384,8 @@ def report(results: dict[int, dict]) -> None:
         f"{results[n]['store mirror']:.2f} ({results[n]['store mirror, longest write'] * 1000:.0f})" for n in sizes])
     print()
     print(fmt_table(header, rows))
-    print("\nfloor = the same query embedding + numpy float32 brute-force top-10 over the same vectors, in this run.")
+    print("\nfloor = the same query embedding + numpy float32 brute-force top-10 over the same vectors, in this run,"
+          " on one BLAS thread.")
     print("The fill is synthetic (random unit vectors, made-up sentences), inserted through the storage layer.")
 
 
