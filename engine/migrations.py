@@ -419,6 +419,18 @@ def m006_vector_mirror_blocks(con: Connection) -> None:
     )
 
 
+def m007_document_tallies(con: Connection) -> None:
+    """Documents counted by status in `tallies` ('d:ready', 'd:failed', 'd:pending'), kept by triggers like
+    the other counts of `stats`: counting them from the status index grew with the documents (0.09 ms of the
+    0.20 ms of `stats` with 5,000 documents)."""
+    key = "'d:' || {r}.status"
+    run_script(
+        con,
+        _tally_triggers("documents", key, "status")
+        + f"INSERT INTO tallies(name, n) SELECT {key.format(r='documents')}, count(*) FROM documents GROUP BY 1;",
+    )
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     m001_initial,
     m002_consolidation,
@@ -426,6 +438,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     m004_watched_folders_and_failed_documents,
     m005_flat_costs,
     m006_vector_mirror_blocks,
+    m007_document_tallies,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -1076,6 +1076,11 @@ class VectorIndex:
             self._start_near()
         return view.near_rows(q, threshold, f, lambda ids: read_vectors(con, self.table, ids))
 
+    def near_complete(self) -> bool:
+        """Whether the near-duplicate buckets cover every row of the loaded mirror (benchmarks, tests)."""
+        m = self._mirror
+        return m is not None and m.near is not None and m.near_n >= m.n
+
     def _start_near(self) -> None:
         with self._lock:
             m = self._mirror

@@ -1,6 +1,6 @@
 """The store in numbers: counts by kind, what waits to be embedded, extracted or rolled up.
 
-The counts come from `tallies` (migration m005), kept by triggers on every insert, delete and change of a
+The counts come from `tallies` (migrations m005 and m007), kept by triggers on every insert, delete and change of a
 counted flag, so `stats` costs the same at any size; only what waits (pending documents' chunks,
 contradiction flags) is counted from its (partial) index.
 """
@@ -47,8 +47,8 @@ def _collect(ctx: Context, con: Connection, pending_extraction: int, embedding_r
         # pairs, as `conflicts()` lists them: both facts of a pair carry the flag (by the flagged rows' index)
         conflicts=one("SELECT count(*) FROM memories a JOIN memories b ON b.uid = a.conflict_with "
                       "WHERE a.conflict_with IS NOT NULL AND (a.uid < b.uid OR b.conflict_with IS NOT a.uid)"),
-        documents=one("SELECT count(*) FROM documents WHERE status = 'ready'"),
-        documents_failed=one("SELECT count(*) FROM documents WHERE status = 'failed'"),
+        documents=tally(con, "d:ready"),
+        documents_failed=tally(con, "d:failed"),
         chunks=chunk_tally(con),
         nodes=tally(con, "nodes"),
         edges=tally(con, "edges"),

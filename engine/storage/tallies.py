@@ -41,9 +41,9 @@ def chunk_tally(con: Connection, *, unextracted: bool = False) -> int:
     """Chunks of ready documents (only those not read for triples yet, with unextracted)."""
     total = sum(n for name, n in chunk_tallies(con).items() if not unextracted or name.startswith("c:0:"))
     extra = " AND c.extracted = 0" if unextracted else ""
-    not_ready = con.execute(  # chunks of documents still being ingested: few, by the documents' index
+    not_ready = con.execute(  # chunks of documents being ingested or given up: few, by the documents' index
         "SELECT count(*) FROM documents d JOIN chunks c ON c.document_id = d.id "
-        f"WHERE d.status = 'pending'{extra}"
+        f"WHERE d.status IN ('pending', 'failed'){extra}"
     ).fetchone()[0]
     return total - int(not_ready)
 

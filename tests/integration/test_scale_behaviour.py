@@ -172,6 +172,11 @@ def test_the_tallies_match_the_rows(profile_home):
         eng.update(ids[1], kind="procedural")
         eng.forget(ids[2])
         eng.ingest_text("First part about roses.\n\nSecond part about tulips.", "Flowers")
+        gone = eng.ingest_text("A note about the hedge.", "Hedge")
+        eng.ingest_text("A note about the pond.", "Pond")
+        eng.forget(gone.document_id)
+        with eng.store.write() as con:  # one given up (as a watcher does after its last attempt)
+            con.execute("UPDATE documents SET status = 'failed' WHERE title = 'Pond'")
         s = eng.stats()
         con = eng.con
         count = lambda sql: con.execute(sql).fetchone()[0]  # noqa: E731
@@ -179,11 +184,15 @@ def test_the_tallies_match_the_rows(profile_home):
         assert s.archived == count("SELECT count(*) FROM memories WHERE archived = 1") == 1
         assert s.activity == count("SELECT count(*) FROM memories WHERE archived = 0 AND source = 'activity'")
         assert s.by_kind["procedural"] == 1 and s.by_kind["episodic"] == 1 and s.by_kind["fact"] == 3
-        assert s.chunks == count("SELECT count(*) FROM chunks") > 0
+        assert s.documents == count("SELECT count(*) FROM documents WHERE status = 'ready'") == 1
+        assert s.documents_failed == count("SELECT count(*) FROM documents WHERE status = 'failed'") == 1
+        assert s.chunks == count("SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.document_id "
+                                 "WHERE d.status = 'ready'") > 0
         assert s.pending_rollup == count(
             "SELECT count(*) FROM memories WHERE kind = 'episodic' AND processed = 0 AND archived = 0")
         assert s.pending_extraction == count("SELECT count(*) FROM memories WHERE extracted = 0 AND archived = 0") \
-            + count("SELECT count(*) FROM chunks WHERE extracted = 0")
+            + count("SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.document_id "
+                    "WHERE d.status = 'ready' AND c.extracted = 0")  # a given-up document's chunks wait for nothing
 
 
 def test_a_reader_in_an_older_transaction_does_not_reload_the_mirror(store_with_vectors, profile_home):

@@ -347,6 +347,9 @@ def test_the_migration_gives_given_up_documents_the_failed_status(tmp_path: Path
     assert con.execute("SELECT uid, status FROM documents ORDER BY id").fetchall() == [
         ("doc_0", "ready"), ("doc_1", "failed"), ("doc_2", "pending")]
     assert con.execute("SELECT count(*) FROM chunks").fetchone()[0] == 1  # nothing cascaded away
+    # the documents' tallies (m007) start from the statuses the migrations left
+    assert dict(con.execute("SELECT name, n FROM tallies WHERE name LIKE 'd:%'").fetchall()) == {
+        "d:ready": 1, "d:failed": 1, "d:pending": 1}
     assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     with pytest.raises(sqlcipher3.IntegrityError):
         con.execute("UPDATE documents SET status = 'bogus' WHERE id = 1")
