@@ -14,6 +14,7 @@ import logging
 import os
 import secrets
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -101,6 +102,22 @@ def _keyring_get(account: str) -> str | None:
             f"The keychain could not be read ({type(e).__name__}). Unlock it and try again; "
             "the store was left untouched."
         ) from e
+
+
+KEYCHAIN_SETTLE_SECONDS = 1.0  # how long an entry that should be there may read as missing
+
+
+def _keyring_get_settled(account: str) -> str | None:
+    """The entry, read again for up to KEYCHAIN_SETTLE_SECONDS while it reads as missing: a keychain kept in
+    a file (keyrings.alt, common on Linux without a desktop keyring) is rewritten whole by each write, and a
+    program reading it while another writes an entry (the app storing its API token as it starts) can see it
+    empty for a moment."""
+    value = _keyring_get(account)
+    deadline = time.monotonic() + KEYCHAIN_SETTLE_SECONDS
+    while value is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+        value = _keyring_get(account)
+    return value
 
 
 def _keyring_set(account: str, value: str) -> None:

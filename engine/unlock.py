@@ -30,6 +30,7 @@ from .keys import (
     KeySource,
     Profile,
     _keyring_get,
+    _keyring_get_settled,
     _keyring_set,
     _passphrase,
     keychain_accounts,
@@ -163,7 +164,7 @@ def candidates(profile: Profile, passphrase: str | None, interactive: bool) -> l
                 "and try again, or open it with your recovery key (personal-llm unlock --recovery-key …); "
                 "the store was left untouched."
             )
-        hexkey = _keyring_get(profile.key_account)
+        hexkey = _keyring_get_settled(profile.key_account)
         if hexkey is not None:
             dk = _parse_hex(hexkey)
             if dk is None:

@@ -195,6 +195,26 @@ def test_missing_key_refuses_and_leaves_file_unchanged(profile_home: Path):
     assert keyring.get_password(SERVICE, profile.key_account) is None  # no new key was made up
 
 
+def test_a_key_that_reads_as_missing_for_a_moment_still_opens(profile_home: Path, monkeypatch):
+    """A keychain kept in a file is rewritten whole by every write: read while another program writes an
+    entry (the app storing its API token as it starts), the key can look missing for a moment. The open
+    reads it again for a second before it says the key is missing."""
+    from engine import keys
+
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        uid = eng.remember("Something worth keeping.").id
+    real, reads = keys._keyring_get, []
+
+    def flaky(account: str):
+        reads.append(account)
+        return None if len(reads) <= 3 else real(account)
+
+    monkeypatch.setattr(keys, "_keyring_get", flaky)
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        assert eng.get(uid).text == "Something worth keeping."
+    assert len(reads) >= 4
+
+
 def test_wrong_key_refuses(profile_home: Path):
     with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
         eng.remember("Something worth keeping.")
