@@ -1,8 +1,8 @@
 """The store in numbers: counts by kind, what waits to be embedded, extracted or rolled up.
 
 The counts come from `tallies` (migrations m005 and m007), kept by triggers on every insert, delete and change of a
-counted flag, so `stats` costs the same at any size; only what waits (pending documents' chunks,
-contradiction flags) is counted from its (partial) index.
+counted flag, so `stats` costs the same at any size; only the chunks of documents being ingested or given
+up, and contradiction flags, are counted from their (partial) index.
 """
 
 from __future__ import annotations

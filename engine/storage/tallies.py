@@ -37,15 +37,17 @@ def chunk_tallies(con: Connection) -> dict[str, int]:
     return {r[0]: int(r[1]) for r in con.execute("SELECT name, n FROM tallies WHERE name >= 'c:' AND name < 'c;'").fetchall()}
 
 
+def _chunks_of(con: Connection, statuses: str, extra: str = "") -> int:
+    """Chunks of the documents in these statuses (an SQL list, e.g. "'failed'"): documents being ingested
+    or given up are few, so this is counted by the documents' status index."""
+    return int(con.execute("SELECT count(*) FROM documents d JOIN chunks c ON c.document_id = d.id "
+                           f"WHERE d.status IN ({statuses}){extra}").fetchone()[0])
+
+
 def chunk_tally(con: Connection, *, unextracted: bool = False) -> int:
     """Chunks of ready documents (only those not read for triples yet, with unextracted)."""
     total = sum(n for name, n in chunk_tallies(con).items() if not unextracted or name.startswith("c:0:"))
-    extra = " AND c.extracted = 0" if unextracted else ""
-    not_ready = con.execute(  # chunks of documents being ingested or given up: few, by the documents' index
-        "SELECT count(*) FROM documents d JOIN chunks c ON c.document_id = d.id "
-        f"WHERE d.status IN ('pending', 'failed'){extra}"
-    ).fetchone()[0]
-    return total - int(not_ready)
+    return total - _chunks_of(con, "'pending', 'failed'", " AND c.extracted = 0" if unextracted else "")
 
 
 def memories_unextracted(con: Connection) -> int:
@@ -54,6 +56,8 @@ def memories_unextracted(con: Connection) -> int:
 
 
 def unembedded(con: Connection) -> int:
-    """Memories and chunks stored without a vector (embedded_hash NULL)."""
+    """Memories and chunks stored without a vector (embedded_hash NULL) that will get one: not the chunks of
+    a given-up document, which nothing embeds (`storage.space.waiting` reads ready documents' only)."""
     chunks = sum(n for name, n in chunk_tallies(con).items() if name.endswith(":1"))
+    chunks -= _chunks_of(con, "'failed'", " AND c.embedded_hash IS NULL")
     return sum(t.n for t in memory_tallies(con) if t.unembedded) + chunks

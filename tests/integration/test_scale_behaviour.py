@@ -188,6 +188,13 @@ def test_the_tallies_match_the_rows(profile_home):
         assert s.documents_failed == count("SELECT count(*) FROM documents WHERE status = 'failed'") == 1
         assert s.chunks == count("SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.document_id "
                                  "WHERE d.status = 'ready'") > 0
+        # rows waiting for a vector (none has one: no embedder), but not a given-up document's chunks: nothing
+        # embeds those, so they would be "waiting" for good
+        assert s.pending_embeddings == count("SELECT count(*) FROM memories WHERE embedded_hash IS NULL") + count(
+            "SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.document_id "
+            "WHERE d.status != 'failed' AND c.embedded_hash IS NULL")
+        assert count("SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.document_id "
+                     "WHERE d.status = 'failed'") > 0
         assert s.pending_rollup == count(
             "SELECT count(*) FROM memories WHERE kind = 'episodic' AND processed = 0 AND archived = 0")
         assert s.pending_extraction == count("SELECT count(*) FROM memories WHERE extracted = 0 AND archived = 0") \
