@@ -238,11 +238,17 @@ def _session(model: Model, n_threads: int) -> Any:
     values = [ort.OrtValue.ortvalue_from_numpy(a) for a in model.external.values()]
     so.add_external_initializers(list(model.external), values)  # they must outlive the session
     sess = ort.InferenceSession(model.graph, so, providers=["CPUExecutionProvider"])
-    if model.mapping is not None and hasattr(mmap, "MADV_DONTNEED"):
-        # ONNX Runtime keeps its own (prepacked) copy of the weights: the pages of the file read while it
-        # made it need not stay resident (read-only and file-backed, they are read again if ever touched)
-        model.mapping.madvise(mmap.MADV_DONTNEED)
+    # ONNX Runtime keeps its own (prepacked) copy of the weights: the pages of the file read while it made it
+    # need not stay resident (read-only and file-backed, they are read again if ever touched)
+    _drop_pages(model.mapping)
     return sess, values
+
+
+def _drop_pages(mapping: mmap.mmap | None) -> None:
+    """The pages of the memory-mapped weights leave this process's resident memory (they stay in the page
+    cache: touched again, they fault back in, in microseconds)."""
+    if mapping is not None and hasattr(mmap, "MADV_DONTNEED"):
+        mapping.madvise(mmap.MADV_DONTNEED)
 
 
 def _shrink_arena() -> Any:
@@ -289,12 +295,6 @@ class OnnxMiniLM:
         words = self._words[ids]  # reads the used rows of the memory-mapped table (a copy, [batch, tokens, hidden])
         return self._session_for(n_threads)[0].run(None, {"words": words, "attention_mask": mask}, run_options)[0]
 
-    def _let_go(self) -> None:
-        """The word-embedding table's pages read by a call leave this process's resident memory (they stay
-        in the page cache: the next lookup of those rows faults them back in, in microseconds)."""
-        if self._mapping is not None and hasattr(mmap, "MADV_DONTNEED"):
-            self._mapping.madvise(mmap.MADV_DONTNEED)
-
     def encode(self, texts: list[str], batch_size: int = BATCH_TEXTS, *, n_threads: int = 1) -> np.ndarray:
         """Unit vectors, one row per text, batched as engine.minilm.MiniLM.encode does."""
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
@@ -308,7 +308,7 @@ class OnnxMiniLM:
             # that much larger while idle. Between the batches of one call the arena is reused.
             last = j == len(plan) - 1 and len(texts) > 8
             out[idx] = self._forward([ids[i] for i in idx], n_threads, _shrink_arena() if last else None)
-        self._let_go()
+        _drop_pages(self._mapping)  # the word-table rows this call read
         if len(texts) > 8:
             _release_memory()
         return out
