@@ -104,7 +104,7 @@ def backup_now(eng: OpenStore, where: Path | None = None,
     final = where / f"{PREFIX}{stamp}{SUFFIX}"
     tmp = where / f".{final.name}.partial"
     precreate(tmp)
-    dst = connect(tmp, eng.store._key_pragma)
+    dst = connect(tmp, eng.store._key_pragma, eng.store.cipher)  # a copy needs its store's page settings
     try:
         maintenance.copy_into(eng.store.con, dst, progress)  # online: consistent while other connections write
         ok = maintenance.integrity_ok(dst)

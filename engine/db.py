@@ -154,6 +154,7 @@ class MappedConnection(sqlcipher3.Connection):
     def __init__(self, database: str, *args: Any, **kwargs: Any) -> None:
         super().__init__(database, *args, **kwargs)
         self._store_path = database
+        self.cipher: tuple[str, ...] = ()  # the page settings it opened with (CIPHERS)
 
     def _mapped(self, e: Exception) -> EngineError | None:
         return explain(e, self._store_path)
@@ -186,8 +187,53 @@ class MappedConnection(sqlcipher3.Connection):
             raise mapped from e
 
 
-def connect(path: Path, key_pragma: str) -> Connection:
-    """Open (or create) the store and prove the key with one read. Never logs the key."""
+# How the pages are encrypted. SQLCipher 4 (AES-256-CBC, a random IV and an HMAC per page) with HMAC-SHA256
+# and 8 KiB pages for stores made now: reading pages (a big store's first search reads hundreds of MB) runs
+# 1.9x as fast as with SQLCipher 4's defaults (HMAC-SHA512, 4 KiB pages), which stores made before keep
+# (docs/security.md; bench: docs/performance.md). The settings are not written anywhere: a store opens with
+# the first that proves the key, and a copy of a store (a snapshot) must be made with its store's.
+CIPHER_CURRENT: tuple[str, ...] = ("PRAGMA cipher_page_size = 8192", "PRAGMA cipher_hmac_algorithm = HMAC_SHA256")
+CIPHER_LEGACY: tuple[str, ...] = ()  # SQLCipher 4's defaults
+CIPHERS = (CIPHER_CURRENT, CIPHER_LEGACY)
+_cipher_seen: dict[str, tuple[str, ...]] = {}  # path -> the settings it last opened with (tried first)
+
+
+def _cipher_order(path: Path, key_pragma: str) -> list[tuple[str, ...]]:
+    """The settings to try: what this file opened with last, else the current ones first (an empty file
+    takes the first settings tried, so a new store always gets them), except for a key SQLCipher derives
+    from a passphrase: only stores from before wrapped keys have one, and they were made with the defaults."""
+    try:
+        empty = path.stat().st_size == 0
+    except OSError:
+        empty = True
+    order = list(CIPHERS)
+    if not empty and "x'" not in key_pragma:
+        order.reverse()
+    seen = _cipher_seen.get(str(path))
+    if seen is not None and not empty:
+        order.remove(seen)
+        order.insert(0, seen)
+    return order
+
+
+def connect(path: Path, key_pragma: str, cipher: tuple[str, ...] | None = None) -> Connection:
+    """Open (or create) the store and prove the key with one read. Never logs the key. `cipher`: the page
+    settings to use (a new copy of a store takes its store's, `Connection.cipher`); by default each of
+    CIPHERS is tried (see `_cipher_order`)."""
+    order = [cipher] if cipher is not None else _cipher_order(path, key_pragma)
+    for i, settings in enumerate(order):
+        try:
+            con = _connect(path, key_pragma, settings)
+        except WrongKey:
+            if i == len(order) - 1:
+                raise
+            continue
+        _cipher_seen[str(path)] = settings
+        return con
+    raise AssertionError("no cipher settings to try")
+
+
+def _connect(path: Path, key_pragma: str, cipher: tuple[str, ...]) -> Connection:
     try:
         con = sqlcipher3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
                                  check_same_thread=False, factory=MappedConnection)
@@ -199,6 +245,8 @@ def connect(path: Path, key_pragma: str) -> Connection:
     try:
         con.execute("PRAGMA cipher_log_level = NONE")  # SQLCipher's own stderr logging
         con.execute(key_pragma)
+        for pragma in cipher:
+            con.execute(pragma)
         try:
             con.execute("SELECT count(*) FROM sqlite_master").fetchone()
         except (DatabaseError, StoreCorrupt) as e:  # read-only, full, locked: raised as they are (the key may be right)
@@ -206,6 +254,7 @@ def connect(path: Path, key_pragma: str) -> Connection:
                 f"This key does not open the store at {path} (or the file is not a Personal LLM store). "
                 "Nothing was changed."
             ) from e
+        con.cipher = cipher
         con.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         con.execute("PRAGMA secure_delete = ON")  # deleted cells and freed pages are zeroed (engine.erasure)
         con.execute("PRAGMA journal_mode = WAL")
@@ -238,6 +287,7 @@ class Store:
         self._all: list[tuple[threading.Thread, Connection]] = []
         self._all_lock = threading.Lock()
         self.write_lock = threading.RLock()
+        self.cipher: tuple[str, ...] | None = None  # the page settings (CIPHERS), known once it opened
         _ = self.con  # open now so a wrong key fails at once
 
     def optimize(self) -> None:
@@ -264,7 +314,8 @@ class Store:
     def con(self) -> Connection:
         con = getattr(self._local, "con", None)
         if con is None:
-            con = connect(self.path, self._key_pragma)
+            con = connect(self.path, self._key_pragma, self.cipher)
+            self.cipher = con.cipher
             self._local.con = con
             with self._all_lock:
                 self._close_orphans()

@@ -913,7 +913,7 @@ class VectorIndex:
         if store is None or not self.use_mirror:
             return False
         with self._save_lock:
-            con = connect(store.path, store._key_pragma)
+            con = connect(store.path, store._key_pragma, store.cipher)
             try:
                 con.execute(f"PRAGMA busy_timeout = {SAVE_BUSY_MS}")
                 return self._save(con, store)

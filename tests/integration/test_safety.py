@@ -430,3 +430,60 @@ def test_retention_keeps_seven_daily_and_four_weekly(tmp_path: Path):
     assert len(days) == 7 and all(datetime.fromtimestamp(t).hour == 18 for t in kept[:7])  # newest of each day
     weeks = {datetime.fromtimestamp(t).isocalendar()[:2] for t in kept[7:]}
     assert len(weeks) == 4
+
+
+def test_a_new_store_has_8k_pages_authenticated_with_hmac_sha256(profile_home: Path):
+    import sqlcipher3
+
+    from engine import db as dbmod
+    from tests.forensics import layout
+
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        eng.remember("The spare key is under the blue pot.")
+        assert eng.store.con.execute("PRAGMA cipher_hmac_algorithm").fetchone()[0] == "HMAC_SHA256"
+    key = data_key(profile_home)
+    path = profile_home / "memory.db"
+    assert layout(path, key) == (8192, 48)
+    for settings, opens in ((dbmod.CIPHER_LEGACY, False), (dbmod.CIPHER_CURRENT, True)):
+        con = sqlcipher3.connect(str(path), isolation_level=None)
+        con.execute("PRAGMA cipher_log_level = NONE")
+        con.execute(f"PRAGMA key = \"x'{key.hex()}'\"")
+        for pragma in settings:
+            con.execute(pragma)
+        try:
+            got = con.execute("SELECT count(*) FROM memories").fetchone()[0]
+        except sqlcipher3.DatabaseError:
+            got = None
+        con.close()
+        assert (got == 1) is opens, settings
+
+
+def test_a_store_made_with_sqlciphers_defaults_still_opens_is_copied_alike_and_rotates(
+        profile_home: Path, monkeypatch: pytest.MonkeyPatch):
+    """Stores made before the current page settings keep SQLCipher 4's defaults (4 KiB, HMAC-SHA512)."""
+    from engine import backup, keyops
+    from engine import db as dbmod
+    from tests.forensics import layout
+
+    assert dbmod.CIPHERS == (dbmod.CIPHER_CURRENT, dbmod.CIPHER_LEGACY)
+    monkeypatch.setattr(dbmod, "CIPHERS", (dbmod.CIPHER_LEGACY, dbmod.CIPHER_CURRENT))  # as older versions made it
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        first = eng.remember("The boiler was serviced in March.").id
+    path = profile_home / "memory.db"
+    assert layout(path, data_key(profile_home)) == (4096, 80)
+    monkeypatch.setattr(dbmod, "CIPHERS", (dbmod.CIPHER_CURRENT, dbmod.CIPHER_LEGACY))  # as this version does
+    monkeypatch.setattr(dbmod, "_cipher_seen", {})  # a new process: nothing known about the file
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        assert eng.get(first).text == "The boiler was serviced in March."
+        second = eng.remember("The spare key is under the blue pot.").id
+        snap = backup.backup_now(eng)
+        assert layout(snap.path, data_key(profile_home)) == (4096, 80)  # a copy keeps its store's settings
+        old_key = data_key(profile_home)
+        keyops.rotate(eng)
+        assert eng.get(second).text == "The spare key is under the blue pot."
+    monkeypatch.setattr(dbmod, "_cipher_seen", {})
+    assert data_key(profile_home) != old_key
+    assert layout(path, data_key(profile_home)) == (4096, 80)  # the new key, the same settings
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        assert {m.id for m in eng.list_memories()} == {first, second}
+        assert eng.con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
