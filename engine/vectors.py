@@ -41,6 +41,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import mmap
 import threading
 import time
 from collections.abc import Callable
@@ -77,6 +78,9 @@ _SOURCES = {
         "AND d.status = 'ready'"
     ),
 }
+# vectors per vec0 chunk (its default is 1024): a delete zeroes the row's slot in the chunk's blob, reached
+# through the blob's pages, so at 1024 (a 1.5 MB blob) it read ~0.75 MB (1.3 ms cold at a million rows)
+VEC0_CHUNK = 64
 COPY_KEY = "vector_copy"  # state: the float copies hold every vector of vec0 (filled once for older stores)
 BLOCK_ROWS = 1024  # int8 rows turned into float32 at a time (fits in the CPU cache)
 LOAD_ROWS = 20_000  # rows read at a time when the mirror loads
@@ -85,7 +89,8 @@ NEAR_STEP = 20_000  # rows given their near-duplicate keys at a time by the back
 
 # the mirror kept in the store (table vector_mirror, one row per block of row ids)
 TABLE_CODES = {"memories": 0, "chunks": 1}
-STORED_IDS = 1024  # row ids per stored block (what a forget erases: ~0.4 MB at 384 dimensions)
+STORED_IDS = 256  # row ids per stored block (what a forget erases: ~0.1 MB at 384 dimensions; 1024 made a
+# forget at a million items 2.4 ms slower, 256 makes loading a million rows ~20 ms slower, tests/bench)
 STORED_MIN_ROWS = 5000  # a table's mirror is kept in the store from this many rows (smaller ones load fast)
 STORED_FORMAT = 1
 HEAD_KEY = "vector_mirror:"  # + table: state row describing the stored blocks (JSON)
@@ -94,6 +99,8 @@ SAVE_BLOCKS = 4  # stored blocks written per transaction (~1.6 MB: a user's writ
 SAVE_BUSY_MS = 200  # a save gives way to another program's write instead of waiting for it
 RETRY_SECONDS = 30.0  # after a save that could not finish
 READ_CACHE_KIB = 4096  # page cache while the stored blocks are read (they are read once)
+# arrays at least this big that are filled at once (a mirror loading) get their pages mapped in one go
+POPULATE_MIN_BYTES = 1 << 20
 # a stored block's meta blob: these arrays of `rows` items each, one after the other
 META_LAYOUT = (("ids", np.int64), ("scale", np.float32), ("bound", np.float32), ("t", np.float64),
                ("proj", np.int32), ("kind", np.int8), ("archived", np.uint8))
@@ -152,7 +159,8 @@ def create_tables(con: Connection, dim: int) -> None:
     vector. All of it is a derived index: dropped and rebuilt from the rows when the embedding space changes."""
     for table in ("memories", "memory_windows", "chunks"):
         con.execute(
-            f"CREATE VIRTUAL TABLE IF NOT EXISTS vec_{table} USING vec0(embedding float[{dim}] distance_metric=cosine)"
+            f"CREATE VIRTUAL TABLE IF NOT EXISTS vec_{table} USING vec0(embedding float[{dim}] distance_metric=cosine"
+            f", chunk_size={VEC0_CHUNK})"
         )
     con.execute(
         "CREATE TABLE IF NOT EXISTS memory_windows(id INTEGER PRIMARY KEY, memory_id INTEGER NOT NULL, "
@@ -181,6 +189,14 @@ def create_tables(con: Connection, dim: int) -> None:
     if has_stored_mirror(con):
         # a vector that changes or goes erases its stored block in the same transaction (a forgotten row's
         # code never outlives it; the block's rows are read from the float copy until it is written again)
+        erase = f"block = old.id / {STORED_IDS} AND"
+        triggers = [r[0] for r in con.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name LIKE '%_f32_mirror_%'")]
+        if any(erase not in sql for sql in triggers):  # blocks of another size: they go, the triggers change
+            drop_stored(con)
+            for table in TABLE_CODES:
+                for event in "du":
+                    con.execute(f"DROP TRIGGER IF EXISTS {table}_f32_mirror_{event}")
         for table, code in TABLE_CODES.items():
             for event in ("DELETE", "UPDATE"):
                 con.execute(
@@ -355,6 +371,19 @@ class _Positions:
         return bool(self.sorted_n or self.extra)
 
 
+def _zeros(shape: int | tuple[int, ...], dtype: type | np.dtype, *, populate: bool = False) -> np.ndarray:
+    """np.zeros; with populate (an array about to be filled at once, as a mirror that loads) its zero pages
+    are mapped by the kernel in one go (Linux's MAP_POPULATE) instead of one fault per page as it is
+    written: on a virtual machine a page the guest has not used yet can cost 5x as much faulted in alone
+    (200 MB: 75-100 ms populated, 30-460 ms faulted; docs/performance.md)."""
+    flag = getattr(mmap, "MAP_POPULATE", None)
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    if not populate or flag is None or nbytes < POPULATE_MIN_BYTES:
+        return np.zeros(shape, dtype=dtype)
+    buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | flag)
+    return np.frombuffer(buf, dtype=dtype).reshape(shape)  # the array keeps the mapping alive
+
+
 class _Mirror:
     """A growable int8 matrix of one table's vectors (codes, a scale and an error bound per row) plus
     filter columns; deleted rows are tombstoned. Window vectors of long memories stay float32 (few)."""
@@ -395,17 +424,19 @@ class _Mirror:
         near = self.near.resident_bytes() if self.near is not None and not vectors_only else 0
         return int(self.n * per_row + self.wn * (self.wmat.itemsize * self.dim + self.wpos.itemsize + 1)) + near
 
-    def _grow(self, need: int) -> None:
+    def _grow(self, need: int, *, exact: bool = False) -> None:
+        """Room for `need` more rows: doubling, or with exact just that many, mapped at once (the rows are
+        about to be written: a mirror loading from its stored blocks)."""
         cap = len(self.ids)
         if self.n + need <= cap:
             return
-        new = max(1024, cap * 2, self.n + need)
+        new = self.n + need if exact else max(1024, cap * 2, self.n + need)
         for name in ("ids", "scale", "bound", "kind", "proj", "archived", "t", "alive"):
             old = getattr(self, name)
-            arr = np.zeros(new, dtype=old.dtype)
+            arr = _zeros(new, old.dtype, populate=exact)
             arr[: self.n] = old[: self.n]
             setattr(self, name, arr)
-        codes = np.zeros((new, self.dim), dtype=np.int8)
+        codes = _zeros((new, self.dim), np.int8, populate=exact)
         codes[: self.n] = self.codes[: self.n]
         self.codes = codes
 
@@ -625,16 +656,18 @@ class _Mirror:
         n = self.n
         if n == 0 or k <= 0:
             return []
-        idx = np.flatnonzero(self.mask(f))
+        passing = self.mask(f)
+        idx = np.arange(n) if passing.all() else np.flatnonzero(passing)  # all pass: no gathers below
+        whole = idx.size == n
         if idx.size == 0:
             return []
         qn = float(np.linalg.norm(q))
-        approx = self.approximate(q)[idx]
-        upper = approx + self.bound[idx] * qn
+        approx = self.approximate(q) if whole else self.approximate(q)[idx]
+        bound = self.bound[:n] if whole else self.bound[idx]
         wbest = self.window_best(q) if windows else None
         if wbest is not None:
-            wb = wbest[idx]
-            approx, upper = np.maximum(approx, wb), np.maximum(upper, wb)
+            wb = wbest if whole else wbest[idx]
+            approx = np.maximum(approx, wb)  # approx + bound * qn still bounds every row from above
         scored: dict[int, float] = {}  # position in idx -> exact cosine
 
         def rescore(which: np.ndarray) -> None:
@@ -648,12 +681,14 @@ class _Mirror:
                 c = float(v @ q) if v is not None else float(approx[j])
                 scored[j] = max(c, float(wb[j])) if wbest is not None else c
 
-        want = min(idx.size, max(2 * k, k + 16))
-        first = np.argpartition(-approx, want - 1)[:want] if idx.size > want else np.arange(idx.size)
+        m = idx.size
+        want = min(m, max(2 * k, k + 16))
+        first = np.argpartition(approx, m - want)[m - want:] if m > want else np.arange(m)
         rescore(first)
         if len(scored) >= k:
             kth = sorted(scored.values(), reverse=True)[k - 1]
-            rescore(np.flatnonzero(upper >= kth))  # could still beat the k-th: rescored too
+            near = np.flatnonzero(approx >= kth - float(bound.max()) * qn)  # then each by its own bound:
+            rescore(near[approx[near] + bound[near] * qn >= kth])  # could still beat the k-th: rescored too
         local = np.fromiter(scored, dtype=np.int64, count=len(scored))
         s = np.fromiter((scored[j] for j in local), dtype=np.float64, count=len(local))
         ids = self.ids[idx[local]]
@@ -734,7 +769,7 @@ class VectorIndex:
         total = con.execute("SELECT coalesce(sum(rows), 0), count(*) FROM vector_mirror WHERE tbl = ?",
                             (code,)).fetchone()
         m = _Mirror(self.dim)
-        m._grow(int(total[0]))
+        m._grow(int(total[0]), exact=True)
         key = "m.id" if self.table == "memories" else "c.id"
         by_range = _SOURCES[self.table] + f" WHERE {key} >= ? AND {key} < ? ORDER BY {key}"
         cache = con.execute("PRAGMA cache_size").fetchone()[0]

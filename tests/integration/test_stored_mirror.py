@@ -5,6 +5,7 @@ code leaves the stored blocks at once and is never returned nor written back."""
 
 from __future__ import annotations
 
+import mmap
 import threading
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from tests.forensics import find
 from tests.integration.test_safety import data_key
 
 DIM = 32
-ROWS = 3000  # three stored blocks of 1,024 ids
+ROWS = 3000  # twelve stored blocks of 256 ids
 
 
 def _unit(rows: np.ndarray) -> np.ndarray:
@@ -90,7 +91,8 @@ def _assert_exact(index: vectors.VectorIndex, con, probes) -> None:
                 assert [i for i, _ in index.search(con, q, k, f)] == _exact(con, q, k, f)
 
 
-def test_the_stored_mirror_reopens_and_answers_exactly(profile_home):
+def test_the_stored_mirror_reopens_and_answers_exactly(profile_home, monkeypatch):
+    monkeypatch.setattr(vectors, "POPULATE_MIN_BYTES", 0)  # the arrays of a loading mirror mapped at once
     with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
         ids, mat, crowded = _fill(eng)
         first = _wire(eng)
@@ -106,6 +108,19 @@ def test_the_stored_mirror_reopens_and_answers_exactly(profile_home):
         _assert_exact(index, eng.con, _probes(mat, crowded))
         assert index.loaded_from == "stored"
         assert index.resident_bytes(vectors_only=True) < 0.4 * mat.nbytes
+        if hasattr(mmap, "MAP_POPULATE"):
+            base = index._mirror.codes
+            while isinstance(base, np.ndarray):
+                base = base.base
+            assert isinstance(base.obj if isinstance(base, memoryview) else base, mmap.mmap)
+        # rows written after the load grow those arrays like any other
+        with eng.store.write() as con:
+            new = _insert(con, ROWS + 10)
+            vectors.put(con, "memories", [new], crowded[None, :])
+            e = vectors.bump_epoch(con)
+            vectors.log_changes(con, e, {new}, set())
+        assert index.search(eng.con, crowded, 1, vectors.Filter())[0][0] == new
+        _assert_exact(index, eng.con, _probes(mat, crowded)[:3])
 
 
 def test_writes_after_the_stored_mirror_are_caught_up(profile_home):
@@ -224,6 +239,33 @@ def test_forget_erases_the_stored_code_and_it_never_comes_back(profile_home):
         assert victim not in [i for i, _ in again.search(eng.con, mat[1800], 10, vectors.Filter())]
         eng.compact()
         assert find(db, key, code[:64]) == []
+
+
+def test_blocks_stored_at_another_size_go_when_the_store_opens_and_forget_erases_the_new_ones(profile_home,
+                                                                                           monkeypatch):
+    """A store whose blocks (and erasing triggers) were made for another block size, as earlier versions
+    made them: opening drops them in the same transaction as it replaces the triggers, so no stored code
+    is left that a forget would not erase; the mirror is stored again at the current size."""
+    current = vectors.STORED_IDS
+    monkeypatch.setattr(vectors, "STORED_IDS", 1024)
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        ids, mat, crowded, _ = _stored(eng)
+        assert eng.con.execute("SELECT count(*) FROM vector_mirror").fetchone()[0] == 3
+    monkeypatch.setattr(vectors, "STORED_IDS", current)
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        with eng.store.write() as con:
+            vectors.create_tables(con, DIM)  # as opening the store does
+        assert eng.con.execute("SELECT count(*) FROM vector_mirror").fetchone()[0] == 0
+        assert vectors.read_head(eng.con, "memories") is None
+        index = _wire(eng)
+        _assert_exact(index, eng.con, _probes(mat, crowded)[:3])
+        assert index.loaded_from == "rows" and index.save()
+        blocks = {b for (b,) in eng.con.execute("SELECT block FROM vector_mirror WHERE tbl = 0")}
+        assert blocks == {int(i) // current for i in ids}
+        victim = int(ids[700])
+        eng.forget(eng.con.execute("SELECT uid FROM memories WHERE id = ?", (victim,)).fetchone()[0])
+        erased = {b for (b,) in eng.con.execute("SELECT block FROM vector_mirror WHERE tbl = 0 AND codes IS NULL")}
+        assert erased == {victim // current}
 
 
 def test_a_mirror_that_missed_a_delete_does_not_write_the_row_back(profile_home):
