@@ -656,7 +656,7 @@ class Engine:
 
     def api_token(self) -> str:
         """The HTTP API's bearer token: in the keychain beside the key, else inside the encrypted store."""
-        tok = keychain_token(self.profile)
+        tok = keychain_token(self.profile, self.home)
         if tok is not None:
             return tok
         with self.store.write() as con:

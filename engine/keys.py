@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from .config import PROFILE_FILE, write_atomic
 from .errors import KeyMissing, UserError
+from .locking import creation_lock
 
 log = logging.getLogger(__name__)
 
@@ -200,16 +201,22 @@ def pragma_for_passphrase(phrase: str) -> str:
     return "PRAGMA key = '" + phrase.replace("'", "''") + "'"
 
 
-def keychain_token(profile: Profile) -> str | None:
+def keychain_token(profile: Profile, home: Path) -> str | None:
     """The HTTP API's bearer token from the keychain, beside the key (created on first use).
 
     None when the store is passphrase-protected: the engine then keeps the token inside the
-    encrypted store itself.
+    encrypted store itself. A missing token is made under the profile's creation lock and looked for
+    again inside it: two programs starting at once (the app and the API server) otherwise each
+    made one, and the one whose token was overwritten refused every client of the other.
     """
     if profile.key_source != "keychain" or not keychain_usable():
         return None
     tok = _keyring_get(profile.token_account)
-    if tok is None:
-        tok = secrets.token_urlsafe(32)
-        _keyring_set(profile.token_account, tok)
+    if tok is not None:
+        return tok
+    with creation_lock(home):
+        tok = _keyring_get_settled(profile.token_account)
+        if tok is None:
+            tok = secrets.token_urlsafe(32)
+            _keyring_set(profile.token_account, tok)
     return tok

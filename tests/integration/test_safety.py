@@ -76,6 +76,33 @@ def test_eight_first_runs_at_once_make_one_store_holding_every_write(profile_hom
     assert sum(len(RECOVERY_RE.findall(e)) for e in errs) <= 1
 
 
+TOKEN_READER = (
+    "import sys, time\nfrom engine import Engine\n"
+    "with Engine.open(actor='sdk') as e:\n"
+    "    time.sleep(max(0.0, float(sys.argv[1]) - time.time()))  # all of them at once\n"
+    "    print(e.api_token(), flush=True)\n"
+)
+
+
+def test_programs_starting_at_once_all_get_the_one_api_token(profile_home: Path):
+    """The app, the API server and the CLI may each ask for the token first; they must agree on it (a
+    server holding one token refuses every client reading another)."""
+    lexical_profile(profile_home)
+    with Engine.open(profile_home, embedder=NoEmbedder()):
+        pass
+    at = time.time() + 4.0  # after every process has opened the store
+    procs = [subprocess.Popen([sys.executable, "-c", TOKEN_READER, str(at)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(6)]
+    tokens = []
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        tokens.append(out.strip())
+    assert all(tokens) and len(set(tokens)) == 1, tokens
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        assert eng.api_token() == tokens[0]
+
+
 def test_every_file_the_store_makes_is_private(profile_home: Path, embedder, tmp_path: Path):
     doc = tmp_path / "notes.md"
     doc.write_text("# Notes\n\nThe boiler was serviced in March.\n")
