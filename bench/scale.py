@@ -16,8 +16,10 @@ fine for timing and for comparing the vector search with exact search, not for r
 
 At each size, through the engine facade with the real embedding model:
 - flat operations: remember (words only, and with its vector and near-duplicate check), get, update (a
-  field), forget, a page of the list, stats, a page of the audit log, once the engine's background work
-  after the open (the near-duplicate buckets, a save of the mirror) is done (its duration is printed);
+  field), forget (a memory just made, and one of the fill's: cold pages, a stored mirror block to erase), a
+  page of the list, stats, a page of the audit log, once the engine's background work
+  after the open (the near-duplicate buckets, a save of the mirror, a merge of the full-text indexes) is
+  done (its duration is printed);
 - recall end to end against the floor: the same query embedding plus a numpy brute-force float32 top-10
   over the same vectors (held by this script), on one BLAS thread as the engine runs a query;
 - recall@10 of the engine's vector search against exact numpy top-10 (queries: random unit vectors and
@@ -138,6 +140,13 @@ class Fill:
                 print(f"    {self.count:,} items ({time.perf_counter() - t0:.0f}s)", flush=True)
         return time.perf_counter() - t0
 
+    def drop(self, table: str, gone: set[int]) -> None:
+        """Forget these rows of the bookkeeping too (they were forgotten in the store)."""
+        keep = [~np.isin(ids, list(gone)) for ids in self.ids[table]]
+        self.ids[table] = [ids[k] for ids, k in zip(self.ids[table], keep, strict=True)]
+        self.vecs[table] = [v[k] for v, k in zip(self.vecs[table], keep, strict=True)]
+        self.count = sum(len(x) for v in self.ids.values() for x in v)
+
     def matrix(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(ids, table code 0 = memory / 1 = chunk, vectors) of everything stored, for the floor."""
         ids = np.concatenate([*self.ids["memories"], *self.ids["chunks"]])
@@ -168,7 +177,8 @@ def timed(fn, reps: int) -> list[float]:
 def settle(eng, made: list[str], rng: random.Random) -> float:
     """Seconds until what the engine does in the background after opening is done: the first remember
     with a vector starts the near-duplicate buckets (seconds at 1M rows, sharing the CPU with whatever runs),
-    and a save of the stored mirror may be running. The flat operations are then timed in steady state."""
+    a save of the stored mirror may be running, and so may a merge of the full-text indexes. The flat
+    operations are then timed in steady state."""
     t0 = time.perf_counter()
     made.append(eng.remember(f"{sentence(rng)} ({rng.random()})", embed="sync").id)
     memories = eng.space.index["memories"]
@@ -176,6 +186,7 @@ def settle(eng, made: list[str], rng: random.Random) -> float:
         time.sleep(0.05)
     for ix in eng.space.index.values():
         ix.wait_saved(300)
+    eng.fts.wait(300)  # a merge of the full-text indexes the fill started (engine/fts_merge.py)
     return time.perf_counter() - t0
 
 
@@ -221,6 +232,13 @@ def measure(eng, fill: Fill, ops: int, queries: int, rng: random.Random) -> dict
     res["audit log page"] = timed(lambda i: eng.audit_log(limit=50), ops)
     doomed = list(dict.fromkeys(made))  # all of them: the next size compares against the fill alone
     res["forget"] = timed(lambda i: eng.forget(doomed[i]), len(doomed))
+    # and memories of the fill, anywhere in it: their pages are mostly not in the cache, and their stored
+    # mirror block is erased (the just-made ones above have no stored block yet)
+    mem = ids[code == 0]
+    old = [int(x) for x in mem[np.random.default_rng(len(mem)).choice(len(mem), min(ops, len(mem)), replace=False)]]
+    uids = dict(eng.con.execute(f"SELECT id, uid FROM memories WHERE id IN ({','.join('?' * len(old))})", old).fetchall())
+    res["forget (an old memory)"] = timed(lambda i: eng.forget(uids[old[i]]), len(old))
+    fill.drop("memories", set(old))
 
     qs = [sentence(rng).replace(".", "?") for _ in range(queries)]
     eng.recall(qs[0])  # warm

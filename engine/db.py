@@ -16,7 +16,7 @@ import logging
 import os
 import shutil
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -288,6 +288,7 @@ class Store:
         self._all_lock = threading.Lock()
         self.write_lock = threading.RLock()
         self.cipher: tuple[str, ...] | None = None  # the page settings (CIPHERS), known once it opened
+        self.after_write: Callable[[], None] | None = None  # called after each committed write transaction
         _ = self.con  # open now so a wrong key fails at once
 
     def optimize(self) -> None:
@@ -358,6 +359,8 @@ class Store:
                 raise
             if con.total_changes - getattr(self._local, "optimized_at", 0) >= OPTIMIZE_AFTER_CHANGES:
                 self.optimize()  # a large write: the statistics follow (still under the write lock)
+        if self.after_write is not None:
+            self.after_write()
 
     @contextlib.contextmanager
     def read(self) -> Iterator[Connection]:

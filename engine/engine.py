@@ -17,6 +17,7 @@ The parts are attributes (docs/architecture.md draws them):
     eng.space          the embedding model and vectors             engine/space.py
     eng.language       the language model                          engine/language.py
     eng.backfill       background embedding                        engine/backfill.py
+    eng.fts            full-text indexes kept in few segments      engine/fts_merge.py
     eng.watch          watched folders and their watcher           engine/watch.py
 
 Each takes the shared `Context` and the sibling parts it uses, so `__init__` shows the order of
@@ -36,6 +37,7 @@ from . import backup, db, erasure, keyops
 from .ask import Answers, AskResult
 from .audit import AuditLog
 from .backfill import Backfill
+from .fts_merge import FtsMerger
 from .cipher import is_encrypted
 from .config import STORE_FILE, LLMSettings, Settings, home_dir, load_settings, save_settings
 from .consolidation import ConflictPair, Consolidation, ConsolidationReport, Resolution
@@ -97,6 +99,7 @@ class Engine:
         self.ctx = Context(store, settings, profile, home, actor, self.space, self.audit, self.changes)
         self.language = LanguageModel(self.ctx)
         self.backfill = Backfill(self.space)
+        self.fts = FtsMerger(store)
         self.memories = Memories(self.ctx, self.backfill)
         self.space.late = self.memories  # vectors arriving late are checked for near-duplicates by memories
         self.documents = Documents(self.ctx, self.memories)
@@ -131,6 +134,8 @@ class Engine:
             erasure.prepare(store)
             settings = settings or load_settings(home)
             eng = cls(store, profile, settings, home, actor=actor, embedder=embedder)
+            store.after_write = eng.fts.after_write
+            eng.fts.check()  # an index left in many segments (a big import) starts merging now
             eng._in_use, eng._data_key = opened.in_use, opened.data_key
             eng.recovery_key, eng.notices = opened.recovery_key, list(opened.notices)
             if opened.created:
@@ -169,6 +174,7 @@ class Engine:
         if self._agents is not None:
             self._agents.close()
         self.backfill.stop()
+        self.fts.stop()
         self.language.reset()
         self.store.close()
         if self._in_use is not None:

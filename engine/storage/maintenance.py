@@ -29,6 +29,59 @@ def enable_fts_secure_delete(con: Connection, table: str) -> None:
     con.execute(f"INSERT INTO {table}({table}) VALUES ('optimize')")
 
 
+def _varint(b: bytes, i: int) -> tuple[int, int]:
+    """SQLite's varint at b[i] (FTS5 uses it too): (value, index after it)."""
+    v = 0
+    for k in range(9):
+        c = b[i]
+        i += 1
+        if k == 8:
+            return (v << 8) | c, i
+        v = (v << 7) | (c & 0x7F)
+        if not c & 0x80:
+            return v, i
+    raise AssertionError("unreachable")
+
+
+FTS_STRUCTURE_ID = 10  # the %_data row holding an FTS5 index's structure record
+FTS_STRUCTURE_V2 = b"\xff\x00\x00\x01"  # the record's marker when segments carry tombstone fields
+
+
+def fts_segments(con: Connection, table: str) -> list[int]:
+    """The leaf pages of each segment of an FTS5 index, smallest level first, from its structure record
+    (FTS5's own layout, fts5_index.c: a 4-byte cookie, levels, segments, the write counter, then per level
+    its merge state and segments (id, first and last page)."""
+    row = con.execute(f"SELECT block FROM {table}_data WHERE id = ?", (FTS_STRUCTURE_ID,)).fetchone()
+    if row is None or not row[0]:
+        return []
+    b, i = bytes(row[0]), 4
+    v2 = b[i : i + 4] == FTS_STRUCTURE_V2
+    if v2:
+        i += 4
+    levels, i = _varint(b, i)
+    _, i = _varint(b, i)  # segments in all
+    _, i = _varint(b, i)  # write counter
+    pages = []
+    for _ in range(levels):
+        _, i = _varint(b, i)  # segments of this level being merged
+        count, i = _varint(b, i)
+        for _ in range(count):
+            _, i = _varint(b, i)
+            first, i = _varint(b, i)
+            last, i = _varint(b, i)
+            if v2:
+                for _ in range(5):  # origin (2), tombstone pages, tombstone entries, entries
+                    _, i = _varint(b, i)
+            pages.append(last - first + 1)
+    return pages
+
+
+def fts_merge_step(con: Connection, table: str, pages: int) -> None:
+    """Merge up to about `pages` leaf pages of the index, across all levels (FTS5 'merge' with a negative
+    count: an 'optimize' done a step at a time)."""
+    con.execute(f"INSERT INTO {table}({table}, rank) VALUES ('merge', ?)", (-pages,))
+
+
 def vacuum(con: Connection) -> None:
     con.execute("VACUUM")
 

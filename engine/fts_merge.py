@@ -1,0 +1,120 @@
+"""Keeping the full-text indexes in few segments, so that a forget costs the same at any size.
+
+FTS5 writes the rows of each transaction as a new segment and merges segments of a similar size four at a
+time, so an index holds up to ~3 segments per size level, more levels as it grows. A forget's COMMIT does
+FTS5's secure delete (engine/erasure.py): each term of the deleted row is looked up in every segment, and
+in a large segment that means its b-tree and the term's doclist index. A store grown to a million items
+held 11-26 segments an index, eight of them of 80-8,600 pages, and a forget's COMMIT took 2.8 ms against
+0.7 ms at a thousand items; with the index merged into one segment, 1.1 ms (docs/performance.md).
+
+So after writes (every CHECK_WRITES write transactions of a process, and when a store opens) the indexes'
+structure records are read (a row each); an index with more than BIG_MAX segments of BIG_PAGES pages or
+more is merged into one by a thread of its own, in steps of STEP_PAGES pages, each a short write
+transaction of its own (FTS5's incremental 'merge' with a negative page count: all levels, like
+'optimize'), so that a user's write waits for one step at most (~20-40 ms) and a process that exits
+mid-way leaves an index FTS5 goes on merging later. Pages a merge frees are zeroed (`secure_delete`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from .db import DatabaseError
+from .errors import EngineError
+from .storage.maintenance import FTS_TABLES, fts_merge_step, fts_segments
+
+if TYPE_CHECKING:
+    from .db import Store
+
+log = logging.getLogger(__name__)
+
+BIG_PAGES = 64  # a segment this many leaf pages or more counts as large
+BIG_MAX = 2  # more large segments than this in an index: it is merged into one
+STEP_PAGES = 200  # leaf pages merged a step (one write transaction)
+CHECK_WRITES = 32  # write transactions of a process between two looks at the structure
+STEP_BUSY_MS = 200  # a step gives way to another program's write instead of waiting for it
+MAX_STEPS = 20_000  # a bound on one merge (a million items took ~150 steps)
+MAX_BUSY = 20  # steps that found the store busy before this merge gives up (the next check starts again)
+
+
+def needs_merge(segments: list[int]) -> bool:
+    return sum(1 for pages in segments if pages >= BIG_PAGES) > BIG_MAX
+
+
+class FtsMerger:
+    """One per store: `after_write()` after each committed write transaction, `check()` when it opens,
+    `stop()` when it closes."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        self._writes = 0
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self.merges = 0  # indexes merged by this process (for tests and benchmarks)
+
+    def after_write(self) -> None:
+        self._writes += 1
+        if self._writes >= CHECK_WRITES:
+            self.check()
+
+    def check(self) -> bool:
+        """Start merging when an index needs it; True when a merge is running."""
+        self._writes = 0
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return True
+            try:
+                due = [t for t in FTS_TABLES if needs_merge(fts_segments(self.store.con, t))]
+            except (DatabaseError, EngineError) as e:  # busy, damaged: another time
+                log.info("full-text structure not read: %s", type(e).__name__)
+                return False
+            if not due or self._stop.is_set():
+                return False
+            self._thread = threading.Thread(target=self._run, args=(due,), name="fts-merge", daemon=True)
+            self._thread.start()
+            return True
+
+    def _run(self, tables: list[str]) -> None:
+        store = self.store
+        try:
+            con = store.con
+            con.execute(f"PRAGMA busy_timeout = {STEP_BUSY_MS}")
+            for table in tables:
+                began, steps, busy, before = time.perf_counter(), 0, 0, fts_segments(con, table)
+                while not self._stop.is_set() and steps < MAX_STEPS and busy < MAX_BUSY:
+                    shape = fts_segments(con, table)
+                    if len(shape) <= 1:
+                        break
+                    try:
+                        with store.write() as wcon:
+                            fts_merge_step(wcon, table, STEP_PAGES)
+                    except EngineError:  # another program is writing: give way, then go on
+                        busy += 1
+                        self._stop.wait(0.5)
+                        continue
+                    steps += 1
+                    if fts_segments(con, table) == shape:  # nothing left that FTS5 will merge
+                        break
+                self.merges += 1
+                log.info("full-text index %s merged: %d segments -> %d in %d steps, %.1f s", table,
+                         len(before), len(fts_segments(con, table)), steps, time.perf_counter() - began)
+        except Exception:  # the next check starts again; searching and forgetting work meanwhile
+            log.info("merging a full-text index stopped", exc_info=True)
+
+    def wait(self, timeout: float) -> bool:
+        """True when no merge is running (after waiting up to `timeout` seconds for one to finish)."""
+        t = self._thread
+        if t is not None:
+            t.join(timeout)
+            return not t.is_alive()
+        return True
+
+    def stop(self) -> None:
+        self._stop.set()
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout=2)
