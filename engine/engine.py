@@ -37,7 +37,6 @@ from . import backup, db, erasure, keyops
 from .ask import Answers, AskResult
 from .audit import AuditLog
 from .backfill import Backfill
-from .fts_merge import FtsMerger
 from .cipher import is_encrypted
 from .config import STORE_FILE, LLMSettings, Settings, home_dir, load_settings, save_settings
 from .consolidation import ConflictPair, Consolidation, ConsolidationReport, Resolution
@@ -46,6 +45,7 @@ from .db import Connection, Store
 from .embeddings import Embedder, NoEmbedder, resolve_model_choice
 from .errors import EngineError
 from .feed import OutsideWrites, StoreChanges
+from .fts_merge import FtsMerger
 from .graph import ExtractionReport, Graph, GraphView
 from .imports import ImportReport, Imports
 from .ingest import Allow, Document, Documents, IngestProgress, IngestResult, Passage
