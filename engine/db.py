@@ -218,7 +218,7 @@ def _cipher_order(path: Path, key_pragma: str) -> list[tuple[str, ...]]:
 
 def connect(path: Path, key_pragma: str, cipher: tuple[str, ...] | None = None) -> Connection:
     """Open (or create) the store and prove the key with one read. Never logs the key. `cipher`: the page
-    settings to use (a new copy of a store takes its store's, `Connection.cipher`); by default each of
+    settings to use (a new copy of a store takes its store's, `cipher_of`); by default each of
     CIPHERS is tried (see `_cipher_order`)."""
     order = [cipher] if cipher is not None else _cipher_order(path, key_pragma)
     for i, settings in enumerate(order):
@@ -231,6 +231,11 @@ def connect(path: Path, key_pragma: str, cipher: tuple[str, ...] | None = None) 
         _cipher_seen[str(path)] = settings
         return con
     raise AssertionError("no cipher settings to try")
+
+
+def cipher_of(con: Connection) -> tuple[str, ...]:
+    """The page settings (one of CIPHERS) a connection opened its store with."""
+    return getattr(con, "cipher", CIPHER_LEGACY)
 
 
 def _connect(path: Path, key_pragma: str, cipher: tuple[str, ...]) -> Connection:
@@ -316,7 +321,7 @@ class Store:
         con = getattr(self._local, "con", None)
         if con is None:
             con = connect(self.path, self._key_pragma, self.cipher)
-            self.cipher = con.cipher
+            self.cipher = cipher_of(con)
             self._local.con = con
             with self._all_lock:
                 self._close_orphans()
