@@ -349,6 +349,7 @@ def main() -> int:
                 print(f"size {n:,}: skipped (the kept profile holds {fill.count:,})", flush=True)
                 continue
             took = fill.grow(n)
+            eng.fts.wait(600)  # the merge of the full-text indexes a big write starts (engine/fts_merge.py)
             print(f"size {n:,}: filled in {took:.0f}s", flush=True)
             with eng.store.write() as con:
                 vectors.drop_stored(con)  # the first reopen loads the mirror from every row

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QRect, QSize, Qt, Signal
 from PySide6.QtGui import QFontDatabase, QGuiApplication
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -130,6 +130,7 @@ class RecoveryKeyDialog(QDialog):
         self.setModal(False)  # the window stays usable; Settings → Recovery reminds until it is confirmed
         intro = QLabel("<b>Write down, save or print your recovery key.</b>" if first_run
                        else "<b>Your recovery key</b>")
+        intro.setWordWrap(True)
         self.key_label = QLabel(key)
         self.key_label.setObjectName("RecoveryKey")
         font = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
@@ -159,19 +160,38 @@ class RecoveryKeyDialog(QDialog):
         self.done_button.setEnabled(not first_run)
         self.kept.toggled.connect(self.done_button.setEnabled)
         self.done_button.clicked.connect(self._done)
-        bottom = QHBoxLayout()
+        screen = (parent.screen() if parent is not None else None) or QGuiApplication.primaryScreen()
+        area = screen.availableGeometry() if screen is not None else QRect(0, 0, 1280, 800)
+        narrow = area.width() < 560  # a small screen, or a large scale: Done goes under the checkbox
+        bottom = QVBoxLayout() if narrow else QHBoxLayout()
         bottom.addWidget(self.kept, 1)
-        bottom.addWidget(self.done_button)
+        bottom.addWidget(self.done_button, 0, Qt.AlignmentFlag.AlignRight)
+        body = QWidget()
+        bl = QVBoxLayout(body)
+        bl.setContentsMargins(0, 0, 0, 0)
+        bl.setSpacing(12)
+        bl.addWidget(intro)
+        bl.addWidget(self.key_label)
+        bl.addWidget(note)
+        bl.addLayout(actions)
+        bl.addWidget(self.feedback)
+        scroll = QScrollArea()  # on a screen too short for it the text scrolls; the checkbox and Done stay
+        scroll.setWidget(body)
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(20, 16, 20, 16)
         layout.setSpacing(12)
-        layout.addWidget(intro)
-        layout.addWidget(self.key_label)
-        layout.addWidget(note)
-        layout.addLayout(actions)
-        layout.addWidget(self.feedback)
+        layout.addWidget(scroll, 1)
         layout.addLayout(bottom)
-        self.setMinimumWidth(440)
+        room = QSize(area.width() - 24, area.height() - 48)  # its frame and title bar fit on the screen too
+        self.setMinimumWidth(min(440, room.width()))
+        self.setMaximumSize(room)
+        width = min(max(440, self.sizeHint().width()), room.width())
+        inner = bl.totalHeightForWidth(width - 40) if bl.hasHeightForWidth() else body.sizeHint().height()
+        height = inner + bottom.sizeHint().height() + 16 + 16 + 12 + 4  # margins, spacing, a little air
+        self.resize(QSize(width, height).boundedTo(room))
         self._first_run = first_run
 
     def copy(self) -> None:

@@ -9,15 +9,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QByteArray, QEvent, QRect, QSettings, QSize, Qt, Signal
+from PySide6.QtCore import QByteArray, QEvent, QRect, QSettings, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QApplication,
+    QFrame,
     QHBoxLayout,
     QListWidget,
     QListWidgetItem,
     QMainWindow,
     QMessageBox,
+    QScrollArea,
     QStackedWidget,
     QVBoxLayout,
     QWidget,
@@ -42,6 +44,14 @@ PAGES = (("Memories", "memories"), ("Ask", "ask"), ("Documents", "documents"), (
          ("Conflicts", "conflicts"), ("Activity", "activity"), ("Settings", "settings"))
 
 
+class _WidthFirstLayout(QVBoxLayout):
+    """A layout that does not ask for more height as its width shrinks (its wrapped labels would): inside
+    a scroll area it then scrolls only when the window is smaller than its minimum size."""
+
+    def hasHeightForWidth(self) -> bool:  # noqa: N802 - Qt override
+        return False
+
+
 class MainWindow(QMainWindow):
     first_painted = Signal()
     hidden_to_tray = Signal()
@@ -55,6 +65,7 @@ class MainWindow(QMainWindow):
         self.bridge = bridge
         self.close_to_tray = False
         self._painted = False
+        self._placed = False
         self._state = QSettings(str(state_file), QSettings.Format.IniFormat) if state_file else None
         self.setWindowTitle("Personal LLM")
         self.setWindowIcon(icons.app_icon())
@@ -98,7 +109,19 @@ class MainWindow(QMainWindow):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
         layout.addWidget(self.sidebar)
-        layout.addWidget(right, 1)
+        # a window smaller than its usual minimum (a small screen at a large scale: 800x600 at 200% is
+        # 400x300) scrolls the page, laid out as in a minimum-size window, instead of squeezing its rows
+        # into each other or off the screen; at any larger size the pages fit as they are, no scroll bar
+        holder = QWidget()
+        hl = _WidthFirstLayout(holder)  # the scroll area sizes it to the window, not to its wrapped text
+        hl.setContentsMargins(0, 0, 0, 0)
+        hl.addWidget(right)
+        holder.setMinimumSize(self.MINIMUM_SIZE.width() - self.ICONS_ONLY, self.MINIMUM_SIZE.height() - 60)
+        self.page_scroll = QScrollArea()
+        self.page_scroll.setWidget(holder)
+        self.page_scroll.setWidgetResizable(True)
+        self.page_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        layout.addWidget(self.page_scroll, 1)
         self.setCentralWidget(central)
         self.status = StatusBar()
         self.setStatusBar(self.status)
@@ -143,12 +166,20 @@ class MainWindow(QMainWindow):
                     self.screen_area())
         extra_w, extra_h = frame.width() - self.width(), frame.height() - self.height()  # the title bar, borders
         width, height = min(self.width(), area.width() - extra_w), min(self.height(), area.height() - extra_h)
+        if self.minimumWidth() > width or self.minimumHeight() > height:  # a tiny screen: the frame fits too
+            self.setMinimumSize(min(self.minimumWidth(), width), min(self.minimumHeight(), height))
         if (width, height) != (self.width(), self.height()):
             self.resize(width, height)
         frame = self.frameGeometry()
         x = min(max(frame.left(), area.left()), area.right() - frame.width() + 1)
         y = min(max(frame.top(), area.top()), area.bottom() - frame.height() + 1)
         self.move(max(x, area.left()), max(y, area.top()))
+
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().showEvent(event)
+        if not self._placed:  # the frame (title bar, borders) is known once shown: fit it on the screen too
+            self._placed = True
+            QTimer.singleShot(0, self.keep_on_screen)
 
     def save_geometry(self) -> None:
         if self._state is not None:

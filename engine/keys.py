@@ -214,8 +214,8 @@ def keychain_token(profile: Profile, home: Path) -> str | None:
     tok = _keyring_get(profile.token_account)
     if tok is not None:
         return tok
-    with creation_lock(home):
-        tok = _keyring_get_settled(profile.token_account)
+    with creation_lock(home):  # whoever makes it holds the lock: a second look inside it is enough
+        tok = _keyring_get(profile.token_account)
         if tok is None:
             tok = secrets.token_urlsafe(32)
             _keyring_set(profile.token_account, tok)

@@ -48,6 +48,15 @@ def wait(app, condition, timeout: float = 20.0) -> None:
         time.sleep(0.01)
 
 
+def save_shot(window, widget, folder: Path, name: str) -> None:
+    """A PNG of `widget`; on a real X server the whole screen, so the picture also shows it fits on it."""
+    from PySide6.QtWidgets import QApplication
+
+    folder.mkdir(parents=True, exist_ok=True)
+    shot = window.screen().grabWindow(0) if QApplication.platformName() == "xcb" else widget.grab()
+    shot.save(str(folder / name))
+
+
 def settle(app, seconds: float = 0.3) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -118,9 +127,13 @@ def main(argv: list[str]) -> int:
     window = desktop.window
     wait(app, lambda: desktop.bridge.info is not None)
     settle(app, 0.3)
-    box = getattr(desktop, "_recovery_box", None)
-    if box is not None:
-        box.close()  # shown once on a first run (a real user keeps it first); not part of the pages
+    wait(app, lambda: desktop.recovery_dialog is not None, 10)  # the recovery key, shown once at first run
+    box = desktop.recovery_dialog
+    settle(app, 0.3)
+    recovery = {"on_screen": window.screen_area().contains(box.frameGeometry()), "too_narrow": too_narrow(box)}
+    if args.shots:
+        save_shot(window, box, args.shots, f"recovery-key-{args.tag}.png" if args.tag else "recovery-key.png")
+    box.hide()  # a real user keeps it first; not part of the pages
     eng = desktop.bridge._engine.result()  # seed through the engine, as another program would
     for text, kind, project in MEMORIES:
         eng.remember(text, kind=kind, project=project, embed="none")
@@ -142,6 +155,7 @@ def main(argv: list[str]) -> int:
         "minimum": [window.minimumWidth(), window.minimumHeight()],
         "on_screen": area.contains(frame),
         "pages": {},
+        "recovery_key": recovery,
     }
     pages = ["memories", "memory-editor", "ask", "documents", "activity", "settings"]
     for page in pages:
@@ -157,11 +171,7 @@ def main(argv: list[str]) -> int:
         report["pages"][page] = {"too_narrow": too_narrow(window),
                                  "compact": bool(window.memories.compact)}
         if args.shots:
-            args.shots.mkdir(parents=True, exist_ok=True)
-            name = f"{page}-{args.tag}.png" if args.tag else f"{page}.png"
-            # on a real X server: the whole screen, so the picture also shows the window fits on it
-            shot = window.screen().grabWindow(0) if QApplication.platformName() == "xcb" else window.grab()
-            shot.save(str(args.shots / name))
+            save_shot(window, window, args.shots, f"{page}-{args.tag}.png" if args.tag else f"{page}.png")
         if page == "memory-editor":
             window.memories.close_drawer()
     print(json.dumps(report))

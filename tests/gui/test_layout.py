@@ -1,5 +1,6 @@
-"""The window at 800×600 and at QT_SCALE_FACTOR=2 on a 1440×900 screen: it fits on the screen, the memory
-list keeps its width (the editor becomes a drawer), and no column title, label, button or choice is cut.
+"""The window at 800×600, and at QT_SCALE_FACTOR=2 on a 1440×900 and on an 800×600 screen (400×300: the
+pages scroll): it fits on the screen, so does the first run's recovery key dialog, the memory list keeps
+its width (the editor becomes a drawer), and no column title, label, button or choice is cut.
 Each size runs the real app in a process of its own (the screen and the scale are fixed when Qt starts)."""
 
 from __future__ import annotations
@@ -31,14 +32,16 @@ def probe(tmp_path: Path, screen: tuple[int, int], scale: float, size: str | Non
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("screen,scale,size", [((800, 600), 1, "800x600"), ((1440, 900), 2, None)],
-                         ids=["800x600", "1440x900-scale2"])
+@pytest.mark.parametrize("screen,scale,size", [((800, 600), 1, "800x600"), ((1440, 900), 2, None),
+                                               ((800, 600), 2, None)],
+                         ids=["800x600", "1440x900-scale2", "800x600-scale2"])
 def test_every_page_fits_with_nothing_cut(tmp_path, screen, scale, size):
     report = probe(tmp_path, screen, scale, size)
     logical = [screen[0] // scale, screen[1] // scale]
     assert report["screen"][2:] == logical
     assert report["on_screen"], report  # the whole window, frame included, is on the screen
     assert report["minimum"][0] <= logical[0] and report["minimum"][1] <= logical[1]
+    assert report["recovery_key"] == {"on_screen": True, "too_narrow": []}, report["recovery_key"]
     for page, found in report["pages"].items():
         assert found["too_narrow"] == [], (page, found["too_narrow"])
         assert found["compact"] is True  # narrow: the list has the width, the editor is a drawer
