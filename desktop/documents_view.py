@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt, QUrl, Signal
+from PySide6.QtCore import Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QDragEnterEvent, QDropEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -204,6 +204,22 @@ class DocumentsView(QWidget):
         self._selection_changed()
 
     # ------------------------------------------------------------------------------------------------
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        """The wide columns (a file's name in the ingest list, a document's folder) give way in a narrow
+        window, so that no column runs off the list."""
+        super().resizeEvent(event)
+        QTimer.singleShot(0, self._fit_columns)  # once the lists have their new width
+
+    def _fit_columns(self) -> None:
+        for tree, col in ((self.list, 4), (self.job, 0)):
+            header, width = tree.header(), tree.viewport().width()
+            if width <= 0:
+                continue
+            stretch = QHeaderView.ResizeMode.Stretch
+            others = sum(header.minimumSectionSize() if header.sectionResizeMode(i) == stretch else header.sectionSize(i)
+                         for i in range(header.count()) if i != col and not header.isSectionHidden(i))
+            header.resizeSection(col, max(80, min(200, width - others)))
+
     def ingest(self, paths: list[str], project: str | None = None) -> bool:
         if self.running:
             self._queue.append((paths, project))
