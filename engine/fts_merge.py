@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from .db import DatabaseError
 from .errors import EngineError
-from .storage.maintenance import FTS_TABLES, fts_merge_step, fts_segments
+from .storage.maintenance import FTS_TABLES, busy_timeout, fts_merge_step, fts_segments
 
 if TYPE_CHECKING:
     from .db import Store
@@ -82,7 +82,7 @@ class FtsMerger:
         store = self.store
         try:
             con = store.con
-            con.execute(f"PRAGMA busy_timeout = {STEP_BUSY_MS}")
+            busy_timeout(con, STEP_BUSY_MS)
             for table in tables:
                 began, steps, busy, before = time.perf_counter(), 0, 0, fts_segments(con, table)
                 while not self._stop.is_set() and steps < MAX_STEPS and busy < MAX_BUSY:

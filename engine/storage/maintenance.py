@@ -76,6 +76,11 @@ def fts_segments(con: Connection, table: str) -> list[int]:
     return pages
 
 
+def busy_timeout(con: Connection, ms: int) -> None:
+    """How long this connection waits for another program's write before it says the store is busy."""
+    con.execute(f"PRAGMA busy_timeout = {int(ms)}")
+
+
 def fts_merge_step(con: Connection, table: str, pages: int) -> None:
     """Merge up to about `pages` leaf pages of the index, across all levels (FTS5 'merge' with a negative
     count: an 'optimize' done a step at a time)."""
