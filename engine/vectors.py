@@ -46,7 +46,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -54,6 +54,12 @@ from . import lsh
 from .db import Connection, DatabaseError, connect
 from .embeddings import Windows
 from .errors import EngineError
+
+_simd: Any
+try:  # int8 dot products in SIMD (AVX2/AVX-512 VNNI/NEON), 3x numpy's cast-and-multiply; numpy without it
+    import simsimd as _simd
+except ImportError:  # pragma: no cover - a wheel for every platform the app ships on
+    _simd = None
 
 if TYPE_CHECKING:
     from .db import Store
@@ -99,6 +105,7 @@ SAVE_BLOCKS = 4  # stored blocks written per transaction (~1.6 MB: a user's writ
 SAVE_BUSY_MS = 200  # a save gives way to another program's write instead of waiting for it
 RETRY_SECONDS = 30.0  # after a save that could not finish
 READ_CACHE_KIB = 4096  # page cache while the stored blocks are read (they are read once)
+USE_SIMD = True  # the int8 scan through simsimd when it is installed (tests turn it off for the numpy path)
 # arrays at least this big that are filled at once (a mirror loading) get their pages mapped in one go
 POPULATE_MIN_BYTES = 1 << 20
 # a stored block's meta blob: these arrays of `rows` items each, one after the other
@@ -414,6 +421,8 @@ class _Mirror:
         # asks: positions [0, near_n) have their keys in `near`, later ones are scanned
         self.near: lsh.Buckets | None = None
         self.near_n = 0
+        # an upper bound of every row's ||scale * code|| (rows added since only raise it)
+        self.vmax = 0.0
 
     def resident_bytes(self, *, vectors_only: bool = False) -> int:
         """Bytes of the rows in use (the arrays' spare capacity is allocated untouched, so not resident):
@@ -473,10 +482,24 @@ class _Mirror:
             self.wrows[rid] = rows
             self.wn = need
 
-    def approximate(self, q: np.ndarray) -> np.ndarray:
-        """Cosine of every row to q from the int8 codes (within bound * ||q|| of the exact one), block by
-        block so that the float32 copy of a block stays in the CPU cache."""
+    def approximate(self, q: np.ndarray) -> tuple[np.ndarray, float]:
+        """(cosine of every row to q from the int8 codes, extra): each within bound * ||q|| + extra of the
+        exact one. With simsimd the query is quantized too and the products are integers (exact), so the
+        query's own rounding error e adds extra = vmax * ||e|| (vmax bounds every row's ||scale * code||,
+        Cauchy-Schwarz); with numpy, the float32 query against the codes block by block (extra = 0)."""
         n = self.n
+        if _simd is not None and USE_SIMD and n:
+            peak = float(np.abs(q).max())
+            sq = peak / 127.0 if peak > 0 else 1.0
+            cq = np.clip(np.rint(q / sq), -127, 127).astype(np.int8)
+            err = q.astype(np.float64) - cq.astype(np.float64) * sq
+            extra = self.vmax * (float(np.sqrt(err @ err)) * 1.0001 + 1e-6)
+            dots = np.empty((1, n), dtype=np.float64)
+            _simd.cdist(cq[None, :], self.codes[:n], metric="inner", threads=1, out=dots)
+            out = dots[0].astype(np.float32)
+            out *= self.scale[:n]
+            out *= np.float32(sq)
+            return out, extra
         out = np.empty(n, dtype=np.float32)
         buf = self._buf
         for s in range(0, n, BLOCK_ROWS):
@@ -485,7 +508,18 @@ class _Mirror:
             np.copyto(block, self.codes[s:e], casting="unsafe")
             np.matmul(block, q, out=out[s:e])
         out *= self.scale[:n]
-        return out
+        return out, 0.0
+
+    def code_norm_max(self) -> float:
+        """The largest ||scale * code|| of the rows (what `vmax` bounds), computed from the codes."""
+        best = 0.0
+        for s in range(0, self.n, 65536):
+            e = min(self.n, s + 65536)
+            c = self.codes[s:e]
+            sq = np.asarray(_simd.dot(c, c)) if _simd is not None else np.einsum("ij,ij->i", c, c, dtype=np.int64)
+            if len(sq):
+                best = max(best, float((np.sqrt(sq.astype(np.float64)) * self.scale[s:e]).max()))
+        return best * 1.0001 + 1e-6
 
     def window_best(self, q: np.ndarray) -> np.ndarray | None:
         """For every row, the best cosine of its windows to q (-inf without windows); None: no windows."""
@@ -585,6 +619,8 @@ class _Mirror:
         mat = np.frombuffer(b"".join(r[5] for r in rows), dtype=np.float32).reshape(n, self.dim)
         span = slice(p0, p0 + n)
         self.codes[span], self.scale[span], self.bound[span] = quantize(mat)
+        if n:  # ||scale * code|| <= ||v|| + bound
+            self.vmax = max(self.vmax, float((np.linalg.norm(mat, axis=1) + self.bound[span]).max()) * 1.0001)
         ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=n)
         self.ids[span] = ids
         self.kind[span] = np.fromiter((KIND_CODES[r[1]] for r in rows), dtype=np.int8, count=n)
@@ -662,12 +698,14 @@ class _Mirror:
         if idx.size == 0:
             return []
         qn = float(np.linalg.norm(q))
-        approx = self.approximate(q) if whole else self.approximate(q)[idx]
+        approx, extra = self.approximate(q)
+        if not whole:
+            approx = approx[idx]
         bound = self.bound[:n] if whole else self.bound[idx]
         wbest = self.window_best(q) if windows else None
         if wbest is not None:
             wb = wbest if whole else wbest[idx]
-            approx = np.maximum(approx, wb)  # approx + bound * qn still bounds every row from above
+            approx = np.maximum(approx, wb)  # approx + bound * qn + extra still bounds every row from above
         scored: dict[int, float] = {}  # position in idx -> exact cosine
 
         def rescore(which: np.ndarray) -> None:
@@ -687,8 +725,8 @@ class _Mirror:
         rescore(first)
         if len(scored) >= k:
             kth = sorted(scored.values(), reverse=True)[k - 1]
-            near = np.flatnonzero(approx >= kth - float(bound.max()) * qn)  # then each by its own bound:
-            rescore(near[approx[near] + bound[near] * qn >= kth])  # could still beat the k-th: rescored too
+            near = np.flatnonzero(approx >= kth - float(bound.max()) * qn - extra)  # then each by its own bound:
+            rescore(near[approx[near] + bound[near] * qn + extra >= kth])  # could still beat the k-th: rescored too
         local = np.fromiter(scored, dtype=np.int64, count=len(scored))
         s = np.fromiter((scored[j] for j in local), dtype=np.float64, count=len(local))
         ids = self.ids[idx[local]]
@@ -787,6 +825,8 @@ class VectorIndex:
                 m.add_stored(block, rows, json.loads(projects), meta, codes)
         finally:
             con.execute(f"PRAGMA cache_size = {int(cache)}")
+        stored_vmax = head.get("vmax")
+        m.vmax = max(m.vmax, float(stored_vmax) if isinstance(stored_vmax, (int, float)) else m.code_norm_max())
         if self.table == "memories":
             m.add_windows(read_windows(con))
         if not self._apply_to(con, m, changed):
@@ -1004,6 +1044,7 @@ class VectorIndex:
                         con.execute("INSERT INTO state(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET "
                                     "value = excluded.value", (HEAD_KEY + self.table, json.dumps(
                                         {"format": STORED_FORMAT, "dim": self.dim, "ids": STORED_IDS,
+                                         "vmax": m.vmax,
                                          "epoch": epoch})))
                     con.execute("COMMIT")
                 except BaseException:

@@ -49,7 +49,9 @@ def exact_top(mat, ids, q, k, keep=None):
     return [int(ids[i]) for i in order[:k]], [float(s[i]) for i in order[:k]]
 
 
-def test_the_int8_mirror_returns_the_exact_top_k(store_with_vectors):
+@pytest.mark.parametrize("simd", [True, False], ids=["simsimd", "numpy"])
+def test_the_int8_mirror_returns_the_exact_top_k(store_with_vectors, simd, monkeypatch):
+    monkeypatch.setattr(vectors, "USE_SIMD", simd)
     eng, ids, mat, crowded = store_with_vectors
     index = vectors.VectorIndex("memories", DIM)
     rng = np.random.default_rng(9)
@@ -68,14 +70,20 @@ def test_the_int8_mirror_returns_the_exact_top_k(store_with_vectors):
     assert index.resident_bytes(vectors_only=True) < 0.4 * mat.nbytes
 
 
-def test_crowded_vectors_need_the_bound_and_get_it(store_with_vectors):
+@pytest.mark.parametrize("simd", [True, False], ids=["simsimd", "numpy"])
+def test_crowded_vectors_need_the_bound_and_get_it(store_with_vectors, simd, monkeypatch):
     """Around one direction the int8 cosines cannot order the rows: the first candidates alone would miss
-    some of the exact top k; rows whose bound reaches the k-th exact cosine are rescored, so none is missed."""
+    some of the exact top k; rows whose bound reaches the k-th exact cosine are rescored, so none is missed.
+    Both scans: simsimd's (the query quantized too: its error adds to the bound) and numpy's."""
+    monkeypatch.setattr(vectors, "USE_SIMD", simd)
     eng, ids, mat, crowded = store_with_vectors
     m, _ = vectors.VectorIndex("memories", DIM)._load(eng.con)
-    approx = m.approximate(crowded)
+    approx, extra = m.approximate(crowded)
+    assert (extra > 0) is (simd and vectors._simd is not None)
     exact = np.array([float(mat[list(ids).index(int(i))] @ crowded) for i in m.ids[: m.n]])
-    assert np.all(np.abs(approx - exact) <= m.bound[: m.n])  # the bound holds
+    slack = m.bound[: m.n] * float(np.linalg.norm(crowded)) + extra
+    assert np.all(np.abs(approx - exact) <= slack)  # the bound holds
+    assert np.abs(approx - exact).max() > 0.5 * slack.min()  # and is not loose by orders of magnitude
     first = {int(m.ids[i]) for i in np.argsort(-approx)[:26]}  # what max(2k, k+16) candidates would be
     want = set(exact_top(mat, ids, crowded, 10)[0])
     assert want - first, "the fixture should crowd the vectors beyond what the int8 codes can order"

@@ -413,3 +413,24 @@ def test_a_short_lived_process_finishes_storing_before_it_exits(profile_home):
         head = vectors.read_head(eng.con, "memories")
         assert head is not None and head["epoch"] == vectors.read_epoch(eng.con)
         assert eng.con.execute("SELECT sum(rows) FROM vector_mirror WHERE tbl = 0").fetchone()[0] == ROWS
+
+
+def test_the_bound_of_the_codes_norms_comes_with_the_blocks_or_is_computed(profile_home):
+    """The simsimd scan quantizes the query too, so its error bound needs the largest ||scale * code||:
+    stored with the blocks' head, or computed from the codes for a head written without it."""
+    import json
+
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        ids, mat, crowded, index = _stored(eng)
+        stored = vectors.read_head(eng.con, "memories")
+        assert stored is not None and stored["vmax"] >= index._mirror.code_norm_max() * 0.999
+        fresh = _wire(eng)
+        _assert_exact(fresh, eng.con, _probes(mat, crowded)[:4])
+        assert fresh.loaded_from == "stored" and fresh._mirror.vmax == stored["vmax"]
+        with eng.store.write() as con:  # a head from before the bound was kept
+            del stored["vmax"]
+            con.execute("UPDATE state SET value = ? WHERE key = ?", (json.dumps(stored), vectors.HEAD_KEY + "memories"))
+        older = _wire(eng)
+        _assert_exact(older, eng.con, _probes(mat, crowded)[:4])
+        assert older.loaded_from == "stored"
+        assert abs(older._mirror.vmax - older._mirror.code_norm_max()) < 1e-6 and older._mirror.vmax > 0.9
