@@ -6,11 +6,13 @@ vec0 reads one row by id slowly (0.1-0.5 ms: it decodes a chunk of 1,024 vectors
 plain table reads 200 rows by id in ~1 ms.
 
 Search runs over an in-process **int8 mirror** (one byte per dimension and a scale per row: a quarter of
-float32, plus the few columns filters need): the approximate cosine of every row is computed block by block
-in numpy, then the best candidates are **rescored exactly** from the float copy. The rescoring is exact by
+float32, plus the few columns filters need): the approximate cosine of every row is computed with
+simsimd's int8 dot products (the query quantized to int8 too; without simsimd, numpy's float32 product block
+by block), then the best candidates are **rescored exactly** from the float copy. The rescoring is exact by
 construction: each row also keeps the bound of its quantization error (rho = ||v - scale * code||, so
-|approximate - exact| <= rho * ||q||), and every row whose approximate cosine plus its bound reaches the
-k-th exact cosine found is rescored too, so no row left out can belong to the top k. The mirror follows
+|approximate - exact| <= rho * ||q||, plus vmax * ||e|| for the query's own rounding error e, vmax bounding
+every row's ||scale * code||), and every row whose approximate cosine plus its bound reaches the k-th exact
+cosine found is rescored too, so no row left out can belong to the top k. The mirror follows
 writes made in this process row by row, and catches up from `vector_log` (the rows each write touched)
 when the store's vector epoch shows another process wrote. With the mirror off (settings.vector_cache =
 false) vec0 answers directly.
