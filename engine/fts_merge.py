@@ -84,11 +84,9 @@ class FtsMerger:
             con = store.con
             busy_timeout(con, STEP_BUSY_MS)
             for table in tables:
-                began, steps, busy, before = time.perf_counter(), 0, 0, fts_segments(con, table)
-                while not self._stop.is_set() and steps < MAX_STEPS and busy < MAX_BUSY:
-                    shape = fts_segments(con, table)
-                    if len(shape) <= 1:
-                        break
+                began, steps, busy = time.perf_counter(), 0, 0
+                before = shape = fts_segments(con, table)
+                while len(shape) > 1 and not self._stop.is_set() and steps < MAX_STEPS and busy < MAX_BUSY:
                     try:
                         with store.write() as wcon:
                             fts_merge_step(wcon, table, STEP_PAGES)
@@ -97,11 +95,13 @@ class FtsMerger:
                         self._stop.wait(0.5)
                         continue
                     steps += 1
-                    if fts_segments(con, table) == shape:  # nothing left that FTS5 will merge
+                    after = fts_segments(con, table)
+                    if after == shape:  # nothing left that FTS5 will merge
                         break
+                    shape = after
                 self.merges += 1
                 log.info("full-text index %s merged: %d segments -> %d in %d steps, %.1f s", table,
-                         len(before), len(fts_segments(con, table)), steps, time.perf_counter() - began)
+                         len(before), len(shape), steps, time.perf_counter() - began)
         except Exception:  # the next check starts again; searching and forgetting work meanwhile
             log.info("merging a full-text index stopped", exc_info=True)
 

@@ -56,6 +56,7 @@ from . import lsh
 from .db import Connection, DatabaseError, connect
 from .embeddings import Windows
 from .errors import EngineError
+from .storage import maintenance
 
 _simd: Any
 try:  # int8 dot products in SIMD (AVX2/AVX-512 VNNI/NEON), 3x numpy's cast-and-multiply; numpy without it
@@ -992,7 +993,7 @@ class VectorIndex:
         with self._save_lock:
             con = connect(store.path, store._key_pragma, store.cipher)
             try:
-                con.execute(f"PRAGMA busy_timeout = {SAVE_BUSY_MS}")
+                maintenance.busy_timeout(con, SAVE_BUSY_MS)
                 return self._save(con, store)
             except EngineError as e:  # busy, full, read-only: the next write tries again
                 log.info("vector mirror of %s not stored now: %s", self.table, type(e).__name__)
