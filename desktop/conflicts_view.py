@@ -14,7 +14,6 @@ from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
-    QScrollArea,
     QStackedWidget,
     QVBoxLayout,
     QWidget,
@@ -22,7 +21,7 @@ from PySide6.QtWidgets import (
 
 from . import formatting
 from .bridge import Bridge
-from .widgets import Banner, EmptyState, button, muted, page_title
+from .widgets import Banner, EmptyState, button, muted, page_title, scroller
 
 WIDE = 720  # below this width the two sides are stacked
 
@@ -119,10 +118,7 @@ class ConflictsView(QWidget):
         self.list_layout.setContentsMargins(0, 0, 8, 0)
         self.list_layout.setSpacing(12)
         self.list_layout.addStretch(1)
-        scroll = QScrollArea()
-        scroll.setWidgetResizable(True)
-        scroll.setFrameShape(QFrame.Shape.NoFrame)
-        scroll.setWidget(self.list)
+        scroll = scroller(self.list)
         self.empty = EmptyState("No facts disagree.",
                                 "When tidying up finds two facts that contradict each other (it compares them with "
                                 "the language model), they wait here for you to choose.")

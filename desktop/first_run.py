@@ -17,7 +17,6 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QMessageBox,
-    QScrollArea,
     QVBoxLayout,
     QWidget,
 )
@@ -27,7 +26,7 @@ from .bridge import EngineInfo
 
 if TYPE_CHECKING:
     from .bridge import HealthReport
-from .widgets import button, muted
+from .widgets import button, muted, scroller
 
 OK, MISSING, WAIT = "✓", "✗", "…"
 
@@ -81,11 +80,7 @@ class FirstRunCard(QFrame):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(16, 12, 16, 12)
         layout.addLayout(head)
-        self.scroll = QScrollArea()  # a small window keeps most of its height for the page below
-        self.scroll.setWidgetResizable(True)
-        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
-        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.scroll.setWidget(self.body)
+        self.scroll = scroller(self.body, across=False)  # a small window keeps most of its height for the page below
         layout.addWidget(self.scroll)
         self.was_dismissed = False
         self.hide()
@@ -175,11 +170,7 @@ class RecoveryKeyDialog(QDialog):
         bl.addWidget(note)
         bl.addLayout(actions)
         bl.addWidget(self.feedback)
-        scroll = QScrollArea()  # on a screen too short for it the text scrolls; the checkbox and Done stay
-        scroll.setWidget(body)
-        scroll.setWidgetResizable(True)
-        scroll.setFrameShape(QFrame.Shape.NoFrame)
-        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll = scroller(body, across=False)  # on a screen too short for it the text scrolls; Done stays
         layout = QVBoxLayout(self)
         layout.setContentsMargins(20, 16, 20, 16)
         layout.setSpacing(12)

@@ -31,7 +31,6 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QListWidget,
     QListWidgetItem,
-    QScrollArea,
     QSplitter,
     QStackedWidget,
     QTreeWidget,
@@ -43,7 +42,7 @@ from PySide6.QtWidgets import (
 from . import formatting, theme
 from .bridge import Bridge
 from .pending_deletes import PendingDeletes
-from .widgets import EmptyState, UndoBar, button, muted, page_title
+from .widgets import EmptyState, UndoBar, button, muted, page_title, scroller
 
 WIDE = 1000  # from this width on, the sources sit beside the drawing instead of below it
 NARROW = 720  # below this width the list of starting points folds away
@@ -368,11 +367,7 @@ class GraphView(QWidget):
         self.source_layout = QVBoxLayout(self.source_list)
         self.source_layout.setContentsMargins(0, 0, 4, 0)
         self.source_layout.addStretch(1)
-        scroll = QScrollArea()
-        scroll.setWidgetResizable(True)
-        scroll.setFrameShape(QFrame.Shape.NoFrame)
-        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        scroll.setWidget(self.source_list)
+        scroll = scroller(self.source_list, across=False)
         sources = QWidget()
         sl = QVBoxLayout(sources)
         sl.setContentsMargins(0, 0, 0, 0)

@@ -13,13 +13,11 @@ from PySide6.QtCore import QByteArray, QEvent, QRect, QSettings, QSize, Qt, QTim
 from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QApplication,
-    QFrame,
     QHBoxLayout,
     QListWidget,
     QListWidgetItem,
     QMainWindow,
     QMessageBox,
-    QScrollArea,
     QStackedWidget,
     QVBoxLayout,
     QWidget,
@@ -39,6 +37,7 @@ from .graph_view import GraphView
 from .memory_browser import MemoryBrowser
 from .settings_view import SettingsView
 from .status_bar import StatusBar
+from .widgets import scroller
 
 PAGES = (("Memories", "memories"), ("Ask", "ask"), ("Documents", "documents"), ("Graph", "graph"),
          ("Conflicts", "conflicts"), ("Activity", "activity"), ("Settings", "settings"))
@@ -117,10 +116,7 @@ class MainWindow(QMainWindow):
         hl.setContentsMargins(0, 0, 0, 0)
         hl.addWidget(right)
         holder.setMinimumSize(self.MINIMUM_SIZE.width() - self.ICONS_ONLY, self.MINIMUM_SIZE.height() - 60)
-        self.page_scroll = QScrollArea()
-        self.page_scroll.setWidget(holder)
-        self.page_scroll.setWidgetResizable(True)
-        self.page_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.page_scroll = scroller(holder)
         layout.addWidget(self.page_scroll, 1)
         self.setCentralWidget(central)
         self.status = StatusBar()

@@ -23,7 +23,6 @@ from PySide6.QtWidgets import (
     QMenu,
     QMessageBox,
     QPlainTextEdit,
-    QScrollArea,
     QSplitter,
     QStackedWidget,
     QToolButton,
@@ -37,7 +36,7 @@ from PySide6.QtWidgets import (
 from . import formatting, icons, theme
 from .bridge import Bridge
 from .pending_deletes import PendingDeletes
-from .widgets import Banner, EmptyState, UndoBar, button, muted, page_title
+from .widgets import Banner, EmptyState, UndoBar, button, muted, page_title, scroller
 
 SEARCH_DEBOUNCE_MS = 180
 OPENED_AFTER_MS = 1500
@@ -166,10 +165,7 @@ class MemoryBrowser(QWidget):
         self._drawer_layout = QVBoxLayout(self.drawer)
         self._drawer_layout.setContentsMargins(10, 8, 10, 8)
         self._drawer_layout.addLayout(drawer_head)
-        self._drawer_scroll = QScrollArea()  # a short window scrolls the editor instead of squeezing it
-        self._drawer_scroll.setWidgetResizable(True)
-        self._drawer_scroll.setFrameShape(QFrame.Shape.NoFrame)
-        self._drawer_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self._drawer_scroll = scroller(across=False)  # a short window scrolls the editor instead of squeezing it
         self._drawer_layout.addWidget(self._drawer_scroll, 1)
         self.drawer.hide()
         self.compact = False

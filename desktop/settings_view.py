@@ -17,7 +17,6 @@ from PySide6.QtWidgets import (
     QKeySequenceEdit,
     QLabel,
     QLineEdit,
-    QScrollArea,
     QVBoxLayout,
     QWidget,
 )
@@ -27,7 +26,7 @@ from .bridge import Bridge, EngineInfo
 from .folders_view import FoldersBox
 from .hotkey import HotkeyStatus
 from .settings_sections import SettingsSections
-from .widgets import Banner, button, muted, page_title
+from .widgets import Banner, button, muted, page_title, scroller
 
 PROVIDERS = (("Ollama (local)", "ollama"), ("OpenAI-compatible server", "openai"), ("None — sources only", "none"))
 # The embedding model: the bundled one, words only, or a typed path to a sentence-transformers folder.
@@ -200,10 +199,7 @@ class SettingsView(QWidget):
             bl.addWidget(box)
         bl.addLayout(bottom)
         bl.addStretch(1)
-        scroll = QScrollArea()
-        scroll.setWidgetResizable(True)
-        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
-        scroll.setWidget(body)
+        scroll = scroller(body)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(scroll)

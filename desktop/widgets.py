@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QScrollArea, QVBoxLayout, QWidget
 
 
 def page_title(text: str) -> QLabel:
@@ -17,6 +17,19 @@ def muted(text: str) -> QLabel:
     label.setObjectName("Muted")
     label.setWordWrap(True)
     return label
+
+
+def scroller(widget: QWidget | None = None, *, across: bool = True) -> QScrollArea:
+    """A frameless scroll area that sizes its widget to itself (scrolling only what does not fit); without
+    `across`, never a horizontal scroll bar (the widget's text wraps instead)."""
+    scroll = QScrollArea()
+    scroll.setWidgetResizable(True)
+    scroll.setFrameShape(QFrame.Shape.NoFrame)
+    if not across:
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+    if widget is not None:
+        scroll.setWidget(widget)
+    return scroll
 
 
 def button(text: str, *, primary: bool = False, danger: bool = False, shortcut: str | None = None) -> QPushButton:
