@@ -349,6 +349,21 @@ def _install_error_handlers(app: FastAPI) -> None:
                   for e in exc.errors()]
         return JSONResponse(status_code=422, content={"detail": errors})
 
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
+    @app.exception_handler(StarletteHTTPException)
+    async def no_route(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        """No endpoint answers this path or method: say which ones exist (the others pass through)."""
+        if exc.status_code == 405 or (exc.status_code == 404 and request.scope.get("route") is None):
+            if exc.status_code == 404:
+                what = f"No such endpoint: {request.method} {request.url.path}."
+            else:
+                allowed = (exc.headers or {}).get("allow", "")
+                what = f"{request.url.path} does not take {request.method}" + (f" (it takes {allowed})." if allowed else ".")
+            detail = f"{what} The endpoints are listed at /docs (e.g. POST /memory/remember, GET /memory/recall?q=…)."
+            return JSONResponse(status_code=exc.status_code, content={"detail": detail}, headers=exc.headers)
+        return JSONResponse(status_code=exc.status_code, content={"detail": exc.detail}, headers=exc.headers)
+
     @app.exception_handler(NotFound)
     async def not_found(_: Request, exc: NotFound) -> JSONResponse:
         return JSONResponse(status_code=404, content={"detail": str(exc)})

@@ -463,3 +463,14 @@ def test_requests_generated_from_the_openapi_never_get_a_5xx(live: Live, tmp_pat
     check()
     assert {(m, p) for m, p, _ in seen} >= {(m.upper(), p) for p, item in spec["paths"].items() for m in item}
     assert any(200 <= s < 300 for _, _, s in seen)
+
+
+def test_a_wrong_path_or_method_says_which_endpoints_exist(live: Live):
+    r = live.client.get("/recall?q=car")
+    assert r.status_code == 404 and "GET /recall" in r.json()["detail"] and "/memory/recall" in r.json()["detail"]
+    r = live.client.put("/memory/recall")
+    assert r.status_code == 405 and "GET" in r.json()["detail"] and "PUT" in r.json()["detail"]
+    assert "GET" in r.headers["allow"]
+    # a 404 raised by an endpoint keeps its own message
+    r = live.client.post("/agent/run/nope/stop")
+    assert r.status_code == 404 and r.json()["detail"] == "There is no run nope going on."
