@@ -87,6 +87,13 @@ def fts_merge_step(con: Connection, table: str, pages: int) -> None:
     con.execute(f"INSERT INTO {table}({table}, rank) VALUES ('merge', ?)", (-pages,))
 
 
+def fts_merge_small(con: Connection, table: str, pages: int) -> None:
+    """Merge up to about `pages` leaf pages of the index's levels that hold two segments or more (FTS5
+    'merge' with a positive count, 'usermerge' 2: a segment alone on its level, the large one, stays)."""
+    con.execute(f"INSERT INTO {table}({table}, rank) VALUES ('usermerge', 2)")
+    con.execute(f"INSERT INTO {table}({table}, rank) VALUES ('merge', ?)", (pages,))
+
+
 def vacuum(con: Connection) -> None:
     con.execute("VACUUM")
 
