@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .db import DatabaseError
@@ -34,7 +35,7 @@ from .errors import EngineError
 from .storage.maintenance import FTS_TABLES, busy_timeout, fts_merge_small, fts_merge_step, fts_segments
 
 if TYPE_CHECKING:
-    from .db import Store
+    from .db import Connection, Store
 
 log = logging.getLogger(__name__)
 
@@ -100,51 +101,49 @@ class FtsMerger:
             return True
 
     def _run(self, tables: list[tuple[str, str]]) -> None:
-        store = self.store
         try:
-            con = store.con
-            busy_timeout(con, STEP_BUSY_MS)
+            busy_timeout(self.store.con, STEP_BUSY_MS)
             for table, how in tables:
-                if how == "small":
-                    self._tidy(table)
+                if how == "small":  # the small segments among themselves; busy: the next look tidies
+                    _, shape, steps, done = self._steps(table, fts_merge_small, TIDY_PAGES, needs_tidy, TIDY_STEPS, 1)
+                    if done:
+                        self.tidies += 1
+                        log.debug("full-text index %s tidied: %d segments now, %d steps", table, len(shape), steps)
                     continue
-                began, steps, busy = time.perf_counter(), 0, 0
-                before = shape = fts_segments(con, table)
-                while len(shape) > 1 and not self._stop.is_set() and steps < MAX_STEPS and busy < MAX_BUSY:
-                    try:
-                        with store.write() as wcon:
-                            fts_merge_step(wcon, table, STEP_PAGES)
-                    except EngineError:  # another program is writing: give way, then go on
-                        busy += 1
-                        self._stop.wait(0.5)
-                        continue
-                    steps += 1
-                    after = fts_segments(con, table)
-                    if after == shape:  # nothing left that FTS5 will merge
-                        break
-                    shape = after
+                began = time.perf_counter()
+                before, shape, steps, _ = self._steps(table, fts_merge_step, STEP_PAGES, lambda s: len(s) > 1,
+                                                      MAX_STEPS, MAX_BUSY)
                 self.merges += 1
                 log.info("full-text index %s merged: %d segments -> %d in %d steps, %.1f s", table,
                          len(before), len(shape), steps, time.perf_counter() - began)
         except Exception:  # the next check starts again; searching and forgetting work meanwhile
             log.info("merging a full-text index stopped", exc_info=True)
 
-    def _tidy(self, table: str) -> None:
-        """Merge the index's small segments among themselves (the large ones stay as they are)."""
-        shape, steps = fts_segments(self.store.con, table), 0
-        while needs_tidy(shape) and steps < TIDY_STEPS and not self._stop.is_set():
+    def _steps(self, table: str, step: Callable[[Connection, str, int], None], pages: int,
+               more: Callable[[list[int]], bool], max_steps: int,
+               max_busy: int) -> tuple[list[int], list[int], int, bool]:
+        """Merge steps of `pages` pages, each a write transaction of its own, while `more(segments)` and
+        FTS5 still changes something: (segments before, after, steps, False when another program's writes
+        kept the store busy `max_busy` times)."""
+        con = self.store.con
+        before = shape = fts_segments(con, table)
+        steps = busy = 0
+        while more(shape) and not self._stop.is_set() and steps < max_steps:
             try:
                 with self.store.write() as wcon:
-                    fts_merge_small(wcon, table, TIDY_PAGES)
-            except EngineError:  # another program is writing: the next look tidies
-                return
+                    step(wcon, table, pages)
+            except EngineError:  # another program is writing: give way, then go on
+                busy += 1
+                if busy >= max_busy:
+                    return before, shape, steps, False
+                self._stop.wait(0.5)
+                continue
             steps += 1
-            after = fts_segments(self.store.con, table)
-            if after == shape:
+            after = fts_segments(con, table)
+            if after == shape:  # nothing left that FTS5 will merge
                 break
             shape = after
-        self.tidies += 1
-        log.debug("full-text index %s tidied: %d segments now, %d steps", table, len(shape), steps)
+        return before, shape, steps, True
 
     def wait(self, timeout: float) -> bool:
         """True when no merge is running (after waiting up to `timeout` seconds for one to finish)."""
