@@ -25,10 +25,11 @@ At each size, through the engine facade with the real embedding model:
 - recall@10 of the engine's vector search against exact numpy top-10 (queries: random unit vectors and
   stored vectors with noise), the vector mirror's resident bytes against float32, and the first recall
   after reopening the store: once with the mirror loaded from every row (nothing stored), then --reopens
-  times (a different question each) loaded from the blocks it keeps in the store (written, and timed, in
-  between), with the model already loaded;
+  times (a different question each) from the blocks it keeps in the store (written, and timed, in
+  between), with the model already loaded: the first recall reads the blocks as it goes, the second
+  loads the mirrors (both timed);
 - whole CLI processes on the store: `personal-llm recall` (start, open, model, first recall, exit) next to
-  `personal-llm stats` (start and open only).
+  `personal-llm stats` (start and open only), wall time and peak resident size.
 
 On a virtual machine the first use of memory the machine has not touched since it booted (or has handed
 back to its host) can cost far more than later uses (~2 ms per MB on the 2-core VM of docs/performance.md):
@@ -268,8 +269,9 @@ FIRST_QUESTIONS = ("what did I plan for the garden?", "where is the spare key?",
 
 
 def reopen(eng, home: Path, question: str = FIRST_QUESTIONS[0]):
-    """Close, open again, and time the open and the first recall (the vector mirrors load; with no
-    background saving, so that what the next open finds is what the benchmark stored)."""
+    """Close, open again, and time the open, the first recall (with stored blocks, it reads them as it goes:
+    no mirror is loaded) and a second one (which loads the mirrors); with no background saving, so that
+    what the next open finds is what the benchmark stored. Returns (eng, open s, first s, second s, how)."""
     from engine import Engine, vectors
 
     eng.close()
@@ -282,8 +284,12 @@ def reopen(eng, home: Path, question: str = FIRST_QUESTIONS[0]):
     t0 = time.perf_counter()
     eng.recall(question)
     first = time.perf_counter() - t0
-    how = "/".join(f"{t}: {ix.loaded_from}" for t, ix in eng.space.index.items())
-    return eng, opened, first, how
+    how = "/".join(f"{t}: {'read as it went' if ix._mirror is None else ix.loaded_from}"
+                   for t, ix in eng.space.index.items())
+    t0 = time.perf_counter()
+    eng.recall(question + " and after that?")
+    second = time.perf_counter() - t0
+    return eng, opened, first, second, how
 
 
 def cli_times(home: Path, runs: int) -> dict[str, float]:
@@ -297,13 +303,19 @@ def cli_times(home: Path, runs: int) -> dict[str, float]:
     cli = [str(script)] if script.exists() else [sys.executable, "-c", "import sys; from engine.cli import main; sys.exit(main())"]
     out = {}
     for what, args in (("recall", ["recall", "what is on the shopping list?"]), ("stats", ["stats"])):
-        times = []
+        times, peaks = [], []
         for _ in range(runs):
             t0 = time.perf_counter()
-            subprocess.run([*cli, *args], env=env, check=True, stdout=subprocess.DEVNULL,
-                           cwd=str(Path(__file__).resolve().parents[1]))
+            proc = subprocess.Popen([*cli, *args], env=env, stdout=subprocess.DEVNULL,
+                                    cwd=str(Path(__file__).resolve().parents[1]))
+            _, status, usage = os.wait4(proc.pid, 0)  # this process's own peak resident size
             times.append(time.perf_counter() - t0)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            if proc.returncode:
+                raise SystemExit(f"personal-llm {what} failed ({proc.returncode})")
+            peaks.append(usage.ru_maxrss * 1024)  # KiB on Linux
         out[what] = percentile(times, 0.5)
+        out[f"{what} rss"] = percentile(peaks, 0.5)
     return out
 
 
@@ -353,15 +365,16 @@ def main() -> int:
             print(f"size {n:,}: filled in {took:.0f}s", flush=True)
             with eng.store.write() as con:
                 vectors.drop_stored(con)  # the first reopen loads the mirror from every row
-            eng, opened, first, how = reopen(eng, base / "profile")
+            eng, opened, first, _, how = reopen(eng, base / "profile")
             t0 = time.perf_counter()
             stored = all(ix.save() for ix in eng.space.index.values())
             saved = time.perf_counter() - t0
             longest = max(ix.last_save.get("longest_write", 0.0) for ix in eng.space.index.values())
-            firsts = []
+            firsts, seconds = [], []
             for q in FIRST_QUESTIONS[: a.reopens]:
-                eng, opened2, first2, how2 = reopen(eng, base / "profile", q)
+                eng, opened2, first2, second2, how2 = reopen(eng, base / "profile", q)
                 firsts.append(first2)
+                seconds.append(second2)
             first2 = percentile(firsts, 0.5)
             vectors.STORED_MIN_ROWS = min_rows
             fill.eng = eng
@@ -369,11 +382,13 @@ def main() -> int:
             r["open"], r["first recall"], r["first recall (stored)"], r["store mirror"] = opened, first, first2, saved
             r["store mirror, longest write"] = longest
             r["first recalls (stored)"] = firsts
+            r["second recalls (stored)"] = seconds
             r["cli"] = cli_times(base / "profile", a.reopens)
             results[n] = r
             print(f"  open {opened * 1000:.0f} ms, first recall {first * 1000:.0f} ms ({how}); mirror stored "
                   f"{'in' if stored else 'NOT, after'} {saved:.1f}s (longest write {longest * 1000:.0f} ms); open {opened2 * 1000:.0f} ms, first recall "
-                  f"{first2 * 1000:.0f} ms (median of {len(firsts)}, worst {max(firsts) * 1000:.0f}; {how2}); CLI recall "
+                  f"{first2 * 1000:.0f} ms (median of {len(firsts)}, worst {max(firsts) * 1000:.0f}; {how2}), the second "
+                  f"{percentile(seconds, 0.5) * 1000:.0f} ms (worst {max(seconds) * 1000:.0f}); CLI recall "
                   f"{r['cli']['recall'] * 1000:.0f} ms, CLI stats {r['cli']['stats'] * 1000:.0f} ms; recall@10 {r['recall@10']:.3f}, mirror "
                   f"{r['mirror bytes'] / 2**20:.0f} MB vs float32 {r['float32 bytes'] / 2**20:.0f} MB", flush=True)
     finally:
@@ -412,11 +427,16 @@ def report(results: dict[int, dict]) -> None:
     rows.append(["mirror with filter columns, MB"] + [f"{results[n]['mirror bytes (all)'] / 2**20:.0f}" for n in sizes])
     rows.append(["open / first recall ms (mirror from every row)"] + [
         f"{results[n]['open'] * 1000:.0f} / {results[n]['first recall'] * 1000:.0f}" for n in sizes])
-    rows.append(["first recall ms (mirror from its stored blocks): median, worst"] + [
+    rows.append(["first recall ms (from the stored blocks): median, worst"] + [
         f"{results[n]['first recall (stored)'] * 1000:.0f}, {max(results[n]['first recalls (stored)']) * 1000:.0f} "
         f"({results[n]['first recall'] / results[n]['first recall (stored)']:.1f}x faster)" for n in sizes])
+    rows.append(["second recall ms (loads the mirrors): median, worst"] + [
+        f"{percentile(results[n]['second recalls (stored)'], 0.5) * 1000:.0f}, "
+        f"{max(results[n]['second recalls (stored)']) * 1000:.0f}" for n in sizes])
     rows.append(["a cold `personal-llm recall` / `stats` process, median ms"] + [
         f"{results[n]['cli']['recall'] * 1000:.0f} / {results[n]['cli']['stats'] * 1000:.0f}" for n in sizes])
+    rows.append(["... peak resident MB of the `recall` / `stats` process"] + [
+        f"{results[n]['cli']['recall rss'] / 2**20:.0f} / {results[n]['cli']['stats rss'] / 2**20:.0f}" for n in sizes])
     rows.append(["storing the mirror: s (longest write transaction, ms)"] + [
         f"{results[n]['store mirror']:.2f} ({results[n]['store mirror, longest write'] * 1000:.0f})" for n in sizes])
     print()

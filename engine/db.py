@@ -42,6 +42,7 @@ else:
     Connection = sqlcipher3.Connection
 DatabaseError = sqlcipher3.DatabaseError
 OperationalError = sqlcipher3.OperationalError
+ProgrammingError = sqlcipher3.ProgrammingError
 IntegrityError = sqlcipher3.IntegrityError
 
 BUSY_TIMEOUT_MS = 10_000

@@ -173,6 +173,7 @@ class Engine:
         self.watch.stop()
         if self._agents is not None:
             self._agents.close()
+        self.space.stop()  # first: a load of the vector mirrors the backfill waits for stops
         self.backfill.stop()
         self.fts.stop()
         self.language.reset()

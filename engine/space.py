@@ -133,9 +133,12 @@ class VectorSpace:
             for ix in self.index.values():  # loading one mirror starts the others beside it
                 ix.siblings = [o for o in self.index.values() if o is not ix]
             self._checked = True
-        for ix in self.index.values():  # the first search is near: the mirrors start loading now
-            ix.preload()
         return True
+
+    def stop(self) -> None:
+        """The store is closing: mirrors loading in the background stop (and are waited for)."""
+        for ix in list(self.index.values()):
+            ix.stop()
 
     def warm(self) -> None:
         """Load the vector mirrors (memories and chunks side by side, each on a thread of its own: reading
@@ -146,6 +149,8 @@ class VectorSpace:
         def load(index: vectors.VectorIndex) -> None:
             try:
                 index.warm(self.store.con)
+            except vectors.Stopped:  # the store is closing
+                pass
             except Exception:
                 log.exception("loading the vector mirror failed")
 

@@ -46,14 +46,14 @@ import logging
 import mmap
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import lsh
-from .db import Connection, DatabaseError, connect
+from .db import Connection, DatabaseError, ProgrammingError, connect
 from .embeddings import Windows
 from .errors import EngineError
 from .storage import maintenance
@@ -111,6 +111,14 @@ READ_CACHE_KIB = 4096  # page cache while the stored blocks are read (they are r
 USE_SIMD = True  # the int8 scan through simsimd when it is installed (tests turn it off for the numpy path)
 # arrays at least this big that are filled at once (a mirror loading) get their pages mapped in one go
 POPULATE_MIN_BYTES = 1 << 20
+# a search with no mirror loaded reads the stored blocks this many rows at a time, holding only those; from
+# this many blocks, on two threads (each half of the blocks)
+STREAM_ROWS = 16384
+STREAM_SPLIT_BLOCKS = 64
+# ... unless the blocks are due to be written again (REFRESH_EPOCHS writes behind, or more than these rows
+# changed or blocks erased since: each is read from the float copy): the mirror then loads, and saves them
+STREAM_MAX_CHANGED = 2000
+STREAM_MAX_ERASED = 16
 # a stored block's meta blob: these arrays of `rows` items each, one after the other
 META_LAYOUT = (("ids", np.int64), ("scale", np.float32), ("bound", np.float32), ("t", np.float64),
                ("proj", np.int32), ("kind", np.int8), ("archived", np.uint8))
@@ -692,49 +700,143 @@ class _Mirror:
                windows: bool = True) -> list[tuple[int, float]]:
         """Exactly the top k under the filter: candidates by the int8 cosines, rescored with `exact` (row id
         -> float32 vector), widened to every row whose bound says it could still be in the top k."""
+        s = self.scored(q, f, windows)
+        return _select(s, q, k, exact) if s is not None else []
+
+    def scored(self, q: np.ndarray, f: Filter, windows: bool = True) -> _Scored | None:
+        """The int8 cosines of the rows passing the filter (None: none passes); with windows, each row's is
+        the best of its own and its windows' (exact). The arrays may be views of this mirror's."""
         n = self.n
-        if n == 0 or k <= 0:
-            return []
+        if n == 0:
+            return None
         passing = self.mask(f)
-        idx = np.arange(n) if passing.all() else np.flatnonzero(passing)  # all pass: no gathers below
-        whole = idx.size == n
-        if idx.size == 0:
-            return []
-        qn = float(np.linalg.norm(q))
+        idx = None if passing.all() else np.flatnonzero(passing)  # all pass: no gathers below
+        if idx is not None and idx.size == 0:
+            return None
         approx, extra = self.approximate(q)
-        if not whole:
-            approx = approx[idx]
-        bound = self.bound[:n] if whole else self.bound[idx]
-        wbest = self.window_best(q) if windows else None
-        if wbest is not None:
-            wb = wbest if whole else wbest[idx]
+        bound, ids = self.bound[:n], self.ids[:n]
+        wb = self.window_best(q) if windows else None
+        if idx is not None:
+            approx, bound, ids = approx[idx], bound[idx], ids[idx]
+            wb = wb[idx] if wb is not None else None
+        if wb is not None:
             approx = np.maximum(approx, wb)  # approx + bound * qn + extra still bounds every row from above
-        scored: dict[int, float] = {}  # position in idx -> exact cosine
+        return _Scored(ids, approx, bound, wb, extra)
 
-        def rescore(which: np.ndarray) -> None:
-            fresh = [int(j) for j in which if int(j) not in scored]
-            if not fresh:
-                return
-            vecs = exact([int(self.ids[idx[j]]) for j in fresh])
-            for j in fresh:
-                v = vecs.get(int(self.ids[idx[j]]))
-                # a row whose vector is gone meanwhile keeps its approximate cosine (the next write reloads it)
-                c = float(v @ q) if v is not None else float(approx[j])
-                scored[j] = max(c, float(wb[j])) if wbest is not None else c
+    def clear(self) -> None:
+        """Empty, keeping the arrays' room (one mirror reused for group after group of stored blocks)."""
+        self.n = self.dead = self.wn = self.near_n = 0
+        self.pos = _Positions(self)
+        self.projects = {None: 0}
+        self.wrows = {}
+        self.near = None
+        self.vmax = 0.0
 
-        m = idx.size
-        want = min(m, max(2 * k, k + 16))
-        first = np.argpartition(approx, m - want)[m - want:] if m > want else np.arange(m)
-        rescore(first)
-        if len(scored) >= k:
-            kth = sorted(scored.values(), reverse=True)[k - 1]
-            near = np.flatnonzero(approx >= kth - float(bound.max()) * qn - extra)  # then each by its own bound:
-            rescore(near[approx[near] + bound[near] * qn + extra >= kth])  # could still beat the k-th: rescored too
-        local = np.fromiter(scored, dtype=np.int64, count=len(scored))
-        s = np.fromiter((scored[j] for j in local), dtype=np.float64, count=len(local))
-        ids = self.ids[idx[local]]
-        order = np.lexsort((ids, -s))[:k]  # by score, ties by id: deterministic
-        return [(int(ids[i]), float(s[i])) for i in order]
+
+@dataclass
+class _Scored:
+    """Rows with their int8 cosines to a query: each exact cosine is within bound * ||q|| + extra of approx;
+    wb, when there are windows, is each row's best window cosine (exact; -inf without)."""
+
+    ids: np.ndarray
+    approx: np.ndarray
+    bound: np.ndarray
+    wb: np.ndarray | None
+    extra: float
+
+    def bounds(self, qn: float) -> tuple[np.ndarray, np.ndarray]:
+        """(lower, upper): what each row's exact score can be at least and at most."""
+        d = self.bound * np.float32(qn) + np.float32(self.extra)
+        return self.approx - d, self.approx + d
+
+    def take(self, keep: np.ndarray) -> _Scored:
+        """These rows only (copies: the arrays no longer share a mirror's)."""
+        return _Scored(self.ids[keep], self.approx[keep], self.bound[keep],
+                       self.wb[keep] if self.wb is not None else None, self.extra)
+
+    @staticmethod
+    def join(parts: list[_Scored]) -> _Scored | None:
+        if not parts:
+            return None
+        wbs = [p.wb if p.wb is not None else np.full(len(p.ids), -np.inf, dtype=np.float32) for p in parts]
+        return _Scored(np.concatenate([p.ids for p in parts]), np.concatenate([p.approx for p in parts]),
+                       np.concatenate([p.bound for p in parts]),
+                       np.concatenate(wbs) if any(p.wb is not None for p in parts) else None,
+                       max(p.extra for p in parts))
+
+
+class _Pruned:
+    """Keeps, of scored rows seen group by group, those that could still be among the top k: a row whose
+    upper bound is below the k-th best lower bound seen so far cannot (what a search over the whole mirror
+    would rescore is a subset of what is kept, so the top k come out the same)."""
+
+    def __init__(self, k: int, qn: float):
+        self.k, self.qn = k, qn
+        self.parts: list[_Scored] = []
+        self.lows = np.zeros(0, dtype=np.float32)  # the k best lower bounds so far
+        self.floor = -np.inf
+
+    def add(self, s: _Scored | None) -> None:
+        if s is None or self.k <= 0:
+            return
+        lower, upper = s.bounds(self.qn)
+        lows = np.concatenate([self.lows, lower])
+        if len(lows) > self.k:
+            lows = np.partition(lows, len(lows) - self.k)[len(lows) - self.k:]
+        self.lows = lows
+        if len(lows) >= self.k:
+            self.floor = float(lows.min())
+        self.parts.append(s.take(np.flatnonzero(upper >= self.floor)))
+
+    def merge(self, other: _Pruned) -> None:
+        for s in other.parts:
+            self.add(s)
+
+    def result(self) -> _Scored | None:
+        joined = _Scored.join(self.parts)
+        if joined is None:
+            return None
+        return joined.take(np.flatnonzero(joined.bounds(self.qn)[1] >= self.floor))
+
+
+def _select(s: _Scored, q: np.ndarray, k: int, exact: Callable[[list[int]], dict[int, np.ndarray]]
+            ) -> list[tuple[int, float]]:
+    """Exactly the top k of scored rows: the best by their int8 cosines rescored with `exact` (row id ->
+    float32 vector), widened to every row whose bound says it could still be in the top k."""
+    m = s.ids.size
+    if m == 0 or k <= 0:
+        return []
+    qn = float(np.linalg.norm(q))
+    approx, bound, wb, extra = s.approx, s.bound, s.wb, s.extra
+    scored: dict[int, float] = {}  # position in s -> exact cosine
+
+    def rescore(which: np.ndarray) -> None:
+        fresh = [int(j) for j in which if int(j) not in scored]
+        if not fresh:
+            return
+        vecs = exact([int(s.ids[j]) for j in fresh])
+        for j in fresh:
+            v = vecs.get(int(s.ids[j]))
+            # a row whose vector is gone meanwhile keeps its approximate cosine (the next write reloads it)
+            c = float(v @ q) if v is not None else float(approx[j])
+            scored[j] = max(c, float(wb[j])) if wb is not None else c
+
+    want = min(m, max(2 * k, k + 16))
+    first = np.argpartition(approx, m - want)[m - want:] if m > want else np.arange(m)
+    rescore(first)
+    if len(scored) >= k:
+        kth = sorted(scored.values(), reverse=True)[k - 1]
+        near = np.flatnonzero(approx >= kth - float(bound.max()) * qn - extra)  # then each by its own bound:
+        rescore(near[approx[near] + bound[near] * qn + extra >= kth])  # could still beat the k-th: rescored too
+    local = np.fromiter(scored, dtype=np.int64, count=len(scored))
+    sc = np.fromiter((scored[j] for j in local), dtype=np.float64, count=len(local))
+    ids = s.ids[local]
+    order = np.lexsort((ids, -sc))[:k]  # by score, ties by id: deterministic
+    return [(int(ids[i]), float(sc[i])) for i in order]
+
+
+class Stopped(Exception):
+    """A load in the background given up: the store is closing."""
 
 
 class VectorIndex:
@@ -758,6 +860,10 @@ class VectorIndex:
         self.last_save: dict[str, float] = {}  # blocks written, seconds, longest write transaction (s)
         self.loaded_from: str | None = None  # "stored" or "rows": how the mirror last loaded
         self.siblings: list[VectorIndex] = []  # the other tables' indexes of the same store
+        self._streams = 0  # searches answered from the stored blocks as they were read (_first_search)
+        self._loading = False  # the mirror is being loaded (a search waits for it)
+        self._loader: threading.Thread | None = None  # loading the mirror in the background (preload)
+        self._stopping = False  # the store is closing (stop)
 
     def invalidate(self) -> None:
         with self._lock:
@@ -774,6 +880,8 @@ class VectorIndex:
         caught up, else from every row."""
         try:
             stored = self._load_stored(con)
+        except ProgrammingError:  # the store was closed meanwhile (a load in the background): not damage
+            raise
         except (ValueError, DatabaseError, EngineError) as e:  # a damaged block: the rows are the truth
             log.warning("the stored vector mirror of %s could not be read (%s); loading from the rows",
                         self.table, type(e).__name__)
@@ -787,6 +895,8 @@ class VectorIndex:
         m = _Mirror(self.dim)
         cur = con.execute(_SOURCES[self.table])
         while rows := cur.fetchmany(LOAD_ROWS):
+            if self._stopping:
+                raise Stopped
             m.add(rows)
         if self.table == "memories":
             m.add_windows(read_windows(con))
@@ -794,9 +904,9 @@ class VectorIndex:
         self.loaded_from = "rows"
         return m, epoch
 
-    def _load_stored(self, con: Connection) -> tuple[_Mirror, int] | None:
-        """The mirror from its stored blocks (erased blocks read from their rows), caught up from the vector
-        log; None when there are none, they are for another dimension, or older than the log reaches."""
+    def _stored_state(self, con: Connection) -> tuple[dict, int, set[int]] | None:
+        """(head, epoch, rows changed since the blocks were written) when the stored blocks can be caught up
+        to this snapshot; None when there are none, they are for another dimension, or older than the log."""
         if not has_stored_mirror(con):
             return None
         head = read_head(con, self.table)
@@ -806,28 +916,56 @@ class VectorIndex:
         changed = changes_since(con, self.table, head["epoch"], epoch)
         if changed is None:
             return None
+        return head, epoch, changed
+
+    def _read_blocks(self, con: Connection, m: _Mirror, *, first: int | None = None, stop: int | None = None,
+                     group: int | None = None) -> Iterator[int]:
+        """Add the stored blocks (from block `first`, before block `stop`) to m in block order, erased ones
+        from their rows; with `group`, m is handed back (yielded) every time it holds that many rows and
+        emptied after, else once at the end. Yields how many erased blocks were read so far."""
         code = TABLE_CODES[self.table]
-        total = con.execute("SELECT coalesce(sum(rows), 0), count(*) FROM vector_mirror WHERE tbl = ?",
-                            (code,)).fetchone()
-        m = _Mirror(self.dim)
-        m._grow(int(total[0]), exact=True)
         key = "m.id" if self.table == "memories" else "c.id"
         by_range = _SOURCES[self.table] + f" WHERE {key} >= ? AND {key} < ? ORDER BY {key}"
+        sql = "SELECT block, rows, projects, meta, codes FROM vector_mirror WHERE tbl = ?"
+        args: list[int] = [code]
+        if first is not None:
+            sql, args = sql + " AND block >= ?", [*args, first]
+        if stop is not None:
+            sql, args = sql + " AND block < ?", [*args, stop]
         cache = con.execute("PRAGMA cache_size").fetchone()[0]
         con.execute(f"PRAGMA cache_size = -{READ_CACHE_KIB}")  # read once: not worth keeping in the cache
         erased = 0
         try:
-            cur = con.execute("SELECT block, rows, projects, meta, codes FROM vector_mirror WHERE tbl = ? "
-                              "ORDER BY block", (code,))
-            for block, rows, projects, meta, codes in cur:
+            for block, rows, projects, meta, codes in con.execute(sql + " ORDER BY block", args):
+                if self._stopping:
+                    raise Stopped
                 if meta is None or codes is None:  # erased by a deleted vector: its rows are the truth
                     erased += 1
                     lo = block * STORED_IDS
                     m.add(con.execute(by_range, (lo, lo + STORED_IDS)).fetchall(), fresh=True)
-                    continue
-                m.add_stored(block, rows, json.loads(projects), meta, codes)
+                else:
+                    m.add_stored(block, rows, json.loads(projects), meta, codes)
+                if group is not None and m.n >= group:
+                    yield erased
+                    m.clear()
         finally:
             con.execute(f"PRAGMA cache_size = {int(cache)}")
+        yield erased
+
+    def _load_stored(self, con: Connection) -> tuple[_Mirror, int] | None:
+        """The mirror from its stored blocks (erased blocks read from their rows), caught up from the vector
+        log; None when there are none, they are for another dimension, or older than the log reaches."""
+        state = self._stored_state(con)
+        if state is None:
+            return None
+        head, epoch, changed = state
+        total = con.execute("SELECT coalesce(sum(rows), 0), count(*) FROM vector_mirror WHERE tbl = ?",
+                            (TABLE_CODES[self.table],)).fetchone()
+        m = _Mirror(self.dim)
+        m._grow(int(total[0]), exact=True)
+        erased = 0
+        for erased in self._read_blocks(con, m):  # noqa: B007 - the count so far, the last one wanted
+            pass
         stored_vmax = head.get("vmax")
         m.vmax = max(m.vmax, float(stored_vmax) if isinstance(stored_vmax, (int, float)) else m.code_norm_max())
         if self.table == "memories":
@@ -838,6 +976,126 @@ class VectorIndex:
         log.info("vector mirror %s loaded from %d stored blocks (%d erased): %d rows, %d changed since",
                  self.table, int(total[1]), erased, m.n, len(changed))
         return m, epoch
+
+    # -- searching the stored blocks as they are read (no mirror loaded yet) ------------------------------
+
+    def _streamed(self, con: Connection, each: Callable[[Connection, _Mirror], Any], *,
+                  windows: bool) -> list[Any] | None:
+        """`each(con, group)` for group after group of the current rows (STREAM_ROWS at a time, from the stored
+        blocks, with rows changed since read from the float copy), on this thread and a helper reading the
+        second half of the blocks (its own connection, as the mirror's loading does); None when the stored
+        blocks cannot serve (what `_stored_state` says). Holds nothing but one group in memory at a time:
+        no mirror of hundreds of MB to map and fill before the first search can answer."""
+        state = self._stored_state(con)
+        if state is None:
+            return None
+        head, epoch, changed = state
+        code = TABLE_CODES[self.table]
+        erased = con.execute("SELECT count(*) FROM vector_mirror WHERE tbl = ? AND codes IS NULL",
+                             (code,)).fetchone()[0]  # (reads no blob: the NULL is in the row's header)
+        if epoch - head["epoch"] >= REFRESH_EPOCHS or len(changed) > STREAM_MAX_CHANGED or erased > STREAM_MAX_ERASED:
+            return None  # the blocks are due to be written again: loading the mirror does that (then saves)
+        count = con.execute("SELECT count(*) FROM vector_mirror WHERE tbl = ?", (code,)).fetchone()[0]
+        mid = None
+        if count >= STREAM_SPLIT_BLOCKS:
+            mid = con.execute("SELECT block FROM vector_mirror WHERE tbl = ? ORDER BY block LIMIT 1 OFFSET ?",
+                              (code, count // 2)).fetchone()[0]
+        gone = np.array(sorted(changed), dtype=np.int64)
+        wins = read_windows(con) if windows and self.table == "memories" else {}
+        owners = np.array(sorted(wins), dtype=np.int64)
+        stored_vmax = head.get("vmax")
+
+        def run(c: Connection, first: int | None, stop: int | None) -> list[Any]:
+            out = []
+            m = _Mirror(self.dim)
+            for _ in self._read_blocks(c, m, first=first, stop=stop, group=STREAM_ROWS):
+                if m.n == 0:
+                    continue
+                m.vmax = max(m.vmax, float(stored_vmax) if isinstance(stored_vmax, (int, float))
+                             else m.code_norm_max())
+                ids = m.ids[: m.n]
+                if len(gone):  # changed since the blocks were written: read from the rows after the blocks
+                    stale = np.flatnonzero(np.isin(ids, gone))
+                    m.alive[stale] = False
+                    m.dead += len(stale)
+                if len(owners):  # the group's rows are in id order
+                    sel = owners[np.searchsorted(owners, ids[0]):np.searchsorted(owners, ids[-1], "right")]
+                    m.add_windows({int(r): wins[int(r)] for r in sel})
+                out.append(each(c, m))
+            return out
+
+        def helper() -> None:
+            c = self._connect()  # its own: nothing else closes it under the read
+            try:
+                c.execute("BEGIN")
+                result.extend(run(c, mid, None))
+            except BaseException as e:  # raised again on the searching thread
+                failed.append(e)
+            finally:
+                c.close()
+
+        result: list[Any] = []
+        failed: list[BaseException] = []
+        other = None
+        if mid is not None:
+            other = threading.Thread(target=helper, name=f"mirror-scan-{self.table}", daemon=True)
+            other.start()
+        try:
+            mine = run(con, None, mid)
+        finally:
+            if other is not None:
+                other.join()
+        if failed:
+            raise failed[0]
+        if changed:
+            m = _Mirror(self.dim)
+            self._apply_to(con, m, changed)
+            if m.n:
+                mine.append(each(con, m))
+        return mine + result
+
+    def _try_streamed(self, con: Connection, each: Callable[[Connection, _Mirror], Any], *,
+                      windows: bool) -> list[Any] | None:
+        """`_streamed`, or None when a stored block does not add up (the load that follows reads the rows
+        instead, says so, and writes every block again)."""
+        try:
+            return self._streamed(con, each, windows=windows)
+        except ProgrammingError:  # the store closed under it
+            raise
+        except (ValueError, DatabaseError, EngineError):
+            return None
+
+    def _search_streamed(self, con: Connection, q: np.ndarray, k: int, f: Filter,
+                         windows: bool) -> list[tuple[int, float]] | None:
+        qn = float(np.linalg.norm(q))
+
+        def each(_c: Connection, m: _Mirror) -> _Pruned:
+            kept = _Pruned(k, qn)
+            kept.add(m.scored(q, f, windows))
+            return kept
+
+        parts = self._try_streamed(con, each, windows=windows)
+        if parts is None:
+            return None
+        kept = _Pruned(k, qn)
+        for part in parts:
+            kept.merge(part)
+        s = kept.result()
+        return _select(s, q, k, lambda ids: read_vectors(con, self.table, ids)) if s is not None else []
+
+    def _near_streamed(self, con: Connection, q: np.ndarray, threshold: float,
+                       f: Filter) -> list[tuple[int, float]] | None:
+        parts = self._try_streamed(
+            con, lambda c, m: m.near_rows(q, threshold, f, lambda ids: read_vectors(c, self.table, ids)), windows=False)
+        if parts is None:
+            return None
+        return sorted((hit for part in parts for hit in part), key=lambda x: (-x[1], x[0]))
+
+    def _first_search(self) -> bool:
+        """Whether this search is the process's first of this table with no mirror loaded or loading: it
+        then reads the stored blocks as it goes (a CLI command searches once: it never loads the mirror);
+        the next one loads the mirror for the searches after, as a search always did."""
+        return self.store is not None and self._mirror is None and not self._streams and not self._loading
 
     def after_write(self, con: Connection, epoch_before: int, epoch_after: int, ids: set[int]) -> None:
         """Apply this process's committed write to the mirror, or catch up if another process wrote too."""
@@ -911,7 +1169,11 @@ class VectorIndex:
             m = self._current(con)
             if m is None:
                 self._load_siblings()
-                m, self._epoch = self._load(con)
+                self._loading = True
+                try:
+                    m, self._epoch = self._load(con)
+                finally:
+                    self._loading = False
                 self._mirror = m
                 loaded = True
             view = copy.copy(m)
@@ -935,12 +1197,31 @@ class VectorIndex:
             return  # a small store (or one not stored yet) loads when searched
 
         def run() -> None:
+            con = self._connect()  # its own: closing the store does not close it under the load
             try:
-                self._view(store.con)
+                self._view(con)
+            except Stopped:
+                pass
             except Exception:  # the search that needs it loads it (and says why it cannot)
                 log.info("loading the %s vector mirror ahead failed", self.table, exc_info=True)
+            finally:
+                con.close()
 
-        threading.Thread(target=run, name=f"mirror-{self.table}", daemon=True).start()
+        self._loader = threading.Thread(target=run, name=f"mirror-{self.table}", daemon=True)
+        self._loader.start()
+
+    def _connect(self) -> Connection:
+        """A connection of this index's own to the store (a thread that reads in the background)."""
+        store = self.store
+        assert store is not None
+        return connect(store.path, store._key_pragma, store.cipher)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """The store is closing: a load in the background stops at its next block and is waited for."""
+        self._stopping = True
+        loader = self._loader
+        if loader is not None and loader is not threading.current_thread():
+            loader.join(timeout)
 
     def _load_siblings(self) -> None:
         """The other tables' stored mirrors start loading beside this one (a recall searches both)."""
@@ -1150,6 +1431,11 @@ class VectorIndex:
         q = np.asarray(q, dtype=np.float32)
         if not self.use_mirror or self.table != "memories":
             return [(i, c) for i, c in self.search(con, q, 2, f, windows=False) if c >= threshold]
+        if self._first_search():
+            hits = self._near_streamed(con, q, threshold, f)
+            if hits is not None:
+                self._streams += 1
+                return hits
         view = self._view(con)
         if view.near is None:
             self._start_near()
@@ -1188,6 +1474,12 @@ class VectorIndex:
         texts only (duplicates, contradictions: a passage of a long note is not the note)."""
         if not self.use_mirror:
             return self._search_vec0(con, q, k, f, windows)
+        q = np.asarray(q, dtype=np.float32)
+        if self._first_search():
+            hits = self._search_streamed(con, q, k, f, windows)
+            if hits is not None:
+                self._streams += 1
+                return hits
         view = self._view(con)
         return view.search(np.asarray(q, dtype=np.float32), k, f,
                            lambda ids: read_vectors(con, self.table, ids), windows)

@@ -84,6 +84,16 @@ def _probes(mat: np.ndarray, crowded: np.ndarray) -> list[np.ndarray]:
     return [crowded, *_unit(rng.standard_normal((6, mat.shape[1]))), *_unit(mat[rng.integers(0, len(mat), 4)] + 0.01)]
 
 
+def _first_then_loaded(index: vectors.VectorIndex, con, q: np.ndarray, k: int, f: vectors.Filter):
+    """A fresh index's first search reads the stored blocks as it goes (no mirror is loaded); the second
+    loads the mirror; both answer the same, which is returned."""
+    first = index.search(con, q, k, f)
+    assert index._mirror is None and index._streams == 1
+    second = index.search(con, q, k, f)
+    assert index._mirror is not None and second == first
+    return second
+
+
 def _assert_exact(index: vectors.VectorIndex, con, probes) -> None:
     for q in probes:
         for f in FILTERS:
@@ -139,7 +149,7 @@ def test_writes_after_the_stored_mirror_are_caught_up(profile_home):
                 con.execute("UPDATE memories SET project = 'r' WHERE id = ?", (int(ids[-2]),))
                 touched.memories.update({new, int(ids[1]), int(ids[2]), int(ids[-1]), int(ids[-2])})
         fresh = _wire(eng)
-        got = fresh.search(eng.con, crowded, 3, vectors.Filter())
+        got = _first_then_loaded(fresh, eng.con, crowded, 3, vectors.Filter())
         assert fresh.loaded_from == "stored"
         assert got[0][0] == new and got[0][1] == pytest.approx(1.0, abs=1e-5)
         assert int(ids[2]) not in fresh._mirror.pos
@@ -228,7 +238,7 @@ def test_forget_erases_the_stored_code_and_it_never_comes_back(profile_home):
                                (block,)).fetchone() == (1,)
         assert find(db, key, code[:64]) == []  # nor does any page or log frame
         fresh = _wire(eng, dim)
-        hits = fresh.search(eng.con, mat[1800], 10, vectors.Filter(include_archived=True))
+        hits = _first_then_loaded(fresh, eng.con, mat[1800], 10, vectors.Filter(include_archived=True))
         assert victim not in [i for i, _ in hits] and fresh.loaded_from == "stored"
         assert victim not in fresh._mirror.pos
         # written again (the other rows of the block come back, not the forgotten one)
@@ -311,8 +321,8 @@ def test_the_mirror_is_stored_in_the_background_and_kept_up_to_date(profile_home
         now = dict(eng.con.execute("SELECT block, epoch FROM vector_mirror WHERE tbl = 0").fetchall())
         assert now[0] > first[0] and all(now[b] == first[b] for b in first if b != 0)  # only block 0 changed
         fresh = _wire(eng)
-        assert not {int(i) for i in ids[:3]} & {i for i, _ in fresh.search(eng.con, crowded, ROWS, vectors.Filter())}
-        assert fresh.loaded_from == "stored"
+        hits = _first_then_loaded(fresh, eng.con, crowded, ROWS, vectors.Filter())
+        assert not {int(i) for i in ids[:3]} & {i for i, _ in hits} and fresh.loaded_from == "stored"
 
 
 def test_a_stored_mirror_loads_ahead_of_the_first_search(profile_home):
@@ -372,7 +382,7 @@ def test_another_process_writing_after_the_stored_mirror_is_caught_up(profile_ho
         assert eng.con.execute("SELECT codes IS NULL FROM vector_mirror WHERE tbl = 0 AND block = ?",
                                (gone // vectors.STORED_IDS,)).fetchone() == (1,)  # erased over there too
         fresh = _wire(eng)
-        got = fresh.search(eng.con, crowded, 1, vectors.Filter())
+        got = _first_then_loaded(fresh, eng.con, crowded, 1, vectors.Filter())
         assert fresh.loaded_from == "stored" and got[0][0] == rid
         assert gone not in fresh._mirror.pos
         _assert_exact(fresh, eng.con, _probes(mat, crowded)[:3])
@@ -434,3 +444,117 @@ def test_the_bound_of_the_codes_norms_comes_with_the_blocks_or_is_computed(profi
         _assert_exact(older, eng.con, _probes(mat, crowded)[:4])
         assert older.loaded_from == "stored"
         assert abs(older._mirror.vmax - older._mirror.code_norm_max()) < 1e-6 and older._mirror.vmax > 0.9
+
+
+def _exact_windows(con, q: np.ndarray, k: int, f: vectors.Filter) -> list[int]:
+    """_exact with each memory's score the best of its own cosine and its windows'."""
+    wins: dict[int, float] = {}
+    for rid, blob in con.execute(vectors._WINDOWS):
+        wins[rid] = max(wins.get(rid, -np.inf), float(np.frombuffer(blob, np.float32) @ q))
+    rows = con.execute("SELECT v.id, v.embedding, m.project, m.kind, m.archived, coalesce(m.event_at, m.created_at) "
+                       "FROM vec_memories_f32 v JOIN memories m ON m.id = v.id").fetchall()
+    keep = [(rid, max(float(np.frombuffer(blob, np.float32) @ q), wins.get(rid, -np.inf)))
+            for rid, blob, project, kind, archived, t in rows
+            if (f.projects is None or project in f.projects) and (f.kinds is None or kind in f.kinds)
+            and (f.include_archived or not archived) and (f.since is None or t >= f.since)]
+    keep.sort(key=lambda x: (-x[1], x[0]))
+    return [rid for rid, _ in keep[:k]]
+
+
+def test_a_first_search_reads_the_stored_blocks_as_it_goes_and_answers_exactly(profile_home, monkeypatch):
+    """With no mirror loaded, a process's first search of a table scans the stored blocks group by group (here
+    on two threads, many groups) and holds no mirror; with rows written since the blocks (through the
+    engine's write path), blocks erased by deletes, windows and filters it answers as an exact scan does,
+    and the same as the mirror the next search loads. Stored blocks due to be written again are loaded."""
+    from engine.embeddings import Windows
+
+    monkeypatch.setattr(vectors, "STREAM_ROWS", 300)  # ten groups of blocks
+    monkeypatch.setattr(vectors, "STREAM_SPLIT_BLOCKS", 2)  # and a helper thread for the second half
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        ids, mat, crowded, _ = _stored(eng)
+        rng = np.random.default_rng(3)
+        with eng.space.mutation() as (con, touched):
+            new = _insert(con, 50_000, project="p")
+            vectors.put(con, "memories", [new], crowded[None, :])  # after the blocks
+            vectors.put(con, "memories", [int(ids[1])], -crowded[None, :])  # re-embedded
+            vectors.delete(con, "memories", [int(ids[2])])  # its block erased
+            con.execute("UPDATE memories SET archived = 1 WHERE id = ?", (int(ids[-1]),))
+            # a long memory: its windows match a probe better than its own vector
+            long_id = int(ids[2600])
+            vectors.put(con, "memories", [long_id], mat[2600][None, :],
+                        [Windows(_unit(rng.standard_normal((3, DIM))), [(0, 5), (5, 9), (9, 12)])])
+            touched.memories.update({new, int(ids[1]), int(ids[2]), int(ids[-1]), long_id})
+        window = np.frombuffer(eng.con.execute(vectors._WINDOWS + " WHERE w.memory_id = ?", (long_id,))
+                               .fetchone()[1], np.float32)
+        probes = [*_probes(mat, crowded)[:5], window]
+        for q in probes:
+            for f in FILTERS:
+                for k in (1, 10, 40):
+                    fresh = _wire(eng)
+                    got = fresh.search(eng.con, q, k, f)
+                    assert fresh._mirror is None and fresh.resident_bytes() == 0  # nothing loaded
+                    assert [i for i, _ in got] == _exact_windows(eng.con, q, k, f)
+        fresh = _wire(eng)
+        assert fresh.search(eng.con, window, 1, vectors.Filter())[0][0] == long_id
+        assert fresh.search(eng.con, window, 1, vectors.Filter(), windows=False)[0][0] != long_id  # loaded now
+        assert fresh._mirror is not None and fresh.loaded_from == "stored"
+        for q in probes:  # the loaded mirror answers the same
+            assert [i for i, _ in fresh.search(eng.con, q, 10, FILTERS[1])] == _exact_windows(eng.con, q, 10, FILTERS[1])
+
+        # the near-duplicate check of a fresh index reads the blocks too, and finds what a scan finds
+        near = _wire(eng)
+        q = _unit(mat[100][None, :] + 0.02 * rng.standard_normal((1, DIM)))[0]
+        got = near.near(eng.con, q, 0.9, vectors.Filter())
+        assert near._mirror is None
+        scan = sorted((rid, float(np.frombuffer(b, np.float32) @ q)) for rid, b in
+                      eng.con.execute("SELECT id, embedding FROM vec_memories_f32"))
+        assert sorted(r for r, _ in got) == sorted(r for r, c in scan if c >= 0.9) and int(ids[100]) in {r for r, _ in got}
+
+        # blocks due to be written again: the first search loads the mirror (which then stores them)
+        monkeypatch.setattr(vectors, "STREAM_MAX_ERASED", 0)
+        due = _wire(eng)
+        assert [i for i, _ in due.search(eng.con, crowded, 10, vectors.Filter())] == \
+            _exact_windows(eng.con, crowded, 10, vectors.Filter())
+        assert due._mirror is not None and due.loaded_from == "stored"
+
+
+CLOSE_WHILE_LOADING = """
+import time
+
+from engine import Engine, vectors
+from engine.embeddings import NoEmbedder
+from tests.integration.test_stored_mirror import _stored, _wire
+
+add = vectors._Mirror.add_stored
+
+
+def slowly(*args, **kwargs):  # a big store's load takes a while
+    time.sleep(0.05)
+    return add(*args, **kwargs)
+
+
+with Engine.open(embedder=NoEmbedder()) as eng:
+    _stored(eng)
+vectors._Mirror.add_stored = slowly
+eng = Engine.open(embedder=NoEmbedder())
+index = _wire(eng)
+index.preload()
+time.sleep(0.2)
+assert index._loading
+t0 = time.monotonic()
+eng.close()  # while the mirror loads in the background
+assert not index._loader.is_alive() and index._mirror is None
+print("closed in", round(time.monotonic() - t0, 2))
+"""
+
+
+def test_closing_the_store_while_a_mirror_loads_in_the_background(profile_home):
+    """The background load stops at its next block and is waited for: no crash (a connection closed under
+    a running statement used to end the process), nothing left running."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", CLOSE_WHILE_LOADING], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.startswith("closed in") and float(out.stdout.split()[-1]) < 1.0
