@@ -1187,8 +1187,8 @@ class VectorIndex:
 
     def preload(self) -> None:
         """Start loading the mirror on a thread (and connection) of its own, when it is kept in the store and
-        not loaded or loading: the search that needs it then waits only for what is left (reading the blocks
-        is decryption, which another core can do while the query is embedded and matched by words)."""
+        not loaded or loading: a search of another table that loads its mirror starts this one's beside it
+        (`_load_siblings`: reading the blocks is decryption, which the other core can do meanwhile)."""
         store = self.store
         if store is None or not self.use_mirror or self._mirror is not None or self._lock.locked():
             return

@@ -326,8 +326,8 @@ def test_the_mirror_is_stored_in_the_background_and_kept_up_to_date(profile_home
 
 
 def test_a_stored_mirror_loads_ahead_of_the_first_search(profile_home):
-    """preload (the space calls it when the store opens for searching): a stored mirror loads on a thread of
-    its own; a store with nothing stored is left to load when searched."""
+    """preload (a search that loads one table's mirror calls it for the others): a stored mirror loads on a
+    thread of its own; a store with nothing stored is left to load when searched."""
     with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
         ids, mat, crowded = _fill(eng)
         index = _wire(eng)
