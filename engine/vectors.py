@@ -835,6 +835,13 @@ def _select(s: _Scored, q: np.ndarray, k: int, exact: Callable[[list[int]], dict
     return [(int(ids[i]), float(sc[i])) for i in order]
 
 
+def _take_vmax(m: _Mirror, head: dict) -> None:
+    """m's bound of its codes' norms from the stored blocks' head (computed from the codes for a head
+    written without it); rows added from the float copy have raised it already."""
+    stored = head.get("vmax")
+    m.vmax = max(m.vmax, float(stored) if isinstance(stored, (int, float)) else m.code_norm_max())
+
+
 class Stopped(Exception):
     """A load in the background given up: the store is closing."""
 
@@ -860,7 +867,7 @@ class VectorIndex:
         self.last_save: dict[str, float] = {}  # blocks written, seconds, longest write transaction (s)
         self.loaded_from: str | None = None  # "stored" or "rows": how the mirror last loaded
         self.siblings: list[VectorIndex] = []  # the other tables' indexes of the same store
-        self._streams = 0  # searches answered from the stored blocks as they were read (_first_search)
+        self._streams = 0  # searches answered from the stored blocks as they were read (_from_blocks)
         self._loading = False  # the mirror is being loaded (a search waits for it)
         self._loader: threading.Thread | None = None  # loading the mirror in the background (preload)
         self._stopping = False  # the store is closing (stop)
@@ -963,11 +970,8 @@ class VectorIndex:
                             (TABLE_CODES[self.table],)).fetchone()
         m = _Mirror(self.dim)
         m._grow(int(total[0]), exact=True)
-        erased = 0
-        for erased in self._read_blocks(con, m):  # noqa: B007 - the count so far, the last one wanted
-            pass
-        stored_vmax = head.get("vmax")
-        m.vmax = max(m.vmax, float(stored_vmax) if isinstance(stored_vmax, (int, float)) else m.code_norm_max())
+        *_, erased = self._read_blocks(con, m)  # the count of erased blocks, as of the last
+        _take_vmax(m, head)
         if self.table == "memories":
             m.add_windows(read_windows(con))
         if not self._apply_to(con, m, changed):
@@ -1003,7 +1007,6 @@ class VectorIndex:
         gone = np.array(sorted(changed), dtype=np.int64)
         wins = read_windows(con) if windows and self.table == "memories" else {}
         owners = np.array(sorted(wins), dtype=np.int64)
-        stored_vmax = head.get("vmax")
 
         def run(c: Connection, first: int | None, stop: int | None) -> list[Any]:
             out = []
@@ -1011,8 +1014,7 @@ class VectorIndex:
             for _ in self._read_blocks(c, m, first=first, stop=stop, group=STREAM_ROWS):
                 if m.n == 0:
                     continue
-                m.vmax = max(m.vmax, float(stored_vmax) if isinstance(stored_vmax, (int, float))
-                             else m.code_norm_max())
+                _take_vmax(m, head)
                 ids = m.ids[: m.n]
                 if len(gone):  # changed since the blocks were written: read from the rows after the blocks
                     stale = np.flatnonzero(np.isin(ids, gone))
@@ -1091,11 +1093,17 @@ class VectorIndex:
             return None
         return sorted((hit for part in parts for hit in part), key=lambda x: (-x[1], x[0]))
 
-    def _first_search(self) -> bool:
-        """Whether this search is the process's first of this table with no mirror loaded or loading: it
-        then reads the stored blocks as it goes (a CLI command searches once: it never loads the mirror);
-        the next one loads the mirror for the searches after, as a search always did."""
-        return self.store is not None and self._mirror is None and not self._streams and not self._loading
+    def _from_blocks(self, answer: Callable[[], list[tuple[int, float]] | None]) -> list[tuple[int, float]] | None:
+        """`answer()` (a search of the stored blocks as they are read) when this is the process's first search
+        of this table with no mirror loaded or loading (a CLI command searches once: it never loads the
+        mirror); None otherwise, or when the blocks cannot serve: the search then loads the mirror for the
+        searches after, as a search always did."""
+        if self.store is None or self._mirror is not None or self._streams or self._loading:
+            return None
+        hits = answer()
+        if hits is not None:
+            self._streams += 1
+        return hits
 
     def after_write(self, con: Connection, epoch_before: int, epoch_after: int, ids: set[int]) -> None:
         """Apply this process's committed write to the mirror, or catch up if another process wrote too."""
@@ -1431,11 +1439,8 @@ class VectorIndex:
         q = np.asarray(q, dtype=np.float32)
         if not self.use_mirror or self.table != "memories":
             return [(i, c) for i, c in self.search(con, q, 2, f, windows=False) if c >= threshold]
-        if self._first_search():
-            hits = self._near_streamed(con, q, threshold, f)
-            if hits is not None:
-                self._streams += 1
-                return hits
+        if (hits := self._from_blocks(lambda: self._near_streamed(con, q, threshold, f))) is not None:
+            return hits
         view = self._view(con)
         if view.near is None:
             self._start_near()
@@ -1475,13 +1480,10 @@ class VectorIndex:
         if not self.use_mirror:
             return self._search_vec0(con, q, k, f, windows)
         q = np.asarray(q, dtype=np.float32)
-        if self._first_search():
-            hits = self._search_streamed(con, q, k, f, windows)
-            if hits is not None:
-                self._streams += 1
-                return hits
+        if (hits := self._from_blocks(lambda: self._search_streamed(con, q, k, f, windows))) is not None:
+            return hits
         view = self._view(con)
-        return view.search(np.asarray(q, dtype=np.float32), k, f,
+        return view.search(q, k, f,
                            lambda ids: read_vectors(con, self.table, ids), windows)
 
     def _search_vec0(self, con: Connection, q: np.ndarray, k: int, f: Filter,
