@@ -188,7 +188,6 @@ class MemoryBrowser(QWidget):
         layout.addWidget(splitter, 1)
         layout.addWidget(self.undo_bar)
 
-        QShortcut(QKeySequence.StandardKey.Find, self, activated=self.focus_search)
         QShortcut(QKeySequence.StandardKey.Delete, self.tree, activated=self.delete_selected,
                   context=Qt.ShortcutContext.WidgetShortcut)
 

@@ -318,3 +318,24 @@ def test_settings_choose_the_embedding_model(qtbot, desktop, tmp_path):
     qtbot.waitUntil(lambda: settings.feedback.text() == "Saved ✓", timeout=10_000)
     assert load_settings(desktop.home).embedding_model == "none"
     qtbot.waitUntil(lambda: "words only" in settings.embedding.text(), timeout=10_000)
+
+
+def test_ctrl_f_goes_to_the_memory_search_from_any_page(qtbot, desktop):
+    """The window's Find shortcut, pressed as a key (a second shortcut on the same key in the window makes Qt
+    fire neither): from another page, and from the memories page with the focus elsewhere."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QApplication
+
+    window = desktop.window
+    window.show()
+    qtbot.waitExposed(window)
+    window.show_page("settings")
+    window.activateWindow()
+    qtbot.waitUntil(lambda: QApplication.activeWindow() is window, timeout=3000)  # shortcuts need it active
+    assert not window.memories.search.hasFocus()
+    qtbot.keyClick(window, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: window.memories.search.hasFocus(), timeout=3000)
+    window.sidebar.setFocus()
+    assert window.sidebar.hasFocus()
+    qtbot.keyClick(window.sidebar, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: window.memories.search.hasFocus(), timeout=3000)
