@@ -163,6 +163,35 @@ def test_a_batch_of_turns_is_stored_once_each(profile_home):
         assert {m.text for m in stored} == {t.text for t in turns[:30]} | {"The boiler is serviced every May."}
 
 
+def test_new_ids_sort_in_the_order_they_are_made(profile_home):
+    """Ids are made in order (so the unique index on uid takes new rows at its end, a page in the cache), and
+    stay unique when threads make them at once."""
+    import re
+
+    from engine.memories import new_uid
+
+    made: list[list[str]] = [[] for _ in range(4)]
+
+    def make(out: list[str]) -> None:
+        out.extend(new_uid("chk") for _ in range(3000))
+
+    threads = [threading.Thread(target=make, args=(out,)) for out in made]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    every = [u for out in made for u in out]
+    assert len(set(every)) == len(every) == 12_000
+    assert all(out == sorted(out) for out in made)
+    assert all(re.fullmatch(r"chk_[0-9a-f]{20}", u) for u in every)
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        ids = [eng.remember(f"Fact number {i} about the {('shed', 'lake', 'attic')[i % 3]}.").id for i in range(6)]
+        ids += [r.id for r in eng.remember_many([Remembered(f"Batch fact {i} on the harbour.") for i in range(6)])]
+        assert ids == sorted(ids)
+        by_row = [r[0] for r in eng.con.execute("SELECT uid FROM memories ORDER BY id")]
+        assert by_row == sorted(by_row) == ids
+
+
 def test_a_refused_item_stores_nothing_of_its_batch(profile_home):
     from engine import UserError
 
