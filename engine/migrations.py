@@ -431,22 +431,6 @@ def m007_document_tallies(con: Connection) -> None:
     )
 
 
-def m008_vector_mirror_code_parts(con: Connection) -> None:
-    """A stored mirror block's codes in parts of fewer row ids (engine/vectors.py, STORED_PART_IDS), one row
-    each, keyed by table code << 40 | row id // the part's size: a forget erases the part that holds the row
-    and the block's small meta row, not the whole block's codes (96 KiB at 384 dimensions). Blocks stored
-    before go when the store opens (their erasing triggers are replaced) and are stored again."""
-    run_script(
-        con,
-        """
-        CREATE TABLE vector_mirror_codes(
-            id INTEGER PRIMARY KEY,   -- table code << 40 | row id // the part's size
-            codes BLOB NOT NULL       -- the part's rows (those of its block, by id) x dimension int8 codes
-        );
-        """,
-    )
-
-
 MIGRATIONS: list[Callable[[Connection], None]] = [
     m001_initial,
     m002_consolidation,
@@ -455,7 +439,6 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     m005_flat_costs,
     m006_vector_mirror_blocks,
     m007_document_tallies,
-    m008_vector_mirror_code_parts,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

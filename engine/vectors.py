@@ -99,18 +99,12 @@ LOAD_ROWS = 20_000  # rows read at a time when the mirror loads
 LOG_EPOCHS = 2000  # writes kept in vector_log for other processes' mirrors to catch up with
 NEAR_STEP = 20_000  # rows given their near-duplicate keys at a time by the background build (engine/lsh.py)
 
-# the mirror kept in the store (table vector_mirror, one row per block of row ids; the block's codes in
-# vector_mirror_codes, one row per part of STORED_PART_IDS row ids)
+# the mirror kept in the store (table vector_mirror, one row per block of row ids)
 TABLE_CODES = {"memories": 0, "chunks": 1}
-STORED_IDS = 256  # row ids per stored block (256 makes loading a million rows ~20 ms slower than 1024)
-# row ids per part of a block's codes (24 KiB at 384 dimensions): what a forget erases besides the block's
-# meta row. A forget erasing a whole block's codes (96 KiB, 12 pages read, zeroed, logged and checkpointed)
-# took 0.9 ms of a forget of a row not in the cache at a million items; parts of 64 read 10-15 ms slower
-# than whole blocks a million rows, parts of 16 (a page each) 85-130 ms.
-STORED_PART_IDS = 64
-PART_KEY_BITS = 40  # a part's key in vector_mirror_codes: table code << PART_KEY_BITS | row id // STORED_PART_IDS
+STORED_IDS = 256  # row ids per stored block (what a forget erases: ~0.1 MB at 384 dimensions; 1024 made a
+# forget at a million items 2.4 ms slower, 256 makes loading a million rows ~20 ms slower, tests/bench)
 STORED_MIN_ROWS = 5000  # a table's mirror is kept in the store from this many rows (smaller ones load fast)
-STORED_FORMAT = 2
+STORED_FORMAT = 1
 HEAD_KEY = "vector_mirror:"  # + table: state row describing the stored blocks (JSON)
 REFRESH_EPOCHS = 200  # writes after which the stored blocks are brought up to date (well within LOG_EPOCHS)
 SAVE_BLOCKS = 4  # stored blocks written per transaction (~1.6 MB: a user's write waits at most that long)
@@ -214,13 +208,13 @@ def create_tables(con: Connection, dim: int) -> None:
         "DELETE FROM memory_windows WHERE memory_id = old.id; END"
     )
     if has_stored_mirror(con):
-        # a vector that changes or goes erases its stored block's meta row and the part of its codes that
-        # holds the row, in the same transaction (a forgotten row's code never outlives it; the block's rows
-        # are read from the float copy until it is written again)
+        # a vector that changes or goes erases its stored block in the same transaction (a forgotten row's
+        # code never outlives it; the block's rows are read from the float copy until it is written again)
+        erase = f"block = old.id / {STORED_IDS} AND"
         triggers = [r[0] for r in con.execute(
             "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name LIKE '%_f32_mirror_%'")]
-        if any(not _erases_as_now(sql) for sql in triggers):  # blocks of another size or format: they go,
-            drop_stored(con)                                  # and the triggers change
+        if any(erase not in sql for sql in triggers):  # blocks of another size: they go, the triggers change
+            drop_stored(con)
             for table in TABLE_CODES:
                 for event in "du":
                     con.execute(f"DROP TRIGGER IF EXISTS {table}_f32_mirror_{event}")
@@ -228,29 +222,13 @@ def create_tables(con: Connection, dim: int) -> None:
             for event in ("DELETE", "UPDATE"):
                 con.execute(
                     f"CREATE TRIGGER IF NOT EXISTS {table}_f32_mirror_{event[0].lower()} AFTER {event} ON "
-                    f"vec_{table}_f32 BEGIN {_erase_sql(code)} END"
+                    f"vec_{table}_f32 BEGIN UPDATE vector_mirror SET projects = NULL, meta = NULL, codes = NULL "
+                    f"WHERE tbl = {code} AND block = old.id / {STORED_IDS} AND codes IS NOT NULL; END"
                 )
 
 
-def _erase_sql(code: int) -> str:
-    return (f"UPDATE vector_mirror SET projects = NULL, meta = NULL, codes = NULL WHERE tbl = {code} AND "
-            f"block = old.id / {STORED_IDS} AND meta IS NOT NULL; DELETE FROM vector_mirror_codes WHERE "
-            f"id = {code << PART_KEY_BITS} + old.id / {STORED_PART_IDS};")
-
-
-def _erases_as_now(trigger_sql: str) -> bool:
-    return any(_erase_sql(code) in trigger_sql for code in TABLE_CODES.values())
-
-
-def part_keys(code: int, block: int) -> tuple[int, int]:
-    """The keys [lo, hi) in vector_mirror_codes of one block's parts."""
-    per = STORED_IDS // STORED_PART_IDS
-    return (code << PART_KEY_BITS) + block * per, (code << PART_KEY_BITS) + (block + 1) * per
-
-
 def has_stored_mirror(con: Connection) -> bool:
-    return con.execute("SELECT count(*) FROM sqlite_master WHERE name IN ('vector_mirror', 'vector_mirror_codes')"
-                       ).fetchone()[0] == 2
+    return con.execute("SELECT 1 FROM sqlite_master WHERE name = 'vector_mirror'").fetchone() is not None
 
 
 def read_head(con: Connection, table: str) -> dict | None:
@@ -263,8 +241,7 @@ def read_head(con: Connection, table: str) -> dict | None:
         head = json.loads(row[0])
     except ValueError:
         return None
-    if not isinstance(head, dict) or head.get("format") != STORED_FORMAT or head.get("ids") != STORED_IDS \
-            or head.get("part_ids") != STORED_PART_IDS:
+    if not isinstance(head, dict) or head.get("format") != STORED_FORMAT or head.get("ids") != STORED_IDS:
         return None
     if not isinstance(head.get("dim"), int) or not isinstance(head.get("epoch"), int):
         return None
@@ -275,14 +252,7 @@ def drop_stored(con: Connection) -> None:
     """Forget the stored mirror (its blocks are zeroed on disk by secure_delete)."""
     if has_stored_mirror(con):
         con.execute("DELETE FROM vector_mirror")
-        con.execute("DELETE FROM vector_mirror_codes")
     con.execute("DELETE FROM state WHERE key LIKE ?", (HEAD_KEY + "%",))
-
-
-def _delete_blocks(con: Connection, code: int, blocks: list[int]) -> None:
-    """Delete stored blocks, their meta rows and their code parts."""
-    con.executemany("DELETE FROM vector_mirror WHERE tbl = ? AND block = ?", [(code, b) for b in blocks])
-    con.executemany("DELETE FROM vector_mirror_codes WHERE id >= ? AND id < ?", [part_keys(code, b) for b in blocks])
 
 
 def drop_tables(con: Connection) -> None:
@@ -574,11 +544,10 @@ class _Mirror:
         np.maximum.at(best, self.wpos[live], self.wmat[live] @ q)
         return best
 
-    def add_stored(self, block: int, rows: int, projects: list, meta: bytes, codes: list[tuple[int, bytes]]) -> None:
+    def add_stored(self, block: int, rows: int, projects: list, meta: bytes, codes: bytes) -> None:
         """Append one stored block (rows already quantized, ids in increasing order, none in the mirror yet:
-        blocks are added in block order on a fresh mirror) with its codes in parts [(part number, codes)],
-        in order. ValueError when the block does not add up."""
-        if len(meta) != rows * META_BYTES or sum(len(c) for _, c in codes) != rows * self.dim or len(projects) < 1:
+        blocks are added in block order on a fresh mirror). ValueError when the block does not add up."""
+        if len(meta) != rows * META_BYTES or len(codes) != rows * self.dim or len(projects) < 1:
             raise ValueError("stored mirror block of the wrong size")
         parts, off = {}, 0
         for name, dt in META_LAYOUT:
@@ -588,9 +557,6 @@ class _Mirror:
         lo = block * STORED_IDS
         if rows and (ids[0] < lo or ids[-1] >= lo + STORED_IDS or np.any(np.diff(ids) <= 0)):
             raise ValueError("stored mirror block with ids out of place")
-        numbers, counts = np.unique(ids // STORED_PART_IDS, return_counts=True)
-        if [n for n, _ in codes] != numbers.tolist() or [len(c) for _, c in codes] != (counts * self.dim).tolist():
-            raise ValueError("stored mirror block whose code parts do not match its rows")
         if self.n and rows and ids[0] <= self.ids[self.n - 1]:
             raise ValueError("stored mirror blocks out of order")
         local = parts["proj"]
@@ -600,11 +566,7 @@ class _Mirror:
         self._grow(rows)
         span = slice(self.n, self.n + rows)
         self.ids[span] = ids
-        at = self.n
-        for _, c in codes:
-            k = len(c) // self.dim
-            self.codes[at:at + k] = np.frombuffer(c, dtype=np.int8).reshape(k, self.dim)
-            at += k
+        self.codes[span] = np.frombuffer(codes, dtype=np.int8).reshape(rows, self.dim)
         self.scale[span] = parts["scale"]
         self.bound[span] = parts["bound"]
         self.t[span] = parts["t"]
@@ -646,19 +608,15 @@ class _Mirror:
             out[b] = p
         return out
 
-    def pack(self, p: np.ndarray, names: dict[int, str | None]) -> tuple[int, str, bytes, list[tuple[int, bytes]]]:
-        """(rows, project names JSON, meta, [(part number, codes)]) of a stored block holding the rows at
-        positions p (by id); names: project code -> name."""
+    def pack(self, p: np.ndarray, names: dict[int, str | None]) -> tuple[int, str, bytes, bytes]:
+        """(rows, project names JSON, meta, codes) of a stored block holding the rows at positions p (by id);
+        names: project code -> name."""
         codes, local = np.unique(self.proj[p], return_inverse=True)
         projects = json.dumps([names[int(c)] for c in codes] or [None])
         meta = b"".join([self.ids[p].astype(np.int64).tobytes(), self.scale[p].tobytes(), self.bound[p].tobytes(),
                          self.t[p].tobytes(), local.astype(np.int32).tobytes(), self.kind[p].tobytes(),
                          self.archived[p].astype(np.uint8).tobytes()])
-        numbers, starts = np.unique(self.ids[p] // STORED_PART_IDS, return_index=True)
-        ends = [*starts[1:].tolist(), len(p)]
-        parts = [(int(n), self.codes[p[s:e]].tobytes()) for n, s, e in zip(numbers.tolist(), starts.tolist(), ends,
-                                                                           strict=True)]
-        return len(p), projects, meta, parts
+        return len(p), projects, meta, self.codes[p].tobytes()
 
     def add(self, rows: list[tuple], *, fresh: bool = False) -> None:
         """Add (or replace) rows (id, kind, project, archived, time, float32 blob), vectorised: loading a
@@ -978,31 +936,20 @@ class VectorIndex:
         code = TABLE_CODES[self.table]
         key = "m.id" if self.table == "memories" else "c.id"
         by_range = _SOURCES[self.table] + f" WHERE {key} >= ? AND {key} < ? ORDER BY {key}"
-        sql = "SELECT block, rows, projects, meta FROM vector_mirror WHERE tbl = ?"
+        sql = "SELECT block, rows, projects, meta, codes FROM vector_mirror WHERE tbl = ?"
         args: list[int] = [code]
         if first is not None:
             sql, args = sql + " AND block >= ?", [*args, first]
         if stop is not None:
             sql, args = sql + " AND block < ?", [*args, stop]
-        keys = (part_keys(code, first or 0)[0],
-                part_keys(code, stop)[0] if stop is not None else (code + 1) << PART_KEY_BITS)
         cache = con.execute("PRAGMA cache_size").fetchone()[0]
         con.execute(f"PRAGMA cache_size = -{READ_CACHE_KIB}")  # read once: not worth keeping in the cache
         erased = 0
         try:
-            parts = iter(con.execute("SELECT id, codes FROM vector_mirror_codes WHERE id >= ? AND id < ? ORDER BY id",
-                                     keys))
-            part = next(parts, None)
-            for block, rows, projects, meta in con.execute(sql + " ORDER BY block", args):
+            for block, rows, projects, meta, codes in con.execute(sql + " ORDER BY block", args):
                 if self._stopping:
                     raise Stopped
-                lo_key, hi_key = part_keys(code, block)
-                codes = []
-                while part is not None and part[0] < hi_key:  # the block's parts (others' are passed over)
-                    if part[0] >= lo_key:
-                        codes.append((part[0] - (code << PART_KEY_BITS), part[1]))
-                    part = next(parts, None)
-                if meta is None:  # erased by a deleted vector: its rows are the truth
+                if meta is None or codes is None:  # erased by a deleted vector: its rows are the truth
                     erased += 1
                     lo = block * STORED_IDS
                     m.add(con.execute(by_range, (lo, lo + STORED_IDS)).fetchall(), fresh=True)
@@ -1051,7 +998,7 @@ class VectorIndex:
             return None
         head, epoch, changed = state
         code = TABLE_CODES[self.table]
-        erased = con.execute("SELECT count(*) FROM vector_mirror WHERE tbl = ? AND meta IS NULL",
+        erased = con.execute("SELECT count(*) FROM vector_mirror WHERE tbl = ? AND codes IS NULL",
                              (code,)).fetchone()[0]  # (reads no blob: the NULL is in the row's header)
         if epoch - head["epoch"] >= REFRESH_EPOCHS or len(changed) > STREAM_MAX_CHANGED or erased > STREAM_MAX_ERASED:
             return None  # the blocks are due to be written again: loading the mirror does that (then saves)
@@ -1364,7 +1311,7 @@ class VectorIndex:
         if changed is None:  # nothing usable stored: every block
             todo = now_blocks
         else:
-            erased = {r[0] for r in con.execute("SELECT block FROM vector_mirror WHERE tbl = ? AND meta IS NULL",
+            erased = {r[0] for r in con.execute("SELECT block FROM vector_mirror WHERE tbl = ? AND codes IS NULL",
                                                 (code,))}
             todo = {i // STORED_IDS for i in changed} | erased
         order = sorted(todo)
@@ -1381,19 +1328,19 @@ class VectorIndex:
                     if packed is None or gone is None:
                         con.execute("ROLLBACK")
                         return False
-                    for block, rows, projects, meta, parts in packed:
+                    for block, rows, projects, meta, codes in packed:
                         con.execute("INSERT OR REPLACE INTO vector_mirror(tbl, block, epoch, rows, projects, meta, "
-                                    "codes) VALUES (?, ?, ?, ?, ?, ?, NULL)", (code, block, epoch, rows, projects, meta))
-                        con.execute("DELETE FROM vector_mirror_codes WHERE id >= ? AND id < ?", part_keys(code, block))
-                        con.executemany("INSERT INTO vector_mirror_codes(id, codes) VALUES (?, ?)",
-                                        [((code << PART_KEY_BITS) + n, c) for n, c in parts])
+                                    "codes) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                                    (code, block, epoch, rows, projects, meta, codes))
                     written += len(packed)
                     if last:
-                        _delete_blocks(con, code, gone)
+                        con.executemany("DELETE FROM vector_mirror WHERE tbl = ? AND block = ?",
+                                        [(code, b) for b in gone])
                         con.execute("INSERT INTO state(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET "
                                     "value = excluded.value", (HEAD_KEY + self.table, json.dumps(
                                         {"format": STORED_FORMAT, "dim": self.dim, "ids": STORED_IDS,
-                                         "part_ids": STORED_PART_IDS, "vmax": m.vmax, "epoch": epoch})))
+                                         "vmax": m.vmax,
+                                         "epoch": epoch})))
                     con.execute("COMMIT")
                 except BaseException:
                     if con.in_transaction:
@@ -1427,7 +1374,7 @@ class VectorIndex:
             names = {c: p for p, c in m.projects.items()}
             positions = m.block_positions(blocks, index[1] if index[0] is m else None)
             code = TABLE_CODES[self.table]
-            erased = {r[0] for r in con.execute("SELECT block FROM vector_mirror WHERE tbl = ? AND meta IS NULL",
+            erased = {r[0] for r in con.execute("SELECT block FROM vector_mirror WHERE tbl = ? AND codes IS NULL",
                                                 (code,))}
             for b in erased & set(blocks):
                 # a vector of this block was deleted: write only rows whose vector is there now (belt and
@@ -1452,7 +1399,7 @@ class VectorIndex:
             self._lock.release()
         if since is None and empty:
             # blocks left without rows are deleted now (their old content must not stay)
-            _delete_blocks(con, code, empty)
+            con.executemany("DELETE FROM vector_mirror WHERE tbl = ? AND block = ?", [(code, b) for b in empty])
         return packed, gone
 
     def warm(self, con: Connection) -> None:

@@ -109,15 +109,10 @@ def test_the_stored_mirror_reopens_and_answers_exactly(profile_home, monkeypatch
         first.search(eng.con, crowded, 5, vectors.Filter())
         assert first.loaded_from == "rows"
         assert first.save()
-        blocks = eng.con.execute("SELECT block, rows, meta IS NOT NULL AND codes IS NULL FROM vector_mirror "
-                                 "WHERE tbl = 0 ORDER BY block").fetchall()
+        blocks = eng.con.execute("SELECT block, rows, length(codes) FROM vector_mirror WHERE tbl = 0 ORDER BY block"
+                                 ).fetchall()
         assert [b for b, _, _ in blocks] == sorted({int(i) // vectors.STORED_IDS for i in ids})
-        assert sum(r for _, r, _ in blocks) == ROWS and all(ok for _, _, ok in blocks)
-        # the codes in parts of STORED_PART_IDS row ids, each as long as its rows' codes
-        parts = dict(eng.con.execute("SELECT id, length(codes) FROM vector_mirror_codes WHERE id < ?",
-                                     (1 << vectors.PART_KEY_BITS,)).fetchall())
-        numbers, counts = np.unique(np.asarray(ids) // vectors.STORED_PART_IDS, return_counts=True)
-        assert parts == {int(n): int(c) * DIM for n, c in zip(numbers, counts, strict=True)}
+        assert sum(r for _, r, _ in blocks) == ROWS and all(n == r * DIM for _, r, n in blocks)
     with Engine.open(profile_home, embedder=NoEmbedder()) as eng:  # reopened: new connections, new process state
         index = _wire(eng)
         _assert_exact(index, eng.con, _probes(mat, crowded))
@@ -190,14 +185,7 @@ def test_a_missing_stale_damaged_or_foreign_stored_mirror_is_passed_over(profile
 
         assert index.save() and reload() == "stored"
         with eng.store.write() as con:  # a block of the wrong size
-            con.execute("UPDATE vector_mirror_codes SET codes = zeroblob(7) WHERE id = (SELECT min(id) FROM "
-                        "vector_mirror_codes WHERE id >= ? AND id < ?)", vectors.part_keys(0, 1))
-        assert reload() == "rows"
-
-        assert index.save() and reload() == "stored"
-        with eng.store.write() as con:  # a part of a block's codes missing
-            con.execute("DELETE FROM vector_mirror_codes WHERE id = (SELECT max(id) FROM vector_mirror_codes "
-                        "WHERE id >= ? AND id < ?)", vectors.part_keys(0, 0))
+            con.execute("UPDATE vector_mirror SET codes = zeroblob(7) WHERE block = 1")
         assert reload() == "rows"
 
         assert index.save() and reload() == "stored"
@@ -227,7 +215,6 @@ def test_a_missing_stale_damaged_or_foreign_stored_mirror_is_passed_over(profile
 
             space_rows.restamp(con, ("test", "other", DIM, "1"))
         assert eng.con.execute("SELECT count(*) FROM vector_mirror").fetchone()[0] == 0
-        assert eng.con.execute("SELECT count(*) FROM vector_mirror_codes").fetchone()[0] == 0
         assert vectors.read_head(eng.con, "memories") is None
 
 
@@ -249,11 +236,6 @@ def test_forget_erases_the_stored_code_and_it_never_comes_back(profile_home):
         # erased in the forget's own transaction: the block keeps no code until it is written again
         assert eng.con.execute("SELECT meta IS NULL AND codes IS NULL FROM vector_mirror WHERE tbl = 0 AND block = ?",
                                (block,)).fetchone() == (1,)
-        part = victim // vectors.STORED_PART_IDS  # the part of its codes that held the row goes; the others stay
-        lo, hi = vectors.part_keys(0, block)
-        left = [r[0] for r in eng.con.execute("SELECT id FROM vector_mirror_codes WHERE id >= ? AND id < ?", (lo, hi))]
-        assert part not in left and len(left) == len({int(i) // vectors.STORED_PART_IDS for i in ids
-                                                      if int(i) // vectors.STORED_IDS == block}) - 1
         assert find(db, key, code[:64]) == []  # nor does any page or log frame
         fresh = _wire(eng, dim)
         hits = _first_then_loaded(fresh, eng.con, mat[1800], 10, vectors.Filter(include_archived=True))
@@ -292,7 +274,7 @@ def test_blocks_stored_at_another_size_go_when_the_store_opens_and_forget_erases
         assert blocks == {int(i) // current for i in ids}
         victim = int(ids[700])
         eng.forget(eng.con.execute("SELECT uid FROM memories WHERE id = ?", (victim,)).fetchone()[0])
-        erased = {b for (b,) in eng.con.execute("SELECT block FROM vector_mirror WHERE tbl = 0 AND meta IS NULL")}
+        erased = {b for (b,) in eng.con.execute("SELECT block FROM vector_mirror WHERE tbl = 0 AND codes IS NULL")}
         assert erased == {victim // current}
 
 
@@ -397,7 +379,7 @@ def test_another_process_writing_after_the_stored_mirror_is_caught_up(profile_ho
                              capture_output=True, text=True, timeout=120, check=True,
                              cwd=Path(__file__).resolve().parents[2])
         rid = int(out.stdout.strip())
-        assert eng.con.execute("SELECT meta IS NULL FROM vector_mirror WHERE tbl = 0 AND block = ?",
+        assert eng.con.execute("SELECT codes IS NULL FROM vector_mirror WHERE tbl = 0 AND block = ?",
                                (gone // vectors.STORED_IDS,)).fetchone() == (1,)  # erased over there too
         fresh = _wire(eng)
         got = _first_then_loaded(fresh, eng.con, crowded, 1, vectors.Filter())
