@@ -46,24 +46,32 @@ def content_hash(text: str) -> str:
     return hashlib.sha256(norm.encode("utf-8")).hexdigest()
 
 
-# An id's 20 hex digits: the time in milliseconds (11 digits, to the year 2527) then 36 random bits; ids made
-# later sort after the earlier ones (within a process strictly: one id more than the last when the clock has
-# not moved on). So a unique index on uid takes a new row at its end, whose page is in the cache: with wholly
-# random ids every insert touched a leaf anywhere in the index, a page not in the cache once the store is large
-# (docs/performance.md, Flat costs). 36 random bits keep two processes writing in the same millisecond apart.
+# An id's 16 characters (80 bits, base32 in Crockford's alphabet: digits and lowercase letters but i, l, o
+# and u, in ASCII order so the text sorts as the number): the time in milliseconds (44 bits, to the year
+# 2527) then 36 random bits. Ids made later sort after the earlier ones (within a process strictly: one more
+# than the last when the clock has not moved on), so a unique index on uid takes a new row at its end, whose
+# page is in the cache: with wholly random ids every insert touched a leaf anywhere in the index, a page not
+# in the cache once the store is large (docs/performance.md, Flat costs). 36 random bits keep two processes
+# writing in the same millisecond apart.
 UID_RANDOM_BITS = 36
+UID_CHARS = 16
+_UID_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
 _uid_lock = threading.Lock()
 _uid_last = 0
 
 
 def new_uid(prefix: str) -> str:
-    """A new id for a memory, document, chunk...: `prefix_` and 20 hex digits, in the order they are made."""
+    """A new id for a memory, document, chunk...: `prefix_` and 16 characters, in the order they are made."""
     global _uid_last
     with _uid_lock:
         value = max(time.time_ns() // 1_000_000 << UID_RANDOM_BITS | secrets.randbits(UID_RANDOM_BITS),
                     _uid_last + 1)
         _uid_last = value
-    return f"{prefix}_{value:020x}"
+    chars = []
+    for _ in range(UID_CHARS):
+        chars.append(_UID_ALPHABET[value & 31])
+        value >>= 5
+    return f"{prefix}_{''.join(reversed(chars))}"
 
 
 def parse_time(value: str | float | datetime | None) -> float | None:
