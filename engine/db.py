@@ -317,11 +317,16 @@ class Store:
                 con.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         self._local.optimized_at = con.total_changes
 
+    def connect(self) -> Connection:
+        """A new connection to the store that is not this thread's (the caller closes it): a thread reading in
+        the background, a save with its own busy timeout, a re-key."""
+        return connect(self.path, self._key_pragma, self.cipher)
+
     @property
     def con(self) -> Connection:
         con = getattr(self._local, "con", None)
         if con is None:
-            con = connect(self.path, self._key_pragma, self.cipher)
+            con = self.connect()
             self.cipher = cipher_of(con)
             self._local.con = con
             with self._all_lock:

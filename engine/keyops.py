@@ -193,7 +193,7 @@ def rotate(eng: OpenStore, *, passphrase: str | None = None) -> str | None:
             raw["next"]["key"] = recovery.seal(eng._data_key, {"dk": dk2.hex()}, profile.store_id)
         write_profile(eng.home, raw)                         # 1-2. the profile says a rotation is under way
         store.close()
-        con = connect(store.path, store._key_pragma, store.cipher)
+        con = store.connect()
         try:
             maintenance.rekey(con, dk2)      # 3. one transaction: the old or the new key
             maintenance.checkpoint(con)      # no page under the old key stays in the log

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import lsh
-from .db import Connection, DatabaseError, ProgrammingError, connect
+from .db import Connection, DatabaseError, ProgrammingError
 from .embeddings import Windows
 from .errors import EngineError
 from .storage import maintenance
@@ -998,11 +998,10 @@ class VectorIndex:
             return None
         head, epoch, changed = state
         code = TABLE_CODES[self.table]
-        erased = con.execute("SELECT count(*) FROM vector_mirror WHERE tbl = ? AND codes IS NULL",
-                             (code,)).fetchone()[0]  # (reads no blob: the NULL is in the row's header)
+        count, erased = con.execute("SELECT count(*), coalesce(sum(codes IS NULL), 0) FROM vector_mirror WHERE tbl = ?",
+                                    (code,)).fetchone()  # (reads no blob: the NULL is in the row's header)
         if epoch - head["epoch"] >= REFRESH_EPOCHS or len(changed) > STREAM_MAX_CHANGED or erased > STREAM_MAX_ERASED:
             return None  # the blocks are due to be written again: loading the mirror does that (then saves)
-        count = con.execute("SELECT count(*) FROM vector_mirror WHERE tbl = ?", (code,)).fetchone()[0]
         mid = None
         if count >= STREAM_SPLIT_BLOCKS:
             mid = con.execute("SELECT block FROM vector_mirror WHERE tbl = ? ORDER BY block LIMIT 1 OFFSET ?",
@@ -1223,9 +1222,8 @@ class VectorIndex:
 
     def _connect(self) -> Connection:
         """A connection of this index's own to the store (a thread that reads in the background)."""
-        store = self.store
-        assert store is not None
-        return connect(store.path, store._key_pragma, store.cipher)
+        assert self.store is not None
+        return self.store.connect()
 
     def stop(self, timeout: float = 5.0) -> None:
         """The store is closing: a load in the background stops at its next block and is waited for."""
@@ -1283,7 +1281,7 @@ class VectorIndex:
         if store is None or not self.use_mirror:
             return False
         with self._save_lock:
-            con = connect(store.path, store._key_pragma, store.cipher)
+            con = store.connect()
             try:
                 maintenance.busy_timeout(con, SAVE_BUSY_MS)
                 return self._save(con, store)
