@@ -17,7 +17,8 @@ fine for timing and for comparing the vector search with exact search, not for r
 At each size, through the engine facade with the real embedding model:
 - flat operations: remember (words only, and with its vector and near-duplicate check), get, update (a
   field), forget (a memory just made, and one of the fill's: cold pages, a stored mirror block to erase), a
-  page of the list, stats, a page of the audit log, once the engine's background work
+  page of the list, stats, a page of the audit log, the change feed an open app polls (nothing new, and
+  right after another program's write), once the engine's background work
   after the open (the near-duplicate buckets, a save of the mirror, a merge of the full-text indexes) is
   done (its duration is printed);
 - recall end to end against the floor: the same query embedding plus a numpy brute-force float32 top-10
@@ -191,7 +192,30 @@ def settle(eng, made: list[str], rng: random.Random) -> float:
     return time.perf_counter() - t0
 
 
-def measure(eng, fill: Fill, ops: int, queries: int, rng: random.Random) -> dict[str, list[float] | float]:
+def feed_times(eng, home: Path, ops: int, rng: random.Random) -> tuple[list[float], list[float]]:
+    """The change feed as an open app polls it: with nothing new (the common poll), and right after another
+    program's write (a second engine on the same file, another connection and actor, as the CLI or the API
+    is; its write is not timed). Returns (nothing new, after a write) in seconds."""
+    from engine import Engine
+    from engine.embeddings import NoEmbedder
+
+    token = eng.changes_since(None).token
+    quiet = timed(lambda i: eng.changes_since(token), ops)
+    after: list[float] = []
+    with Engine.open(home, actor="cli", embedder=NoEmbedder(), interactive=False) as other:
+        for _ in range(ops):
+            made = other.remember(f"{sentence(rng)} ({rng.random()})", embed="none")
+            t0 = time.perf_counter()
+            seen = eng.changes_since(token)
+            after.append(time.perf_counter() - t0)
+            assert seen.token > token and any(made.id in c.memories for c in seen.changes), "the feed missed a write"
+            token = seen.token
+            other.forget(made.id)
+            token = eng.changes_since(token).token
+    return quiet, after
+
+
+def measure(eng, fill: Fill, home: Path, ops: int, queries: int, rng: random.Random) -> dict[str, list[float] | float]:
     from engine.vectors import Filter
 
     res: dict[str, list[float] | float] = {}
@@ -231,6 +255,7 @@ def measure(eng, fill: Fill, ops: int, queries: int, rng: random.Random) -> dict
     res["list a page"] = timed(lambda i: eng.list_memories(limit=50, offset=(i % 3) * 50), ops)
     res["stats"] = timed(lambda i: eng.stats(), ops)
     res["audit log page"] = timed(lambda i: eng.audit_log(limit=50), ops)
+    res["change feed (nothing new)"], res["change feed (after another's write)"] = feed_times(eng, home, ops, rng)
     doomed = list(dict.fromkeys(made))  # all of them: the next size compares against the fill alone
     res["forget"] = timed(lambda i: eng.forget(doomed[i]), len(doomed))
     # and memories of the fill, anywhere in it: their pages are mostly not in the cache, and their stored
@@ -384,7 +409,7 @@ def main() -> int:
             first2 = percentile(firsts, 0.5)
             vectors.STORED_MIN_ROWS = min_rows
             fill.eng = eng
-            r = measure(eng, fill, a.ops, a.queries, rng)
+            r = measure(eng, fill, base / "profile", a.ops, a.queries, rng)
             r["open"], r["first recall"], r["first recall (stored)"], r["store mirror"] = opened, first, first2, saved
             r["store mirror, longest write"] = longest
             r["first recalls (stored)"] = firsts
@@ -418,7 +443,8 @@ def report(results: dict[int, dict]) -> None:
         for n in sizes:
             xs = results[n][op]
             med, p95 = percentile(xs, 0.5), percentile(xs, 0.95)
-            row.append(f"{med * 1000:.2f} / {p95 * 1000:.2f} ({med / base_med:.2f}x)")
+            d = 3 if base_med < 1e-4 else 2  # microsecond operations (get, an idle poll of the feed)
+            row.append(f"{med * 1000:.{d}f} / {p95 * 1000:.{d}f} ({med / base_med:.2f}x)")
         rows.append(row)
     rows.append(["recall / floor (median)"] + [
         f"{percentile(results[n]['recall'], 0.5) / percentile(results[n]['floor'], 0.5):.2f}" for n in sizes])

@@ -1,6 +1,6 @@
 """Hot statements use their index whatever the planner knows: no full scan of a table, and no sort of a
 whole table, where an index exists (remember, get, update, forget, a page of the list, stats, the audit
-log, the mirror's catch-up cost the same at any size). Each plan is checked twice: on a store without
+log, the change feed, the mirror's catch-up cost the same at any size). Each plan is checked twice: on a store without
 planner statistics and after ANALYZE."""
 
 from __future__ import annotations
@@ -161,6 +161,19 @@ def test_the_audit_log_page_reads_backwards_by_id(con):
     plans = plans_of(con, audit_rows.entries, 50, 0)
     assert all("TEMP B-TREE" not in p for p in plans), plans
     assert all(re.search(r"SCAN audit( USING INTEGER PRIMARY KEY)?", p) for p in plans), plans
+
+
+def test_the_change_feed_reads_forwards_from_its_token_by_id(con):
+    from engine.storage import audit as audit_rows
+
+    newest = audit_rows.last_id(con)
+    assert newest > 300
+    assert_indexed(plans_of(con, audit_rows.since, newest - 20, 2000))
+    plans = plans_of(con, audit_rows.since, newest - 20, 2000)
+    assert all(re.search(r"SEARCH audit USING INTEGER PRIMARY KEY \(rowid>\?\)", p) for p in plans), plans
+    assert [r[0] for r in audit_rows.since(con, newest - 3, 2000)] == [newest - 2, newest - 1, newest]
+    plans = plans_of(con, audit_rows.last_id)
+    assert plans and all("SCAN" not in p for p in plans), plans  # max(id): the key's last entry
 
 
 def test_recall_rows_and_the_vector_catch_up_read_by_key(con, store):
