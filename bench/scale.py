@@ -192,26 +192,51 @@ def settle(eng, made: list[str], rng: random.Random) -> float:
     return time.perf_counter() - t0
 
 
+_WRITER = """
+import sys
+from engine import Engine
+from engine.embeddings import NoEmbedder
+with Engine.open(sys.argv[1], actor="cli", embedder=NoEmbedder(), interactive=False) as eng:
+    print("ready", flush=True)
+    for line in sys.stdin:
+        what, _, arg = line.strip().partition(" ")
+        if what == "remember":
+            print(eng.remember(arg, embed="none").id, flush=True)
+        elif what == "forget":
+            eng.forget(arg)
+            print("done", flush=True)
+"""
+
+
 def feed_times(eng, home: Path, ops: int, rng: random.Random) -> tuple[list[float], list[float]]:
     """The change feed as an open app polls it: with nothing new (the common poll), and right after another
-    program's write (a second engine on the same file, another connection and actor, as the CLI or the API
-    is; its write is not timed). Returns (nothing new, after a write) in seconds."""
-    from engine import Engine
-    from engine.embeddings import NoEmbedder
+    program's write (another process on the same file, as the CLI or the API is; its write is not timed).
+    Returns (nothing new, after a write) in seconds."""
+    import subprocess
 
     token = eng.changes_since(None).token
     quiet = timed(lambda i: eng.changes_since(token), ops)
     after: list[float] = []
-    with Engine.open(home, actor="cli", embedder=NoEmbedder(), interactive=False) as other:
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    with subprocess.Popen([sys.executable, "-c", _WRITER, str(home)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          text=True, env=env) as other:
+        assert other.stdin is not None and other.stdout is not None
+        assert other.stdout.readline().strip() == "ready"
+
+        def ask(line: str) -> str:
+            other.stdin.write(line + "\n")
+            other.stdin.flush()
+            return other.stdout.readline().strip()
+
         for _ in range(ops):
-            made = other.remember(f"{sentence(rng)} ({rng.random()})", embed="none")
+            made = ask(f"remember {sentence(rng)} ({rng.random()})")
             t0 = time.perf_counter()
             seen = eng.changes_since(token)
             after.append(time.perf_counter() - t0)
-            assert seen.token > token and any(made.id in c.memories for c in seen.changes), "the feed missed a write"
-            token = seen.token
-            other.forget(made.id)
-            token = eng.changes_since(token).token
+            assert seen.token > token and any(made in c.memories for c in seen.changes), "the feed missed a write"
+            ask(f"forget {made}")
+            token = eng.changes_since(seen.token).token
+        other.stdin.close()
     return quiet, after
 
 
