@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import secrets
 import threading
 import time
@@ -26,6 +27,7 @@ from .db import Connection
 from .embeddings import EmbeddingUnavailable, Windows
 from .errors import UserError
 from .models import KINDS, ForgetResult, Memory, RememberResult
+from .retrieval import STOPWORDS
 from .space import Touched
 from .storage import memories as rows
 
@@ -44,6 +46,39 @@ def content_hash(text: str) -> str:
     """Hash of the text as a person reads it: case, spacing and trailing punctuation don't matter."""
     norm = " ".join(unicodedata.normalize("NFKC", text).casefold().split()).rstrip(".!?;, ")
     return hashlib.sha256(norm.encode("utf-8")).hexdigest()
+
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+_SUFFIXES = ("ing", "ed", "es", "s")
+
+
+def _stem(word: str) -> str:
+    if word.isdigit() or len(word) <= 4:
+        return word
+    for suffix in _SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: -len(suffix)]
+    return word
+
+
+def content_words(text: str) -> frozenset[str]:
+    """The words that carry a text's facts: lowercased, function words left out, simple endings taken off
+    ("works", "working" -> "work"); numbers as they are."""
+    words = [w.casefold() for w in _WORD.findall(unicodedata.normalize("NFKC", text))]
+    return frozenset(_stem(w) for w in words if w not in STOPWORDS)
+
+
+def says_the_same(a: str, b: str) -> bool:
+    """Whether two texts close in meaning state the same thing: the same content words. Vectors put
+    "Invoice 1001 was paid" and "Invoice 1002 was paid", or a meeting on Monday and on Tuesday, above any
+    cosine threshold; merging them would drop the newer fact."""
+    return content_words(a) == content_words(b)
+
+
+def _visible(text: str) -> bool:
+    """Whether the text has a character a person can see (not only spaces, controls, zero-width or
+    direction marks)."""
+    return any(not ch.isspace() and unicodedata.category(ch)[0] not in "CZ" for ch in text)
 
 
 # An id's 16 characters (80 bits, base32 in Crockford's alphabet: digits and lowercase letters but i, l, o
@@ -90,7 +125,7 @@ def parse_time(value: str | float | datetime | None) -> float | None:
 
 def check_text(text: str) -> str:
     text = (text or "").strip()
-    if not text:
+    if not text or not _visible(text):
         raise UserError("There is nothing to remember: the text is empty.")
     if len(text) > MAX_TEXT_CHARS:
         raise UserError(
@@ -187,12 +222,13 @@ class Memories:
                 vecs = [None] * len(texts)
         results: list[tuple[str, bool]] = []
         with self.ctx.mutation() as (con, touched):
-            fresh: list[tuple[int, np.ndarray, str, str | None]] = []  # stored in this batch: (row, vector, kind, project)
+            # stored in this batch: (row, vector, kind, project, text)
+            fresh: list[tuple[int, np.ndarray, str, str | None, str]] = []
             for p, vec, win in zip(prepared, vecs, wins, strict=True):
                 dup = self._find_duplicate(con, p.text, p.chash, p.kind, p.project, p.event_at, vec)
                 if dup is None and vec is not None and p.kind != "episodic":
-                    near = [rid for rid, v, k, proj in fresh if k == p.kind and proj == p.project
-                            and float(v @ vec) >= NEAR_DUPLICATE_COSINE]
+                    near = [rid for rid, v, k, proj, text in fresh if k == p.kind and proj == p.project
+                            and float(v @ vec) >= NEAR_DUPLICATE_COSINE and says_the_same(p.text, text)]
                     dup = rows.by_id(con, near[0]) if near else None
                 if dup is not None:
                     rows.stated_again(con, dup[0], max(ranking.boosted_importance(dup[5], 0.1), p.importance), p.now)
@@ -212,7 +248,7 @@ class Memories:
                 if vec is not None:
                     vectors.put(con, "memories", [rid], vec[None, :], [win])
                     rows.mark_embedded(con, "memories", [rid])
-                    fresh.append((rid, vec, p.kind, p.project))
+                    fresh.append((rid, vec, p.kind, p.project, p.text))
                 touched.memories.add(rid)
                 self.ctx.audit.record("remember", uid, {"kind": p.kind, "project": bool(p.project),
                                                         "source": p.source}, con=con)
@@ -251,8 +287,8 @@ class Memories:
         if idx is None:
             return None
         for rid, _cosine in idx.near(con, vec, NEAR_DUPLICATE_COSINE, vectors.Filter(projects={project}, kinds={kind})):
-            if rid != exclude:
-                return rows.by_id(con, rid)
+            if rid != exclude and (row := rows.by_id(con, rid)) is not None and says_the_same(text, row[3]):
+                return row
         return None
 
     def merge_late_duplicates(self, con: Connection, touched: Touched, ids: list[int],

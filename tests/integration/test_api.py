@@ -296,8 +296,13 @@ def test_invalid_input_gets_422_and_engine_refusals_400(live: Live):
         assert "Traceback" not in r.text
     r = live.client.post("/memory/remember", content=b"{not json", headers={"Content-Type": "application/json"})
     assert r.status_code == 422
-    r = live.client.post("/memory/remember", json={"text": "   "})  # the engine's own check
-    assert r.status_code == 400 and "nothing to remember" in r.json()["detail"]
+    for blank in ("   ", "\u0000", "\u200b", "\ufeff", "\u0001\u0002", "\u202e \u200d"):  # the engine's own check
+        r = live.client.post("/memory/remember", json={"text": blank})
+        assert r.status_code == 400 and "nothing to remember" in r.json()["detail"], (blank, r.text)
+    made = live.client.post("/memory/remember", json={"text": "The gate code is 4471."}).json()["id"]
+    r = live.client.patch(f"/memory/{made}", json={"text": "\u200b"})
+    assert r.status_code == 400 and live.client.get(f"/memory/{made}").json()["text"] == "The gate code is 4471."
+    assert live.client.get("/stats").json()["memories"] >= 1
     assert live.client.get("/memory/mem_doesnotexist").status_code == 404
 
 

@@ -71,6 +71,31 @@ def test_near_duplicates_merge_but_contradictions_do_not(eng: Engine):
     assert not eng.remember(SISTER, project="family").merged
 
 
+def test_close_texts_that_state_other_facts_are_both_kept(eng: Engine):
+    # the model puts each pair above the near-duplicate cosine; merging would drop the newer fact
+    pairs = [("Invoice 1001 was paid.", "Invoice 1002 was paid."),
+             ("Meeting with Bob on Monday at 10am.", "Meeting with Bob on Tuesday at 10am."),
+             ("The wifi password is tulip-42.", "The wifi password is tulip-43.")]
+    for a, b in pairs:
+        first, second = eng.remember(a, project="pairs"), eng.remember(b, project="pairs")
+        assert not second.merged and second.id != first.id, (a, b)
+        assert eng.get(second.id).text == b
+        assert eng.recall(b, k=1, project="pairs")[0].id == second.id
+    # still one memory when only the wording moves
+    again = eng.remember("The invoice 1001 was paid.", project="pairs")
+    assert again.merged and eng.get(again.id).text == "Invoice 1001 was paid."
+    assert eng.stats().memories == 6
+
+
+def test_a_batch_of_numbered_notes_keeps_every_note(eng: Engine):
+    from engine.memories import Remembered
+
+    notes = [Remembered(f"Batch note {i}: the shelf holds box {i}.", project="batch") for i in range(40)]
+    out = eng.remember_many(notes)
+    assert not any(r.merged for r in out) and len({r.id for r in out}) == 40
+    assert {m.text for m in eng.list_memories(project="batch", limit=100)} == {n.text for n in notes}
+
+
 def test_forgotten_memory_never_returns(eng: Engine):
     gone = eng.remember("The spare key is under the blue flowerpot.").id
     eng.remember("The car is parked on level 3.")
