@@ -87,6 +87,13 @@ def _storable(value: datetime | None) -> datetime | None:
 StoredTime = Annotated[datetime | None, AfterValidator(_storable)]  # a time the store can hold
 
 
+
+def shown(path: str) -> str:
+    """A request path as a log line may show it: control characters escaped, so a request cannot start a
+    line of its own in the log (a forged entry) or put a NUL in it."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in path)
+
+
 class UpdateRequest(BaseModel):
     """Only the fields sent change. `project: null` clears the project and `at: null` the event time."""
 
@@ -272,12 +279,12 @@ class ApiGuard:
             await self._handle(scope, receive, send_tracked)
         except Exception as e:
             # Type and frames only: an exception's message can quote the request (a memory's text).
-            log.error("%s %s failed: %s\n%s", scope["method"], scope["path"], type(e).__name__,
+            log.error("%s %s failed: %s\n%s", scope["method"], shown(scope["path"]), type(e).__name__,
                       "".join(traceback.format_tb(e.__traceback__)))
             if status["code"] == 0:
                 await _send_json(send_tracked, 500, {"detail": "Internal error; details are in the server log."})
         finally:
-            log.info("%s %s %s %.0fms", scope["method"], scope["path"], status["code"],
+            log.info("%s %s %s %.0fms", scope["method"], shown(scope["path"]), status["code"],
                      (time.perf_counter() - t0) * 1000)
 
     async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -358,7 +365,7 @@ def _install_error_handlers(app: FastAPI) -> None:
             if exc.status_code == 404:
                 what = f"No such endpoint: {request.method} {request.url.path}."
             else:
-                allowed = (exc.headers or {}).get("allow", "")
+                allowed = {k.lower(): v for k, v in (exc.headers or {}).items()}.get("allow", "")
                 what = f"{request.url.path} does not take {request.method}" + (f" (it takes {allowed})." if allowed else ".")
             detail = f"{what} The endpoints are listed at /docs (e.g. POST /memory/remember, GET /memory/recall?q=…)."
             return JSONResponse(status_code=exc.status_code, content={"detail": detail}, headers=exc.headers)
@@ -370,7 +377,7 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(PathRefused)
     async def refused(request: Request, exc: PathRefused) -> JSONResponse:
-        log.info("%s %s: a path was refused by the ingest policy", request.method, request.url.path)
+        log.info("%s %s: a path was refused by the ingest policy", request.method, shown(request.url.path))
         return JSONResponse(status_code=403, content={"detail": str(exc)})
 
     @app.exception_handler(StoreLocked)
@@ -380,7 +387,7 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StoreUnavailable)
     async def unavailable(request: Request, exc: StoreUnavailable) -> JSONResponse:
         """The disk is full or read-only, or the store is damaged: the server works, the store can't."""
-        log.warning("%s %s: store unavailable: %s", request.method, request.url.path, type(exc).__name__)
+        log.warning("%s %s: store unavailable: %s", request.method, shown(request.url.path), type(exc).__name__)
         return JSONResponse(status_code=507 if isinstance(exc, DiskFull) else 503, content={"detail": str(exc)})
 
     from .llm import LLMError
@@ -388,7 +395,7 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(LLMError)
     async def llm_error(request: Request, exc: LLMError) -> JSONResponse:
         """The language model was reached but failed: a bad gateway, with whatever can still be shown."""
-        log.info("%s %s: language model failed: %s", request.method, request.url.path, type(exc).__name__)
+        log.info("%s %s: language model failed: %s", request.method, shown(request.url.path), type(exc).__name__)
         content: dict[str, Any] = {"detail": str(exc)}
         sources = getattr(exc, "sources", None)
         if sources:
@@ -397,12 +404,12 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(UserError)
     async def user_error(request: Request, exc: UserError) -> JSONResponse:
-        log.info("%s %s refused: %s", request.method, request.url.path, type(exc).__name__)
+        log.info("%s %s refused: %s", request.method, shown(request.url.path), type(exc).__name__)
         return JSONResponse(status_code=400, content={"detail": str(exc)})
 
     @app.exception_handler(EngineError)
     async def engine_error(request: Request, exc: EngineError) -> JSONResponse:
-        log.error("%s %s engine error: %s\n%s", request.method, request.url.path, type(exc).__name__,
+        log.error("%s %s engine error: %s\n%s", request.method, shown(request.url.path), type(exc).__name__,
                   "".join(traceback.format_tb(exc.__traceback__)))
         return JSONResponse(status_code=500, content={"detail": "Internal error; details are in the server log."})
 

@@ -9,6 +9,9 @@ from ..errors import UserError
 from .base import Command, Handler, Session, add_json, console, print_json
 
 
+MAX_BODY_MB = 4096  # a request body larger than this is refused whatever --max-body-mb says
+
+
 def serve(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("--port", type=int, help="port on 127.0.0.1 (default: settings.api_port, 8765; 0 = any free)")
     p.add_argument("--max-body-mb", type=float, help="largest request body in MB (default 10)")
@@ -19,6 +22,8 @@ def serve(p: argparse.ArgumentParser) -> Handler:
 
         if a.port is not None and not 0 <= a.port <= 65535:
             raise UserError("--port must be between 0 and 65535.")
+        if a.max_body_mb is not None and not 0.001 <= a.max_body_mb <= MAX_BODY_MB:  # also false for nan
+            raise UserError(f"--max-body-mb must be a number of MB from 0.001 to {MAX_BODY_MB:,}.")
 
         def announce(url: str) -> None:
             if a.json:

@@ -322,6 +322,17 @@ def test_unexpected_errors_are_generic_500_and_logged_without_text(live: Live, m
     assert "RuntimeError" in logged and "broken" in logged and private not in logged
 
 
+def test_a_request_path_cannot_forge_a_line_of_the_log(live: Live, caplog: pytest.LogCaptureFixture):
+    forged = "2026-12-03 00:00:00,000 ERROR engine.api: FORGED"
+    with caplog.at_level(logging.INFO, logger="engine.api"):
+        path = "/x%0A" + forged.replace(" ", "%20") + "%00%0D"
+        assert live.client.get(path).status_code == 404
+        assert httpx.get(live.url + path).status_code == 401  # no token
+    lines = [rec.getMessage() for rec in caplog.records if "FORGED" in rec.getMessage()]
+    assert len(lines) >= 2 and all("\n" not in m and "\r" not in m and "\x00" not in m for m in lines), lines
+    assert all("\\n" + forged in m for m in lines)  # shown escaped: what was asked stays readable
+
+
 # ---------------------------------------------------------------------------------------------------
 # two processes writing at once
 # ---------------------------------------------------------------------------------------------------
@@ -474,8 +485,10 @@ def test_a_wrong_path_or_method_says_which_endpoints_exist(live: Live):
     r = live.client.get("/recall?q=car")
     assert r.status_code == 404 and "GET /recall" in r.json()["detail"] and "/memory/recall" in r.json()["detail"]
     r = live.client.put("/memory/recall")
-    assert r.status_code == 405 and "GET" in r.json()["detail"] and "PUT" in r.json()["detail"]
+    assert r.status_code == 405 and "does not take PUT (it takes GET)" in r.json()["detail"]
     assert "GET" in r.headers["allow"]
+    r = live.client.put("/memory/remember", json={"text": "x"})
+    assert r.status_code == 405 and "(it takes POST)" in r.json()["detail"]
     # a 404 raised by an endpoint keeps its own message
     r = live.client.post("/agent/run/nope/stop")
     assert r.status_code == 404 and r.json()["detail"] == "There is no run nope going on."

@@ -60,7 +60,8 @@ def test_text_that_looks_like_markup_is_shown_literally(profile_home: Path):
 
 def test_errors_are_clear_with_nonzero_exit_and_no_traceback(profile_home: Path):
     for args in (("forget", "mem_doesnotexist"), ("remember", ""), ("remember", "x", "--at", "someday"),
-                 ("recall", "x", "-k", "0")):
+                 ("recall", "x", "-k", "0"), ("remember", "\u200b\u202e"),
+                 *(("serve", "--port", "0", f"--max-body-mb={v}") for v in ("-5", "nan", "inf", "0"))):
         p = run(*args)
         assert p.returncode != 0, args
         assert p.stderr.startswith("error: ") and "Traceback" not in p.stderr, p.stderr
