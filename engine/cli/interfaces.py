@@ -8,7 +8,6 @@ import sys
 from ..errors import UserError
 from .base import Command, Handler, Session, add_json, console, print_json
 
-
 MAX_BODY_MB = 4096  # a request body larger than this is refused whatever --max-body-mb says
 
 
