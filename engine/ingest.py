@@ -58,6 +58,7 @@ import errno
 import hashlib
 import json
 import logging
+import mimetypes
 import os
 import stat
 import tempfile
@@ -530,7 +531,10 @@ class Documents:
                 if given_up:
                     assert existing is not None
                     self._give_up(existing[0], existing[1], str(e), "unreadable")
-                return IngestResult(path=None, status="failed", error=str(e))
+                    uid = existing[1]
+                else:
+                    uid = self._record_unreadable(None, key_title or name, chash, size, None, project, str(e))
+                return IngestResult(path=None, document_id=uid, status="failed", error=str(e))
             doc_id, uid = self._write_rows(existing[0] if given_up and existing else None, None, parsed, drafts,
                                            chash, size, None, project, "added")
             pending = self._pending(0, doc_id, uid, name, None, "added", size)
@@ -679,7 +683,11 @@ class Documents:
             if given_up:
                 assert existing is not None
                 self._give_up(existing[0], existing[1], str(e), "unreadable")
-            return failed.model_copy(update={"error": str(e)})
+                return failed.model_copy(update={"error": str(e), "document_id": existing[1]})
+            if existing is None:  # listed with the reason (`documents --failed`), tried again on the next ingest
+                uid = self._record_unreadable(str(path), path.name, chash, st.st_size, st.st_mtime, project, str(e))
+                return failed.model_copy(update={"error": str(e), "document_id": uid})
+            return failed.model_copy(update={"error": str(e)})  # the version already stored stays
         action: Status = "replaced" if existing is not None and not given_up and (
             existing[2] == "ready" or _action(existing[5]) == "replaced") else "added"
         doc_id, uid = self._write_rows(existing[0] if existing else None, str(path), parsed, drafts, chash,
@@ -807,6 +815,20 @@ class Documents:
                                 error=f"{p.name} could not be added ({type(e).__name__}); nothing was changed")
         self.ctx.changes.emit(Changes("ingest", documents={p.uid}))
         return IngestResult(path=p.path, document_id=p.uid, chunks=p.total, status=p.action)
+
+    def _record_unreadable(self, path: str | None, title: str, chash: str, size: int, mtime: float | None,
+                           project: str | None, reason: str) -> str:
+        """A document that could not be read the first time it was ingested: a row with status 'failed', no
+        chunks and the reason in meta.failed, like one given up; a later ingest of it tries again (a watched
+        folder only once the file changed). Returns its id."""
+        uid = new_uid("doc")
+        with self.ctx.mutation() as (con, _touched):
+            rows.insert(con, uid=uid, path=path, title=title, mime=mimetypes.guess_type(title)[0] or "",
+                        chash=chash, size=size, mtime=mtime, project=project, status="failed", chunks=0,
+                        now=time.time(), meta=json.dumps({"failed": reason}))
+            self.ctx.audit.record("ingest_failed", uid, {"chunks": 0, "reason": "unreadable"}, con=con)
+        self.ctx.changes.emit(Changes("ingest", documents={uid}))
+        return uid
 
     def _give_up(self, doc_id: int, uid: str, reason: str, code: str) -> None:
         """Stop trying to ingest a document: its chunks go, its row stays with status 'failed' and the reason

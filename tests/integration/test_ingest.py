@@ -154,9 +154,32 @@ def test_bad_files_fail_readably_change_nothing_and_do_not_stop_the_others(eng: 
 
     after = counts(eng)
     one = results[3].chunks
-    assert after == {**before, "documents": 1, "chunks": one, "fts": one, "vectors": one,
+    # the files that could not be read are listed with the reason (nothing of them is searchable); those
+    # refused before reading (empty, of no supported type, missing) leave nothing
+    unreadable = [bad["corrupt_pdf"], bad["encrypted_pdf"], bad["binary_txt"], bad["corrupt_docx"]]
+    assert after == {**before, "documents": 1 + len(unreadable), "chunks": one, "fts": one, "vectors": one,
                      "memories": before["memories"] + 1}
     assert [d.path for d in eng.list_documents()] == [str(good)]
+    failed = {d.path: d for d in eng.list_documents(failed=True)}
+    assert set(failed) == {str(p) for p in unreadable}
+    assert all(failed[r.path].id == r.document_id and failed[r.path].error == r.error and failed[r.path].chunks == 0
+               for r in results if r.path in failed)
+    assert eng.stats().documents_failed == len(unreadable)
+    # the same damaged file again: still one entry; fixed, it is ingested in its place
+    again = eng.ingest([bad["binary_txt"]])[0]
+    assert again.status == "failed" and again.document_id == failed[str(bad["binary_txt"])].id
+    bad["binary_txt"].write_text("The photo shows the harbour at dawn.", encoding="utf-8")
+    fixed = eng.ingest([bad["binary_txt"]])[0]
+    assert fixed.status == "added" and fixed.document_id == again.document_id
+    assert {d.path for d in eng.list_documents(failed=True)} == {str(p) for p in unreadable} - {str(bad["binary_txt"])}
+    assert eng.forget(bad_id := failed[str(bad["corrupt_pdf"])].id).removed is not None
+    assert bad_id not in {d.id for d in eng.list_documents(failed=True)}
+    eng.forget(fixed.document_id)
+    for p in unreadable[1:]:
+        if str(p) != str(bad["binary_txt"]):
+            eng.forget(failed[str(p)].id)
+    after = counts(eng)
+    assert after["documents"] == 1 and after["chunks"] == one
 
     too_big = eng.ingest([big], max_mb=0.001)[0]
     assert too_big.status == "failed" and "too big" in (too_big.error or "") and too_big.error.endswith("the limit is 1 KB")
