@@ -357,3 +357,29 @@ def test_without_a_model_the_answer_shows_the_passage_not_the_start(eng):
     assert eng.recall("Where are the passports?", k=1)[0].passage == hit.passage  # deterministic
     short = eng.recall("garage door code", k=1)[0]
     assert short.id == garage and short.passage is None  # a short memory is its own passage
+
+
+def test_a_running_engine_follows_language_model_settings_another_program_saves(eng: Engine, server):
+    """A server or the app keeps running while the user fixes the model with `personal-llm config set`."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    remember(eng, ALICE, GARAGE)
+    server.reply_fn = cite_lisbon
+    cli = shutil.which("personal-llm", path=str(Path(sys.executable).parent)) or "personal-llm"
+
+    def config_set(key: str, value: str) -> None:
+        subprocess.run([cli, "config", "set", key, value], check=True, capture_output=True, timeout=120)
+
+    config_set("llm.host", closed_port_url())
+    down = eng.ask("Where does my sister live?")
+    assert not down.llm_available and down.notice and not server.chat_requests
+    config_set("llm.host", server.url)
+    up = eng.ask("Where does my sister live?")
+    assert up.llm_available and up.model == "llama3.2" and "Lisbon [" in up.answer
+    assert len(server.chat_requests) == 1 and eng.settings.llm.host == server.url
+    eng.settings.llm = LLMSettings(host=closed_port_url(), model="llama3.2")  # this engine's own change
+    eng.reset_llm()
+    assert not eng.ask("Where does my sister live?").llm_available  # not undone by the file it did not write
