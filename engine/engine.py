@@ -320,10 +320,11 @@ class Engine:
 
     def update(self, uid: str, *, text: str | None = None, kind: str | None = None,
                project: str | None = ..., importance: float | None = None,  # type: ignore[assignment]
-               at: str | float | None = ..., archived: bool | None = None) -> Memory:  # type: ignore[assignment]
+               at: str | float | None = ..., archived: bool | None = None,  # type: ignore[assignment]
+               embed: str = "auto") -> Memory:
         """Edit a memory (see Memories.update); `project` and `at` left out stay as they are."""
         return self.memories.update(uid, text=text, kind=kind, project=project, importance=importance, at=at,
-                                    archived=archived)
+                                    archived=archived, embed=embed)
 
     def forget(self, uid: str) -> ForgetResult:
         """Delete a memory or a document and everything derived from it, in one transaction."""

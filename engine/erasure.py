@@ -69,9 +69,9 @@ def after_forget(store: Store) -> bool:
 
 def compact(store: Store) -> dict[str, int]:
     """Rebuild the file without free pages (VACUUM). Returns the file's size before and after, in bytes."""
-    before = store.path.stat().st_size
     with store.write_lock:
-        checkpoint(store)
+        checkpoint(store)  # first: pages still in the log are part of the store's size
+        before = store.path.stat().st_size
         maintenance.vacuum(store.con)
         checkpoint(store)
     return {"bytes_before": before, "bytes_after": store.path.stat().st_size}

@@ -77,7 +77,7 @@ from .chunking import ChunkDraft, TooManyChunks, chunk_document, make_token_coun
 from .context import Changes, Context
 from .db import Connection
 from .embeddings import EmbeddingUnavailable
-from .errors import NotFound
+from .errors import NotFound, UserError
 from .memories import Memories, new_uid
 from .models import ForgetResult, iso
 from .parsers import (
@@ -443,6 +443,10 @@ class Documents:
         whose document failed before and whose content is the same is not tried again (a failed result
         with the stored reason).
         """
+        if any(not str(p).strip() for p in paths):  # Path("") is the current folder: a script's empty variable
+            raise UserError("An empty path was given to ingest; name a file or a folder.")
+        if max_mb is not None and not 0 < max_mb < float("inf"):
+            raise UserError("The size limit must be a positive number of MB.")
         project = (project or "").strip() or None
         max_bytes = int((self.ctx.settings.max_file_mb if max_mb is None else max_mb) * _MB)
         files = scan(paths, allow, pictures=self.ctx.settings.ocr.enabled)

@@ -327,10 +327,14 @@ class Memories:
 
     def update(self, uid: str, *, text: str | None = None, kind: str | None = None,
                project: str | None = ..., importance: float | None = None,  # type: ignore[assignment]
-               at: str | float | None = ..., archived: bool | None = None) -> Memory:  # type: ignore[assignment]
+               at: str | float | None = ..., archived: bool | None = None,  # type: ignore[assignment]
+               embed: str = "auto") -> Memory:
         """Edit a memory. New text drops at once what was made from the old words: its vector (the edit
-        is re-embedded), its graph edges, summaries made from it, stored answers that cited it, and a
-        contradiction flag (the pair is judged again)."""
+        is re-embedded: at once when the model is loaded or `embed` is "sync", which loads it — a CLI
+        process ends before a background embedding would), its graph edges, summaries made from it, stored
+        answers that cited it, and a contradiction flag (the pair is judged again)."""
+        if embed not in ("auto", "sync"):
+            raise UserError(f"Unknown embed mode '{embed}'; use auto or sync.")
         gone: list[str] = []  # summaries made from the old words
         answers = 0  # stored answers that quoted them
         with self.ctx.mutation() as (con, touched):
@@ -386,10 +390,24 @@ class Memories:
                 self.mark_used([uid], how="edited")
             if self.space.embedder.ready:
                 self.space.embed_pending()
+            elif embed == "sync":
+                self._embed_edit(row[0], sets["text"], sets["content_hash"])
             else:
                 self.backfill.wake()
             mem = self.get(uid)
         return mem
+
+    def _embed_edit(self, rid: int, text: str, chash: str) -> None:
+        """Embed an edited memory now, loading the model (what waits otherwise stays for the background)."""
+        try:
+            if self.space.ensure():
+                vec = self.space.embedder.encode([text])
+                wins = self.space.embedder.encode_windows([text], small=True)
+                self.space.store_vectors("memories", [(rid, chash)], vec, wins)
+                return
+        except EmbeddingUnavailable:
+            pass
+        self.backfill.wake()
 
     def forget(self, uid: str) -> ForgetResult:
         """Delete a memory and everything derived from it, in one transaction."""

@@ -97,7 +97,7 @@ def ingest(p: argparse.ArgumentParser) -> Handler:
     add_json(p)
 
     def run(a: argparse.Namespace, session: Session) -> int:
-        if a.max_mb is not None and a.max_mb <= 0:
+        if a.max_mb is not None and not 0 < a.max_mb < float("inf"):  # also false for nan
             raise UserError("--max-mb must be a positive number of megabytes.")
         cancel = threading.Event()
         with session.open_engine() as eng, _progress_bar() as progress, _ctrl_c_cancels(cancel):

@@ -8,6 +8,7 @@ from typing import Any
 
 from rich.markup import escape
 
+from ..errors import UserError
 from .base import Command, Handler, Session, add_json, console, print_json, short
 
 
@@ -20,7 +21,7 @@ def remember(p: argparse.ArgumentParser) -> Handler:
     add_json(p)
 
     def run(a: argparse.Namespace, session: Session) -> int:
-        text = sys.stdin.read() if a.text == "-" else a.text
+        text = sys.stdin.buffer.read().decode("utf-8", "replace") if a.text == "-" else a.text
         with session.open_engine() as eng:
             r = eng.remember(text, kind=a.kind, project=a.project, importance=a.importance, at=a.at, embed="sync")
         if a.json:
@@ -69,8 +70,10 @@ def update(p: argparse.ArgumentParser) -> Handler:
             kw["project"] = a.project
         if a.at is not None:
             kw["at"] = a.at
+        if a.text is None and a.kind is None and a.importance is None and a.project is None and a.at is None:
+            raise UserError("Nothing to change: give --text, --kind, --project, --importance or --at.")
         with session.open_engine() as eng:
-            m = eng.update(a.id, **kw)
+            m = eng.update(a.id, **kw, embed="sync")  # an edit is re-embedded before the command ends
         print_json(m) if a.json else console().print(f"Updated [bold]{m.id}[/bold]")
         return 0
 

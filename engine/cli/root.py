@@ -81,9 +81,15 @@ def session() -> Session:
     return Session(open_engine, load, save, home, shown)
 
 
+def readable(arg: str) -> str:
+    """An argument as text: bytes that are not UTF-8 (Python keeps them as lone surrogates, which nothing
+    can encode) become U+FFFD, as a file read with errors="replace" would."""
+    return arg.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def main(argv: list[str] | None = None) -> int:
     setup_logging("cli")
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args([readable(a) for a in (sys.argv[1:] if argv is None else argv)])
     try:
         s = session()
         code: int = args.handler(args, s)

@@ -11,7 +11,9 @@ from . import tallies
 from .graph import batched
 from .memories import COLS, marks
 
-LAST_USE = "max(coalesce(event_at, created_at), coalesce(last_accessed_at, 0))"
+# When a memory was last used: stored (or imported) or used since. Not when its event happened: a memory
+# of 1995 stored today, or a chat history imported today, is as fresh as any other.
+LAST_USE = "max(created_at, coalesce(last_accessed_at, 0))"
 
 
 # -- decay and archive -------------------------------------------------------------------------------------

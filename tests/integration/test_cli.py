@@ -69,6 +69,38 @@ def test_errors_are_clear_with_nonzero_exit_and_no_traceback(profile_home: Path)
     assert p.returncode == 2 and "invalid choice" in p.stderr
 
 
+def test_an_edit_is_embedded_before_the_command_ends(profile_home: Path):
+    made = ok_json("remember", "Placeholder note about nothing much.")
+    run("remember", "My dermatologist is Dr. Silva on Elm Street.")
+    p = run("update", made["id"], "--text", "My cardiologist is Dr. Okonkwo at St. Mary's hospital.")
+    assert p.returncode == 0, p.stderr
+    assert ok_json("get", made["id"])["embedded"] is True
+    assert ok_json("stats")["pending_embeddings"] == 0
+    hits = ok_json("recall", "heart doctor", "-k", "1")
+    assert hits and hits[0]["id"] == made["id"] and "vector" in hits[0]["via"]
+    p = run("update", made["id"])
+    assert p.returncode != 0 and "Nothing to change" in p.stderr
+
+
+def test_arguments_a_script_gets_wrong_are_refused_or_read(profile_home: Path, tmp_path: Path):
+    (tmp_path / "secret.txt").write_text("Not meant to be ingested.", encoding="utf-8")
+    p = subprocess.run([CLI, "ingest", ""], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert p.returncode != 0 and "empty path" in p.stderr and "Traceback" not in p.stderr
+    assert ok_json("stats")["documents"] == 0
+    # bytes that are not UTF-8 (a Latin-1 terminal, a file name) are read, not a crash
+    p = run("remember", os.fsdecode(b"caf\xe9 with Bob"))
+    assert p.returncode == 0, p.stderr
+    p = subprocess.run([CLI, "remember", "-"], input=b"\xff\xfetea with Ann", capture_output=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    texts = {m["text"] for m in ok_json("list")}
+    assert texts == {"caf\ufffd with Bob", "\ufffd\ufffdtea with Ann"}
+    hits = ok_json("recall", os.fsdecode(b"caf\xe9"), "-k", "1")
+    assert hits and hits[0]["text"] == "caf\ufffd with Bob"
+    for v in ("nan", "inf", "-1"):
+        p = run("ingest", str(tmp_path), f"--max-mb={v}")
+        assert p.returncode != 0 and "--max-mb must be" in p.stderr, p.stderr
+
+
 def test_missing_key_is_a_clear_refusal(profile_home: Path):
     assert run("remember", "keep me").returncode == 0
     import keyring

@@ -77,19 +77,30 @@ def actions(eng: Engine) -> list[str]:
 # -- decay and archive ----------------------------------------------------------------------------------
 
 
+def stored_ago(eng: Engine, uid: str, days: float) -> str:
+    """Make a memory as if it had been stored `days` ago (and not used since)."""
+    with eng.store.write() as w:
+        w.execute("UPDATE memories SET created_at = created_at - ?, updated_at = updated_at - ? WHERE uid = ?",
+                  (days * DAY, days * DAY, uid))
+    return uid
+
+
 def test_decay_follows_elapsed_time_not_runs_and_archive_never_deletes(eng: Engine) -> None:
     eng.settings.llm.provider = "none"
     now = time.time()
-    old = eng.remember("Had coffee with Bob at the station.", kind="episodic", at=now - 400 * DAY,
-                       importance=0.15).id
-    idle = eng.remember("The spare key is under the blue pot.", importance=0.8, at=now - 60 * DAY).id
+    old = stored_ago(eng, eng.remember("Had coffee with Bob at the station.", kind="episodic", at=now - 400 * DAY,
+                                       importance=0.15).id, 400)
+    idle = stored_ago(eng, eng.remember("The spare key is under the blue pot.", importance=0.8).id, 60)
     fresh = eng.remember("The garage code is 4321.", importance=0.8).id
+    # stored today about long ago: as fresh as any other (an imported history is not archived on arrival)
+    memory = eng.remember("Got my first bicycle.", kind="episodic", at=now - 30 * 365 * DAY, importance=0.15).id
 
     first = eng.consolidate(now=now)
     assert first.decayed == 2 and first.archived == [old]
     expected = 0.8 * DECAY_PER_30_DAYS ** (30 / 30)  # 60 idle days, decay starts after 30
     assert importance(eng, idle) == pytest.approx(expected)
     assert importance(eng, fresh) == 0.8
+    assert importance(eng, memory) == 0.15 and not eng.get(memory).archived
 
     again = eng.consolidate(now=now)  # the same moment again: nothing more to decay
     assert again.decayed == 0 and again.archived == []
@@ -119,7 +130,8 @@ def test_decay_follows_elapsed_time_not_runs_and_archive_never_deletes(eng: Engi
 def test_without_a_language_model_decay_and_archive_run_and_the_rest_waits(eng: Engine) -> None:
     eng.settings.llm.provider = "none"
     now = time.time()
-    old = eng.remember("Lunch at the canteen.", kind="episodic", at=now - 400 * DAY, importance=0.1).id
+    old = stored_ago(eng, eng.remember("Lunch at the canteen.", kind="episodic", at=now - 400 * DAY,
+                                       importance=0.1).id, 400)
     for text in TRIP:
         eng.remember(text, kind="episodic")
     eng.remember("Alice lives in Lisbon.")

@@ -176,7 +176,8 @@ def test_forget_leaves_no_forgotten_word_in_any_page_or_wal_frame(profile_home: 
         assert eng.recall("zanzibarquux") == []
         before = db.stat().st_size
         sizes = eng.compact()
-        assert sizes["bytes_before"] == before and sizes["bytes_after"] <= before
+        # the size before counts the pages the log still held (copied into the file first)
+        assert sizes["bytes_before"] >= before and sizes["bytes_after"] <= sizes["bytes_before"]
     for word in secret_words:
         assert find(db, key, word) == [], word
 
