@@ -12,11 +12,11 @@ import sys
 from collections.abc import Sequence
 
 from ..ask import AskFailed, AskResult, Source
-from .base import Command, Handler, Session, add_json, print_json, short
+from .base import Command, Handler, Session, add_json, print_json, short, visible
 
 
 def _write(text: str) -> None:
-    sys.stdout.write(text)
+    sys.stdout.write(visible(text))  # a model can repeat a control sequence a memory held
     sys.stdout.flush()
 
 

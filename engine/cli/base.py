@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -69,8 +70,26 @@ def console() -> Console:
     return Console(highlight=False, soft_wrap=False)
 
 
+# Terminal control sequences (colours, a window title, a cursor move) and other control characters: text
+# from an import, the API or MCP is shown, never obeyed by the terminal.
+_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x00-\x1f\x7f]*(?:\x07|\x1b\\)?|\x1b.?|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def visible(text: str) -> str:
+    """The text as a terminal may print it: control sequences and characters taken out (lines kept)."""
+    return _CONTROL.sub("", text)
+
+
+def escape(text: str) -> str:
+    """User text for rich markup: shown as written (no `[bold]` taken as a style), without the control
+    sequences a terminal would obey."""
+    from rich.markup import escape as markup_escape
+
+    return markup_escape(visible(text))
+
+
 def short(text: str, n: int = 90) -> str:
-    text = " ".join(text.split())
+    text = " ".join(visible(text).split())
     return text if len(text) <= n else text[: n - 1] + "…"
 
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from rich.markup import escape
-
-from .base import Command, Handler, Session, add_json, console, print_json, short
+from .base import Command, Handler, Session, add_json, console, escape, print_json, short
 
 
 def consolidate(p: argparse.ArgumentParser) -> Handler:

@@ -15,11 +15,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from rich.markup import escape
-
 from ..errors import UserError
 from ..ingest import IngestProgress, IngestResult
-from .base import Command, Handler, Session, add_json, console, print_json
+from .base import Command, Handler, Session, add_json, console, escape, print_json
 
 _STAGES = {"scanning": "looking for files", "parsing": "reading", "embedding": "indexing", "done": "done"}
 

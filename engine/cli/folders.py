@@ -9,11 +9,9 @@ import argparse
 import os
 from pathlib import Path
 
-from rich.markup import escape
-
 from ..errors import UserError
 from ..pathpolicy import PathPolicy
-from .base import Command, Handler, Session, add_json, console, print_json
+from .base import Command, Handler, Session, add_json, console, escape, print_json
 
 
 def folders(p: argparse.ArgumentParser) -> Handler:

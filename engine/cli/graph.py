@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from rich.markup import escape
-
-from .base import Command, Handler, Session, add_json, console, print_json
+from .base import Command, Handler, Session, add_json, console, escape, print_json
 
 
 def graph(p: argparse.ArgumentParser) -> Handler:

@@ -6,10 +6,8 @@ import argparse
 import sys
 from typing import Any
 
-from rich.markup import escape
-
 from ..errors import UserError
-from .base import Command, Handler, Session, add_json, console, print_json, short
+from .base import Command, Handler, Session, add_json, console, escape, print_json, short
 
 
 def remember(p: argparse.ArgumentParser) -> Handler:

@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from rich.markup import escape
-
-from .base import Command, Handler, Session, add_json, console, print_json
+from .base import Command, Handler, Session, add_json, console, escape, print_json
 
 
 def stats(p: argparse.ArgumentParser) -> Handler:

@@ -7,10 +7,8 @@ import getpass
 import os
 import sys
 
-from rich.markup import escape
-
 from ..errors import UserError
-from .base import Command, Handler, Session, add_json, console, print_json
+from .base import Command, Handler, Session, add_json, console, escape, print_json
 
 NAMES = {"memory": "memories", "document": "documents", "chunk": "chunks", "conversation": "conversations",
          "message": "messages", "derivation": "derivations", "fact_check": "fact checks", "node": "graph nodes",

@@ -12,10 +12,8 @@ import sys
 import threading
 from typing import Any
 
-from rich.markup import escape
-
 from ..watch import ScanReport, WatchedFolder, WatchStatus
-from .base import Command, Handler, Session, add_json, console, print_json
+from .base import Command, Handler, Session, add_json, console, escape, print_json
 
 
 def _state(f: WatchedFolder) -> str:

@@ -58,6 +58,19 @@ def test_text_that_looks_like_markup_is_shown_literally(profile_home: Path):
         assert "[/bold]" in p.stdout and "[red]x[/red]" in p.stdout and "[dev]" in p.stdout
 
 
+def test_terminal_control_sequences_in_a_memory_are_shown_not_obeyed(profile_home: Path):
+    text = "Build \x1b[31mfailed\x1b[0m again \x1b]0;PWNED\x07 see \x1b]0;TITLE log\x00 today."
+    made = run("remember", "-", "--project", "ops\x1b[2J", "--json", input=text)  # an argument cannot hold a NUL
+    assert made.returncode == 0, made.stderr
+    mid = json.loads(made.stdout)["id"]
+    assert ok_json("get", mid)["text"] == text  # stored as given; --json is for programs
+    for args in (("recall", "build failed again"), ("list",), ("get", mid)):
+        p = run(*args, env={"COLUMNS": "400"})
+        assert p.returncode == 0, p.stderr
+        assert "\x1b" not in p.stdout and "\x07" not in p.stdout and "\x00" not in p.stdout, (args, p.stdout)
+        assert "failed" in p.stdout and "again" in p.stdout
+
+
 def test_errors_are_clear_with_nonzero_exit_and_no_traceback(profile_home: Path):
     for args in (("forget", "mem_doesnotexist"), ("remember", ""), ("remember", "x", "--at", "someday"),
                  ("recall", "x", "-k", "0"), ("remember", "\u200b\u202e"),
