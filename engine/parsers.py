@@ -200,7 +200,13 @@ def parse_file(path: Path, *, max_bytes: int, ocr: OcrOptions | None = None) -> 
         raise DocumentError(f"{name} has no text to remember")
     _check_text(name, sections)
     log.debug("parsed %s: %d sections", ext, len(sections))
-    return ParsedDocument(title=doc.title, mime=_MIME[ext], sections=sections, meta=doc.meta)
+    title = doc.title if doc.title.strip().casefold() not in _PLACEHOLDER_TITLES else path.name
+    return ParsedDocument(title=title, mime=_MIME[ext], sections=sections, meta=doc.meta)
+
+
+# Titles that tools write into a file's properties when nobody gave one: the file's name says more.
+_PLACEHOLDER_TITLES = frozenset({"", "untitled", "untitled document", "no title", "(anonymous)", "document",
+                                 "title", "presentation", "powerpoint presentation", "slide 1"})
 
 
 def parse_text(text: str, title: str) -> ParsedDocument:
@@ -285,12 +291,17 @@ _BOMS = (
 )
 
 
+# Terminal escape sequences: colours and cursor moves (CSI), titles and links (OSC), two-byte ones.
+_TERMINAL_CODES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+
+
 def _read_text(path: Path) -> str:
     """Decode a text file: BOM, then strict UTF-8, then charset-normalizer; refuse binary data."""
     data = path.read_bytes()
     text = _decode(data)
     if text is None:
         raise UnsupportedDocument(f"{path.name} looks like a binary file, not text")
+    text = _TERMINAL_CODES.sub("", text)  # a log written for a terminal: its colours are not binary data
     sample = text[:8192]
     controls = sum(1 for c in sample if c < " " and c not in "\t\n\r\f")
     if controls > max(2, len(sample) // 100):

@@ -207,3 +207,27 @@ def test_binary_without_nul_bytes_is_refused(tmp_path):
     path.write_bytes(bytes(b for b in range(1, 32) if b not in (9, 10, 13)) * 200)
     with pytest.raises(UnsupportedDocument, match="binary"):
         parse_file(path, max_bytes=MB)
+
+
+def test_a_placeholder_title_in_a_files_properties_gives_way_to_its_name(tmp_path):
+    from tests.fixtures_docs import make_pdf
+
+    for given, expected in (("untitled", "trip-notes.pdf"), ("Untitled Document", "trip-notes.pdf"),
+                            ("Harbour trip notes", "Harbour trip notes")):
+        path = make_pdf(tmp_path / "trip-notes.pdf", ["The ferry leaves the harbour at seven."], title=given)
+        assert parse_file(path, max_bytes=10_000_000).title == expected
+
+
+def test_a_log_written_for_a_terminal_is_text_without_its_colour_codes(tmp_path):
+    lines = [f"2024-05-01 10:{i:02d} \x1b[32mINFO\x1b[0m backup {i} done \x1b]8;;http://x\x07link\x1b]8;;\x07\n"
+             for i in range(60)]
+    path = tmp_path / "backup.log"
+    path.write_text("".join(lines) + "2024-05-01 11:00 \x1b[1;31mERROR\x1b[0m disk full on /srv\n", encoding="utf-8")
+    parsed = parse_file(path, max_bytes=10_000_000)
+    text = "\n".join(s.text for s in parsed.sections)
+    assert "\x1b" not in text and "[32m" not in text and "[0m" not in text
+    assert "ERROR disk full on /srv" in text and "INFO backup 7 done" in text
+    binary = tmp_path / "really.log"
+    binary.write_bytes(bytes(range(1, 32)) * 300)
+    with pytest.raises(UnsupportedDocument, match="binary"):
+        parse_file(binary, max_bytes=10_000_000)
