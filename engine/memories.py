@@ -444,6 +444,8 @@ class Memories:
                       offset: int = 0) -> list[Memory]:
         """Memories newest first. The app's own events ("Ingested X") are left out unless activity is True
         (only them) or None (everything)."""
+        if limit < 1 or offset < 0:
+            raise UserError("A page of memories needs a limit of at least 1 and an offset of 0 or more.")
         return [rows.to_memory(r) for r in rows.listing(
             self.ctx.con, kind=check_kind(kind) if kind else None, project=project, archived=archived,
             conflicts_only=conflicts_only, activity=activity, limit=limit, offset=offset)]

@@ -125,7 +125,7 @@ def documents(p: argparse.ArgumentParser) -> Handler:
 
         c = console()
         if not docs:
-            c.print("No documents could not be ingested." if a.failed else "No documents yet.")
+            c.print("No document failed to be ingested." if a.failed else "No documents yet.")
             return 0
         t = Table(expand=True)
         for col in ("id", "title", "project", "chunks" if not a.failed else "why it failed", "path"):

@@ -73,7 +73,7 @@ def test_terminal_control_sequences_in_a_memory_are_shown_not_obeyed(profile_hom
 
 def test_errors_are_clear_with_nonzero_exit_and_no_traceback(profile_home: Path):
     for args in (("forget", "mem_doesnotexist"), ("remember", ""), ("remember", "x", "--at", "someday"),
-                 ("recall", "x", "-k", "0"), ("remember", "\u200b\u202e"),
+                 ("recall", "x", "-k", "0"), ("remember", "\u200b\u202e"), ("list", "-n", "0"), ("list", "-n", "-1"),
                  *(("serve", "--port", "0", f"--max-body-mb={v}") for v in ("-5", "nan", "inf", "0"))):
         p = run(*args)
         assert p.returncode != 0, args
