@@ -112,7 +112,7 @@ class Retriever:
             pool = sorted(sims, key=lambda key: -sims[key])[: len(sims) if cue else max(3 * k, 30)]
             hits = self._hydrate(con, {key: sims[key] for key in pool}, cos, set(lex), dense, set(graph), cue)
             hits.sort(key=lambda h: (-h.score, h.id))
-            hits = hits[:k]
+            hits = _distinct_passages(hits)[:k]
             self._name_passages(con, hits, qvec, query)
         if record_access:
             self.memories.mark_used([h.id for h in hits if not h.id.startswith("chk_")], how="recall")
@@ -242,3 +242,19 @@ class Retriever:
             h.conflict = (
                 f'You said "{h.text}" on {mine} and "{other[0]}" on {iso(other[1])[:10]}; these disagree.'
             )
+
+
+def _distinct_passages(hits: list[Hit]) -> list[Hit]:
+    """One hit for each passage text: a document's repeated boilerplate, or the same file ingested under two
+    names, would fill the list with copies (the best-ranked stays). Memories are kept as they are: the same
+    words are one memory already, unless they are in two projects or kinds, which the hits tell apart."""
+    seen: set[str] = set()
+    out = []
+    for h in hits:
+        if h.id.startswith("chk_"):
+            key = " ".join(h.text.casefold().split())
+            if key in seen:
+                continue
+            seen.add(key)
+        out.append(h)
+    return out

@@ -418,3 +418,15 @@ def test_without_an_embedding_model_documents_are_ready_at_once_and_found_by_wor
     with Engine.open(profile_home, embedder=embedder) as eng:  # the backfill embeds the chunks later
         assert eng.embed_pending() >= 1
         assert "vector" in chunk_hits(eng, "what is the code for the gate")[0].via
+
+
+def test_the_same_passage_twice_is_one_hit(eng: Engine, tmp_path: Path):
+    text = "The harbour ferry to Aldermoor leaves at seven from pier four.\n\nTickets are sold on board."
+    for name in ("trip.md", "trip copy.md"):
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    results = eng.ingest([tmp_path / "trip.md", tmp_path / "trip copy.md"])
+    assert [r.status for r in results] == ["added", "added"]
+    hits = eng.recall("When does the ferry to Aldermoor leave?", k=10)
+    chunks = [h for h in hits if h.id.startswith("chk_")]
+    assert chunks and len({" ".join(h.text.split()) for h in chunks}) == len(chunks)
+    assert "Aldermoor" in chunks[0].text
