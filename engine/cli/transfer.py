@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import getpass
 import os
 import sys
+from collections.abc import Callable, Iterator
 
 from ..errors import UserError
 from .base import Command, Handler, Session, add_json, console, escape, print_json
@@ -85,8 +87,8 @@ def import_(p: argparse.ArgumentParser) -> Handler:
                 phrase = os.environ.get(PASSPHRASE_ENV) or _export_passphrase(confirm=False)
         except OSError:
             pass  # the import itself reports a missing or unreadable file clearly
-        with session.open_engine() as eng:
-            r = eng.import_(a.file, passphrase=phrase)
+        with session.open_engine() as eng, _embedding_bar() as progress:
+            r = eng.import_(a.file, passphrase=phrase, progress=progress)
         if a.json:
             print_json(r)
         else:
@@ -96,6 +98,24 @@ def import_(p: argparse.ArgumentParser) -> Handler:
         return 0
 
     return run
+
+
+@contextlib.contextmanager
+def _embedding_bar() -> Iterator[Callable[[int, int], None]]:
+    """A progress bar on stderr (only on a terminal) while an import embeds what it added: minutes for a
+    big export."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    err = Console(stderr=True, highlight=False)
+    with Progress(TextColumn("embedding what was imported"), BarColumn(), MofNCompleteColumn(),
+                  TimeRemainingColumn(), console=err, transient=True, disable=not err.is_terminal) as bar:
+        task = bar.add_task("embedding", total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update
 
 
 def _import_source(a: argparse.Namespace, session: Session) -> int:
