@@ -525,6 +525,7 @@ class Documents:
         given_up = existing is not None and existing[2] == "failed"
         if existing is not None and not given_up:
             if existing[2] == "ready":
+                self._put_in_project(existing[0], existing[1], project)
                 return IngestResult(path=None, document_id=existing[1], chunks=existing[3], status="unchanged")
             pending = self._pending(0, existing[0], existing[1], name, None, _action(existing[4]), size)
         else:
@@ -669,6 +670,7 @@ class Documents:
                                              "document_id": existing[1]})
         if existing is not None and existing[3] == chash and not given_up:
             if existing[2] == "ready":
+                self._put_in_project(existing[0], existing[1], project)
                 return IngestResult(path=str(path), document_id=existing[1], chunks=existing[4], status="unchanged")
             if existing[4] > limits.MAX_CHUNKS:  # written before the limit existed
                 reason = str(limits.too_many_chunks(path.name))
@@ -819,6 +821,18 @@ class Documents:
                                 error=f"{p.name} could not be added ({type(e).__name__}); nothing was changed")
         self.ctx.changes.emit(Changes("ingest", documents={p.uid}))
         return IngestResult(path=p.path, document_id=p.uid, chunks=p.total, status=p.action)
+
+    def _put_in_project(self, doc_id: int, uid: str, project: str | None) -> None:
+        """An unchanged document ingested again with a project goes into it (its passages and its ingest
+        event too); without one it stays where it is."""
+        if project is None or rows.project_of(self.ctx.con, doc_id) == project:
+            return
+        with self.ctx.mutation() as (con, touched):
+            chunks, memories = rows.set_project(con, doc_id, project)
+            touched.chunks.update(chunks)
+            touched.memories.update(memories)
+            self.ctx.audit.record("move_document", uid, {"project": True}, con=con)
+        self.ctx.changes.emit(Changes("move_document", documents={uid}))
 
     def _record_unreadable(self, path: str | None, title: str, chash: str, size: int, mtime: float | None,
                            project: str | None, reason: str) -> str:

@@ -121,6 +121,16 @@ def project_of(con: Connection, doc_id: int) -> str | None:
     return con.execute("SELECT project FROM documents WHERE id = ?", (doc_id,)).fetchone()[0]
 
 
+def set_project(con: Connection, doc_id: int, project: str | None) -> tuple[list[int], list[int]]:
+    """Put a document, and the memories made from it (its ingest event), in a project. Returns the ids of
+    its chunks and of those memories."""
+    con.execute("UPDATE documents SET project = ? WHERE id = ?", (project, doc_id))
+    memories = [r[0] for r in con.execute("SELECT id FROM memories WHERE document_id = ?", (doc_id,))]
+    con.execute("UPDATE memories SET project = ? WHERE document_id = ?", (project, doc_id))
+    chunks = [r[0] for r in con.execute("SELECT id FROM chunks WHERE document_id = ?", (doc_id,))]
+    return chunks, memories
+
+
 def is_pending(con: Connection, doc_id: int, *, or_failed: bool = False) -> bool:
     statuses = "('pending','failed')" if or_failed else "('pending')"
     return con.execute(f"SELECT 1 FROM documents WHERE id = ? AND status IN {statuses}",

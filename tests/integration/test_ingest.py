@@ -430,3 +430,25 @@ def test_the_same_passage_twice_is_one_hit(eng: Engine, tmp_path: Path):
     chunks = [h for h in hits if h.id.startswith("chk_")]
     assert chunks and len({" ".join(h.text.split()) for h in chunks}) == len(chunks)
     assert "Aldermoor" in chunks[0].text
+
+
+def test_an_unchanged_file_ingested_again_with_a_project_goes_into_it(eng: Engine, tmp_path: Path):
+    path = tmp_path / "budget.md"
+    path.write_text("The roof repair budget is 4,200 euros, approved in March.", encoding="utf-8")
+    first = eng.ingest([path])[0]
+    assert first.status == "added"
+    question = "How much is the roof repair budget?"
+    assert not [h for h in eng.recall(question, project="work") if h.id.startswith("chk_")]
+    again = eng.ingest([path], project="work")[0]
+    assert again.status == "unchanged" and again.document_id == first.document_id
+    hits = [h for h in eng.recall(question, project="work") if h.id.startswith("chk_")]
+    assert hits and hits[0].document_id == first.document_id
+    assert [d.id for d in eng.list_documents(project="work")] == [first.document_id]
+    event = eng.list_memories(activity=True, project="work")
+    assert len(event) == 1 and "budget.md" in event[0].text
+    assert eng.ingest([path])[0].status == "unchanged"  # no project given: it stays in work
+    assert [d.id for d in eng.list_documents(project="work")] == [first.document_id]
+    upload = eng.ingest_upload(path.read_bytes(), "budget.md", project="home")
+    assert upload.status == "added"  # an upload is a document of its own (no path)
+    assert eng.ingest_upload(path.read_bytes(), "budget.md", project="office").status == "unchanged"
+    assert {d.project for d in eng.list_documents()} == {"work", "office"}
