@@ -245,14 +245,14 @@ class Retriever:
 
 
 def _distinct_passages(hits: list[Hit]) -> list[Hit]:
-    """One hit for each passage text: a document's repeated boilerplate, or the same file ingested under two
-    names, would fill the list with copies (the best-ranked stays). Memories are kept as they are: the same
-    words are one memory already, unless they are in two projects or kinds, which the hits tell apart."""
-    seen: set[str] = set()
+    """One hit for each passage text of a document: its repeated boilerplate would fill the list with copies
+    (the best-ranked stays). The same words in two files are two hits (each file is a source); memories are
+    kept as they are (the same words are one memory already, unless in two projects or kinds)."""
+    seen: set[tuple[str | None, str]] = set()
     out = []
     for h in hits:
         if h.id.startswith("chk_"):
-            key = " ".join(h.text.casefold().split())
+            key = (h.document_id, " ".join(h.text.casefold().split()))
             if key in seen:
                 continue
             seen.add(key)

@@ -420,16 +420,23 @@ def test_without_an_embedding_model_documents_are_ready_at_once_and_found_by_wor
         assert "vector" in chunk_hits(eng, "what is the code for the gate")[0].via
 
 
-def test_the_same_passage_twice_is_one_hit(eng: Engine, tmp_path: Path):
-    text = "The harbour ferry to Aldermoor leaves at seven from pier four.\n\nTickets are sold on board."
-    for name in ("trip.md", "trip copy.md"):
-        (tmp_path / name).write_text(text, encoding="utf-8")
-    results = eng.ingest([tmp_path / "trip.md", tmp_path / "trip copy.md"])
-    assert [r.status for r in results] == ["added", "added"]
-    hits = eng.recall("When does the ferry to Aldermoor leave?", k=10)
-    chunks = [h for h in hits if h.id.startswith("chk_")]
+def test_a_passage_a_document_repeats_is_one_hit(eng: Engine, tmp_path: Path):
+    notice = ("Aldermoor harbour notice: the ferry leaves at seven from pier four and tickets are sold on "
+              "board; the kiosk by the gate sells maps, tide tables and umbrellas. ") * 12
+    path = tmp_path / "notices.md"
+    path.write_text("\n\n".join(f"# Notice {i}\n\n{notice}" for i in range(6)), encoding="utf-8")
+    doc = eng.ingest([path])[0]
+    assert doc.status == "added" and doc.chunks >= 6
+    texts = [r[0] for r in eng.con.execute("SELECT text FROM chunks")]
+    assert len(set(texts)) < len(texts)  # the file's passages repeat
+    chunks = [h for h in eng.recall("When does the ferry to Aldermoor leave?", k=10) if h.id.startswith("chk_")]
     assert chunks and len({" ".join(h.text.split()) for h in chunks}) == len(chunks)
-    assert "Aldermoor" in chunks[0].text
+    copy = tmp_path / "notices copy.md"
+    copy.write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+    other = eng.ingest([copy])[0]
+    sources = {h.document_id for h in eng.recall("When does the ferry to Aldermoor leave?", k=10)
+               if h.id.startswith("chk_")}
+    assert sources == {doc.document_id, other.document_id}  # two files: two sources
 
 
 def test_an_unchanged_file_ingested_again_with_a_project_goes_into_it(eng: Engine, tmp_path: Path):
