@@ -4,8 +4,10 @@ same file) wrote since a token, so an open app can follow the store whoever writ
 Every write records one audit row in its own transaction, so the audit log's last id is the store's write
 sequence: a token is that id. Polling costs one read of `data_version` (SQLite's count of commits by other
 connections, kept in memory: nothing is read from disk when nobody wrote) and, only when that moved, one
-index lookup for the rows after the token. Writes by this engine's own actor are left out: they were
-announced in-process already (`Engine.on_change`).
+index lookup for the rows after the token, on a connection of the feed's own with a small page cache
+(`Store.small`: SQLite empties a connection's cache when another has committed, at a cost that grows with
+the cache). Writes by this engine's own actor are left out: they were announced in-process already
+(`Engine.on_change`).
 """
 
 from __future__ import annotations
@@ -43,10 +45,10 @@ class OutsideWrites:
         self._seen = threading.local()
 
     def token(self) -> int:
-        return rows.last_id(self.store.con)
+        return rows.last_id(self.store.small)
 
     def since(self, token: int | None) -> StoreChanges:
-        con = self.store.con
+        con = self.store.small  # its cache is small: emptying it after another's commit costs nothing
         version = rows.data_version(con)
         if token is not None and getattr(self._seen, "version", None) == version:
             return StoreChanges(token)  # no other connection committed since this thread last looked

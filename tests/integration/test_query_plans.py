@@ -183,3 +183,27 @@ def test_recall_rows_and_the_vector_catch_up_read_by_key(con, store):
     assert_indexed(plans_of(con, recall_rows.chunk_rows, [1]))
     assert_indexed(plans_of(con, recall_rows.text_and_time, uid))
     assert_indexed(plans_of(con, vectors.changes_since, "memories", 0, 3))
+
+
+def test_the_feed_reports_another_programs_writes_on_its_own_small_connection(profile_home, embedder):
+    """What the app polls: another engine's writes, not this one's; after a key rotation too."""
+    from engine import Engine
+
+    with Engine.open(profile_home, embedder=embedder) as eng:
+        token = eng.changes_since().token
+        eng.remember("Written by the app itself.")
+        mine = eng.changes_since(token)
+        assert not mine.any and mine.token > token  # its own writes were announced in-process
+        with Engine.open(profile_home, actor="cli", embedder=embedder, interactive=False) as other:
+            made = other.remember("Written by the command line.").id
+            seen = eng.changes_since(mine.token)
+            assert [c.action for c in seen.changes] == ["remember"] and made in seen.changes[0].memories
+            assert eng.changes_since(seen.token).changes == []  # nothing new since
+        eng.rotate_key()  # the store's connections, the feed's among them, open again under the new key
+        with Engine.open(profile_home, actor="cli", embedder=embedder, interactive=False) as other:
+            made = other.remember("Written after the rotation by a new program.").id
+        after = eng.changes_since(seen.token)
+        assert made in {m for c in after.changes for m in c.memories}
+        cached = eng.store.con.execute("PRAGMA cache_size").fetchone()[0]
+        small = eng.store.small.execute("PRAGMA cache_size").fetchone()[0]
+        assert small < 0 and -small <= 1024 < -cached
