@@ -422,8 +422,10 @@ class Bridge(QObject):
     # ------------------------------------------------------------------------------------------------
     # documents
     # ------------------------------------------------------------------------------------------------
-    def list_documents(self, done: Done, project: str | None = None) -> None:
-        self.read(lambda e: e.list_documents(project=project), done)
+    def list_documents(self, done: Done, project: str | None = None, *, with_failed: bool = False) -> None:
+        """Ready documents; with_failed: then the ones that could not be ingested (each with its `error`)."""
+        self.read(lambda e: e.list_documents(project=project)
+                  + (e.list_documents(project=project, failed=True) if with_failed else []), done)
 
     def document_passages(self, uid: str, done: Done, failed: Failed | None = None) -> None:
         self.read(lambda e: e.document_passages(uid), done, failed)

@@ -246,7 +246,7 @@ class DocumentsView(QWidget):
         self.bridge.cancel_ingest()
 
     def refresh(self) -> None:
-        self.bridge.list_documents(self._populate)
+        self.bridge.list_documents(self._populate, with_failed=True)
 
     def delete_selected(self) -> None:
         docs = [self._docs[i] for i in self._selected_ids() if i in self._docs]
@@ -342,6 +342,12 @@ class DocumentsView(QWidget):
             item.setToolTip(0, wrapped_tip(f"{path or document_name(d)} · {formatting.plural(d.chunks, 'passage')}"
                                            + (f" · project {d.project}" if getattr(d, "project", None) else "")))
             item.setToolTip(4, path)
+            if getattr(d, "error", None):  # could not be ingested: listed with why, nothing to read
+                item.setText(1, "Failed")
+                tip = wrapped_tip(f"{d.error}. Add the file again to retry, or delete the entry.")
+                for column in range(item.columnCount()):
+                    item.setForeground(column, theme.muted_color())
+                    item.setToolTip(column, tip)
             self.list.addTopLevelItem(item)
             item.setSelected(uid in selected)
         self.list_stack.setCurrentWidget(self.list if documents else self.empty)
@@ -351,6 +357,9 @@ class DocumentsView(QWidget):
         """Read a document's passages inside the app (one highlighted), with Open file as a second step."""
         doc = self._docs.get(uid or "")
         if doc is None:
+            return
+        if getattr(doc, "error", None):
+            self.status_posted.emit(f"{document_name(doc)} could not be ingested: {doc.error}")
             return
         self.show_passages(uid or "", document_name(doc), str(getattr(doc, "path", "") or ""), passage_id, locator)
 

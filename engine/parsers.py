@@ -352,6 +352,8 @@ def _read_plain(path: Path) -> ParsedDocument:
 def _read_markdown(path: Path) -> ParsedDocument:
     text = _read_text(path)
     title, sections = _markdown_sections(text)
+    if title and not any(s.text.strip() for s in sections):  # a note that is only its heading
+        sections = [Section(title, first_line=1)]
     return ParsedDocument(title or path.name, "", sections, _markdown_meta(text))
 
 

@@ -101,7 +101,11 @@ def list_memories(p: argparse.ArgumentParser) -> Handler:
 
         t = Table(expand=True)
         for col in ("id", "kind", "project", "when", "text"):
-            t.add_column(col, ratio=1 if col == "text" else None, no_wrap=col != "text")
+            if col == "project":  # a long project name wraps instead of taking the text's room
+                t.add_column(col, max_width=12, overflow="fold")
+            else:
+                t.add_column(col, ratio=1 if col == "text" else None, no_wrap=col != "text",
+                             min_width=24 if col == "text" else None)
         for m in mems:
             t.add_row(m.id, m.kind, escape(m.project or ""), (m.at or m.created_at or "")[:10], escape(short(m.text, 160)))
         console().print(t)

@@ -34,8 +34,8 @@ def recall(p: argparse.ArgumentParser) -> Handler:
         t.add_column("score", justify="right", no_wrap=True)
         t.add_column("id", no_wrap=True)
         t.add_column("kind", no_wrap=True)
-        t.add_column("text", ratio=1)
-        t.add_column("where", no_wrap=False)
+        t.add_column("text", ratio=3, min_width=24)  # the text first: a long title or project wraps instead
+        t.add_column("where", ratio=1, max_width=24, overflow="fold")
         for h in hits:
             where = h.project or ""
             if h.kind == "chunk":

@@ -38,6 +38,15 @@ def test_a_run_reports_in_full_and_leaves_nothing_to_cancel(qtbot, desktop, tmp_
     error = next(r.error for r in results if r.status == "failed")
     assert failed.text(1) == f"Failed: {error}" and docs.job.wordWrap()
     assert failed.toolTip(1).startswith("<p>")  # a rich-text tooltip wraps instead of running 1,000+ px wide
+    # the list keeps the file that could not be read, with why, until it is added again or deleted
+    qtbot.waitUntil(lambda: docs.list.topLevelItemCount() == 2, timeout=5000)
+    rows = {docs.list.topLevelItem(i).text(0): docs.list.topLevelItem(i) for i in range(2)}
+    assert rows["broken.pdf"].text(1) == "Failed" and error in rows["broken.pdf"].toolTip(0)
+    assert rows["Garden"].text(1) == "MD"
+    posted: list[str] = []
+    docs.status_posted.connect(posted.append)
+    docs.list.itemActivated.emit(rows["broken.pdf"], 0)  # nothing to read: it says why instead
+    assert posted and "could not be ingested" in posted[-1] and docs.viewer is None
 
 
 def test_the_list_names_documents_one_way_with_type_size_date_and_folder(qtbot, desktop, tmp_path):

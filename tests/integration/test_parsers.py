@@ -231,3 +231,15 @@ def test_a_log_written_for_a_terminal_is_text_without_its_colour_codes(tmp_path)
     binary.write_bytes(bytes(range(1, 32)) * 300)
     with pytest.raises(UnsupportedDocument, match="binary"):
         parse_file(binary, max_bytes=10_000_000)
+
+
+def test_a_markdown_note_that_is_only_its_heading_is_its_text(tmp_path):
+    path = tmp_path / "shop.md"
+    path.write_text("# Shopping: milk, eggs and bread\n", encoding="utf-8")
+    parsed = parse_file(path, max_bytes=10_000_000)
+    assert parsed.title == "Shopping: milk, eggs and bread"
+    assert [s.text for s in parsed.sections] == ["Shopping: milk, eggs and bread"]
+    empty = tmp_path / "empty-heading.md"
+    empty.write_text("#\n\n   \n", encoding="utf-8")
+    with pytest.raises(DocumentError):
+        parse_file(empty, max_bytes=10_000_000)
