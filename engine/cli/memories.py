@@ -34,10 +34,12 @@ def remember(p: argparse.ArgumentParser) -> Handler:
 
 
 def get(p: argparse.ArgumentParser) -> Handler:
-    p.add_argument("id")
+    p.add_argument("id", help="a memory (mem_…), a passage recall found (chk_…) or a document (doc_…)")
     add_json(p)
 
     def run(a: argparse.Namespace, session: Session) -> int:
+        if a.id.startswith(("chk_", "doc_")):  # recall prints passage ids too
+            return _show_document_part(a, session)
         with session.open_engine() as eng:
             m = eng.get(a.id)
         if a.json:
@@ -51,6 +53,28 @@ def get(p: argparse.ArgumentParser) -> Handler:
         return 0
 
     return run
+
+
+def _show_document_part(a: argparse.Namespace, session: Session) -> int:
+    """`get chk_…`: a passage with its document; `get doc_…`: a document."""
+    with session.open_engine() as eng:
+        item = eng.get_passage(a.id) if a.id.startswith("chk_") else eng.get_document(a.id)
+    if a.json:
+        print_json(item)
+        return 0
+    c = console()
+    if a.id.startswith("chk_"):
+        c.print(f"[bold]{item.id}[/bold]  passage of {escape(item.document_title or '')} ({item.document_id})"
+                + (f" · {escape(item.locator)}" if getattr(item, "locator", None) else ""))
+        c.print(escape(item.text))
+        if getattr(item, "document_path", None):
+            c.print(f"[dim]{escape(item.document_path)}[/dim]")
+    else:
+        c.print(f"[bold]{item.id}[/bold]  {escape(item.title)}" + (f"  project {escape(item.project)}" if item.project else ""))
+        c.print(f"[dim]{escape(item.path or '(pasted text)')} · {item.chunks} passage{'s' if item.chunks != 1 else ''} · added {item.created_at}[/dim]")
+        if getattr(item, "error", None):
+            c.print(f"[yellow]could not be ingested:[/yellow] {escape(item.error)}")
+    return 0
 
 
 def update(p: argparse.ArgumentParser) -> Handler:
@@ -134,6 +158,9 @@ def forget(p: argparse.ArgumentParser) -> Handler:
     add_json(p)
 
     def run(a: argparse.Namespace, session: Session) -> int:
+        if a.id.startswith("chk_"):
+            raise UserError(f"{a.id} is a passage of a document; a document is forgotten as a whole: "
+                            f"`personal-llm get {a.id}` names it (doc_…), then `personal-llm forget doc_…`.")
         with session.open_engine() as eng:
             r = eng.forget(a.id)
         if a.json:

@@ -114,6 +114,23 @@ def test_arguments_a_script_gets_wrong_are_refused_or_read(profile_home: Path, t
         assert p.returncode != 0 and "--max-mb must be" in p.stderr, p.stderr
 
 
+def test_an_id_recall_printed_can_be_read_with_get(profile_home: Path, tmp_path: Path):
+    note = tmp_path / "boat.md"
+    note.write_text("# Boat\n\nThe boat's engine oil is changed every 100 hours.\n", encoding="utf-8")
+    assert run("ingest", str(note)).returncode == 0
+    hit = ok_json("recall", "when is the engine oil changed?", "-k", "1")[0]
+    assert hit["id"].startswith("chk_")
+    passage = ok_json("get", hit["id"])
+    assert "100 hours" in passage["text"] and passage["document_path"] == str(note)
+    p = run("get", hit["id"])
+    assert p.returncode == 0 and "100 hours" in p.stdout and passage["document_id"] in p.stdout
+    doc = ok_json("get", passage["document_id"])
+    assert doc["path"] == str(note) and doc["chunks"] == 1
+    p = run("forget", hit["id"])
+    assert p.returncode != 0 and "forget doc_" in p.stderr
+    assert ok_json("stats")["chunks"] == 1  # nothing was forgotten
+
+
 def test_missing_key_is_a_clear_refusal(profile_home: Path):
     assert run("remember", "keep me").returncode == 0
     import keyring
