@@ -57,23 +57,28 @@ def get(p: argparse.ArgumentParser) -> Handler:
 
 def _show_document_part(a: argparse.Namespace, session: Session) -> int:
     """`get chk_…`: a passage with its document; `get doc_…`: a document."""
-    with session.open_engine() as eng:
-        item = eng.get_passage(a.id) if a.id.startswith("chk_") else eng.get_document(a.id)
-    if a.json:
-        print_json(item)
-        return 0
     c = console()
-    if a.id.startswith("chk_"):
-        c.print(f"[bold]{item.id}[/bold]  passage of {escape(item.document_title or '')} ({item.document_id})"
-                + (f" · {escape(item.locator)}" if getattr(item, "locator", None) else ""))
-        c.print(escape(item.text))
-        if getattr(item, "document_path", None):
-            c.print(f"[dim]{escape(item.document_path)}[/dim]")
-    else:
-        c.print(f"[bold]{item.id}[/bold]  {escape(item.title)}" + (f"  project {escape(item.project)}" if item.project else ""))
-        c.print(f"[dim]{escape(item.path or '(pasted text)')} · {item.chunks} passage{'s' if item.chunks != 1 else ''} · added {item.created_at}[/dim]")
-        if getattr(item, "error", None):
-            c.print(f"[yellow]could not be ingested:[/yellow] {escape(item.error)}")
+    with session.open_engine() as eng:
+        if a.id.startswith("chk_"):
+            passage = eng.get_passage(a.id)
+            if a.json:
+                print_json(passage)
+                return 0
+            c.print(f"[bold]{passage.id}[/bold]  passage of {escape(passage.document_title or '')} "
+                    f"({passage.document_id})" + (f" · {escape(passage.locator)}" if passage.locator else ""))
+            c.print(escape(passage.text))
+            if passage.document_path:
+                c.print(f"[dim]{escape(passage.document_path)}[/dim]")
+            return 0
+        doc = eng.get_document(a.id)
+    if a.json:
+        print_json(doc)
+        return 0
+    c.print(f"[bold]{doc.id}[/bold]  {escape(doc.title)}" + (f"  project {escape(doc.project)}" if doc.project else ""))
+    c.print(f"[dim]{escape(doc.path or '(pasted text)')} · {doc.chunks} passage{'s' if doc.chunks != 1 else ''} · "
+            f"added {doc.created_at}[/dim]")
+    if doc.error:
+        c.print(f"[yellow]could not be ingested:[/yellow] {escape(doc.error)}")
     return 0
 
 
