@@ -359,6 +359,8 @@ class Memories:
                 sets["archived_at"] = time.time() if archived else None
             if not sets:
                 return rows.to_memory(row)
+            if sets.keys() & {"text", "kind", "project", "event_at"}:
+                self._refuse_a_copy(con, row, sets)
             sets["updated_at"] = time.time()
             rows.set_fields(con, row[0], sets)
             if "text" in sets:
@@ -396,6 +398,15 @@ class Memories:
                 self.backfill.wake()
             mem = self.get(uid)
         return mem
+
+    @staticmethod
+    def _refuse_a_copy(con: Connection, row: tuple, sets: dict[str, Any]) -> None:
+        """An edit may not make a memory say what another one says (remember would have merged them)."""
+        kind, project = sets.get("kind", row[2]), sets.get("project", row[4])
+        other = rows.same_words(con, sets.get("content_hash", row[15]), kind, project, row[0])
+        if other is not None and (kind != "episodic" or other[8] == sets.get("event_at", row[8])):
+            raise UserError(f"Memory {other[1]} already says this; forget one of the two instead of making "
+                            "them the same.")
 
     def _embed_edit(self, rid: int, text: str, chash: str) -> None:
         """Embed an edited memory now, loading the model (what waits otherwise stays for the background)."""

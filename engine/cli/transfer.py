@@ -78,6 +78,9 @@ def import_(p: argparse.ArgumentParser) -> Handler:
 
         if a.source_file is not None:
             return _import_source(a, session)
+        if a.file.lower() in SOURCES and not os.path.exists(a.file):
+            raise UserError(f"import {a.file.lower()} needs the export to read: personal-llm import "
+                            f"{a.file.lower()} PATH.")
         if a.project:
             raise UserError("--project goes with an import from chatgpt, claude or obsidian.")
 

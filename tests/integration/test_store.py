@@ -87,6 +87,22 @@ def test_close_texts_that_state_other_facts_are_both_kept(eng: Engine):
     assert eng.stats().memories == 6
 
 
+def test_an_edit_cannot_make_two_memories_say_the_same(eng: Engine):
+    from engine.errors import UserError
+
+    gate = eng.remember("The gate code for the allotment is 4471.").id
+    bread = eng.remember("Bread rises better in a warm oven.").id
+    with pytest.raises(UserError, match=gate):
+        eng.update(bread, text="the gate code for the allotment is 4471")
+    assert eng.get(bread).text == "Bread rises better in a warm oven."  # nothing changed
+    other = eng.remember("The gate code for the allotment is 4471.", project="garden").id  # another project
+    assert other != gate
+    with pytest.raises(UserError):
+        eng.update(other, project=None)  # moved next to the same words
+    eng.update(bread, text="Bread rises best in a warm, damp oven.")  # any other edit is fine
+    assert eng.get(bread).text == "Bread rises best in a warm, damp oven."
+
+
 def test_a_batch_of_numbered_notes_keeps_every_note(eng: Engine):
     from engine.memories import Remembered
 
