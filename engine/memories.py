@@ -15,7 +15,7 @@ import time
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -113,14 +113,24 @@ def parse_time(value: str | float | datetime | None) -> float | None:
     """ISO-8601 (date or date-time; naive means local time), a datetime, or epoch seconds."""
     if value is None or value == "":
         return None
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, datetime):
-        return value.timestamp()
     try:
-        return datetime.fromisoformat(value.strip().replace("Z", "+00:00")).timestamp()
-    except ValueError as e:
+        if isinstance(value, int | float):
+            ts = float(value)
+        elif isinstance(value, datetime):
+            ts = value.timestamp()
+        else:
+            ts = datetime.fromisoformat(value.strip().replace("Z", "+00:00")).timestamp()
+    except (ValueError, OverflowError, OSError) as e:
         raise UserError(f"'{value}' is not a date or time; use ISO format like 2024-05-01 or 2024-05-01T14:30.") from e
+    if not MIN_TIME <= ts <= MAX_TIME:  # also false for nan
+        raise UserError(f"'{value}' is not a time between the years 1 and 9999 (a time in milliseconds? use seconds "
+                        "or an ISO date like 2024-05-01).")
+    return ts
+
+
+# The times a store keeps: what a UTC date can show (years 1 to 9999).
+MIN_TIME = datetime(1, 1, 2, tzinfo=UTC).timestamp()
+MAX_TIME = datetime(9999, 12, 30, tzinfo=UTC).timestamp()
 
 
 def check_text(text: str) -> str:

@@ -17,7 +17,12 @@ def iso(ts: float) -> str: ...
 @overload
 def iso(ts: None) -> None: ...
 def iso(ts: float | None) -> str | None:
-    return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
+    if ts is None:
+        return None
+    try:
+        return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
+    except (ValueError, OverflowError, OSError):  # a time no date can show (stored before it was checked)
+        return None
 
 
 class Memory(BaseModel):

@@ -167,7 +167,12 @@ RECORDS: dict[str, type[Record]] = {
 
 
 def to_iso(ts: float | None) -> str | None:
-    return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat(timespec="microseconds")
+    if ts is None:
+        return None
+    try:
+        return datetime.fromtimestamp(ts, UTC).isoformat(timespec="microseconds")
+    except (ValueError, OverflowError, OSError):  # a time no date can show (stored before it was checked)
+        return None
 
 
 def to_ts(value: str | float | None) -> float | None:

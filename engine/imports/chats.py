@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
+from ..memories import MAX_TIME, MIN_TIME
 
 MAX_EXPORT_BYTES = 1024 * 1024 * 1024
 """conversations.json may be at most this big (1 GiB; a heavy user's ten-year export is a few hundred MB)."""
@@ -109,14 +110,19 @@ def _epoch(value: Any) -> float | None:
         return None
     if isinstance(value, bool):
         return None
+    ts: float | None = None
     if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
+        ts = float(value)
+        if ts > 1e11:  # milliseconds (a year past 5138 in seconds): some exporters write them
+            ts /= 1000.0
+    elif isinstance(value, str):
         try:
-            return datetime.fromisoformat(value.strip().replace("Z", "+00:00")).timestamp()
-        except ValueError:
+            ts = datetime.fromisoformat(value.strip().replace("Z", "+00:00")).timestamp()
+        except (ValueError, OverflowError, OSError):
             return None
-    return None
+    if ts is None or not MIN_TIME <= ts <= MAX_TIME:  # no date can show it: the message keeps no time
+        return None
+    return ts
 
 
 def _title(value: Any) -> str:

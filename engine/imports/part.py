@@ -148,7 +148,7 @@ class Imports:
                 text = f"In “{conv.title}” {who} said: {m.text}"[:MAX_TEXT_CHARS].strip()
                 rid = memory_rows.insert(
                     con, uid=new_uid("mem"), kind="episodic", text=text, chash=content_hash(text),
-                    importance=importance, now=now, event_at=m.at, project=project, source="import",
+                    importance=importance, now=now, event_at=m.at or None, project=project, source="import",
                     meta={"conversation": uid, "role": m.role, "imported_from": source},
                     conversation_id=cid, document_id=None, done=False, dedup_pending=False)
                 touched.memories.add(rid)

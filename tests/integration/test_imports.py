@@ -188,3 +188,27 @@ def test_http_import_route(live, tmp_path: Path):  # noqa: F811 (the fixture imp
     r = live.client.post("/import/obsidian", json={"path": str(vault)})
     assert r.status_code == 200 and r.json()["links"] == 4
     assert live.client.post("/import/evernote", json={"path": str(vault)}).status_code == 422
+
+
+def test_times_no_date_can_show_are_not_stored_and_never_break_a_listing(eng: Engine, tmp_path: Path):
+    def conversation(cid: str, text: str, t: float) -> dict:
+        message = {"id": "a", "author": {"role": "user"}, "content": {"content_type": "text", "parts": [text]},
+                   "create_time": t}
+        return {"title": cid, "id": cid, "create_time": t,
+                "mapping": {"a": {"id": "a", "parent": None, "children": [], "message": message}}}
+
+    path = tmp_path / "conversations.json"
+    path.write_text(json.dumps([conversation("ms", "about otters", 1_700_000_000_000),  # milliseconds
+                                conversation("far", "about badgers", -5e15)]), encoding="utf-8")
+    eng.import_chatgpt(path)
+    at = {m.text.rsplit(" ", 1)[-1]: m.at for m in eng.list_memories(limit=10)}
+    assert at == {"otters": datetime.fromtimestamp(1_700_000_000, UTC).isoformat(timespec="seconds"),
+                  "badgers": None}
+    assert eng.recall("otters") and eng.export(tmp_path / "out.jsonl")
+    for bad in (1e20, float("nan"), "9999-12-31T23:59:59-12:00", "0001-01-01T00:00:00+05:00"):
+        with pytest.raises(UserError, match="date or time|between the years"):
+            eng.remember("A note with an impossible time.", kind="episodic", at=bad)
+    lines = tmp_path / "bad.jsonl"
+    lines.write_text(json.dumps({"text": "x", "at": 1e20}) + "\n", encoding="utf-8")
+    with pytest.raises(UserError, match="between the years"):
+        eng.import_(lines)
