@@ -102,7 +102,7 @@ def watch(p: argparse.ArgumentParser) -> Handler:
             return 0
         if message:
             if action in ("add", "resume") and not status.watching:
-                message += ("It is indexed while the app, `personal-llm serve` or `personal-llm watch run` "
+                message += (" It is indexed while the app, `personal-llm serve` or `personal-llm watch run` "
                             "is running.")
             console().print(message)
         else:

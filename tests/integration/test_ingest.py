@@ -225,6 +225,7 @@ def test_a_moved_file_keeps_its_document_and_a_copy_is_a_second_document(
     moved = eng.ingest([new])[0]
     assert (moved.status, moved.document_id, moved.chunks) == ("unchanged", first.document_id, first.chunks)
     assert eng.get_document(first.document_id).path == str(new)
+    assert eng.get_document(first.document_id).title == "renamed.txt"  # it was titled by its file name
     monkeypatch.undo()
     assert chunk_hits(eng, "moving fact piano north room")[0].document_path == str(new)
 
