@@ -90,11 +90,10 @@ def readable(arg: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     setup_logging("cli")
     args = build_parser().parse_args([readable(a) for a in (sys.argv[1:] if argv is None else argv)])
+    s: Session | None = None
     try:
         s = session()
         code: int = args.handler(args, s)
-        if code == 0 and s.new_recovery_keys:  # after the command's own output, so `error:` would come first
-            keys.show_recovery_key(s.new_recovery_keys.pop(), fresh=True)
         return code
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -117,3 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: an internal error occurred ({type(e).__name__}); details are in {log_dir()}",
               file=sys.stderr)
         return EXIT_BUG
+    finally:
+        # a store made by this command: its recovery key is shown once, after the command's own output (or
+        # its error: the store exists even when the command then failed)
+        if s is not None and s.new_recovery_keys:
+            keys.show_recovery_key(s.new_recovery_keys.pop(), fresh=True)

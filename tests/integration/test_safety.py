@@ -515,3 +515,11 @@ def test_a_store_made_with_sqlciphers_defaults_still_opens_is_copied_alike_and_r
     with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
         assert {m.id for m in eng.list_memories()} == {first, second}
         assert eng.con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_the_recovery_key_is_shown_when_the_first_command_fails_after_making_the_store(profile_home: Path):
+    lexical_profile(profile_home)
+    first = run("get", "mem_doesnotexist")
+    assert first.returncode != 0 and first.stderr.startswith("error: No memory with id")
+    assert len(RECOVERY_RE.findall(first.stderr)) == 1, first.stderr  # after the error, once
+    assert not RECOVERY_RE.search(run("remember", "A first note.").stderr)
