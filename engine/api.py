@@ -87,7 +87,6 @@ def _storable(value: datetime | None) -> datetime | None:
 StoredTime = Annotated[datetime | None, AfterValidator(_storable)]  # a time the store can hold
 
 
-
 def shown(path: str) -> str:
     """A request path as a log line may show it: control characters escaped, so a request cannot start a
     line of its own in the log (a forged entry) or put a NUL in it."""

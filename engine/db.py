@@ -331,9 +331,7 @@ class Store:
             con = self.connect()
             self.cipher = cipher_of(con)
             self._local.con = con
-            with self._all_lock:
-                self._close_orphans()
-                self._all.append((threading.current_thread(), con))
+            self._keep(con)
         return con
 
     @property
@@ -346,9 +344,14 @@ class Store:
             con = self.connect()
             con.execute(f"PRAGMA cache_size = -{SMALL_CACHE_KIB}")
             self._small.con = con
-            with self._all_lock:
-                self._all.append((threading.current_thread(), con))
+            self._keep(con)
         return con
+
+    def _keep(self, con: Connection) -> None:
+        """A connection of this thread's, closed with the store or once the thread has ended."""
+        with self._all_lock:
+            self._close_orphans()
+            self._all.append((threading.current_thread(), con))
 
     def _close_orphans(self) -> None:
         """Close the connections of threads that have ended (thread pools come and go)."""

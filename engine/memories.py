@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import re
 import secrets
 import threading
 import time
@@ -27,7 +26,7 @@ from .db import Connection
 from .embeddings import EmbeddingUnavailable, Windows
 from .errors import UserError
 from .models import KINDS, ForgetResult, Memory, RememberResult
-from .retrieval import STOPWORDS
+from .retrieval import STOPWORDS, WORD
 from .space import Touched
 from .storage import memories as rows
 
@@ -48,7 +47,6 @@ def content_hash(text: str) -> str:
     return hashlib.sha256(norm.encode("utf-8")).hexdigest()
 
 
-_WORD = re.compile(r"\w+", re.UNICODE)
 _SUFFIXES = ("ing", "ed", "es", "s")
 
 
@@ -64,7 +62,7 @@ def _stem(word: str) -> str:
 def content_words(text: str) -> frozenset[str]:
     """The words that carry a text's facts: lowercased, function words left out, simple endings taken off
     ("works", "working" -> "work"); numbers as they are."""
-    words = [w.casefold() for w in _WORD.findall(unicodedata.normalize("NFKC", text))]
+    words = [w.casefold() for w in WORD.findall(unicodedata.normalize("NFKC", text))]
     return frozenset(_stem(w) for w in words if w not in STOPWORDS)
 
 

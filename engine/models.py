@@ -13,15 +13,17 @@ Actor = Literal["cli", "desktop", "api", "mcp", "engine", "consolidation", "sdk"
 
 
 @overload
-def iso(ts: float) -> str: ...
+def iso(ts: float, timespec: str = ...) -> str: ...
 @overload
-def iso(ts: None) -> None: ...
-def iso(ts: float | None) -> str | None:
+def iso(ts: None, timespec: str = ...) -> None: ...
+def iso(ts: float | None, timespec: str = "seconds") -> str | None:
+    """A stored time as ISO 8601 in UTC; None for none, or for a time no date can show (one stored before
+    times were checked)."""
     if ts is None:
         return None
     try:
-        return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
-    except (ValueError, OverflowError, OSError):  # a time no date can show (stored before it was checked)
+        return datetime.fromtimestamp(ts, UTC).isoformat(timespec=timespec)
+    except (ValueError, OverflowError, OSError):
         return None
 
 

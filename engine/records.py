@@ -4,7 +4,6 @@ compatibility), and the conversions of times, projects and metadata they go thro
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -12,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .cipher import FORMAT, FORMAT_VERSION
 from .errors import UserError
 from .memories import parse_time
+from .models import iso
 
 
 class Record(BaseModel):
@@ -167,12 +167,7 @@ RECORDS: dict[str, type[Record]] = {
 
 
 def to_iso(ts: float | None) -> str | None:
-    if ts is None:
-        return None
-    try:
-        return datetime.fromtimestamp(ts, UTC).isoformat(timespec="microseconds")
-    except (ValueError, OverflowError, OSError):  # a time no date can show (stored before it was checked)
-        return None
+    return iso(ts, "microseconds")
 
 
 def to_ts(value: str | float | None) -> float | None:

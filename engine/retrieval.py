@@ -10,7 +10,7 @@ from . import ranking
 from .db import Connection
 from .vectors import ACTIVITY_SOURCE, Filter
 
-_WORD = re.compile(r"\w+", re.UNICODE)
+WORD = re.compile(r"\w+", re.UNICODE)  # a word of a query or a memory (engine.memories.content_words)
 
 # Question and function words: matching them says nothing about relevance.
 STOPWORDS = frozenset(
@@ -28,7 +28,7 @@ STOPWORDS = frozenset(
 
 def terms(query: str) -> list[str]:
     """The query's meaningful words, lowercased, in order, without duplicates."""
-    words = [w.lower() for w in _WORD.findall(query)]
+    words = [w.lower() for w in WORD.findall(query)]
     kept = [w for w in words if w not in STOPWORDS and not (len(w) == 1 and not w.isdigit())]
     out: list[str] = []
     for w in kept or words:
@@ -70,7 +70,7 @@ def focus(passage: str, query: str, max_chars: int = 320) -> str:
     if not ts or len(sentences) < 2:
         return passage
     def score(sentence: str) -> int:
-        words = {w.lower() for w in _WORD.findall(sentence)}
+        words = {w.lower() for w in WORD.findall(sentence)}
         return sum(any(_same_word(w, t) for w in words) for t in ts)
     scores = [score(x) for x in sentences]
     best = max(range(len(sentences)), key=lambda i: (scores[i], -i))

@@ -156,14 +156,10 @@ def ready_with_content(con: Connection, chash: str) -> list[tuple[int, str, str,
 
 def move(con: Connection, doc_id: int, path: str, mtime: float, now: float) -> None:
     """A document found at a new path; a title that was its old file name becomes the new one."""
-    con.execute("UPDATE documents SET title = CASE WHEN title = ? THEN ? ELSE title END WHERE id = ? AND path IS NOT NULL",
-                (_name_of(con, doc_id), Path(path).name, doc_id))
-    con.execute("UPDATE documents SET path = ?, mtime = ?, updated_at = ? WHERE id = ?", (path, mtime, now, doc_id))
-
-
-def _name_of(con: Connection, doc_id: int) -> str:
-    row = con.execute("SELECT path FROM documents WHERE id = ?", (doc_id,)).fetchone()
-    return Path(row[0]).name if row and row[0] else ""
+    (old,) = con.execute("SELECT path FROM documents WHERE id = ?", (doc_id,)).fetchone()
+    con.execute("UPDATE documents SET path = ?, mtime = ?, updated_at = ?, "
+                "title = CASE WHEN title = ? THEN ? ELSE title END WHERE id = ?",
+                (path, mtime, now, Path(old).name if old else None, Path(path).name, doc_id))
 
 
 def insert(con: Connection, *, uid: str, path: str | None, title: str, mime: str, chash: str, size: int,
