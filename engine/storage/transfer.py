@@ -31,6 +31,7 @@ from ..records import (
     to_json,
     to_ts,
 )
+from . import memories as memory_rows
 
 EXPORT_SQL: dict[str, str] = {
     "document": "SELECT uid, path, title, mime, content_hash, size, mtime, project, chunk_count, created_at, "
@@ -236,8 +237,8 @@ class Merger:
         row = con.execute("SELECT id, uid FROM memories WHERE uid = ?", (r.uid,)).fetchone()
         if row is not None:
             return row[0], row[1]
-        sql = "SELECT id, uid FROM memories WHERE content_hash = ? AND kind = ? AND project IS ?"
-        args: list[Any] = [chash, r.kind, project]
+        sql = f"SELECT id, uid FROM {memory_rows.BY_HASH} AND kind = ? AND project IS ?"
+        args: list[Any] = [chash, chash, r.kind, project]
         if r.kind == "episodic":  # separate events with the same words are separate memories
             if event_at is None:
                 sql += " AND event_at IS NULL"

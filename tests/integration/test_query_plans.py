@@ -112,6 +112,18 @@ def test_the_duplicate_lookup_uses_the_hash_index_in_a_big_project(con):
     assert_indexed(plans)
 
 
+def test_an_imported_memory_is_matched_by_the_hash_index(con):
+    from engine.records import MemoryRecord
+    from engine.storage.transfer import Merger
+
+    for kind, at in (("fact", None), ("episodic", None), ("episodic", 1.7e9)):
+        rec = MemoryRecord(uid="mem_notinthisstore", kind=kind, text="x", importance=0.5,
+                           created_at="2026-01-01T00:00:00Z", updated_at="2026-01-01T00:00:00Z")
+        plans = plans_of(con, Merger()._existing_memory, rec, "0" * 64, "house", at)
+        assert all("memories_project" not in p for p in plans) and "memories_hash" in plans[1], plans
+        assert_indexed(plans)
+
+
 def test_get_update_and_forget_read_by_key(con, store):
     _, uid = store
     rid = memory_rows.by_uid(con, uid)[0]

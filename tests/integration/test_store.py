@@ -103,6 +103,36 @@ def test_an_edit_cannot_make_two_memories_say_the_same(eng: Engine):
     assert eng.get(bread).text == "Bread rises best in a warm, damp oven."
 
 
+def test_a_hash_sharing_the_indexed_prefix_is_not_the_same_words(eng: Engine):
+    from engine.memories import content_hash
+    from engine.storage import memories as memory_rows
+
+    text = "The boiler was serviced in March."
+    h = content_hash(text)
+    keyed = memory_rows.HASH_KEY_CHARS
+    twin = h[:keyed] + format(int(h[keyed:], 16) ^ 1, f"0{64 - keyed}x")  # same indexed prefix, other hash
+    other = eng.remember("The shed roof needs new felt.").id
+    eng.con.execute("UPDATE memories SET content_hash = ? WHERE uid = ?", (twin, other))
+    stated = eng.remember(text)
+    assert not stated.merged and stated.id != other
+    assert eng.remember("the boiler was serviced in march").id == stated.id  # the same words still merge
+    assert memory_rows.same_words(eng.con, twin, "fact", None)[1] == other
+
+
+def test_an_older_store_gets_the_short_hash_index_and_still_merges_the_same_words(profile_home: Path):
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        first = eng.remember("The spare key is under the blue flowerpot.").id
+        # the store as schema version 7 left it: memories_hash on the whole content hash
+        eng.con.execute("DROP INDEX memories_hash")
+        eng.con.execute("CREATE INDEX memories_hash ON memories(content_hash)")
+        eng.con.execute("PRAGMA user_version = 7")
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        sql = eng.con.execute("SELECT sql FROM sqlite_schema WHERE name = 'memories_hash'").fetchone()[0]
+        assert "substr(content_hash, 1, 10)" in sql
+        again = eng.remember("the spare key is under the blue flowerpot")
+        assert again.merged and again.id == first
+
+
 def test_a_batch_of_numbered_notes_keeps_every_note(eng: Engine):
     from engine.memories import Remembered
 
