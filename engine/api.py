@@ -61,8 +61,11 @@ WRITE_WORKERS = 2  # writes being prepared (embedded) at once; they commit one a
 LONG_WORKERS = 2  # ingests and answers at once
 MAX_BATCH = 1000  # memories in one POST /memory/batch
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
-# Schema pages carry no user data; the Swagger UI has an "Authorize" button for the token.
-PUBLIC_PATHS = frozenset({"/docs", "/docs/oauth2-redirect", "/openapi.json", "/redoc"})
+# Schema pages carry no user data; the Swagger UI has an "Authorize" button for the token. Its scripts and
+# styles are served from DOCS_ASSETS (the swagger-ui-bundle package), not fetched from a CDN: the page works
+# offline and tells no third party that this server runs.
+PUBLIC_PATHS = frozenset({"/docs", "/docs/oauth2-redirect", "/openapi.json"})
+DOCS_ASSETS = "/docs/assets/"
 
 T = TypeVar("T")
 
@@ -287,7 +290,9 @@ class ApiGuard:
                      (time.perf_counter() - t0) * 1000)
 
     async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["path"] not in PUBLIC_PATHS and not self._authorized(scope):
+        path = scope["path"]
+        public = path in PUBLIC_PATHS or path.startswith(DOCS_ASSETS)
+        if not public and not self._authorized(scope):
             await _send_json(send, 401, {"detail": "Missing or wrong API token. Send 'Authorization: Bearer "
                                                    "<token>'; `personal-llm token` prints it."},
                              {"WWW-Authenticate": "Bearer"})
@@ -470,12 +475,15 @@ def create_app(engine: Any, token: str, allowed_origins: list[str] | None = None
         description="Your local memory over HTTP (127.0.0.1 only). Every route needs "
                     "`Authorization: Bearer <token>`; `personal-llm token` prints the token.",
         lifespan=lifespan,
+        docs_url=None,  # served by _add_docs, from files of our own
+        redoc_url=None,
         redirect_slashes=False,  # "/memory/x/" is a JSON 404, not a bodiless 307 to another URL
         dependencies=[Security(HTTPBearer(auto_error=False, description="`personal-llm token`"))],
         responses=_ERRORS,
     )
     _install_error_handlers(app)
     _add_routes(app, engine, call)
+    _add_docs(app)
     app.add_middleware(ApiGuard, token=token, max_body_bytes=max_body_bytes)  # type: ignore[arg-type]
     if allowed_origins:
         app.add_middleware(CORSMiddleware, allow_origins=list(allowed_origins),  # type: ignore[arg-type]
@@ -638,6 +646,26 @@ def _agent_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
         if not runs.stop(run_id):
             raise HTTPException(status_code=404, detail=f"There is no run {run_id} going on.")
         return StopResult(run_id=run_id, stopping=True)
+
+
+def _add_docs(app: FastAPI) -> None:
+    """The interactive reference at /docs, its scripts and styles from the installed swagger-ui-bundle."""
+    import swagger_ui_bundle
+    from fastapi.openapi.docs import get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
+    from starlette.staticfiles import StaticFiles
+
+    app.mount(DOCS_ASSETS.rstrip("/"), StaticFiles(directory=str(swagger_ui_bundle.swagger_ui_path)), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> Any:
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json", title=f"{app.title} – API", oauth2_redirect_url="/docs/oauth2-redirect",
+            swagger_js_url=DOCS_ASSETS + "swagger-ui-bundle.js", swagger_css_url=DOCS_ASSETS + "swagger-ui.css",
+            swagger_favicon_url=DOCS_ASSETS + "favicon-32x32.png")
+
+    @app.get("/docs/oauth2-redirect", include_in_schema=False)
+    def docs_redirect() -> Any:
+        return get_swagger_ui_oauth2_redirect_html()
 
 
 def _add_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:

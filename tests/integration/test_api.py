@@ -6,6 +6,7 @@ import functools
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -97,7 +98,16 @@ def test_every_route_needs_the_token(live: Live):
                 assert "token" in r.json()["detail"]
         assert live.eng.stats().memories == 0
         # the schema pages hold no user data and are open (the Swagger UI has an Authorize button)
-        assert anon.get("/docs").status_code == 200
+        page = anon.get("/docs")
+        assert page.status_code == 200
+        # everything the page loads comes from this server: it works offline and tells no CDN it ran
+        loads = re.findall(r'(?:src|href)="([^"]+)"', page.text) + re.findall(r"url: '([^']+)'", page.text)
+        assert loads and all(u.startswith("/") for u in loads), loads
+        for u in loads:
+            got = anon.get(u)
+            assert got.status_code == 200 and got.content, u
+        assert "SwaggerUIBundle" in anon.get("/docs/assets/swagger-ui-bundle.js").text
+        assert anon.get("/docs/assets/../../stats").status_code in (401, 404)  # no way out of the assets
         spec = anon.get("/openapi.json").json()
     assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
     assert {"/ingest", "/ask", "/memory/remember", "/memory/recall", "/memory/{id}", "/stats"} <= spec["paths"].keys()
