@@ -24,9 +24,10 @@ from typing import IO, Annotated, Any, Literal
 
 import anyio
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.stdio import stdio_server
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from .errors import UserError
 from .models import ForgetResult, Hit
@@ -238,6 +239,15 @@ class _StdioServer(MCPServer):
 
     drain_seconds = DRAIN_SECONDS
 
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as e:
+            cause = e.__cause__
+            if isinstance(e, UnexpectedToolError) or not isinstance(cause, ValidationError):
+                raise
+            raise ToolError(_bad_arguments(name, cause)) from cause  # still logged by field names only
+
     async def run_stdio_async(self) -> None:
         flight = _InFlight()
         with _claimed_stdio() as (fin, fout):
@@ -245,6 +255,17 @@ class _StdioServer(MCPServer):
             wire = (_Stdin(fin, flight, self.drain_seconds, out), out)
             async with stdio_server(*wire) as (r, w):  # type: ignore[arg-type]  # duck-typed AsyncFile
                 await self._lowlevel_server.run(r, w, self._lowlevel_server.create_initialization_options())
+
+
+def _bad_arguments(tool: str, e: ValidationError) -> str:
+    """What was wrong with a tool call's arguments, field by field, in words an agent can act on; without
+    pydantic's echo of the values sent (the caller's data) or its links."""
+    problems = []
+    for err in e.errors(include_url=False, include_input=False):
+        where = ".".join(str(part) for part in err["loc"]) or "arguments"
+        what = "required" if err["type"] == "missing" else str(err["msg"]).removeprefix("Value error, ")
+        problems.append(f"{where}: {what[:1].lower()}{what[1:]}")
+    return f"Invalid arguments for {tool}: " + "; ".join(problems) + "."
 
 
 def _refusal(message: str) -> CallToolResult:

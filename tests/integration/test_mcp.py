@@ -68,6 +68,12 @@ def test_tools_over_stdio(profile_home: Path, tmp_path: Path):
 
                     bad = await call(session, "remember", text="x", at="someday")
                     assert bad.is_error and "date" in bad.content[0].text
+                    # arguments the schema refuses: each named with what is wrong, the values not echoed
+                    wrong = await call(session, "remember", txt=PRIVATE, importance=7, kind="gossip")
+                    said = wrong.content[0].text
+                    assert wrong.is_error and said.startswith("Invalid arguments for remember: "), said
+                    assert "text: required" in said and "importance:" in said and "'fact'" in said, said
+                    assert PRIVATE not in said and "gossip" not in said and "pydantic" not in said, said
 
                     refused = await call(session, "forget", id=mem_id, confirm="yes")
                     assert refused.is_error and "confirm" in refused.content[0].text
