@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
-from .base import Command, Handler, Session, add_json, console, escape, print_json, short
+from .base import Command, Handler, Session, add_json, console, escape, print_json, short, visible
 
 
 def consolidate(p: argparse.ArgumentParser) -> Handler:
@@ -13,16 +14,24 @@ def consolidate(p: argparse.ArgumentParser) -> Handler:
     def run(a: argparse.Namespace, session: Session) -> int:
         with session.open_engine() as eng:
             r = eng.consolidate()
+            # the steps that need a language model were skipped while they had work: decay and archiving
+            # are done, the rest is not, so the command says so on stderr and exits non-zero
+            stopped = bool(r.waiting) and (r.extraction.remaining > 0 or eng.stats().pending_rollup > 0)
         if a.json:
             print_json(r)
-            return 0
-        c = console()
-        c.print(f"Decayed {r.decayed}, archived {len(r.archived)} (restore with: personal-llm restore ID).")
-        c.print(f"Rolled up {r.rollup.sources} events into {r.rollup.facts} facts; added {r.extraction.edges} "
-                f"graph facts; compared {r.pairs_checked} pairs, {len(r.conflicts)} new conflicts"
-                + (" (see: personal-llm conflicts)." if r.conflicts else "."))
-        for n in r.notes:
-            c.print(f"[yellow]{escape(n)}[/yellow]")
+        else:
+            c = console()
+            c.print(f"Decayed {r.decayed}, archived {len(r.archived)} (restore with: personal-llm restore ID).")
+            c.print(f"Rolled up {r.rollup.sources} events into {r.rollup.facts} facts; added {r.extraction.edges} "
+                    f"graph facts; compared {r.pairs_checked} pairs, {len(r.conflicts)} new conflicts"
+                    + (" (see: personal-llm conflicts)." if r.conflicts else "."))
+            if not stopped:
+                for n in r.notes:
+                    c.print(f"[yellow]{escape(n)}[/yellow]")
+        if stopped:
+            for n in r.notes:
+                print(f"error: {visible(n)}", file=sys.stderr)
+            return 1
         return 0
 
     return run

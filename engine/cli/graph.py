@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
-from .base import Command, Handler, Session, add_json, console, escape, print_json
+from .base import Command, Handler, Session, add_json, console, escape, print_json, visible
 
 
 def graph(p: argparse.ArgumentParser) -> Handler:
@@ -35,15 +36,21 @@ def extract(p: argparse.ArgumentParser) -> Handler:
     def run(a: argparse.Namespace, session: Session) -> int:
         with session.open_engine() as eng:
             r = eng.extract_pending(limit=a.limit)
+        # nothing could be read because no language model answered, while something waits: the command
+        # did not do what it was asked, so it says why on stderr and exits non-zero (scripts see it)
+        stopped = r.waiting and r.remaining > 0
         if a.json:
             print_json(r)
-            return 0
-        refused = sum(r.rejected.values())
-        console().print(f"Read {r.processed}, added {r.edges} facts and {r.nodes} entities, refused {refused}"
-                        + (f" ({', '.join(f'{k} {v}' for k, v in sorted(r.rejected.items()))})" if refused else "")
-                        + f"; {r.remaining} waiting.")
-        if r.note:
-            console().print(escape(r.note))
+        else:
+            refused = sum(r.rejected.values())
+            console().print(f"Read {r.processed}, added {r.edges} facts and {r.nodes} entities, refused {refused}"
+                            + (f" ({', '.join(f'{k} {v}' for k, v in sorted(r.rejected.items()))})" if refused else "")
+                            + f"; {r.remaining} waiting.")
+            if r.note and not stopped:
+                console().print(escape(r.note))
+        if stopped:
+            print(f"error: {visible(r.note or 'No language model answered.')}", file=sys.stderr)
+            return 1
         return 0
 
     return run

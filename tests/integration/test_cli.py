@@ -152,3 +152,19 @@ def test_every_command_is_documented_in_the_readme():
     assert contract <= set(COMMANDS)
     missing = [c for c in COMMANDS if f"personal-llm {c}" not in readme]
     assert not missing, f"commands missing from README.md: {missing}"
+
+
+def test_extract_and_consolidate_fail_plainly_when_no_language_model_answers(profile_home: Path):
+    assert run("config", "set", "llm.host", "http://127.0.0.1:9").returncode == 0  # nothing listens there
+    empty = run("extract")
+    assert empty.returncode == 0, empty.stderr  # nothing waits for a model: nothing failed
+    assert run("remember", "Alice moved to Lisbon in May.").returncode == 0
+    assert run("remember", "Dinner with Bob on Friday.", "--kind", "episodic").returncode == 0
+    for args in (("extract",), ("consolidate",), ("extract", "--json")):
+        p = run(*args)
+        assert p.returncode == 1, (args, p.stdout, p.stderr)
+        assert p.stderr.startswith("error: ") and "language model" in p.stderr and "Traceback" not in p.stderr
+        if "--json" not in args:  # the reason once, on stderr; what was done on stdout
+            assert "language model" not in p.stdout
+    assert json.loads(run("extract", "--json").stdout)["waiting"] is True
+    assert "Decayed" in run("consolidate").stdout
