@@ -136,8 +136,6 @@ class Engine:
             eng = cls(store, profile, settings, home, actor=actor, embedder=embedder)
             store.after_write = eng.fts.after_write
             eng.fts.check()  # an index left in many segments (a big import) starts merging now
-            if actor != "cli":  # a process that stays open: the index every remember reads at random
-                eng.memories.warm()
             eng._in_use, eng._data_key = opened.in_use, opened.data_key
             eng.recovery_key, eng.notices = opened.recovery_key, list(opened.notices)
             if opened.created:
@@ -178,7 +176,6 @@ class Engine:
         self.space.stop()  # first: a load of the vector mirrors the backfill waits for stops
         self.backfill.stop()
         self.fts.stop()
-        self.memories.stop()
         self.language.reset()
         self.store.close()
         if self._in_use is not None:

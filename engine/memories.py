@@ -6,7 +6,6 @@ cite it are derived from its words, so editing or forgetting it takes them along
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import secrets
@@ -30,11 +29,8 @@ from .models import KINDS, ForgetResult, Memory, RememberResult
 from .retrieval import STOPWORDS, WORD
 from .space import Touched
 from .storage import memories as rows
-from .storage import tallies
 
 log = logging.getLogger(__name__)
-
-WARM_MIN_MEMORIES = 20_000  # from this many memories on, an open that stays open reads the duplicate index ahead
 
 # Importance at birth: an explicit statement outranks a document, which outranks incidental chat.
 IMPORTANCE_BY_SOURCE = {"user": 0.8, "import": 0.7, "rollup": 0.7, "document": 0.5, "chat": 0.3, "activity": 0.4}
@@ -186,48 +182,6 @@ class Memories:
         self.ctx = ctx
         self.space = ctx.space
         self.backfill = backfill
-        self._warmer: threading.Thread | None = None
-        self._warm_con: Connection | None = None
-        self.warmed: int | None = None  # entries of the duplicate lookup's index read by warm()
-
-    def warm(self) -> None:
-        """Read the duplicate lookup's index (memories_hash) once, on a thread and connection of its own, so
-        that its pages are in the machine's page cache: each remember reads one of its leaves, anywhere in
-        it, and in a big store that leaf had mostly left the cache (read from disk: remember 0.73-0.81 ms
-        against 0.57-0.60 after this, 0.52 on a 1k store; ~0.1 s for 500k memories, ~10 MB). For processes
-        that stay open; a one-command process (the CLI) does without."""
-        if self._warmer is not None:
-            return
-        if sum(t.n for t in tallies.memory_tallies(self.ctx.con)) < WARM_MIN_MEMORIES:
-            return  # its few pages stay in the caches by themselves
-
-        def run() -> None:
-            try:
-                con = self._warm_con = self.ctx.store.connect()
-            except Exception:
-                log.info("the duplicate index was not read ahead", exc_info=True)
-                return
-            try:
-                self.warmed = rows.read_hash_index(con)
-            except Exception as e:  # interrupted by close, busy, damaged: remember reads it as it goes
-                log.info("reading the duplicate index ahead stopped: %s", type(e).__name__)
-            finally:
-                self._warm_con = None
-                con.close()
-
-        self._warmer = threading.Thread(target=run, name="duplicate-index", daemon=True)
-        self._warmer.start()
-
-    def stop(self, timeout: float = 5.0) -> None:
-        """The store is closing: a read ahead still running is interrupted and waited for."""
-        thread = self._warmer
-        if thread is None or not thread.is_alive():
-            return
-        con = self._warm_con
-        if con is not None:
-            with contextlib.suppress(Exception):
-                con.interrupt()
-        thread.join(timeout)
 
     @staticmethod
     def row_by_uid(con: Connection, uid: str) -> tuple:

@@ -50,11 +50,6 @@ BY_HASH = (f"memories INDEXED BY memories_hash WHERE substr(content_hash, 1, {HA
            f"substr(?, 1, {HASH_KEY_CHARS}) AND content_hash = ?")
 
 
-def read_hash_index(con: Connection) -> int:
-    """Read every page of memories_hash (a count walks its leaves): puts it in the page cache."""
-    return int(con.execute("SELECT count(*) FROM memories INDEXED BY memories_hash").fetchone()[0])
-
-
 def same_words(con: Connection, chash: str, kind: str, project: str | None, exclude: int | None = None) -> tuple | None:
     """The oldest live memory with this content hash, kind and project (other than row `exclude`)."""
     older = "" if exclude is None else f" AND id != {int(exclude)}"

@@ -261,20 +261,3 @@ def test_a_reader_in_an_older_transaction_does_not_reload_the_mirror(store_with_
         reader.execute("COMMIT")
     finally:
         reader.close()
-
-
-def test_a_big_store_opened_to_stay_open_reads_its_duplicate_index_ahead(profile_home, monkeypatch):
-    from engine import memories
-
-    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
-        eng.remember_many([Remembered(f"Note {i} on the allotment rota.") for i in range(40)])
-    monkeypatch.setattr(memories, "WARM_MIN_MEMORIES", 30)  # "big" for this test
-    with Engine.open(profile_home, actor="cli", embedder=NoEmbedder()) as eng:
-        assert eng.memories._warmer is None  # one command: no read ahead
-    with Engine.open(profile_home, actor="api", embedder=NoEmbedder()) as eng:
-        eng.memories._warmer.join(30)
-        assert eng.memories.warmed == 40  # every entry of the index read
-        assert eng.remember("note 7 on the allotment rota.").merged  # and the lookup still finds them
-    monkeypatch.setattr(memories, "WARM_MIN_MEMORIES", 1000)
-    with Engine.open(profile_home, actor="api", embedder=NoEmbedder()) as eng:
-        assert eng.memories._warmer is None  # small: its pages stay cached anyway
