@@ -78,7 +78,7 @@ from .context import Changes, Context
 from .db import Connection
 from .embeddings import EmbeddingUnavailable
 from .errors import NotFound, UserError
-from .memories import Memories, new_uid
+from .memories import Memories, check_project, new_uid
 from .models import ForgetResult, iso
 from .parsers import (
     IMAGE_EXTENSIONS,
@@ -447,7 +447,7 @@ class Documents:
             raise UserError("An empty path was given to ingest; name a file or a folder.")
         if max_mb is not None and not 0 < max_mb < float("inf"):
             raise UserError("The size limit must be a positive number of MB.")
-        project = (project or "").strip() or None
+        project = check_project(project)
         max_bytes = int((self.ctx.settings.max_file_mb if max_mb is None else max_mb) * _MB)
         files = scan(paths, allow, pictures=self.ctx.settings.ocr.enabled)
         tracker = _Progress(progress, len(files), sum(f.size for f in files))
@@ -487,7 +487,7 @@ class Documents:
     def ingest_text(self, text: str, title: str, *, project: str | None = None) -> IngestResult:
         """Ingest pasted or uploaded text as a document without a path, keyed by title and content hash."""
         title = " ".join((title or "").split()) or "Untitled"
-        project = (project or "").strip() or None
+        project = check_project(project)
         size = len((text or "").encode("utf-8"))
         limit = int(self.ctx.settings.max_file_mb * _MB)
         if size > limit:
@@ -501,7 +501,7 @@ class Documents:
         name, stored as a document without a path, keyed by its content hash. The bytes are written to a
         private temporary file (in memory-backed /dev/shm where there is one) only while they are parsed."""
         name = _upload_name(filename)
-        project = (project or "").strip() or None
+        project = check_project(project)
         size, limit = len(data), int(self.ctx.settings.max_file_mb * _MB)
         if size > limit:
             return IngestResult(path=None, status="failed",

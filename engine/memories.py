@@ -39,6 +39,7 @@ NEAR_DUPLICATE_COSINE = 0.95
 # remember(embed="auto") embeds a text this long or shorter at once (about one model window, 128 word-pieces)
 AUTO_EMBED_CHARS = 700
 MAX_TEXT_CHARS = 100_000
+MAX_PROJECT_CHARS = 200  # characters of a project name (the HTTP API checks the same)
 
 
 def content_hash(text: str) -> str:
@@ -141,6 +142,20 @@ def check_text(text: str) -> str:
             "Save long text as a document instead (ingest)."
         )
     return text
+
+def check_project(project: str | None) -> str | None:
+    """A project name as stored: trimmed, None when empty; refused when longer than MAX_PROJECT_CHARS (the
+    HTTP API's limit too) or when it holds control characters (a line break would break every list)."""
+    name = (project or "").strip()
+    if not name:
+        return None
+    if len(name) > MAX_PROJECT_CHARS:
+        raise UserError(f"That project name is {len(name):,} characters; a project name holds at most "
+                        f"{MAX_PROJECT_CHARS}.")
+    if any(unicodedata.category(c) == "Cc" for c in name):
+        raise UserError("A project name cannot hold control characters (a line break, a tab, …).")
+    return name
+
 
 def check_kind(kind: str) -> str:
     if kind not in KINDS:
@@ -271,7 +286,7 @@ class Memories:
     def _prepare(self, item: Remembered) -> _Prepared:
         text = check_text(item.text)
         kind = check_kind(item.kind)
-        project = (item.project or "").strip() or None
+        project = check_project(item.project)
         importance = item.importance
         if importance is not None and not 0.0 <= importance <= 1.0:
             raise UserError("Importance must be between 0 and 1.")
@@ -355,7 +370,7 @@ class Memories:
             if kind is not None:
                 sets["kind"] = check_kind(kind)
             if project is not ...:
-                sets["project"] = (project or "").strip() or None
+                sets["project"] = check_project(project)
             if importance is not None:
                 if not 0.0 <= importance <= 1.0:
                     raise UserError("Importance must be between 0 and 1.")

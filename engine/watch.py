@@ -61,6 +61,7 @@ from .context import Changes, Context
 from .errors import NotFound, UserError
 from .ingest import SKIP_DIRS, Documents, display_path
 from .locking import SoleHolder
+from .memories import check_project
 from .models import iso
 from .parsers import SUPPORTED_EXTENSIONS
 from .pathpolicy import SECRET_NAMES, PathPolicy
@@ -225,7 +226,7 @@ class Watch:
                 inner, outer = (real, other.path) if _within(real, other.path) else (other.path, real)
                 raise UserError(f"{display_path(inner)} is inside {display_path(outer)}, and a folder can be "
                                 "watched only once; remove one of them first (`personal-llm watch remove`).")
-        proj = (project or "").strip() or None
+        proj = check_project(project)
         with self.ctx.store.write() as con:
             rows.add(con, real, proj, json.dumps(_patterns(include, "include")),
                      json.dumps(_patterns(exclude, "exclude")), time.time())

@@ -39,6 +39,7 @@ from ..memories import (
     IMPORTANCE_BY_SOURCE,
     MAX_TEXT_CHARS,
     Memories,
+    check_project,
     content_hash,
     new_uid,
 )
@@ -91,7 +92,7 @@ class Imports:
         kind = SPEAKERS[source]
         data = load_export(path, kind)
         parsed = (parse_chatgpt if source == "chatgpt" else parse_claude)(data, path.name)
-        project = (project or "").strip() or None
+        project = check_project(project)
         report = ImportReport(source=source)
         for n, conv in enumerate(parsed, start=1):
             if cancel is not None and cancel.is_set():

@@ -422,3 +422,25 @@ def test_a_recall_opted_in_as_use_counts_and_importance_grows_towards_one(eng: E
     assert untouched == (0.4, 0)
     eng.recall("spare tyre boot", k=1)
     assert eng.con.execute("SELECT access_count FROM memories WHERE uid = ?", (a,)).fetchone()[0] == 1
+
+
+def test_a_project_name_is_checked_at_every_door_of_the_engine(eng: Engine, tmp_path: Path):
+    long = "p" * 201
+    with pytest.raises(UserError, match="at most 200"):
+        eng.remember("The fence is green.", project=long)
+    with pytest.raises(UserError, match="control characters"):
+        eng.remember("The fence is green.", project="home\nwork")
+    stored = eng.remember("The fence is green.", project="  garden  ")
+    assert stored.memory.project == "garden"
+    assert eng.remember("The shed is red.", project="g" * 200).memory.project == "g" * 200  # the limit itself
+    with pytest.raises(UserError, match="at most 200"):
+        eng.update(stored.id, project=long)
+    note = tmp_path / "fence.txt"
+    note.write_text("Notes about painting the fence.", encoding="utf-8")
+    for call in (lambda: eng.ingest([note], project=long), lambda: eng.ingest_text("Fence notes.", "Fence", project=long),
+                 lambda: eng.ingest_upload(b"Fence notes.", "fence.txt", project=long),
+                 lambda: eng.watch_add(tmp_path, project=long)):
+        with pytest.raises(UserError, match="at most 200"):
+            call()
+    assert eng.get(stored.id).project == "garden"
+    assert eng.stats().memories == 2 and eng.stats().documents == 0 and eng.watch_status().folders == []
