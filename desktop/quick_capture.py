@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
+    QSizePolicy,
     QVBoxLayout,
     QWidget,
 )
@@ -77,22 +78,31 @@ class QuickCapture(QWidget):
         self.project.addItem(NO_PROJECT)
         self.project.setToolTip("Project (type a new name to start one)")
         self.project.setMinimumWidth(160)
+        line = self.project.lineEdit()
+        if line is not None:  # Enter saves from the project's field too, as the hint says
+            line.returnPressed.connect(self.submit)
         self.status = QLabel("Enter to save · Esc to close · drop files to add them")
         self.status.setObjectName("Muted")
+        # a long message (an error) wraps in the room left instead of widening the box past the screen
+        self.status.setWordWrap(True)
+        self.status.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        self.status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         bottom = QHBoxLayout()
         bottom.setSpacing(8)
         bottom.addWidget(self.kind)
         bottom.addWidget(self.project)
-        bottom.addStretch(1)
-        bottom.addWidget(self.status)
+        bottom.addWidget(self.status, 1)
 
         inner = QVBoxLayout(panel)
         inner.setContentsMargins(16, 12, 16, 12)
         inner.setSpacing(8)
         inner.addLayout(top)
         inner.addLayout(bottom)
+        self._rows, self._bottom = inner, bottom
 
         self._saving = False
+        self.status.ensurePolished()  # its style's font: room for the hint on one line, where the screen has it
+        self._hint_width = self.status.fontMetrics().horizontalAdvance(self.status.text()) + 8
 
     # ------------------------------------------------------------------------------------------------
     def open_box(self) -> None:
@@ -100,6 +110,21 @@ class QuickCapture(QWidget):
         screen = QGuiApplication.screenAt(QCursor.pos()) or QGuiApplication.primaryScreen()
         if screen is not None:
             area = screen.availableGeometry()
+            room = area.width() - 16
+            # the hint beside the choices, on one line, where it fits; on a narrow screen (or a large scale)
+            # on a row of its own, wrapped, instead of pushing the box past the screen's edge
+            narrow = room < 600 + self._hint_width // 2
+            self.status.setMinimumWidth(0 if narrow else self._hint_width)
+            self.status.setAlignment((Qt.AlignmentFlag.AlignLeft if narrow else Qt.AlignmentFlag.AlignRight)
+                                     | Qt.AlignmentFlag.AlignVCenter)
+            self._bottom.removeWidget(self.status)
+            self._rows.removeWidget(self.status)
+            if narrow:
+                self._rows.addWidget(self.status)
+            else:
+                self._bottom.addWidget(self.status, 1)
+            self.resize(min(max(600, self.minimumSizeHint().width()), room), self.height())
+            self._fit_height()
             self.move(area.center().x() - self.width() // 2, area.top() + area.height() // 4)
         self._set_status("Enter to save · Esc to close (the draft is kept) · drop files to add them"
                          if self.input.text() else "Enter to save · Esc to close · drop files to add them")
@@ -137,7 +162,12 @@ class QuickCapture(QWidget):
     def mark_failed(self, message: str) -> None:
         self._saving = False
         self.input.setEnabled(True)
-        self.input.setFocus()
+        line = self.project.lineEdit()
+        if line is not None and "project name" in message:  # the name is what to fix: the cursor goes there
+            line.setFocus()
+            line.selectAll()
+        else:
+            self.input.setFocus()
         self._set_status(message, error=True)
 
     def show_message(self, message: str) -> None:
@@ -152,6 +182,15 @@ class QuickCapture(QWidget):
         self.status.setText(text)
         self.status.setStyleSheet("color: #DC2626;" if error else "")
         self.status.setToolTip(text)
+        self._fit_height()
+
+    def _fit_height(self) -> None:
+        """As tall as the message needs at this width (a wrapped error, a narrow screen), never shorter."""
+        layout = self.layout()
+        if layout is None:
+            return
+        need = layout.totalHeightForWidth(self.width()) if layout.hasHeightForWidth() else layout.sizeHint().height()
+        self.resize(self.width(), max(112, need))
 
     def _hide_if_idle(self) -> None:
         if not self._saving and not self.input.text():

@@ -30,6 +30,25 @@ def test_capture_box_stores_a_fact_that_shows_in_the_browser(qtbot, desktop):
     qtbot.waitUntil(lambda: not desktop.capture.isVisible(), timeout=3000)  # the box gets out of the way
 
 
+def test_enter_in_the_project_field_saves_and_a_name_too_long_is_said_plainly(qtbot, desktop):
+    box = desktop.capture
+    box.open_box()
+    qtbot.keyClicks(box.input, "The gas meter reading is 4411")
+    line = box.project.lineEdit()
+    line.clear()
+    qtbot.keyClicks(line, "x" * 201)
+    qtbot.keyClick(line, Qt.Key.Key_Return)  # typed a project, then Enter where the cursor is
+    qtbot.waitUntil(lambda: "at most 200" in box.status.text(), timeout=10_000)
+    assert box.input.text() == "The gas meter reading is 4411" and box.input.isEnabled()  # nothing lost
+    assert engine_of(desktop).stats().memories == 0
+    assert line.hasFocus() and line.selectedText() == "x" * 201  # what to fix, ready to be typed over
+    qtbot.keyClicks(line, "house")
+    qtbot.keyClick(line, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: box.status.text() == "Saved ✓", timeout=10_000)
+    [memory] = engine_of(desktop).list_memories()
+    assert memory.text == "The gas meter reading is 4411" and memory.project == "house"
+
+
 def test_capture_is_lexically_searchable_at_once(qtbot, desktop):
     capture(qtbot, desktop, "The wifi password at the cabin is hunter2")
     capture(qtbot, desktop, "Bob prefers tea over coffee")

@@ -60,8 +60,10 @@ def test_text_that_looks_like_markup_is_shown_literally(profile_home: Path):
 
 def test_terminal_control_sequences_in_a_memory_are_shown_not_obeyed(profile_home: Path):
     text = "Build \x1b[31mfailed\x1b[0m again \x1b]0;PWNED\x07 see \x1b]0;TITLE log\x00 today."
-    made = run("remember", "-", "--project", "ops\x1b[2J", "--json", input=text)  # an argument cannot hold a NUL
+    made = run("remember", "-", "--project", "ops", "--json", input=text)  # an argument cannot hold a NUL
     assert made.returncode == 0, made.stderr
+    refused = run("remember", "Build fixed.", "--project", "ops\x1b[2J")  # a project name is a label: refused
+    assert refused.returncode == 1 and "control characters" in refused.stderr and "\x1b" not in refused.stderr
     mid = json.loads(made.stdout)["id"]
     assert ok_json("get", mid)["text"] == text  # stored as given; --json is for programs
     for args in (("recall", "build failed again"), ("list",), ("get", mid)):
