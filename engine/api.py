@@ -46,6 +46,7 @@ from .ask import AskResult
 from .errors import DiskFull, EngineError, NotFound, StoreLocked, StoreUnavailable, UserError
 from .imports import ImportReport
 from .ingest import Document, IngestResult
+from .limits import MAX_HITS, MAX_QUERY_CHARS
 from .models import ForgetResult, Hit, Memory, RememberResult, Stats
 from .pathpolicy import PathPolicy, PathRefused
 from .watch import WatchStatus
@@ -54,7 +55,6 @@ log = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"
 DEFAULT_MAX_BODY_BYTES = 10 * 1024 * 1024
-MAX_QUERY_CHARS = 10_000
 MAX_MEMORY_CHARS = 100_000  # the engine's own limit (engine.MAX_TEXT_CHARS), checked here as a 422
 WORKERS = 4  # reads at once
 WRITE_WORKERS = 2  # writes being prepared (embedded) at once; they commit one at a time
@@ -736,7 +736,7 @@ def _add_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
              summary="Search memory by words and meaning")
     async def recall(
         q: Annotated[str, Query(min_length=1, max_length=MAX_QUERY_CHARS, description="What to look for")],
-        k: Annotated[int, Query(ge=1, le=100, description="How many results")] = 10,
+        k: Annotated[int, Query(ge=1, le=MAX_HITS, description="How many results")] = 10,
         project: Annotated[str | None, Query(max_length=200, description="Only this project")] = None,
         kind: Literal["fact", "episodic", "procedural", "chunk"] | None = None,
         since: Annotated[datetime | None, Query(description="Only things from this time on (ISO 8601)")] = None,

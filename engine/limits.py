@@ -20,7 +20,9 @@ The file-size limit (``settings.max_file_mb``) counts bytes on disk; these count
 - **Text**: at most :data:`MAX_DOCUMENT_CHARS` characters of text per document, and at most
   :data:`MAX_CHUNKS` chunks.
 
-Each refusal is a :class:`~engine.parsers.DocumentError` whose message says which limit and by how much.
+- **Requests** (the HTTP API and MCP alike): a question or query of at most :data:`MAX_QUERY_CHARS`
+  characters, at most :data:`MAX_HITS` results a recall.
+Each refusal of a document is a :class:`~engine.parsers.DocumentError` whose message says which limit and by how much.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from xml.parsers import expat
 from .errors import UserError
 
 MIB = 1024 * 1024
+MAX_QUERY_CHARS = 10_000
+MAX_HITS = 100
 
 MAX_ARCHIVE_MEMBERS = 10_000
 MAX_ARCHIVE_INFLATED = 256 * MIB

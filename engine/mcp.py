@@ -30,6 +30,7 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
 from .errors import UserError
+from .limits import MAX_HITS, MAX_QUERY_CHARS
 from .models import ForgetResult, Hit
 from .watch import WatchStatus
 
@@ -332,7 +333,9 @@ def create_server(eng: Any, pool: ThreadPoolExecutor | None = None) -> MCPServer
         return await off("remember", run)
 
     @server.tool(annotations=ToolAnnotations(title="Recall", read_only_hint=True, open_world_hint=False))
-    async def recall(query: str, k: int = 8, project: str | None = None,
+    async def recall(query: Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS)],
+                     k: Annotated[int, Field(ge=1, le=MAX_HITS, description="How many results")] = 8,
+                     project: str | None = None,
                kind: Literal["fact", "episodic", "procedural", "chunk"] | None = None,
                since: str | None = None, until: str | None = None) -> Annotated[CallToolResult, RecallOutput]:
         """Search the user's memory (memories and document passages) by words and meaning, best first.
@@ -358,7 +361,8 @@ def create_server(eng: Any, pool: ThreadPoolExecutor | None = None) -> MCPServer
         return await off("mark_used", run)
 
     @server.tool(annotations=ToolAnnotations(title="Ask memory", read_only_hint=True, open_world_hint=False))
-    async def ask(question: str, project: str | None = None) -> Annotated[CallToolResult, AskOutput]:
+    async def ask(question: Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS)],
+                  project: str | None = None) -> Annotated[CallToolResult, AskOutput]:
         """Answer a question from the user's memory with numbered sources. `grounded` is false when memory
         does not hold the answer — then say so instead of guessing."""
 

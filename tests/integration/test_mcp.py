@@ -74,6 +74,10 @@ def test_tools_over_stdio(profile_home: Path, tmp_path: Path):
                     assert wrong.is_error and said.startswith("Invalid arguments for remember: "), said
                     assert "text: required" in said and "importance:" in said and "'fact'" in said, said
                     assert PRIVATE not in said and "gossip" not in said and "pydantic" not in said, said
+                    many = await call(session, "recall", query="spare key", k=500)  # the HTTP API's limits too
+                    assert many.is_error and "k: input should be less than or equal to 100" in many.content[0].text
+                    long_q = await call(session, "ask", question="why " * 3000)
+                    assert long_q.is_error and "question: " in long_q.content[0].text
 
                     refused = await call(session, "forget", id=mem_id, confirm="yes")
                     assert refused.is_error and "confirm" in refused.content[0].text
