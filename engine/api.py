@@ -62,7 +62,7 @@ LONG_WORKERS = 2  # ingests and answers at once
 MAX_BATCH = 1000  # memories in one POST /memory/batch
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 # Schema pages carry no user data; the Swagger UI has an "Authorize" button for the token. Its scripts and
-# styles are served from DOCS_ASSETS (the swagger-ui-bundle package), not fetched from a CDN: the page works
+# styles are served from DOCS_ASSETS (the fastapi-offline package), not fetched from a CDN: the page works
 # offline and tells no third party that this server runs.
 PUBLIC_PATHS = frozenset({"/docs", "/docs/oauth2-redirect", "/openapi.json"})
 DOCS_ASSETS = "/docs/assets/"
@@ -649,19 +649,22 @@ def _agent_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
 
 
 def _add_docs(app: FastAPI) -> None:
-    """The interactive reference at /docs, its scripts and styles from the installed swagger-ui-bundle."""
-    import swagger_ui_bundle
+    """The interactive reference at /docs: Swagger UI 5 (it reads OpenAPI 3.1), its scripts and styles from
+    the installed fastapi-offline package."""
+    from importlib.resources import files
+
     from fastapi.openapi.docs import get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
     from starlette.staticfiles import StaticFiles
 
-    app.mount(DOCS_ASSETS.rstrip("/"), StaticFiles(directory=str(swagger_ui_bundle.swagger_ui_path)), name="docs-assets")
+    assets = str(files("fastapi_offline").joinpath("static"))
+    app.mount(DOCS_ASSETS.rstrip("/"), StaticFiles(directory=assets), name="docs-assets")
 
     @app.get("/docs", include_in_schema=False)
     def docs() -> Any:
         return get_swagger_ui_html(
             openapi_url="/openapi.json", title=f"{app.title} – API", oauth2_redirect_url="/docs/oauth2-redirect",
             swagger_js_url=DOCS_ASSETS + "swagger-ui-bundle.js", swagger_css_url=DOCS_ASSETS + "swagger-ui.css",
-            swagger_favicon_url=DOCS_ASSETS + "favicon-32x32.png")
+            swagger_favicon_url=DOCS_ASSETS + "favicon.png")
 
     @app.get("/docs/oauth2-redirect", include_in_schema=False)
     def docs_redirect() -> Any:
