@@ -23,7 +23,7 @@ _STAGES = {"scanning": "looking for files", "parsing": "reading", "embedding": "
 
 
 @contextlib.contextmanager
-def _progress_bar() -> Iterator[Callable[[IngestProgress], None]]:
+def progress_bar() -> Iterator[Callable[[IngestProgress], None]]:
     """A rich progress bar on stderr (only on a terminal), fed by IngestProgress updates."""
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
@@ -51,7 +51,7 @@ def _progress_bar() -> Iterator[Callable[[IngestProgress], None]]:
 
 
 @contextlib.contextmanager
-def _ctrl_c_cancels(cancel: threading.Event) -> Iterator[None]:
+def ctrl_c_cancels(cancel: threading.Event) -> Iterator[None]:
     """First Ctrl-C sets `cancel` (the ingest stops cleanly after the current batch); a second one interrupts."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -98,7 +98,7 @@ def ingest(p: argparse.ArgumentParser) -> Handler:
         if a.max_mb is not None and not 0 < a.max_mb < float("inf"):  # also false for nan
             raise UserError("--max-mb must be a positive number of megabytes.")
         cancel = threading.Event()
-        with session.open_engine() as eng, _progress_bar() as progress, _ctrl_c_cancels(cancel):
+        with session.open_engine() as eng, progress_bar() as progress, ctrl_c_cancels(cancel):
             results = eng.ingest(a.paths, project=a.project, progress=progress, cancel=cancel, max_mb=a.max_mb)
         if a.json:
             print_json(results)

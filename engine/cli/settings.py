@@ -107,10 +107,10 @@ def _reembed(session: Session) -> None:
     """Embed every row waiting for a vector in the chosen model's space, with a progress line on stderr."""
     import threading
 
-    from .documents import _ctrl_c_cancels
+    from .documents import ctrl_c_cancels
 
     cancel = threading.Event()
-    with session.open_engine() as eng, _ctrl_c_cancels(cancel):
+    with session.open_engine() as eng, ctrl_c_cancels(cancel):
         eng.load_embeddings()  # a model that cannot load says why (EmbeddingUnavailable)
         tty = sys.stderr.isatty()
         last = [0.0]

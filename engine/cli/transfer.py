@@ -7,6 +7,7 @@ import contextlib
 import getpass
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator
 
 from ..errors import UserError
@@ -126,13 +127,16 @@ def _import_source(a: argparse.Namespace, session: Session) -> int:
     if source not in SOURCES:
         raise UserError(f"Unknown source '{a.file}': use one of {', '.join(SOURCES)} (import SOURCE PATH), or give "
                         "one file alone to merge an export of this app (import FILE).")
-    with session.open_engine() as eng:
-        if source == "chatgpt":
-            r = eng.import_chatgpt(a.source_file, project=a.project)
-        elif source == "claude":
-            r = eng.import_claude(a.source_file, project=a.project)
-        else:
-            r = eng.import_obsidian(a.source_file, project=a.project)
+    if source == "obsidian":  # the notes are ingested as documents: the same progress and Ctrl-C as `ingest`
+        from .documents import ctrl_c_cancels, progress_bar
+
+        cancel = threading.Event()
+        with session.open_engine() as eng, progress_bar() as progress, ctrl_c_cancels(cancel):
+            r = eng.import_obsidian(a.source_file, project=a.project, progress=progress, cancel=cancel)
+    else:
+        with session.open_engine() as eng:
+            importer = eng.import_chatgpt if source == "chatgpt" else eng.import_claude
+            r = importer(a.source_file, project=a.project)
     if a.json:
         print_json(r)
         return 0

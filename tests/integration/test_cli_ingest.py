@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 from tests.fixtures_docs import MARKDOWN, make_bad
-from tests.integration.test_cli import run
+from tests.integration.test_cli import CLI, run
 
 
 def ingest_json(*args: str) -> tuple[int, list[dict]]:
@@ -59,3 +61,35 @@ def test_ingest_reports_every_file_and_exits_1_when_any_failed(profile_home: Pat
     stats = json.loads(run("stats", "--json").stdout)
     assert stats["documents"] == 1 and stats["chunks"] == by_name["handbook.md"]["chunks"]
     assert run("forget", doc_id).returncode == 1
+
+
+def test_an_obsidian_import_shows_its_progress_on_a_terminal(profile_home: Path, tmp_path: Path):
+    import pty
+    import select
+
+    vault = tmp_path / "vault"
+    (vault / ".obsidian").mkdir(parents=True)
+    words = "garden budget trip kitchen invoice doctor school birthday train museum river bread".split()
+    body = "\n\n".join(" ".join(words[(i * 7 + j) % len(words)] for j in range(60)) + f" note {i}." for i in range(400))
+    (vault / "Long note.md").write_text("# Long note\n\n" + body, encoding="utf-8")
+    master, slave = pty.openpty()
+    p = subprocess.Popen([CLI, "import", "obsidian", str(vault)], stdin=slave, stdout=slave, stderr=slave,
+                         env={**os.environ, "COLUMNS": "120"})
+    os.close(slave)
+    out = b""
+    while True:
+        ready, _, _ = select.select([master], [], [], 120)
+        if not ready:
+            break
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    assert p.wait(60) == 0
+    shown = out.decode("utf-8", "replace")
+    assert "indexing Long note.md" in shown and "chunks)" in shown, shown[-2000:]  # as `ingest` shows it
+    assert "Imported 1 note and attachments" in shown
