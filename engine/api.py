@@ -787,8 +787,11 @@ def _add_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
 # composition root
 # ---------------------------------------------------------------------------------------------------
 def bind_socket(port: int, host: str = HOST) -> socket.socket:
-    """A listening socket on loopback (port 0 picks a free port)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    """A listening socket on loopback (port 0 picks a free port). Made with IPPROTO_TCP named: asyncio turns
+    Nagle's algorithm off (TCP_NODELAY) only on sockets whose `proto` says TCP, and connections accepted
+    from a socket made with proto 0 kept it on — a response's body then waited for the client's delayed ACK
+    of its headers, 40 ms on every request of a kept-alive connection (docs/performance.md)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))

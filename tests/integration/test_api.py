@@ -506,3 +506,34 @@ def test_a_wrong_path_or_method_says_which_endpoints_exist(live: Live):
     # a 404 raised by an endpoint keeps its own message
     r = live.client.post("/agent/run/nope/stop")
     assert r.status_code == 404 and r.json()["detail"] == "There is no run nope going on."
+
+
+def test_the_servers_connections_send_without_waiting_for_acks():
+    """Nagle's algorithm off on every accepted connection: with it on, a response's body waited for the
+    client's delayed ACK of its headers, 40 ms on each request of a kept-alive connection."""
+    import asyncio
+    import socket
+
+    from engine.api import bind_socket
+
+    async def accepted_nodelay() -> int:
+        seen: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        class Probe(asyncio.Protocol):
+            def connection_made(self, transport):
+                sock = transport.get_extra_info("socket")
+                seen.set_result(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+                transport.close()
+
+        listening = bind_socket(0)
+        server = await asyncio.get_running_loop().create_server(Probe, sock=listening)  # as uvicorn serves it
+        port = listening.getsockname()[1]
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            value = await asyncio.wait_for(seen, 10)
+            writer.close()
+            return value
+        finally:
+            server.close()
+
+    assert asyncio.run(accepted_nodelay()) != 0
