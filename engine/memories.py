@@ -143,6 +143,7 @@ def check_text(text: str) -> str:
         )
     return text
 
+
 def check_project(project: str | None) -> str | None:
     """A project name as stored: trimmed, None when empty; refused when longer than MAX_PROJECT_CHARS (the
     HTTP API's limit too) or when it holds control characters (a line break would break every list)."""
