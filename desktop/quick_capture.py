@@ -23,6 +23,8 @@ from . import drops, formatting, icons
 
 KINDS = tuple((formatting.kind_label(k), k) for k in ("fact", "episodic", "procedural"))  # one vocabulary
 NO_PROJECT = "No project"
+HINT = "Enter to save · Esc to close · drop files to add them"
+HINT_WITH_DRAFT = "Enter to save · Esc to close (the draft is kept) · drop files to add them"
 
 
 class _CaptureInput(QLineEdit):
@@ -81,7 +83,7 @@ class QuickCapture(QWidget):
         line = self.project.lineEdit()
         if line is not None:  # Enter saves from the project's field too, as the hint says
             line.returnPressed.connect(self.submit)
-        self.status = QLabel("Enter to save · Esc to close · drop files to add them")
+        self.status = QLabel(HINT)
         self.status.setObjectName("Muted")
         # a long message (an error) wraps in the room left instead of widening the box past the screen
         self.status.setWordWrap(True)
@@ -102,7 +104,7 @@ class QuickCapture(QWidget):
 
         self._saving = False
         self.status.ensurePolished()  # its style's font: room for the hint on one line, where the screen has it
-        self._hint_width = self.status.fontMetrics().horizontalAdvance(self.status.text()) + 8
+        self._hint_width = self.status.fontMetrics().horizontalAdvance(HINT) + 8
 
     # ------------------------------------------------------------------------------------------------
     def open_box(self) -> None:
@@ -126,8 +128,7 @@ class QuickCapture(QWidget):
             self.resize(min(max(600, self.minimumSizeHint().width()), room), self.height())
             self._fit_height()
             self.move(area.center().x() - self.width() // 2, area.top() + area.height() // 4)
-        self._set_status("Enter to save · Esc to close (the draft is kept) · drop files to add them"
-                         if self.input.text() else "Enter to save · Esc to close · drop files to add them")
+        self._set_status(HINT_WITH_DRAFT if self.input.text() else HINT)
         self.input.setEnabled(not self._saving)
         self.show()
         self.raise_()

@@ -46,7 +46,8 @@ from .ask import AskResult
 from .errors import DiskFull, EngineError, NotFound, StoreLocked, StoreUnavailable, UserError
 from .imports import ImportReport
 from .ingest import Document, IngestResult
-from .limits import MAX_HITS, MAX_QUERY_CHARS
+from .limits import MAX_HITS, MAX_PROJECT_CHARS, MAX_QUERY_CHARS
+from .memories import MAX_TEXT_CHARS
 from .models import ForgetResult, Hit, Memory, RememberResult, Stats
 from .pathpolicy import PathPolicy, PathRefused
 from .watch import WatchStatus
@@ -55,7 +56,7 @@ log = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"
 DEFAULT_MAX_BODY_BYTES = 10 * 1024 * 1024
-MAX_MEMORY_CHARS = 100_000  # the engine's own limit (engine.MAX_TEXT_CHARS), checked here as a 422
+MAX_MEMORY_CHARS = MAX_TEXT_CHARS  # the engine's own limit, checked here as a 422
 WORKERS = 4  # reads at once
 WRITE_WORKERS = 2  # writes being prepared (embedded) at once; they commit one at a time
 LONG_WORKERS = 2  # ingests and answers at once
@@ -103,7 +104,7 @@ class UpdateRequest(BaseModel):
 
     text: str | None = Field(default=None, min_length=1, max_length=MAX_MEMORY_CHARS, description="New text")
     kind: Literal["fact", "episodic", "procedural"] | None = None
-    project: str | None = Field(default=None, max_length=200)
+    project: str | None = Field(default=None, max_length=MAX_PROJECT_CHARS)
     importance: float | None = Field(default=None, ge=0.0, le=1.0)
     at: StoredTime = Field(default=None, description="When it happened (ISO 8601); naive means local")
     archived: bool | None = Field(default=None, description="Archive (true) or restore (false)")
@@ -122,7 +123,7 @@ class UpdateRequest(BaseModel):
 class RememberRequest(BaseModel):
     text: str = Field(min_length=1, max_length=MAX_MEMORY_CHARS, description="What to remember")
     kind: Literal["fact", "episodic", "procedural"] = "fact"
-    project: str | None = Field(default=None, max_length=200)
+    project: str | None = Field(default=None, max_length=MAX_PROJECT_CHARS)
     importance: float | None = Field(default=None, ge=0.0, le=1.0, description="0..1; default from kind")
     at: StoredTime = Field(default=None, description="When it happened (ISO 8601); naive means local")
 
@@ -148,7 +149,7 @@ class ImportRequest(BaseModel):
     """A ChatGPT or Claude export (zip or conversations.json), or an Obsidian vault folder, on this machine."""
 
     path: str = Field(min_length=1, max_length=4096, description="Absolute path (under the folders you allowed)")
-    project: str | None = Field(default=None, max_length=200)
+    project: str | None = Field(default=None, max_length=MAX_PROJECT_CHARS)
 
 
 class IngestRequest(BaseModel):
@@ -157,7 +158,7 @@ class IngestRequest(BaseModel):
     paths: list[str] = Field(default_factory=list, max_length=1000, description="Absolute paths on this machine")
     text: str | None = Field(default=None, min_length=1, description="Text to store as a document")
     title: str | None = Field(default=None, max_length=500, description="Title of the text (with `text`)")
-    project: str | None = Field(default=None, max_length=200)
+    project: str | None = Field(default=None, max_length=MAX_PROJECT_CHARS)
 
     @model_validator(mode="after")
     def _one_source(self) -> IngestRequest:
@@ -171,7 +172,7 @@ class IngestRequest(BaseModel):
 
 class AskRequest(BaseModel):
     question: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
-    project: str | None = Field(default=None, max_length=200)
+    project: str | None = Field(default=None, max_length=MAX_PROJECT_CHARS)
     verify: bool = Field(default=False, description="Check the answer against its sources (slower)")
     conversation_id: str | None = Field(default=None, max_length=100,
                                         description="Continue this conversation (from an earlier answer)")
@@ -180,7 +181,7 @@ class AskRequest(BaseModel):
 class AgentRunRequest(BaseModel):
     task: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, description="What the agent should do")
     agent: str | None = Field(default=None, max_length=60, description="Which agent (default: Research)")
-    project: str | None = Field(default=None, max_length=200, description="Work within this project only")
+    project: str | None = Field(default=None, max_length=MAX_PROJECT_CHARS, description="Work within this project only")
 
 
 class ConfirmAnswer(BaseModel):
@@ -687,7 +688,7 @@ def _add_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
 
     @app.get("/documents", response_model=list[Document], tags=["documents"],
              summary="Documents, newest first (failed=true: those that could not be ingested, and why)")
-    async def documents(project: Annotated[str | None, Query(max_length=200)] = None,
+    async def documents(project: Annotated[str | None, Query(max_length=MAX_PROJECT_CHARS)] = None,
                         failed: Annotated[bool, Query(description="List failed documents instead")] = False,
                         ) -> list[Document]:
         return await call(eng.list_documents, project, failed=failed)
@@ -700,7 +701,7 @@ def _add_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
     @app.post("/ingest/upload", response_model=list[IngestResult], tags=["documents"],
               summary="Ingest a file whose bytes the client sends (multipart form: `file`, optional `project`)")
     async def ingest_upload(file: Annotated[UploadFile, File(description="The document; its name gives its type")],
-                            project: Annotated[str | None, Form(max_length=200)] = None) -> list[IngestResult]:
+                            project: Annotated[str | None, Form(max_length=MAX_PROJECT_CHARS)] = None) -> list[IngestResult]:
         data = await file.read()
         return [await call(eng.ingest_upload, data, file.filename or "", project=project, pool="long")]
 
@@ -740,7 +741,7 @@ def _add_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
     async def recall(
         q: Annotated[str, Query(min_length=1, max_length=MAX_QUERY_CHARS, description="What to look for")],
         k: Annotated[int, Query(ge=1, le=MAX_HITS, description="How many results")] = 10,
-        project: Annotated[str | None, Query(max_length=200, description="Only this project")] = None,
+        project: Annotated[str | None, Query(max_length=MAX_PROJECT_CHARS, description="Only this project")] = None,
         kind: Literal["fact", "episodic", "procedural", "chunk"] | None = None,
         since: Annotated[datetime | None, Query(description="Only things from this time on (ISO 8601)")] = None,
         until: Annotated[datetime | None, Query(description="Only things up to this time (ISO 8601)")] = None,

@@ -21,7 +21,8 @@ The file-size limit (``settings.max_file_mb``) counts bytes on disk; these count
   :data:`MAX_CHUNKS` chunks.
 
 - **Requests** (the HTTP API and MCP alike): a question or query of at most :data:`MAX_QUERY_CHARS`
-  characters, at most :data:`MAX_HITS` results a recall.
+  characters, at most :data:`MAX_HITS` results a recall; a project name of at most
+  :data:`MAX_PROJECT_CHARS` characters (the engine refuses longer ones at every door).
 Each refusal of a document is a :class:`~engine.parsers.DocumentError` whose message says which limit and by how much.
 """
 
@@ -36,6 +37,7 @@ from .errors import UserError
 MIB = 1024 * 1024
 MAX_QUERY_CHARS = 10_000
 MAX_HITS = 100
+MAX_PROJECT_CHARS = 200
 
 MAX_ARCHIVE_MEMBERS = 10_000
 MAX_ARCHIVE_INFLATED = 256 * MIB

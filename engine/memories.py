@@ -25,6 +25,7 @@ from .context import Changes, Context
 from .db import Connection
 from .embeddings import EmbeddingUnavailable, Windows
 from .errors import UserError
+from .limits import MAX_PROJECT_CHARS
 from .models import KINDS, ForgetResult, Memory, RememberResult
 from .retrieval import STOPWORDS, WORD
 from .space import Touched
@@ -39,7 +40,6 @@ NEAR_DUPLICATE_COSINE = 0.95
 # remember(embed="auto") embeds a text this long or shorter at once (about one model window, 128 word-pieces)
 AUTO_EMBED_CHARS = 700
 MAX_TEXT_CHARS = 100_000
-MAX_PROJECT_CHARS = 200  # characters of a project name (the HTTP API checks the same)
 
 
 def content_hash(text: str) -> str:
