@@ -98,13 +98,12 @@ class Fill:
         from engine.storage import memories as memory_rows
 
         t0 = time.perf_counter()
-        con = self.eng.store.con
         while self.count < target:
             n = min(TX_ROWS, target - self.count)
             n_mem = n // 2
             n_chunk = n - n_mem
             now = time.time()
-            with self.eng.store.write():
+            with self.eng.store.write() as con:
                 ids = []
                 for _ in range(n_mem):
                     text = sentence(self.rng)

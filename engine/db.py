@@ -285,7 +285,15 @@ def _connect(path: Path, key_pragma: str, cipher: tuple[str, ...]) -> Connection
 
 
 class Store:
-    """Per-thread connections to one encrypted file, and one writer at a time in this process."""
+    """Per-thread connections to one encrypted file for reads, and one connection for every write transaction
+    in this process (`write`), one at a time.
+
+    One writer keeps its page cache: SQLite empties a connection's cache whenever another connection has
+    committed, so with a connection per thread each write emptied the cache of the next thread's write and
+    every write read its pages again (at 1M memories those were often on disk, docs/performance.md). What a
+    write reads stays cached from one write to the next, whichever thread makes it; `keep_cached` names
+    pages the writer should hold even before a write needs them, read again after another connection's
+    commit emptied its cache."""
 
     def __init__(self, path: Path, key_pragma: str):
         self.path = path
@@ -297,7 +305,27 @@ class Store:
         self.write_lock = threading.RLock()
         self.cipher: tuple[str, ...] | None = None  # the page settings (CIPHERS), known once it opened
         self.after_write: Callable[[], None] | None = None  # called after each committed write transaction
+        self._writer: Connection | None = None
+        self._writing: int | None = None  # the thread whose write transaction the writer holds
+        self._optimized_at = 0  # the writer's total_changes at the last `optimize`
+        self._seen_version: int | None = None  # the writer's `PRAGMA data_version` after its last transaction
+        self._cached_reads: Callable[[Connection], list[tuple[str, tuple]]] | None = None
+        self._warmer: threading.Thread | None = None
+        self._warm_again = False
+        self._closing = False
+        self.warm_rounds = 0  # rounds of `keep_cached`'s reads finished (tests, benchmarks)
         _ = self.con  # open now so a wrong key fails at once
+
+    @property
+    def writer(self) -> Connection:
+        """The connection every write transaction of this process runs on (use it under `write_lock`)."""
+        if self._writer is not None:
+            return self._writer
+        with self._all_lock:
+            if self._writer is None:
+                self._writer = self.connect()
+                self.cipher = cipher_of(self._writer)
+            return self._writer
 
     def optimize(self) -> None:
         """Refresh the planner's statistics where they are missing or stale (`PRAGMA optimize`: cheap, it
@@ -305,7 +333,10 @@ class Store:
         statements do not depend on it (they have plans that are right without statistics,
         tests/integration/test_query_plans.py); it keeps the others' choices good. Skipped when another
         program is writing (statistics are a hint, never worth a wait)."""
-        con = self.con
+        with self.write_lock:
+            self._optimize(self.writer)
+
+    def _optimize(self, con: Connection) -> None:
         if con.in_transaction:
             return
         try:
@@ -317,7 +348,7 @@ class Store:
         finally:
             with contextlib.suppress(DatabaseError, EngineError):
                 con.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        self._local.optimized_at = con.total_changes
+        self._optimized_at = con.total_changes
 
     def connect(self) -> Connection:
         """A new connection to the store that is not this thread's (the caller closes it): a thread reading in
@@ -326,6 +357,10 @@ class Store:
 
     @property
     def con(self) -> Connection:
+        """This thread's connection; the writer while this thread is in a write transaction (so what it
+        reads there includes what it wrote)."""
+        if self._writing == threading.get_ident():
+            return self.writer
         con = getattr(self._local, "con", None)
         if con is None:
             con = self.connect()
@@ -365,20 +400,30 @@ class Store:
         self._all = alive
 
     @contextlib.contextmanager
-    def write(self) -> Iterator[Connection]:
-        """One transaction under the process-wide write lock; rolled back on any error."""
+    def write(self, *, busy_ms: int | None = None) -> Iterator[Connection]:
+        """One transaction on the writer, under the process-wide write lock; rolled back on any error. A
+        write inside another on the same thread joins it. `busy_ms`: how long to wait for another program's
+        write (BUSY_TIMEOUT_MS by default; work in the background gives way sooner)."""
         with self.write_lock:
-            con = self.con
+            con = self.writer
             if con.in_transaction:  # nested: join the outer transaction
                 yield con
                 return
             try:
-                con.execute("BEGIN IMMEDIATE")
+                if busy_ms is not None:
+                    con.execute(f"PRAGMA busy_timeout = {int(busy_ms)}")
+                try:
+                    con.execute("BEGIN IMMEDIATE")
+                finally:
+                    if busy_ms is not None:
+                        con.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             except StoreLocked as e:
                 raise StoreLocked(
                     "Another program is writing to your memory store and did not finish in time; try again."
                 ) from e
+            self._writing = threading.get_ident()
             try:
+                self._check_cache(con)
                 yield con
                 con.execute("COMMIT")
             except BaseException as e:
@@ -387,10 +432,69 @@ class Store:
                 if isinstance(e, DatabaseError) and (env := explain(e, self.path)) is not None:
                     raise env from e  # disk full, read-only, damaged: say so (a bug stays what it is)
                 raise
-            if con.total_changes - getattr(self._local, "optimized_at", 0) >= OPTIMIZE_AFTER_CHANGES:
-                self.optimize()  # a large write: the statistics follow (still under the write lock)
+            finally:
+                self._writing = None
+            if con.total_changes - self._optimized_at >= OPTIMIZE_AFTER_CHANGES:
+                self._optimize(con)  # a large write: the statistics follow (still under the write lock)
         if self.after_write is not None:
             self.after_write()
+
+    def _check_cache(self, con: Connection) -> None:
+        """In a write transaction: when another connection has committed since the writer's last transaction,
+        SQLite has just emptied the writer's page cache, and the pages `keep_cached` names are read again."""
+        version = con.execute("PRAGMA data_version").fetchone()[0]
+        if version != self._seen_version:
+            if self._seen_version is not None and self._cached_reads is not None:
+                self._warm_soon()
+            self._seen_version = version
+
+    def keep_cached(self, reads: Callable[[Connection], list[tuple[str, tuple]]]) -> None:
+        """Have the writer hold some pages in its cache: `reads(con)` gives the statements that read them
+        (each short: a write waits for at most one). They run now, on a thread of their own, and again
+        whenever another connection's commit has emptied the writer's cache."""
+        self._cached_reads = reads
+        self._warm_soon()
+
+    def _warm_soon(self) -> None:
+        with self._all_lock:
+            if self._closing:
+                return
+            if self._warmer is not None and self._warmer.is_alive():
+                self._warm_again = True
+                return
+            self._warm_again = False
+            self._warmer = threading.Thread(target=self._warm, name="writer-cache", daemon=True)
+            self._warmer.start()
+
+    def _warm(self) -> None:
+        reads = self._cached_reads
+        if reads is None:
+            return
+        try:
+            for _ in range(3):  # read again when another connection committed meanwhile (emptying it again)
+                with self._warm_turn() as open_:
+                    if not open_:
+                        return
+                    con = self.writer
+                    statements = reads(con)
+                    before = con.execute("PRAGMA data_version").fetchone()[0]
+                for sql, params in statements:
+                    with self._warm_turn() as open_:
+                        if not open_:
+                            return
+                        con.execute(sql, params).fetchall()
+                with self._warm_turn() as open_:
+                    if not open_:
+                        return
+                    after = con.execute("PRAGMA data_version").fetchone()[0]
+                    self._seen_version = after
+                    self.warm_rounds += 1
+                with self._all_lock:
+                    again, self._warm_again = self._warm_again, False
+                if after == before and not again:
+                    return
+        except (DatabaseError, EngineError) as e:  # busy, closing, damaged: the writes read what they need
+            log.info("the writer's pages were not read ahead: %s", type(e).__name__)
 
     @contextlib.contextmanager
     def read(self) -> Iterator[Connection]:
@@ -406,12 +510,38 @@ class Store:
             with contextlib.suppress(DatabaseError, EngineError):
                 con.execute("COMMIT")
 
+    @contextlib.contextmanager
+    def _warm_turn(self) -> Iterator[bool]:
+        """The write lock for one of the warmer's reads; False (and no lock) once the store is closing, which
+        may happen under the write lock (a key rotation closes the store while it holds it)."""
+        while not self.write_lock.acquire(timeout=0.05):
+            if self._closing:
+                yield False
+                return
+        try:
+            yield not self._closing
+        finally:
+            self.write_lock.release()
+
     def close(self) -> None:
+        """Close every connection (the store can be used again after: connections open as needed)."""
+        with self._all_lock:
+            self._closing = True
+            warmer = self._warmer
+        if warmer is not None and warmer is not threading.current_thread():
+            warmer.join(5)  # it stops before its next read (each is short; an interrupt left pending on the
+            # writer would stop the checkpoint that closing it makes, and leave the log behind)
         with self._all_lock:
             for _, con in self._all:
                 with contextlib.suppress(Exception):
                     con.close()
             self._all.clear()
+            if self._writer is not None:
+                with contextlib.suppress(Exception):
+                    self._writer.close()
+                self._writer = None
+            self._seen_version = None
+            self._closing = False
         self._local = threading.local()
         self._small = threading.local()
 

@@ -136,6 +136,8 @@ class Engine:
             eng = cls(store, profile, settings, home, actor=actor, embedder=embedder)
             store.after_write = eng.fts.after_write
             eng.fts.check()  # an index left in many segments (a big import) starts merging now
+            if actor != "cli":  # a process that stays open
+                eng.memories.keep_index_cached()
             eng._in_use, eng._data_key = opened.in_use, opened.data_key
             eng.recovery_key, eng.notices = opened.recovery_key, list(opened.notices)
             if opened.created:

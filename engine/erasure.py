@@ -51,9 +51,11 @@ def prepare(store: Store) -> bool:
 
 
 def checkpoint(store: Store) -> bool:
-    """Copy the log into the file and empty it. False when a reader elsewhere kept it from finishing."""
+    """Copy the log into the file and empty it. False when a reader elsewhere kept it from finishing. Run by
+    the writer: emptying the log from another connection would empty the writer's page cache too."""
     try:
-        done = maintenance.checkpoint(store.con)
+        with store.write_lock:
+            done = maintenance.checkpoint(store.writer)
     except (DatabaseError, EngineError) as e:
         log.info("checkpoint failed: %s", type(e).__name__)
         return False
@@ -72,6 +74,6 @@ def compact(store: Store) -> dict[str, int]:
     with store.write_lock:
         checkpoint(store)  # first: pages still in the log are part of the store's size
         before = store.path.stat().st_size
-        maintenance.vacuum(store.con)
+        maintenance.vacuum(store.writer)
         checkpoint(store)
     return {"bytes_before": before, "bytes_after": store.path.stat().st_size}

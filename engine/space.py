@@ -59,10 +59,14 @@ class Mutation:
                 vectors.log_changes(self.con, self.epoch_after, touched.memories, touched.chunks)
         result = self._cm.__exit__(et, ev, tb)
         if et is None and (touched.memories or touched.chunks):
-            for table, ids in (("memories", touched.memories), ("chunks", touched.chunks)):
-                idx = self.space.index.get(table)
-                if idx is not None:
-                    idx.after_write(self.space.store.con, self.epoch_before, self.epoch_after, ids if ids else set())
+            store = self.space.store
+            # read back on the writer, whose cache has the rows just written (a reader's cache was emptied
+            # by the commit), under the write lock so that no other write comes between
+            with store.write_lock:
+                for table, ids in (("memories", touched.memories), ("chunks", touched.chunks)):
+                    idx = self.space.index.get(table)
+                    if idx is not None:
+                        idx.after_write(store.writer, self.epoch_before, self.epoch_after, ids if ids else set())
         return result
 
 

@@ -74,7 +74,8 @@ KIND_CODES = {"fact": 0, "episodic": 1, "procedural": 2, "chunk": 3, "activity":
 ACTIVITY_SOURCE = "activity"
 EPOCH_KEY = "vector_epoch"
 
-# table -> how to read its filter columns next to the vectors (from the float copy)
+# table -> how to read its filter columns next to the vectors (from the float copy; an edit of a memory that
+# changes none of them, memories.MIRRORED_FIELDS, leaves the mirror as it is)
 _SOURCES = {
     "memories": (
         "SELECT m.id, CASE WHEN m.source = 'activity' THEN 'activity' ELSE m.kind END, m.project, m.archived, "
@@ -1318,32 +1319,25 @@ class VectorIndex:
             step, order = order[:SAVE_BLOCKS], order[SAVE_BLOCKS:]
             last = not order
             t0 = time.perf_counter()
-            with store.write_lock:
-                con.execute("BEGIN IMMEDIATE")
-                try:
-                    epoch = read_epoch(con)
-                    packed, gone = self._pack_current(con, step, start if last else None, epoch, index)
-                    if packed is None or gone is None:
-                        con.execute("ROLLBACK")
-                        return False
-                    for block, rows, projects, meta, codes in packed:
-                        con.execute("INSERT OR REPLACE INTO vector_mirror(tbl, block, epoch, rows, projects, meta, "
-                                    "codes) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                                    (code, block, epoch, rows, projects, meta, codes))
-                    written += len(packed)
-                    if last:
-                        con.executemany("DELETE FROM vector_mirror WHERE tbl = ? AND block = ?",
-                                        [(code, b) for b in gone])
-                        con.execute("INSERT INTO state(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET "
-                                    "value = excluded.value", (HEAD_KEY + self.table, json.dumps(
-                                        {"format": STORED_FORMAT, "dim": self.dim, "ids": STORED_IDS,
-                                         "vmax": m.vmax,
-                                         "epoch": epoch})))
-                    con.execute("COMMIT")
-                except BaseException:
-                    if con.in_transaction:
-                        con.execute("ROLLBACK")
-                    raise
+            # on the writer, so its page cache survives (another connection's commit would empty it)
+            with store.write(busy_ms=SAVE_BUSY_MS) as w:
+                epoch = read_epoch(w)
+                packed, gone = self._pack_current(w, step, start if last else None, epoch, index)
+                if packed is None or gone is None:
+                    return False  # nothing written in this transaction yet
+                for block, rows, projects, meta, codes in packed:
+                    w.execute("INSERT OR REPLACE INTO vector_mirror(tbl, block, epoch, rows, projects, meta, "
+                              "codes) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                              (code, block, epoch, rows, projects, meta, codes))
+                written += len(packed)
+                if last:
+                    w.executemany("DELETE FROM vector_mirror WHERE tbl = ? AND block = ?",
+                                  [(code, b) for b in gone])
+                    w.execute("INSERT INTO state(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET "
+                              "value = excluded.value", (HEAD_KEY + self.table, json.dumps(
+                                  {"format": STORED_FORMAT, "dim": self.dim, "ids": STORED_IDS,
+                                   "vmax": m.vmax,
+                                   "epoch": epoch})))
             longest = max(longest, time.perf_counter() - t0)
             if last:
                 break

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from engine import Engine, vectors
+from engine import Engine, db, vectors
 from engine.embeddings import NoEmbedder
 from engine.storage import documents as document_rows
 from engine.storage import graph as graph_rows
@@ -97,12 +97,16 @@ def store(tmp_path_factory):
 @pytest.fixture(params=["no statistics", "analyzed"])
 def con(request, store):
     eng, _ = store
-    con = eng.con
-    if request.param == "analyzed":
-        con.execute("ANALYZE")
-    else:
-        con.execute("DROP TABLE IF EXISTS sqlite_stat1")
-        con.execute("ANALYZE sqlite_schema")  # reloads the (now absent) statistics
+    with eng.store.write_lock:  # statistics are made by the writer (Store.optimize), as the engine does
+        w = eng.store.writer
+        if request.param == "analyzed":
+            w.execute(f"PRAGMA analysis_limit = {db.ANALYSIS_LIMIT}")
+            w.execute("ANALYZE")
+        else:
+            w.execute("DROP TABLE IF EXISTS sqlite_stat1")
+            w.execute("ANALYZE sqlite_schema")  # reloads the (now absent) statistics
+    con = eng.con  # the reader: it loads the writer's statistics with the changed schema
+    con.execute("ANALYZE sqlite_schema")
     return con
 
 

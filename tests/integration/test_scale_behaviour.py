@@ -6,6 +6,8 @@ stored once each, and the tallies behind `stats` match the rows."""
 from __future__ import annotations
 
 import threading
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -261,3 +263,99 @@ def test_a_reader_in_an_older_transaction_does_not_reload_the_mirror(store_with_
         reader.execute("COMMIT")
     finally:
         reader.close()
+
+
+def _bytes_read() -> int:
+    """What this process has read through read() calls so far (a page SQLite does not have cached is one)."""
+    line = next(x for x in Path("/proc/self/io").read_text().splitlines() if x.startswith("rchar:"))
+    return int(line.split()[1])
+
+
+def test_every_write_of_a_process_runs_on_one_connection(profile_home):
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        seen: list[object] = []
+
+        def write() -> None:
+            with eng.store.write() as con:
+                seen.append(con)
+                assert eng.store.con is con  # what this thread reads in its write sees what it wrote
+
+        threads = [threading.Thread(target=write) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        write()
+        assert len(seen) == 4 and all(c is eng.store.writer for c in seen)
+        assert eng.store.con is not eng.store.writer  # outside a write: this thread's reader
+        uid = eng.remember("The spare key is under the blue pot.").id
+        assert eng.get(uid).text == "The spare key is under the blue pot."
+
+
+@pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="/proc/self/io (Linux) counts what a process reads")
+def test_a_process_that_stays_open_keeps_the_duplicate_index_in_the_writers_cache(profile_home, monkeypatch):
+    from engine import memories
+
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        eng.remember_many([Remembered(f"Note {i} on the allotment rota, bed {i * 7}.") for i in range(3000)])
+    monkeypatch.setattr(memories, "CACHED_INDEX_MIN_MEMORIES", 2000)  # "big" for this test
+    rng = np.random.default_rng(11)
+    hashes = [rng.bytes(32).hex() for _ in range(300)]  # new words: each lookup lands anywhere in the index
+
+    def lookups(con) -> int:
+        before = _bytes_read()
+        for h in hashes:
+            assert memory_rows.same_words(con, h, "fact", None) is None
+        return _bytes_read() - before
+
+    with Engine.open(profile_home, actor="cli", embedder=NoEmbedder()) as eng:
+        eng.remember("One command, then the process ends.")
+        assert eng.store.warm_rounds == 0  # the CLI does without
+    with Engine.open(profile_home, actor="api", embedder=NoEmbedder()) as eng:
+        store = eng.store
+
+        def rounds(n: int) -> None:
+            deadline = time.monotonic() + 30
+            while store.warm_rounds < n and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert store.warm_rounds >= n
+            eng.fts.wait(30)
+
+        rounds(1)
+        fresh = store.connect()
+        try:
+            assert lookups(fresh) >= 4096 * 3  # a connection without it reads the index's pages
+        finally:
+            fresh.close()
+        with store.write_lock:
+            assert lookups(store.writer) < 4096  # the writer has them all: not one page read
+        other_thread = threading.Thread(target=eng.remember, args=("A write from another thread.",))
+        other_thread.start()
+        other_thread.join()
+        with store.write_lock:
+            assert lookups(store.writer) < 4096  # a write from any thread keeps the writer's cache
+
+        other = connect(store.path, store._key_pragma, store.cipher)  # another program writes
+        try:
+            other.execute("INSERT INTO state(key, value) VALUES ('elsewhere', '1')")
+        finally:
+            other.close()
+        eng.remember("The next write finds its cache emptied by the other program's commit.")
+        rounds(2)
+        with store.write_lock:
+            assert lookups(store.writer) < 4096  # read again
+        assert eng.remember("note 7 on the allotment rota, bed 49.").merged  # the lookup still finds words
+
+
+def test_an_edit_the_vector_mirror_does_not_hold_leaves_it_as_it_is(profile_home):
+    with Engine.open(profile_home) as eng:
+        uid = eng.remember("The allotment gate code is 4417.", project="garden", embed="sync").id
+        eng.recall("allotment gate code", project="garden")  # the mirror is loaded
+        before = vectors.read_epoch(eng.con)
+        eng.update(uid, importance=0.9)
+        assert vectors.read_epoch(eng.con) == before  # nothing for any process's mirror to follow
+        assert eng.get(uid).importance == 0.9
+        eng.update(uid, project="home")  # a field the mirror filters on
+        assert vectors.read_epoch(eng.con) > before
+        assert [h.id for h in eng.recall("allotment gate code", project="home")] == [uid]
+        assert not [h for h in eng.recall("allotment gate code", project="garden") if h.id == uid]

@@ -69,14 +69,17 @@ class _Failing:
 
 @pytest.fixture
 def failing(eng: Engine, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """inject(code, message): from now on every store connection (of every thread) fails its writes."""
+    """inject(code, message): from now on every store connection (of every thread, and the writer) fails its
+    writes."""
     from engine.db import Store
 
     real = Store.con.fget  # type: ignore[attr-defined]
+    real_writer = Store.writer.fget  # type: ignore[attr-defined]
 
     def inject(code: int, message: str) -> None:
         error = sqlite_error(code, message)
         monkeypatch.setattr(Store, "con", property(lambda self: _Failing(real(self), error)))
+        monkeypatch.setattr(Store, "writer", property(lambda self: _Failing(real_writer(self), error)))
 
     return inject
 
