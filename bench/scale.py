@@ -356,8 +356,10 @@ def cli_times(home: Path, runs: int) -> dict[str, float]:
         for _ in range(runs):
             # through a small launcher: a child forked from this big process would count its pages in its
             # peak resident size (Linux keeps the high-water mark across fork and exec)
-            done = subprocess.run([sys.executable, "-c", _LAUNCHER, *cli, *args], env=env, check=True,
+            done = subprocess.run([sys.executable, "-c", _LAUNCHER, *cli, *args], env=env, check=False,
                                   capture_output=True, text=True, cwd=str(Path(__file__).resolve().parents[1]))
+            if done.returncode != 0:
+                raise SystemExit(f"`personal-llm {' '.join(args)}` failed ({done.returncode}):\n{done.stderr}")
             seconds, peak = done.stdout.split()[-2:]
             times.append(float(seconds))
             peaks.append(int(peak) * 1024)  # KiB on Linux

@@ -50,7 +50,7 @@ BUSY_TIMEOUT_MS = 10_000
 # each scan. 256 MB upper bound (negative = KiB); pages are only allocated when used.
 CACHE_KIB = 262_144
 SMALL_CACHE_KIB = 1024  # Store.small: a poll's connection
-# Planner statistics are refreshed (`PRAGMA optimize`) when the store opens and after a thread's writes
+# Planner statistics are refreshed (`PRAGMA optimize`) when the store opens and after the writer's writes
 # changed this many rows since the last refresh; ANALYZE reads at most ANALYSIS_LIMIT rows of each index.
 OPTIMIZE_AFTER_CHANGES = 20_000
 ANALYSIS_LIMIT = 1000

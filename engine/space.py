@@ -60,13 +60,13 @@ class Mutation:
         result = self._cm.__exit__(et, ev, tb)
         if et is None and (touched.memories or touched.chunks):
             store = self.space.store
-            # read back on the writer, whose cache has the rows just written (a reader's cache was emptied
-            # by the commit), under the write lock so that no other write comes between
-            with store.write_lock:
-                for table, ids in (("memories", touched.memories), ("chunks", touched.chunks)):
-                    idx = self.space.index.get(table)
-                    if idx is not None:
-                        idx.after_write(store.writer, self.epoch_before, self.epoch_after, ids if ids else set())
+            # read back on this thread's reader, without the write lock: on the writer (whose cache has the
+            # rows) it would hold the lock while a search holds the mirror's, and writes queued behind it
+            # (docs/performance.md, "one writer connection")
+            for table, ids in (("memories", touched.memories), ("chunks", touched.chunks)):
+                idx = self.space.index.get(table)
+                if idx is not None:
+                    idx.after_write(store.con, self.epoch_before, self.epoch_after, ids if ids else set())
         return result
 
 
