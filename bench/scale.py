@@ -329,6 +329,8 @@ def reopen(eng, home: Path, question: str = FIRST_QUESTIONS[0]):
     t0 = time.perf_counter()
     eng = Engine.open(home, actor="sdk")
     opened = time.perf_counter() - t0
+    eng.memories.keep_index_cached()  # as Engine.start_background does in the app and the server (the rest of
+    # it, the mirrors loading, would change what the first recall below measures)
     eng.embedder.load()
     t0 = time.perf_counter()
     eng.recall(question)

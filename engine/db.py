@@ -471,27 +471,24 @@ class Store:
         if reads is None:
             return
         try:
-            for _ in range(3):  # read again when another connection committed meanwhile (emptying it again)
+            while True:
                 with self._warm_turn() as open_:
                     if not open_:
                         return
                     con = self.writer
                     statements = reads(con)
-                    before = con.execute("PRAGMA data_version").fetchone()[0]
+                    # what the cache holds from here on: a commit elsewhere during the reads is seen by the
+                    # next write (`_check_cache`), which has them read again
+                    self._seen_version = con.execute("PRAGMA data_version").fetchone()[0]
                 for sql, params in statements:
                     with self._warm_turn() as open_:
                         if not open_:
                             return
                         con.execute(sql, params).fetchall()
-                with self._warm_turn() as open_:
-                    if not open_:
-                        return
-                    after = con.execute("PRAGMA data_version").fetchone()[0]
-                    self._seen_version = after
-                    self.warm_rounds += 1
                 with self._all_lock:
+                    self.warm_rounds += 1
                     again, self._warm_again = self._warm_again, False
-                if after == before and not again:
+                if not again:
                     return
         except (DatabaseError, EngineError) as e:  # busy, closing, damaged: the writes read what they need
             log.info("the writer's pages were not read ahead: %s", type(e).__name__)

@@ -136,8 +136,6 @@ class Engine:
             eng = cls(store, profile, settings, home, actor=actor, embedder=embedder)
             store.after_write = eng.fts.after_write
             eng.fts.check()  # an index left in many segments (a big import) starts merging now
-            if actor != "cli":  # a process that stays open
-                eng.memories.keep_index_cached()
             eng._in_use, eng._data_key = opened.in_use, opened.data_key
             eng.recovery_key, eng.notices = opened.recovery_key, list(opened.notices)
             if opened.created:
@@ -266,6 +264,9 @@ class Engine:
         return self.space.embed_pending(limit=limit, batch_size=batch_size, progress=progress, cancel=cancel)
 
     def start_background(self) -> None:
+        """The work of a process that stays open (the app, `serve`, MCP): the duplicate index held in the
+        writer's cache, the model loaded, the vector mirrors loaded, waiting rows embedded."""
+        self.memories.keep_index_cached()
         self.backfill.start(resume=lambda cancel: self.documents.resume_pending_documents(cancel=cancel))
 
     def wake_background(self) -> None:

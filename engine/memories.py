@@ -213,7 +213,8 @@ class Memories:
         that leaf had mostly left the machine's caches and came from disk (remember 1.35 ms at 1M memories
         against 0.96 with the index held, the same as at 1k: docs/performance.md). About 8 MB for 500k
         memories, read in ~0.1 s in the background; again after another program's write (which empties the
-        writer's cache). A one-command process (the CLI) does without."""
+        writer's cache). Started with the background work (Engine.start_background): a one-command process
+        (the CLI) does without."""
 
         def reads(con: Connection) -> list[tuple[str, tuple]]:
             if sum(t.n for t in tallies.memory_tallies(con)) < CACHED_INDEX_MIN_MEMORIES:

@@ -312,6 +312,7 @@ def test_a_process_that_stays_open_keeps_the_duplicate_index_in_the_writers_cach
         eng.remember("One command, then the process ends.")
         assert eng.store.warm_rounds == 0  # the CLI does without
     with Engine.open(profile_home, actor="api", embedder=NoEmbedder()) as eng:
+        eng.start_background()  # what the app, `serve` and MCP start
         store = eng.store
 
         def rounds(n: int) -> None:
