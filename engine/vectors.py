@@ -5,22 +5,25 @@ it, `vec_<table>_f32` keeps the same float32 vectors in a plain table (inside th
 vec0 reads one row by id slowly (0.1-0.5 ms: it decodes a chunk of 1,024 vectors) and scans slowly; the
 plain table reads 200 rows by id in ~1 ms.
 
-Search runs over an in-process **int8 mirror** (one byte per dimension and a scale per row: a quarter of
-float32, plus the few columns filters need): the approximate cosine of every row is computed with
-simsimd's int8 dot products (the query quantized to int8 too; without simsimd, numpy's float32 product block
-by block), then the best candidates are **rescored exactly** from the float copy. The rescoring is exact by
-construction: each row also keeps the bound of its quantization error (rho = ||v - scale * code||, so
-|approximate - exact| <= rho * ||q||, plus vmax * ||e|| for the query's own rounding error e, vmax bounding
-every row's ||scale * code||), and every row whose approximate cosine plus its bound reaches the k-th exact
-cosine found is rescored too, so no row left out can belong to the top k. The mirror follows
+Search runs over an in-process **int8 mirror** (one byte per dimension, a quarter of float32, plus the few
+columns filters need): the approximate cosine of every row is computed with simsimd's int8 dot products
+(the query quantized to int8 too; without simsimd, numpy's float32 product block by block), then the best
+candidates are **rescored exactly** from the float copy. Every code of a table shares one scale
+(`code_scale`: a unit vector's components are ~1/sqrt(dim), and CODE_LIMIT of those map to 127) and one
+bound of its error (`code_bound`: rho >= ||v - scale * code||, so |approximate - exact| <= rho * ||q||, plus
+vmax * ||e|| for the query's own rounding error e, vmax bounding every row's ||scale * code||). A row whose
+codes err by more than that (a component beyond the codes' range) is an **exception**: its float32 vector
+is kept beside the codes and its cosine computed exactly (none among a million random unit vectors, nor
+among the bundled model's vectors of two public datasets). Every row whose approximate cosine plus the
+bound reaches the k-th exact cosine found is rescored too, so no row left out can belong to the top k. The mirror follows
 writes made in this process row by row, and catches up from `vector_log` (the rows each write touched)
 when the store's vector epoch shows another process wrote. With the mirror off (settings.vector_cache =
 false) vec0 answers directly.
 
 The mirror is also **kept in the store** (table `vector_mirror`, inside the encrypted file like everything
 else), so that opening a big store does not read every float vector through SQLCipher (~30 us a row): one
-row per block of STORED_IDS row ids holds the block's codes, scales, bounds and filter columns as packed
-numpy bytes, and the state row `vector_mirror:<table>` the epoch every block is up to date with. A store
+row per block of STORED_IDS row ids holds the block's codes, filter columns and exception flags as packed
+numpy bytes (the head records the scale they were made with), and the state row `vector_mirror:<table>` the epoch every block is up to date with. A store
 that opens loads the blocks (a quarter of the float32 bytes, in big blobs) and replays the vector log
 since that epoch; it loads from every row instead when there are no blocks, they are older than the log
 reaches, of another dimension or format, or one does not add up. A vector that changes or goes (forget,
@@ -43,6 +46,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import math
 import mmap
 import threading
 import time
@@ -102,10 +106,12 @@ NEAR_STEP = 20_000  # rows given their near-duplicate keys at a time by the back
 
 # the mirror kept in the store (table vector_mirror, one row per block of row ids)
 TABLE_CODES = {"memories": 0, "chunks": 1}
+# the int8 codes: one scale per table (code_scale), CODE_LIMIT times a unit vector's typical component at 127
+CODE_LIMIT = 6.5
 STORED_IDS = 256  # row ids per stored block (what a forget erases: ~0.1 MB at 384 dimensions; 1024 made a
 # forget at a million items 2.4 ms slower, 256 makes loading a million rows ~20 ms slower, tests/bench)
 STORED_MIN_ROWS = 5000  # a table's mirror is kept in the store from this many rows (smaller ones load fast)
-STORED_FORMAT = 1
+STORED_FORMAT = 2  # 2: one scale for every code (the table's), exceptions flagged; 1 had a scale and bound a row
 HEAD_KEY = "vector_mirror:"  # + table: state row describing the stored blocks (JSON)
 REFRESH_EPOCHS = 200  # writes after which the stored blocks are brought up to date (well within LOG_EPOCHS)
 SAVE_BLOCKS = 4  # stored blocks written per transaction (~1.6 MB: a user's write waits at most that long)
@@ -125,8 +131,8 @@ STREAM_SPLIT_BLOCKS = 64
 STREAM_MAX_CHANGED = 2000
 STREAM_MAX_ERASED = 16
 # a stored block's meta blob: these arrays of `rows` items each, one after the other
-META_LAYOUT = (("ids", np.int64), ("scale", np.float32), ("bound", np.float32), ("t", np.float64),
-               ("proj", np.int32), ("kind", np.int8), ("archived", np.uint8))
+META_LAYOUT = (("ids", np.int64), ("t", np.float64), ("proj", np.int32), ("kind", np.int8),
+               ("archived", np.uint8), ("exception", np.uint8))
 META_BYTES = sum(np.dtype(dt).itemsize for _, dt in META_LAYOUT)
 
 
@@ -328,17 +334,31 @@ def read_vectors(con: Connection, table: str, ids: list[int]) -> dict[int, np.nd
     return out
 
 
-def quantize(mat: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(int8 codes, scale per row, error bound per row) of float32 rows: v ~ scale * code, and
-    ||v - scale * code|| <= bound, so a cosine from the codes is within bound * ||q|| of the exact one."""
+def code_scale(dim: int) -> float:
+    """The one scale of every int8 code of a table: a unit vector's components are ~1/sqrt(dim) each, and
+    CODE_LIMIT of those map to 127 (0.33 at 384 dimensions; no component of a unit vector exceeds 1)."""
+    return min(1.0, CODE_LIMIT / math.sqrt(dim)) / 127.0
+
+
+def code_bound(dim: int) -> float:
+    """The bound of every code's error ||v - scale * code|| (a row over it is an exception, kept in float32).
+    Rounding each of dim components to the nearest step errs by at most half a step, so the error is at most
+    scale/2 * sqrt(dim); rounding errors are spread evenly, so it is scale * sqrt(dim/12) on average with a
+    relative spread of ~0.9/sqrt(dim) in its square, and the bound sits 7 of those above (at 384 dimensions
+    1.15x the average, 0.017; a million random unit vectors erred at most 1.11x), or at the worst case."""
+    spread = min(3.0, 1.0 + 6.3 / math.sqrt(dim))
+    return code_scale(dim) * math.sqrt(dim / 12.0 * spread) * 1.0001 + 1e-5
+
+
+def quantize(mat: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """(int8 codes, error per row) of float32 rows: v ~ scale * code and ||v - scale * code|| <= error, so a
+    cosine from the codes is within error * ||q|| of the exact one (a component beyond 127 steps is clipped,
+    which the error counts)."""
     mat = np.asarray(mat, dtype=np.float32)
-    peak = np.abs(mat).max(axis=1) if len(mat) else np.zeros(0, np.float32)
-    scale = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32)
-    codes = np.clip(np.rint(mat / scale[:, None]), -127, 127).astype(np.int8)
-    err = mat - codes.astype(np.float32) * scale[:, None]
+    codes = np.clip(np.rint(mat / np.float32(scale)), -127, 127).astype(np.int8)
+    err = mat - codes.astype(np.float32) * np.float32(scale)
     # float32 rounding of the cosines themselves is ~1e-6: added so the bound holds as computed
-    bound = (np.sqrt(np.einsum("ij,ij->i", err, err)) * 1.0001 + 1e-5).astype(np.float32)
-    return codes, scale, bound
+    return codes, np.sqrt(np.einsum("ij,ij->i", err, err)) * 1.0001 + 1e-5
 
 
 def with_windows(cosine: float, windows: np.ndarray | None, q: np.ndarray) -> float:
@@ -408,16 +428,18 @@ def _zeros(shape: int | tuple[int, ...], dtype: type | np.dtype, *, populate: bo
 
 
 class _Mirror:
-    """A growable int8 matrix of one table's vectors (codes, a scale and an error bound per row) plus
-    filter columns; deleted rows are tombstoned. Window vectors of long memories stay float32 (few)."""
+    """A growable int8 matrix of one table's vectors (codes sharing one scale, each within one error bound of
+    its vector) plus filter columns; deleted rows are tombstoned. Window vectors of long memories stay
+    float32 (few), and so do the exceptions: rows whose codes err by more than the bound (a component beyond
+    the codes' range), scored exactly."""
 
     def __init__(self, dim: int):
         self.dim = dim
         self.n = 0
         self.ids = np.zeros(0, dtype=np.int64)
         self.codes = np.zeros((0, dim), dtype=np.int8)
-        self.scale = np.zeros(0, dtype=np.float32)
-        self.bound = np.zeros(0, dtype=np.float32)
+        self.scale = code_scale(dim)
+        self.bound = code_bound(dim)
         self.kind = np.zeros(0, dtype=np.int8)
         self.proj = np.zeros(0, dtype=np.int32)  # code into self.projects; 0 = no project
         self.archived = np.zeros(0, dtype=bool)
@@ -432,6 +454,12 @@ class _Mirror:
         self.wpos = np.zeros(0, dtype=np.int64)
         self.walive = np.zeros(0, dtype=bool)
         self.wrows: dict[int, list[int]] = {}  # owner id -> its rows in wmat
+        # exceptions: row i of xmat is the float32 vector of the row at position xpos[i]
+        self.xn = 0
+        self.xmat = np.zeros((0, dim), dtype=np.float32)
+        self.xpos = np.zeros(0, dtype=np.int64)
+        self.xalive = np.zeros(0, dtype=bool)
+        self.xrows: dict[int, int] = {}  # row id -> its row in xmat
         self._buf = np.zeros((BLOCK_ROWS, dim), dtype=np.float32)
         # near-duplicate buckets (memories; engine/lsh.py), built in the background once a duplicate check
         # asks: positions [0, near_n) have their keys in `near`, later ones are scanned
@@ -442,12 +470,13 @@ class _Mirror:
 
     def resident_bytes(self, *, vectors_only: bool = False) -> int:
         """Bytes of the rows in use (the arrays' spare capacity is allocated untouched, so not resident):
-        of the vectors (codes, scale, bound, windows), or of everything with the filter columns."""
-        per_row = self.codes.itemsize * self.dim + self.scale.itemsize + self.bound.itemsize
+        of the vectors (codes, windows, exceptions), or of everything with the filter columns."""
+        per_row = self.codes.itemsize * self.dim
         if not vectors_only:
             per_row += sum(a.itemsize for a in (self.ids, self.kind, self.proj, self.archived, self.t, self.alive))
         near = self.near.resident_bytes() if self.near is not None and not vectors_only else 0
-        return int(self.n * per_row + self.wn * (self.wmat.itemsize * self.dim + self.wpos.itemsize + 1)) + near
+        floats = (self.wn + self.xn) * (self.wmat.itemsize * self.dim + self.wpos.itemsize + 1)
+        return int(self.n * per_row + floats) + near
 
     def _grow(self, need: int, *, exact: bool = False) -> None:
         """Room for `need` more rows: doubling, or with exact just that many, mapped at once (the rows are
@@ -456,7 +485,7 @@ class _Mirror:
         if self.n + need <= cap:
             return
         new = self.n + need if exact else max(1024, cap * 2, self.n + need)
-        for name in ("ids", "scale", "bound", "kind", "proj", "archived", "t", "alive"):
+        for name in ("ids", "kind", "proj", "archived", "t", "alive"):
             old = getattr(self, name)
             arr = _zeros(new, old.dtype, populate=exact)
             arr[: self.n] = old[: self.n]
@@ -474,6 +503,39 @@ class _Mirror:
         if rows:
             self.walive[rows] = False
             self.dead += len(rows)
+        x = self.xrows.pop(rid, None)
+        if x is not None:
+            self.xalive[x] = False
+
+    def add_exceptions(self, pos: np.ndarray, mat: np.ndarray) -> None:
+        """Keep the float32 vectors `mat` of the rows at positions `pos` (their codes err beyond the bound)."""
+        if not len(pos):
+            return
+        need = self.xn + len(pos)
+        if need > len(self.xpos):  # new arrays: a view taken before keeps the old ones
+            new = max(64, 2 * len(self.xpos), need)
+            xmat = np.zeros((new, self.dim), dtype=np.float32)
+            xmat[: self.xn] = self.xmat[: self.xn]
+            xpos = np.zeros(new, dtype=np.int64)
+            xpos[: self.xn] = self.xpos[: self.xn]
+            xalive = np.zeros(new, dtype=bool)
+            xalive[: self.xn] = self.xalive[: self.xn]
+            self.xmat, self.xpos, self.xalive = xmat, xpos, xalive
+        rows = np.arange(self.xn, need)
+        self.xmat[rows] = mat
+        self.xpos[rows] = pos
+        self.xalive[rows] = True
+        self.xrows.update(zip(self.ids[pos].tolist(), rows.tolist(), strict=True))
+        self.xn = need
+
+    def exceptions(self, n: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(positions, rows of xmat) of the live exceptions among the first n rows (all)."""
+        live = np.flatnonzero(self.xalive[: self.xn])
+        pos = self.xpos[live]
+        if n is not None:
+            keep = pos < n
+            live, pos = live[keep], pos[keep]
+        return pos, live
 
     def add_windows(self, windows: dict[int, np.ndarray]) -> None:
         """Window vectors for rows already added (add() drops a row's old windows)."""
@@ -502,7 +564,15 @@ class _Mirror:
         """(cosine of every row to q from the int8 codes, extra): each within bound * ||q|| + extra of the
         exact one. With simsimd the query is quantized too and the products are integers (exact), so the
         query's own rounding error e adds extra = vmax * ||e|| (vmax bounds every row's ||scale * code||,
-        Cauchy-Schwarz); with numpy, the float32 query against the codes block by block (extra = 0)."""
+        Cauchy-Schwarz); with numpy, the float32 query against the codes block by block (extra = 0). An
+        exception's cosine is exact (its float32 vector)."""
+        out, extra = self._from_codes(q)
+        if self.xn:
+            pos, rows = self.exceptions(self.n)
+            out[pos] = self.xmat[rows] @ q
+        return out, extra
+
+    def _from_codes(self, q: np.ndarray) -> tuple[np.ndarray, float]:
         n = self.n
         if _simd is not None and USE_SIMD and n:
             peak = float(np.abs(q).max())
@@ -513,8 +583,7 @@ class _Mirror:
             dots = np.empty((1, n), dtype=np.float64)
             _simd.cdist(cq[None, :], self.codes[:n], metric="inner", threads=1, out=dots)
             out = dots[0].astype(np.float32)
-            out *= self.scale[:n]
-            out *= np.float32(sq)
+            out *= np.float32(self.scale * sq)
             return out, extra
         out = np.empty(n, dtype=np.float32)
         buf = self._buf
@@ -523,7 +592,7 @@ class _Mirror:
             block = buf[: e - s]
             np.copyto(block, self.codes[s:e], casting="unsafe")
             np.matmul(block, q, out=out[s:e])
-        out *= self.scale[:n]
+        out *= np.float32(self.scale)
         return out, 0.0
 
     def code_norm_max(self) -> float:
@@ -534,7 +603,7 @@ class _Mirror:
             c = self.codes[s:e]
             sq = np.asarray(_simd.dot(c, c)) if _simd is not None else np.einsum("ij,ij->i", c, c, dtype=np.int64)
             if len(sq):
-                best = max(best, float((np.sqrt(sq.astype(np.float64)) * self.scale[s:e]).max()))
+                best = max(best, float(np.sqrt(sq.astype(np.float64)).max()) * self.scale)
         return best * 1.0001 + 1e-6
 
     def window_best(self, q: np.ndarray) -> np.ndarray | None:
@@ -546,9 +615,10 @@ class _Mirror:
         np.maximum.at(best, self.wpos[live], self.wmat[live] @ q)
         return best
 
-    def add_stored(self, block: int, rows: int, projects: list, meta: bytes, codes: bytes) -> None:
+    def add_stored(self, block: int, rows: int, projects: list, meta: bytes, codes: bytes) -> np.ndarray:
         """Append one stored block (rows already quantized, ids in increasing order, none in the mirror yet:
-        blocks are added in block order on a fresh mirror). ValueError when the block does not add up."""
+        blocks are added in block order on a fresh mirror); the positions of its exceptions, whose float32
+        vectors the caller gives (add_exceptions). ValueError when the block does not add up."""
         if len(meta) != rows * META_BYTES or len(codes) != rows * self.dim or len(projects) < 1:
             raise ValueError("stored mirror block of the wrong size")
         parts, off = {}, 0
@@ -569,8 +639,6 @@ class _Mirror:
         span = slice(self.n, self.n + rows)
         self.ids[span] = ids
         self.codes[span] = np.frombuffer(codes, dtype=np.int8).reshape(rows, self.dim)
-        self.scale[span] = parts["scale"]
-        self.bound[span] = parts["bound"]
         self.t[span] = parts["t"]
         self.proj[span] = lut[local]
         self.kind[span] = parts["kind"]
@@ -581,6 +649,7 @@ class _Mirror:
             self.near_n = self.n + rows
         self.n += rows
         self.pos.sorted_n = self.n
+        return span.start + np.flatnonzero(parts["exception"])
 
     def by_id(self) -> tuple[int, np.ndarray, np.ndarray]:
         """(n, live positions by id, their stored blocks) as of now: what `block_positions` starts from."""
@@ -615,9 +684,10 @@ class _Mirror:
         names: project code -> name."""
         codes, local = np.unique(self.proj[p], return_inverse=True)
         projects = json.dumps([names[int(c)] for c in codes] or [None])
-        meta = b"".join([self.ids[p].astype(np.int64).tobytes(), self.scale[p].tobytes(), self.bound[p].tobytes(),
-                         self.t[p].tobytes(), local.astype(np.int32).tobytes(), self.kind[p].tobytes(),
-                         self.archived[p].astype(np.uint8).tobytes()])
+        exception = np.isin(p, self.exceptions()[0]) if self.xn else np.zeros(len(p), dtype=bool)
+        meta = b"".join([self.ids[p].astype(np.int64).tobytes(), self.t[p].tobytes(), local.astype(np.int32).tobytes(),
+                         self.kind[p].tobytes(), self.archived[p].astype(np.uint8).tobytes(),
+                         exception.astype(np.uint8).tobytes()])
         return len(p), projects, meta, self.codes[p].tobytes()
 
     def add(self, rows: list[tuple], *, fresh: bool = False) -> None:
@@ -634,11 +704,13 @@ class _Mirror:
         p0 = self.n
         mat = np.frombuffer(b"".join(r[5] for r in rows), dtype=np.float32).reshape(n, self.dim)
         span = slice(p0, p0 + n)
-        self.codes[span], self.scale[span], self.bound[span] = quantize(mat)
-        if n:  # ||scale * code|| <= ||v|| + bound
-            self.vmax = max(self.vmax, float((np.linalg.norm(mat, axis=1) + self.bound[span]).max()) * 1.0001)
+        self.codes[span], err = quantize(mat, self.scale)
+        if n:  # ||scale * code|| <= ||v|| + its error
+            self.vmax = max(self.vmax, float((np.linalg.norm(mat, axis=1) + err).max()) * 1.0001)
         ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=n)
         self.ids[span] = ids
+        over = np.flatnonzero(err > self.bound)
+        self.add_exceptions(p0 + over, mat[over])
         self.kind[span] = np.fromiter((KIND_CODES[r[1]] for r in rows), dtype=np.int8, count=n)
         projects = self.projects
         self.proj[span] = np.fromiter((projects.setdefault(r[2], len(projects)) for r in rows), dtype=np.int32,
@@ -692,7 +764,9 @@ class _Mirror:
         pos = pos[self.mask(f, pos)]
         if pos.size == 0:
             return []
-        upper = (self.codes[pos].astype(np.float32) @ q) * self.scale[pos] + self.bound[pos] * float(np.linalg.norm(q))
+        upper = (self.codes[pos].astype(np.float32) @ q) * np.float32(self.scale) + self.bound * float(np.linalg.norm(q))
+        if self.xn:  # an exception's codes say nothing: checked exactly
+            upper[np.isin(pos, self.exceptions()[0])] = np.inf
         pos = pos[upper >= threshold]
         if pos.size == 0:
             return []
@@ -719,14 +793,14 @@ class _Mirror:
         if idx is not None and idx.size == 0:
             return None
         approx, extra = self.approximate(q)
-        bound, ids = self.bound[:n], self.ids[:n]
+        ids = self.ids[:n]
         wb = self.window_best(q) if windows else None
         if idx is not None:
-            approx, bound, ids = approx[idx], bound[idx], ids[idx]
+            approx, ids = approx[idx], ids[idx]
             wb = wb[idx] if wb is not None else None
         if wb is not None:
             approx = np.maximum(approx, wb)  # approx + bound * qn + extra still bounds every row from above
-        return _Scored(ids, approx, bound, wb, extra)
+        return _Scored(ids, approx, self.bound, wb, extra)
 
     def clear(self) -> None:
         """Empty, keeping the arrays' room (one mirror reused for group after group of stored blocks)."""
@@ -734,6 +808,8 @@ class _Mirror:
         self.pos = _Positions(self)
         self.projects = {None: 0}
         self.wrows = {}
+        self.xn = 0
+        self.xrows = {}
         self.near = None
         self.vmax = 0.0
 
@@ -745,7 +821,7 @@ class _Scored:
 
     ids: np.ndarray
     approx: np.ndarray
-    bound: np.ndarray
+    bound: float
     wb: np.ndarray | None
     extra: float
 
@@ -756,7 +832,7 @@ class _Scored:
 
     def take(self, keep: np.ndarray) -> _Scored:
         """These rows only (copies: the arrays no longer share a mirror's)."""
-        return _Scored(self.ids[keep], self.approx[keep], self.bound[keep],
+        return _Scored(self.ids[keep], self.approx[keep], self.bound,
                        self.wb[keep] if self.wb is not None else None, self.extra)
 
     @staticmethod
@@ -765,7 +841,7 @@ class _Scored:
             return None
         wbs = [p.wb if p.wb is not None else np.full(len(p.ids), -np.inf, dtype=np.float32) for p in parts]
         return _Scored(np.concatenate([p.ids for p in parts]), np.concatenate([p.approx for p in parts]),
-                       np.concatenate([p.bound for p in parts]),
+                       max(p.bound for p in parts),
                        np.concatenate(wbs) if any(p.wb is not None for p in parts) else None,
                        max(p.extra for p in parts))
 
@@ -831,8 +907,7 @@ def _select(s: _Scored, q: np.ndarray, k: int, exact: Callable[[list[int]], dict
     rescore(first)
     if len(scored) >= k:
         kth = sorted(scored.values(), reverse=True)[k - 1]
-        near = np.flatnonzero(approx >= kth - float(bound.max()) * qn - extra)  # then each by its own bound:
-        rescore(near[approx[near] + bound[near] * qn + extra >= kth])  # could still beat the k-th: rescored too
+        rescore(np.flatnonzero(approx + bound * qn + extra >= kth))  # could still beat the k-th: rescored too
     local = np.fromiter(scored, dtype=np.int64, count=len(scored))
     sc = np.fromiter((scored[j] for j in local), dtype=np.float64, count=len(local))
     ids = s.ids[local]
@@ -922,7 +997,7 @@ class VectorIndex:
         if not has_stored_mirror(con):
             return None
         head = read_head(con, self.table)
-        if head is None or head["dim"] != self.dim:
+        if head is None or head["dim"] != self.dim or head.get("scale") != code_scale(self.dim):
             return None
         epoch = read_epoch(con)
         changed = changes_since(con, self.table, head["epoch"], epoch)
@@ -956,7 +1031,13 @@ class VectorIndex:
                     lo = block * STORED_IDS
                     m.add(con.execute(by_range, (lo, lo + STORED_IDS)).fetchall(), fresh=True)
                 else:
-                    m.add_stored(block, rows, json.loads(projects), meta, codes)
+                    exceptions = m.add_stored(block, rows, json.loads(projects), meta, codes)
+                    if len(exceptions):  # few: their float32 vectors from the copy
+                        want = [int(i) for i in m.ids[exceptions]]
+                        vecs = read_vectors(con, self.table, want)
+                        if len(vecs) != len(want):
+                            raise ValueError("stored mirror block with an exception that has no vector")
+                        m.add_exceptions(exceptions, np.stack([vecs[i] for i in want]))
                 if group is not None and m.n >= group:
                     yield erased
                     m.clear()
@@ -1312,7 +1393,7 @@ class VectorIndex:
         head = read_head(con, self.table)
         damaged = self._damaged  # a block failed to load: every block is written again
         changed = changes_since(con, self.table, head["epoch"], start) \
-            if head is not None and head["dim"] == self.dim and not damaged else None
+            if head is not None and head["dim"] == self.dim and head.get("scale") == m.scale and not damaged else None
         if changed is None:  # nothing usable stored: every block
             todo = now_blocks
         else:
@@ -1342,7 +1423,7 @@ class VectorIndex:
                     w.execute("INSERT INTO state(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET "
                               "value = excluded.value", (HEAD_KEY + self.table, json.dumps(
                                   {"format": STORED_FORMAT, "dim": self.dim, "ids": STORED_IDS,
-                                   "vmax": m.vmax,
+                                   "scale": m.scale, "vmax": m.vmax,
                                    "epoch": epoch})))
             longest = max(longest, time.perf_counter() - t0)
             if last:

@@ -5,6 +5,7 @@ stored once each, and the tallies behind `stats` match the rows."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -68,8 +69,8 @@ def test_the_int8_mirror_returns_the_exact_top_k(store_with_vectors, simd, monke
     keep = np.array([i % 2 == 1 for i in range(600)])
     got = index.search(eng.con, crowded, 20, vectors.Filter(projects={"p"}))
     assert [i for i, _ in got] == exact_top(mat, ids, crowded, 20, keep)[0]
-    # the codes are a quarter of float32 (plus a scale and an error bound a row)
-    assert index.resident_bytes(vectors_only=True) < 0.4 * mat.nbytes
+    # the codes are a quarter of float32: one scale and one error bound serve every row
+    assert index.resident_bytes(vectors_only=True) == 0.25 * mat.nbytes
 
 
 @pytest.mark.parametrize("simd", [True, False], ids=["simsimd", "numpy"])
@@ -83,7 +84,7 @@ def test_crowded_vectors_need_the_bound_and_get_it(store_with_vectors, simd, mon
     approx, extra = m.approximate(crowded)
     assert (extra > 0) is (simd and vectors._simd is not None)
     exact = np.array([float(mat[list(ids).index(int(i))] @ crowded) for i in m.ids[: m.n]])
-    slack = m.bound[: m.n] * float(np.linalg.norm(crowded)) + extra
+    slack = np.full(m.n, m.bound * float(np.linalg.norm(crowded)) + extra)
     assert np.all(np.abs(approx - exact) <= slack)  # the bound holds
     assert np.abs(approx - exact).max() > 0.5 * slack.min()  # and is not loose by orders of magnitude
     first = {int(m.ids[i]) for i in np.argsort(-approx)[:26]}  # what max(2k, k+16) candidates would be
@@ -91,6 +92,34 @@ def test_crowded_vectors_need_the_bound_and_get_it(store_with_vectors, simd, mon
     assert want - first, "the fixture should crowd the vectors beyond what the int8 codes can order"
     got = vectors.VectorIndex("memories", DIM).search(eng.con, crowded, 10, vectors.Filter())
     assert {i for i, _ in got} == want
+
+
+@pytest.mark.parametrize("simd", [True, False], ids=["simsimd", "numpy"])
+def test_a_vector_beyond_the_codes_range_is_scored_exactly(simd, monkeypatch):
+    """A spike (one component far beyond what the shared scale maps to 127) is clipped in its codes, so its
+    int8 cosine is far too low: left to the codes it would lose to rows that only look close. It is an
+    exception, scored from its float32 vector, and wins; the other rows stay codes alone."""
+    monkeypatch.setattr(vectors, "USE_SIMD", simd)
+    dim, rng = 256, np.random.default_rng(4)
+    limit = vectors.code_scale(dim) * 127  # 0.41 at 256 dimensions
+    rest = _unit(rng.standard_normal((1, dim - 1)))[0]
+    spike = np.concatenate([[0.98], 0.2 * rest]).astype(np.float32)
+    # rows that share the spike's direction everywhere else, and as much of it as the codes hold
+    near = np.hstack([np.full((40, 1), limit - 0.01), 0.9 * rest + 0.01 * rng.standard_normal((40, dim - 1))])
+    mat = _unit(np.vstack([rng.standard_normal((200, dim)), near, spike[None, :]]))  # ids in one stored block
+    m = vectors._Mirror(dim)
+    m.add([(i + 1, "fact", None, 0, 0.0, mat[i].tobytes()) for i in range(len(mat))])
+    assert [int(i) for i in m.ids[m.exceptions()[0]]] == [len(mat)]
+    q = mat[-1]
+    approx, _ = m._from_codes(q)
+    assert approx[-1] < np.sort(approx)[-20]  # the codes alone rank it below the near rows
+    got = m.search(q, 1, vectors.Filter(), lambda ids: {i: mat[i - 1] for i in ids})
+    assert got[0][0] == len(mat) and got[0][1] == pytest.approx(1.0, abs=1e-5)
+    # stored and loaded again: the block says which rows are exceptions
+    rows, projects, meta, codes = m.pack(np.arange(m.n), {0: None})
+    again = vectors._Mirror(dim)
+    exceptions = again.add_stored(0, rows, json.loads(projects), meta, codes)
+    assert exceptions.tolist() == [m.n - 1]
 
 
 def test_another_process_write_is_caught_up_from_the_log(store_with_vectors, profile_home):
