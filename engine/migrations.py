@@ -445,6 +445,20 @@ def m008_short_hash_key(con: Connection) -> None:
     )
 
 
+def m009_vector_mirror_indexes(con: Connection) -> None:
+    """What a process's first search asks of the stored mirror blocks before it reads them (how many there
+    are, how many are erased, how many rows they hold) from two small indexes instead of each block's row:
+    every block's row sits on a page of its own, so at a million items those questions read ~2,000 pages
+    that were not in the cache, ~0.3 s a table (engine/vectors.py, `_streamed`)."""
+    run_script(
+        con,
+        """
+        CREATE INDEX IF NOT EXISTS vector_mirror_erased ON vector_mirror(tbl, block) WHERE codes IS NULL;
+        CREATE INDEX IF NOT EXISTS vector_mirror_rows ON vector_mirror(tbl, rows);
+        """,
+    )
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     m001_initial,
     m002_consolidation,
@@ -454,6 +468,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     m006_vector_mirror_blocks,
     m007_document_tallies,
     m008_short_hash_key,
+    m009_vector_mirror_indexes,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -223,3 +223,14 @@ def test_the_feed_reports_another_programs_writes_on_its_own_small_connection(pr
         cached = eng.store.con.execute("PRAGMA cache_size").fetchone()[0]
         small = eng.store.small.execute("PRAGMA cache_size").fetchone()[0]
         assert small < 0 and -small <= 1024 < -cached
+
+
+def test_a_first_search_asks_of_the_stored_mirror_from_its_indexes_alone(con):
+    """How many stored blocks, erased ones and rows: answered from the two small indexes, not from each
+    block's own row (a page each that is not in the cache before the blocks are read)."""
+    for table in ("memories", "chunks"):
+        plans = plans_of(con, vectors.stored_counts, table)
+        assert len(plans) == 2, plans
+        assert_indexed(plans)
+        assert "COVERING INDEX vector_mirror_rows" in plans[0], plans
+        assert "INDEX vector_mirror_erased" in plans[1], plans
