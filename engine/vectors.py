@@ -52,7 +52,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 
@@ -256,6 +256,14 @@ def read_head(con: Connection, table: str) -> dict | None:
     return head
 
 
+# the erased stored blocks (a vector of theirs changed or went), by their partial index (migrations.m009)
+_ERASED = "FROM vector_mirror INDEXED BY vector_mirror_erased WHERE tbl = ? AND codes IS NULL"
+
+
+def erased_blocks(con: Connection, table: str) -> set[int]:
+    return {r[0] for r in con.execute(f"SELECT block {_ERASED}", (TABLE_CODES[table],))}
+
+
 def stored_counts(con: Connection, table: str) -> tuple[int, int, int]:
     """(blocks, erased blocks, rows they hold) of the table's stored mirror, from two small indexes alone
     (migrations.m009): each block's own row is on a page of its own, not in the cache before the blocks are
@@ -263,8 +271,7 @@ def stored_counts(con: Connection, table: str) -> tuple[int, int, int]:
     code = TABLE_CODES[table]
     blocks, rows = con.execute("SELECT count(*), coalesce(sum(rows), 0) FROM vector_mirror INDEXED BY vector_mirror_rows "
                                "WHERE tbl = ?", (code,)).fetchone()
-    erased = con.execute("SELECT count(*) FROM vector_mirror INDEXED BY vector_mirror_erased WHERE tbl = ? AND "
-                         "codes IS NULL", (code,)).fetchone()[0]
+    erased = con.execute(f"SELECT count(*) {_ERASED}", (code,)).fetchone()[0]
     return int(blocks), int(erased), int(rows)
 
 
@@ -439,6 +446,21 @@ def _zeros(shape: int | tuple[int, ...], dtype: type | np.dtype, *, populate: bo
     return np.frombuffer(buf, dtype=dtype).reshape(shape)  # the array keeps the mapping alive
 
 
+def _room(mat: np.ndarray, pos: np.ndarray, alive: np.ndarray, used: int, need: int, least: int
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A side table of float32 rows (vectors, their positions in the mirror, alive) with room for `need`
+    rows, its first `used` kept: these arrays when they have it, else new ones, doubling (a view taken
+    before keeps the old ones)."""
+    if need <= len(pos):
+        return mat, pos, alive
+    new = max(least, 2 * len(pos), need)
+    out = (np.zeros((new, mat.shape[1]), dtype=mat.dtype), np.zeros(new, dtype=pos.dtype),
+           np.zeros(new, dtype=alive.dtype))
+    for grown, old in zip(out, (mat, pos, alive), strict=True):
+        grown[:used] = old[:used]
+    return out
+
+
 class _Mirror:
     """A growable int8 matrix of one table's vectors (codes sharing one scale, each within one error bound of
     its vector) plus filter columns; deleted rows are tombstoned. Window vectors of long memories stay
@@ -524,15 +546,7 @@ class _Mirror:
         if not len(pos):
             return
         need = self.xn + len(pos)
-        if need > len(self.xpos):  # new arrays: a view taken before keeps the old ones
-            new = max(64, 2 * len(self.xpos), need)
-            xmat = np.zeros((new, self.dim), dtype=np.float32)
-            xmat[: self.xn] = self.xmat[: self.xn]
-            xpos = np.zeros(new, dtype=np.int64)
-            xpos[: self.xn] = self.xpos[: self.xn]
-            xalive = np.zeros(new, dtype=bool)
-            xalive[: self.xn] = self.xalive[: self.xn]
-            self.xmat, self.xpos, self.xalive = xmat, xpos, xalive
+        self.xmat, self.xpos, self.xalive = _room(self.xmat, self.xpos, self.xalive, self.xn, need, 64)
         rows = np.arange(self.xn, need)
         self.xmat[rows] = mat
         self.xpos[rows] = pos
@@ -556,15 +570,7 @@ class _Mirror:
             if p is None or len(mat) == 0:
                 continue
             need = self.wn + len(mat)
-            if need > len(self.wpos):
-                new = max(256, 2 * len(self.wpos), need)
-                wmat = np.zeros((new, self.dim), dtype=np.float32)
-                wmat[: self.wn] = self.wmat[: self.wn]
-                wpos = np.zeros(new, dtype=np.int64)
-                wpos[: self.wn] = self.wpos[: self.wn]
-                walive = np.zeros(new, dtype=bool)
-                walive[: self.wn] = self.walive[: self.wn]
-                self.wmat, self.wpos, self.walive = wmat, wpos, walive
+            self.wmat, self.wpos, self.walive = _room(self.wmat, self.wpos, self.walive, self.wn, need, 256)
             rows = list(range(self.wn, need))
             self.wmat[rows] = mat
             self.wpos[rows] = p
@@ -1003,13 +1009,17 @@ class VectorIndex:
         self.loaded_from = "rows"
         return m, epoch
 
+    def _fits(self, head: dict | None) -> TypeGuard[dict]:
+        """Whether stored blocks with this head are of this index's dimension and codes' scale."""
+        return head is not None and head["dim"] == self.dim and head.get("scale") == code_scale(self.dim)
+
     def _stored_state(self, con: Connection) -> tuple[dict, int, set[int]] | None:
         """(head, epoch, rows changed since the blocks were written) when the stored blocks can be caught up
         to this snapshot; None when there are none, they are for another dimension, or older than the log."""
         if not has_stored_mirror(con):
             return None
         head = read_head(con, self.table)
-        if head is None or head["dim"] != self.dim or head.get("scale") != code_scale(self.dim):
+        if not self._fits(head):
             return None
         epoch = read_epoch(con)
         changed = changes_since(con, self.table, head["epoch"], epoch)
@@ -1402,13 +1412,11 @@ class VectorIndex:
             now_blocks = set(np.unique(index[1][2]).tolist())
         head = read_head(con, self.table)
         damaged = self._damaged  # a block failed to load: every block is written again
-        changed = changes_since(con, self.table, head["epoch"], start) \
-            if head is not None and head["dim"] == self.dim and head.get("scale") == m.scale and not damaged else None
+        changed = changes_since(con, self.table, head["epoch"], start) if self._fits(head) and not damaged else None
         if changed is None:  # nothing usable stored: every block
             todo = now_blocks
         else:
-            erased = {r[0] for r in con.execute("SELECT block FROM vector_mirror INDEXED BY vector_mirror_erased WHERE tbl = ? AND codes IS NULL",
-                                                (code,))}
+            erased = erased_blocks(con, self.table)
             todo = {i // STORED_IDS for i in changed} | erased
         order = sorted(todo)
         written, longest, began = 0, 0.0, time.perf_counter()
@@ -1463,8 +1471,7 @@ class VectorIndex:
             names = {c: p for p, c in m.projects.items()}
             positions = m.block_positions(blocks, index[1] if index[0] is m else None)
             code = TABLE_CODES[self.table]
-            erased = {r[0] for r in con.execute("SELECT block FROM vector_mirror INDEXED BY vector_mirror_erased WHERE tbl = ? AND codes IS NULL",
-                                                (code,))}
+            erased = erased_blocks(con, self.table)
             for b in erased & set(blocks):
                 # a vector of this block was deleted: write only rows whose vector is there now (belt and
                 # braces: the mirror follows deletes, this does not depend on it)
