@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import sqlcipher3
 import sqlite_vec
 
+from . import mirror_layout
 from .errors import (
     DiskFull,
     EngineError,
@@ -272,6 +273,7 @@ def _connect(path: Path, key_pragma: str, cipher: tuple[str, ...]) -> Connection
         con.enable_load_extension(True)
         sqlite_vec.load(con)
         con.enable_load_extension(False)
+        mirror_layout.register(con)  # called by the vector mirror's delete triggers (engine/vectors.py)
     except DatabaseError as e:
         con.close()
         mapped = explain(e, path)

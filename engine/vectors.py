@@ -56,10 +56,11 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 
-from . import lsh
+from . import lsh, mirror_layout
 from .db import Connection, DatabaseError, ProgrammingError
 from .embeddings import Windows
 from .errors import EngineError
+from .mirror_layout import EXCEPTION, GONE, META_BYTES, META_LAYOUT
 from .storage import maintenance
 
 _simd: Any
@@ -130,10 +131,6 @@ STREAM_SPLIT_BLOCKS = 64
 # changed or blocks erased since: each is read from the float copy): the mirror then loads, and saves them
 STREAM_MAX_CHANGED = 2000
 STREAM_MAX_ERASED = 16
-# a stored block's meta blob: these arrays of `rows` items each, one after the other
-META_LAYOUT = (("ids", np.int64), ("t", np.float64), ("proj", np.int32), ("kind", np.int8),
-               ("archived", np.uint8), ("exception", np.uint8))
-META_BYTES = sum(np.dtype(dt).itemsize for _, dt in META_LAYOUT)
 
 
 # memory windows: (owner memory id, vector), by owner
@@ -216,23 +213,36 @@ def create_tables(con: Connection, dim: int) -> None:
         "DELETE FROM memory_windows WHERE memory_id = old.id; END"
     )
     if has_stored_mirror(con):
-        # a vector that changes or goes erases its stored block in the same transaction (a forgotten row's
-        # code never outlives it; the block's rows are read from the float copy until it is written again)
-        erase = f"block = old.id / {STORED_IDS} AND"
-        triggers = [r[0] for r in con.execute(
-            "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name LIKE '%_f32_mirror_%'")]
-        if any(erase not in sql for sql in triggers):  # blocks of another size: they go, the triggers change
-            drop_stored(con)
-            for table in TABLE_CODES:
-                for event in "du":
-                    con.execute(f"DROP TRIGGER IF EXISTS {table}_f32_mirror_{event}")
-        for table, code in TABLE_CODES.items():
-            for event in ("DELETE", "UPDATE"):
-                con.execute(
-                    f"CREATE TRIGGER IF NOT EXISTS {table}_f32_mirror_{event[0].lower()} AFTER {event} ON "
-                    f"vec_{table}_f32 BEGIN UPDATE vector_mirror SET projects = NULL, meta = NULL, codes = NULL "
-                    f"WHERE tbl = {code} AND block = old.id / {STORED_IDS} AND codes IS NOT NULL; END"
-                )
+        _mirror_triggers(con)
+
+
+def _mirror_trigger_sql(table: str, code: int, event: str) -> str:
+    """A vector that goes is forgotten in its stored block in the same transaction (engine/mirror_layout.py:
+    its codes zeroed, the row flagged GONE, the record overwritten in place); one that changes erases its
+    block (the block's rows are read from the float copy until it is written again). Either way a row's
+    old code never outlives it."""
+    where = f"WHERE tbl = {code} AND block = old.id / {STORED_IDS} AND codes IS NOT NULL"
+    if event == "DELETE":
+        change = ("SET meta = mirror_forget_meta(meta, old.id), codes = mirror_forget_codes(codes, meta, old.id)")
+    else:
+        change = "SET projects = NULL, meta = NULL, codes = NULL"
+    return (f"CREATE TRIGGER {table}_f32_mirror_{event[0].lower()} AFTER {event} ON vec_{table}_f32 "
+            f"BEGIN UPDATE vector_mirror {change} {where}; END")
+
+
+def _mirror_triggers(con: Connection) -> None:
+    """Create (or bring up to date) the triggers that keep the stored blocks from outliving a row's vector."""
+    erase = f"block = old.id / {STORED_IDS} AND"
+    triggers = dict(con.execute(
+        "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND name LIKE '%_f32_mirror_%'").fetchall())
+    if any(erase not in sql for sql in triggers.values()):  # blocks of another size: they go, the triggers change
+        drop_stored(con)
+    for table, code in TABLE_CODES.items():
+        for event in ("DELETE", "UPDATE"):
+            name, sql = f"{table}_f32_mirror_{event[0].lower()}", _mirror_trigger_sql(table, code, event)
+            if triggers.get(name) != sql:  # missing, or as an earlier version made it
+                con.execute(f"DROP TRIGGER IF EXISTS {name}")
+                con.execute(sql)
 
 
 def has_stored_mirror(con: Connection) -> bool:
@@ -262,6 +272,27 @@ _ERASED = "FROM vector_mirror INDEXED BY vector_mirror_erased WHERE tbl = ? AND 
 
 def erased_blocks(con: Connection, table: str) -> set[int]:
     return {r[0] for r in con.execute(f"SELECT block {_ERASED}", (TABLE_CODES[table],))}
+
+
+def gone_rows(con: Connection, table: str, blocks: list[int]) -> dict[int, np.ndarray]:
+    """The ids flagged GONE in these stored blocks (their vector was deleted after the block was written)
+    that have no vector now, by block (only blocks with some)."""
+    out: dict[int, np.ndarray] = {}
+    code = TABLE_CODES[table]
+    for i in range(0, len(blocks), 500):
+        part = blocks[i : i + 500]
+        for block, meta in con.execute(
+                f"SELECT block, meta FROM vector_mirror WHERE tbl = ? AND codes IS NOT NULL AND block IN "
+                f"({','.join('?' * len(part))})", (code, *part)):
+            flagged = mirror_layout.flagged(meta, GONE)
+            if not len(flagged):
+                continue
+            back = {r[0] for r in con.execute(
+                f"SELECT id FROM vec_{table}_f32 WHERE id IN ({','.join('?' * len(flagged))})", flagged.tolist())}
+            went = np.array([i for i in flagged.tolist() if i not in back], dtype=np.int64)
+            if len(went):
+                out[int(block)] = went
+    return out
 
 
 def stored_counts(con: Connection, table: str) -> tuple[int, int, int]:
@@ -652,11 +683,19 @@ class _Mirror:
         local = parts["proj"]
         if rows and (local.min() < 0 or local.max() >= len(projects)):
             raise ValueError("stored mirror block with unknown project codes")
+        mat = np.frombuffer(codes, dtype=np.int8).reshape(rows, self.dim)
+        flags = parts["exception"]
+        if rows and flags.max() > GONE:
+            raise ValueError("stored mirror block with unknown row flags")
+        kept = flags != GONE  # a row whose vector went since the block was written (mirror_layout.forget_meta)
+        if not kept.all():
+            parts = {name: a[kept] for name, a in parts.items()}
+            ids, local, mat, flags, rows = parts["ids"], parts["proj"], mat[kept], parts["exception"], int(kept.sum())
         lut = np.array([self.projects.setdefault(p, len(self.projects)) for p in projects], dtype=np.int32)
         self._grow(rows)
         span = slice(self.n, self.n + rows)
         self.ids[span] = ids
-        self.codes[span] = np.frombuffer(codes, dtype=np.int8).reshape(rows, self.dim)
+        self.codes[span] = mat
         self.t[span] = parts["t"]
         self.proj[span] = lut[local]
         self.kind[span] = parts["kind"]
@@ -667,7 +706,7 @@ class _Mirror:
             self.near_n = self.n + rows
         self.n += rows
         self.pos.sorted_n = self.n
-        return span.start + np.flatnonzero(parts["exception"])
+        return span.start + np.flatnonzero(flags == EXCEPTION)
 
     def by_id(self) -> tuple[int, np.ndarray, np.ndarray]:
         """(n, live positions by id, their stored blocks) as of now: what `block_positions` starts from."""
@@ -1471,16 +1510,19 @@ class VectorIndex:
             names = {c: p for p, c in m.projects.items()}
             positions = m.block_positions(blocks, index[1] if index[0] is m else None)
             code = TABLE_CODES[self.table]
+            # belt and braces (the mirror follows deletes, this does not depend on it): a block whose vector
+            # changed, or with rows whose vectors went, is written with only the rows whose vector is there
             erased = erased_blocks(con, self.table)
             for b in erased & set(blocks):
-                # a vector of this block was deleted: write only rows whose vector is there now (belt and
-                # braces: the mirror follows deletes, this does not depend on it)
                 lo = b * STORED_IDS
                 there = np.array([r[0] for r in con.execute(
                     f"SELECT id FROM vec_{self.table}_f32 WHERE id >= ? AND id < ?", (lo, lo + STORED_IDS))],
                     dtype=np.int64)
                 p = positions[b]
                 positions[b] = p[np.isin(m.ids[p], there)]
+            for b, went in gone_rows(con, self.table, sorted(set(blocks) - erased)).items():
+                p = positions[b]
+                positions[b] = p[~np.isin(m.ids[p], went)]
             packed = [(b, *m.pack(positions[b], names)) for b in blocks if len(positions[b])]
             empty = [b for b in blocks if not len(positions[b])]
             if since is not None:

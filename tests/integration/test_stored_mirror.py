@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine import Engine, vectors
+from engine import Engine, mirror_layout, vectors
 from engine.embeddings import NoEmbedder
 from engine.storage import memories as memory_rows
 from tests.forensics import find
@@ -232,11 +232,19 @@ def test_forget_erases_the_stored_code_and_it_never_comes_back(profile_home):
         key, db = data_key(profile_home), profile_home / "memory.db"
         assert find(db, key, code[:64])  # the check can see it while it is stored
         uid = eng.con.execute("SELECT uid FROM memories WHERE id = ?", (victim,)).fetchone()[0]
+        before = _block(eng.con, block)
         eng.forget(uid)
-        # erased in the forget's own transaction: the block keeps no code until it is written again
-        assert eng.con.execute("SELECT meta IS NULL AND codes IS NULL FROM vector_mirror WHERE tbl = 0 AND block = ?",
-                               (block,)).fetchone() == (1,)
-        assert find(db, key, code[:64]) == []  # nor does any page or log frame
+        # forgotten in its block in the forget's own transaction: its codes are zeros, it is flagged gone,
+        # every other row of the block is as it was
+        after = _block(eng.con, block)
+        at = list(before["ids"]).index(victim)
+        assert list(after["ids"]) == list(before["ids"])
+        assert after["flags"][at] == mirror_layout.GONE and not after["codes"][at].any()
+        assert after["t"][at] == 0 and after["kind"][at] == 0 and after["archived"][at] == 0
+        others = np.arange(len(before["ids"])) != at
+        for name in ("codes", "t", "proj", "kind", "archived", "flags"):
+            assert np.array_equal(after[name][others], before[name][others]), name
+        assert find(db, key, code[:64]) == []  # no page or log frame keeps its codes
         fresh = _wire(eng, dim)
         hits = _first_then_loaded(fresh, eng.con, mat[1800], 10, vectors.Filter(include_archived=True))
         assert victim not in [i for i, _ in hits] and fresh.loaded_from == "stored"
@@ -249,6 +257,23 @@ def test_forget_erases_the_stored_code_and_it_never_comes_back(profile_home):
         assert victim not in [i for i, _ in again.search(eng.con, mat[1800], 10, vectors.Filter())]
         eng.compact()
         assert find(db, key, code[:64]) == []
+
+
+def _block(con, block: int, tbl: int = 0) -> dict[str, np.ndarray]:
+    """A stored block's arrays, as its bytes say (engine/mirror_layout.py)."""
+    rows, meta, codes = con.execute("SELECT rows, meta, codes FROM vector_mirror WHERE tbl = ? AND block = ?",
+                                    (tbl, block)).fetchone()
+    at = mirror_layout.offsets(rows)
+    out = {name: np.frombuffer(meta, dtype=dt, count=rows, offset=at[name]) for name, dt in mirror_layout.META_LAYOUT}
+    out["flags"] = out.pop("exception")
+    out["codes"] = np.frombuffer(codes, dtype=np.int8).reshape(rows, -1)
+    return out
+
+
+def _gone(con, block: int) -> list[int]:
+    return [int(i) for i in mirror_layout.flagged(
+        con.execute("SELECT meta FROM vector_mirror WHERE tbl = 0 AND block = ?", (block,)).fetchone()[0],
+        mirror_layout.GONE)]
 
 
 def test_blocks_stored_at_another_size_go_when_the_store_opens_and_forget_erases_the_new_ones(profile_home,
@@ -274,19 +299,24 @@ def test_blocks_stored_at_another_size_go_when_the_store_opens_and_forget_erases
         assert blocks == {int(i) // current for i in ids}
         victim = int(ids[700])
         eng.forget(eng.con.execute("SELECT uid FROM memories WHERE id = ?", (victim,)).fetchone()[0])
-        erased = {b for (b,) in eng.con.execute("SELECT block FROM vector_mirror WHERE tbl = 0 AND codes IS NULL")}
-        assert erased == {victim // current}
+        assert _gone(eng.con, victim // current) == [victim]
 
 
 def test_a_mirror_that_missed_a_delete_does_not_write_the_row_back(profile_home):
-    """Belt and braces: a vector deleted behind the mirror's back (no epoch, no log) erases its block by
-    trigger, and writing that block again keeps only rows whose vector is still there."""
+    """Belt and braces: a vector deleted behind the mirror's back (no epoch, no log) is flagged gone in its
+    block by trigger, a mirror loaded from the blocks passes over it, and writing that block again from a
+    mirror that still holds it keeps only rows whose vector is still there."""
     with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
         ids, mat, crowded, index = _stored(eng)
         victim = int(ids[10])
         with eng.store.write() as con:
             con.execute("DELETE FROM memories WHERE id = ?", (victim,))  # the mirror is not told
         assert victim in index._mirror.pos
+        assert _gone(eng.con, victim // vectors.STORED_IDS) == [victim]
+        fresh = _wire(eng)
+        hits = _first_then_loaded(fresh, eng.con, mat[10], 5, vectors.Filter(include_archived=True))
+        assert fresh.loaded_from == "stored" and victim not in fresh._mirror.pos
+        assert victim not in [i for i, _ in hits] and int(ids[11]) in fresh._mirror.pos
         with eng.store.write() as con:  # an ordinary logged write, so the save has something to do
             con.execute("UPDATE memories SET archived = 1 WHERE id = ?", (int(ids[20]),))
             e = vectors.bump_epoch(con)
@@ -296,6 +326,37 @@ def test_a_mirror_that_missed_a_delete_does_not_write_the_row_back(profile_home)
                                (victim // vectors.STORED_IDS,)).fetchone()
         stored_ids = np.frombuffer(meta[0], dtype=np.int64, count=meta[1])
         assert victim not in stored_ids and int(ids[11]) in stored_ids
+
+
+def test_a_vector_changed_in_place_erases_its_block_and_an_older_trigger_is_replaced(profile_home):
+    """A vector row rewritten in place (not the engine's way: `put` deletes and inserts) erases its whole
+    block, which a fresh mirror then reads from the rows. A store made by an earlier version, whose delete
+    trigger erased whole blocks, gets the trigger that flags the row when the store opens, its blocks kept."""
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        ids, mat, crowded, _ = _stored(eng)
+        changed = int(ids[30])
+        with eng.store.write() as con:
+            con.execute("UPDATE vec_memories_f32 SET embedding = ? WHERE id = ?", (crowded.tobytes(), changed))
+            e = vectors.bump_epoch(con)
+            vectors.log_changes(con, e, {changed}, set())
+        assert vectors.erased_blocks(eng.con, "memories") == {changed // vectors.STORED_IDS}
+        fresh = _wire(eng)
+        assert _first_then_loaded(fresh, eng.con, crowded, 1, vectors.Filter())[0][0] == changed
+        assert fresh.loaded_from == "stored"
+
+        old = vectors._mirror_trigger_sql("memories", 0, "UPDATE").replace("_u AFTER UPDATE", "_d AFTER DELETE")
+        with eng.store.write() as con:
+            con.execute("DROP TRIGGER memories_f32_mirror_d")
+            con.execute(old)
+        with eng.store.write() as con:
+            vectors.create_tables(con, DIM)  # as opening the store does
+        sql = eng.con.execute("SELECT sql FROM sqlite_master WHERE name = 'memories_f32_mirror_d'").fetchone()[0]
+        assert sql == vectors._mirror_trigger_sql("memories", 0, "DELETE")
+        blocks = eng.con.execute("SELECT count(*) FROM vector_mirror WHERE tbl = 0 AND codes IS NOT NULL").fetchone()[0]
+        assert blocks == len({int(i) // vectors.STORED_IDS for i in ids}) - 1
+        victim = int(ids[700])
+        eng.forget(eng.con.execute("SELECT uid FROM memories WHERE id = ?", (victim,)).fetchone()[0])
+        assert _gone(eng.con, victim // vectors.STORED_IDS) == [victim]
 
 
 def test_the_mirror_is_stored_in_the_background_and_kept_up_to_date(profile_home, monkeypatch):
@@ -379,8 +440,7 @@ def test_another_process_writing_after_the_stored_mirror_is_caught_up(profile_ho
                              capture_output=True, text=True, timeout=120, check=True,
                              cwd=Path(__file__).resolve().parents[2])
         rid = int(out.stdout.strip())
-        assert eng.con.execute("SELECT codes IS NULL FROM vector_mirror WHERE tbl = 0 AND block = ?",
-                               (gone // vectors.STORED_IDS,)).fetchone() == (1,)  # erased over there too
+        assert _gone(eng.con, gone // vectors.STORED_IDS) == [gone]  # forgotten in its block over there too
         fresh = _wire(eng)
         got = _first_then_loaded(fresh, eng.con, crowded, 1, vectors.Filter())
         assert fresh.loaded_from == "stored" and got[0][0] == rid
@@ -504,7 +564,7 @@ def _exact_windows(con, q: np.ndarray, k: int, f: vectors.Filter) -> list[int]:
 def test_a_first_search_reads_the_stored_blocks_as_it_goes_and_answers_exactly(profile_home, monkeypatch):
     """With no mirror loaded, a process's first search of a table scans the stored blocks group by group (here
     on two threads, many groups) and holds no mirror; with rows written since the blocks (through the
-    engine's write path), blocks erased by deletes, windows and filters it answers as an exact scan does,
+    engine's write path), rows gone from their blocks, windows and filters it answers as an exact scan does,
     and the same as the mirror the next search loads. Stored blocks due to be written again are loaded."""
     from engine.embeddings import Windows
 
@@ -517,7 +577,7 @@ def test_a_first_search_reads_the_stored_blocks_as_it_goes_and_answers_exactly(p
             new = _insert(con, 50_000, project="p")
             vectors.put(con, "memories", [new], crowded[None, :])  # after the blocks
             vectors.put(con, "memories", [int(ids[1])], -crowded[None, :])  # re-embedded
-            vectors.delete(con, "memories", [int(ids[2])])  # its block erased
+            vectors.delete(con, "memories", [int(ids[2])])  # flagged gone in its block
             con.execute("UPDATE memories SET archived = 1 WHERE id = ?", (int(ids[-1]),))
             # a long memory: its windows match a probe better than its own vector
             long_id = int(ids[2600])
@@ -551,7 +611,7 @@ def test_a_first_search_reads_the_stored_blocks_as_it_goes_and_answers_exactly(p
         assert sorted(r for r, _ in got) == sorted(r for r, c in scan if c >= 0.9) and int(ids[100]) in {r for r, _ in got}
 
         # blocks due to be written again: the first search loads the mirror (which then stores them)
-        monkeypatch.setattr(vectors, "STREAM_MAX_ERASED", 0)
+        monkeypatch.setattr(vectors, "STREAM_MAX_CHANGED", 0)
         due = _wire(eng)
         assert [i for i, _ in due.search(eng.con, crowded, 10, vectors.Filter())] == \
             _exact_windows(eng.con, crowded, 10, vectors.Filter())
