@@ -26,10 +26,13 @@ row per block of STORED_IDS row ids holds the block's codes, filter columns and 
 numpy bytes (the head records the scale they were made with), and the state row `vector_mirror:<table>` the epoch every block is up to date with. A store
 that opens loads the blocks (a quarter of the float32 bytes, in big blobs) and replays the vector log
 since that epoch; it loads from every row instead when there are no blocks, they are older than the log
-reaches, of another dimension or format, or one does not add up. A vector that changes or goes (forget,
-an edit, a re-embedding) **erases its block in the same transaction**, by trigger: the block's rows are
-read from the float copy until it is written again, and a forgotten row's code never outlives it (the
-freed pages are zeroed by secure_delete). Blocks are written by `VectorIndex.save`, in the background once
+reaches, of another dimension or format, or one does not add up. A vector that goes (a forget, or the
+old vector of an edit or a re-embedding: `put` deletes, then inserts) is **forgotten in its block in the
+same transaction**, by trigger: its codes and filter columns become zeros and the row is flagged gone, in
+place (engine/mirror_layout.py: the record keeps its size, so SQLite writes only the pages whose bytes
+changed), and the loader passes over it; a vector row rewritten in place erases its whole block, whose
+rows are then read from the float copy until it is written again. Either way a forgotten row's code
+never outlives it. Blocks are written by `VectorIndex.save`, in the background once
 a mirror of STORED_MIN_ROWS rows or more has loaded from the rows and then every REFRESH_EPOCHS writes
 (only the blocks that changed): SAVE_BLOCKS blocks a transaction, each from the mirror as it is at that
 transaction, so a user's write waits at most one of those and a crash leaves the previous state usable.
@@ -109,8 +112,8 @@ NEAR_STEP = 20_000  # rows given their near-duplicate keys at a time by the back
 TABLE_CODES = {"memories": 0, "chunks": 1}
 # the int8 codes: one scale per table (code_scale), CODE_LIMIT times a unit vector's typical component at 127
 CODE_LIMIT = 6.5
-STORED_IDS = 256  # row ids per stored block (what a forget erases: ~0.1 MB at 384 dimensions; 1024 made a
-# forget at a million items 2.4 ms slower, 256 makes loading a million rows ~20 ms slower, tests/bench)
+STORED_IDS = 256  # row ids per stored block (~0.1 MB at 384 dimensions; when a forget erased the whole
+# block, 1024 made a forget at a million items 2.4 ms slower; 256 makes loading a million rows ~20 ms slower)
 STORED_MIN_ROWS = 5000  # a table's mirror is kept in the store from this many rows (smaller ones load fast)
 STORED_FORMAT = 2  # 2: one scale for every code (the table's), exceptions flagged; 1 had a scale and bound a row
 HEAD_KEY = "vector_mirror:"  # + table: state row describing the stored blocks (JSON)
