@@ -26,7 +26,7 @@ from .config import PROFILE_FILE, STORE_FILE
 from .db import connect
 from .errors import NotFound, UserError, WrongKey
 from .keyops import OpenStore
-from .keys import read_profile
+from .keys import Profile, _keyring_set, own_keychain_id, read_profile, write_profile
 from .locking import InUse, precreate, private_dir, private_file, store_files
 from .storage import maintenance
 
@@ -232,4 +232,13 @@ def restore_into_empty(home: Path, snap: Snapshot) -> bool:
         cands = candidates(profile, None, interactive=False)
     except UserError:
         return False
-    return any(_opens(home / STORE_FILE, pragma_of(k)) for _, k in cands)
+    for _, k in cands:
+        if _opens(home / STORE_FILE, pragma_of(k)):
+            if profile.key_source == "keychain" and isinstance(k, bytes):
+                # the key came from the keychain entry of the profile the snapshot was made in: this copy gets
+                # an entry of its own, so a rotation or a recovery here never writes over that profile's
+                raw = own_keychain_id(profile.raw)
+                _keyring_set(Profile(profile.store_id, "keychain", raw).key_account, k.hex())
+                write_profile(home, raw)
+            return True
+    return False

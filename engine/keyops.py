@@ -24,8 +24,10 @@ from .db import Store, connect
 from .errors import KeyMissing, UserError, WrongKey
 from .keys import (
     Profile,
+    _keyring_get,
     _keyring_set,
     keychain_usable,
+    own_keychain_id,
     pragma_for,
     pragma_for_passphrase,
     read_profile,
@@ -98,7 +100,12 @@ def unlock_with_recovery(home: Path, recovery_key: str, *, new_passphrase: str |
             raw["wraps"], raw["sealed"] = recovery.key_records(
                 dk, profile.store_id, keep=keep, passphrase=None if use_keychain else new_passphrase)
             if use_keychain:
-                _keyring_set(profile.key_account, dk.hex())
+                held = _keyring_get(profile.key_account)
+                if held and held.lower() != dk.hex():
+                    # another key under this store's name: the profile this store was copied from (a snapshot
+                    # from before a rotation restored into a new profile) still opens with it; keep it
+                    raw = own_keychain_id(raw)
+                _keyring_set(Profile(profile.store_id, "keychain", raw).key_account, dk.hex())
                 raw["key_source"] = "keychain"
                 done = "The recovery key opened the store; its key is now in this computer's keychain."
             else:

@@ -2,7 +2,8 @@
 keychain works (engine/recovery.py wraps it; engine/unlock.py opens and creates the store with it).
 
 The profile file (`profile.json`, not secret) records which of the two opens the store, the store's id
-(which names its keychain entry) and the wrapped keys. Nothing here ever writes a key to disk in
+(which names its keychain entry, unless the profile was given entries of its own: `own_keychain_id`) and
+the wrapped keys. Nothing here ever writes a key to disk in
 plaintext. This is the one module outside the storage seam that builds a `PRAGMA key`.
 """
 
@@ -37,12 +38,26 @@ class Profile:
     raw: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)  # wrapped keys, rotation state
 
     @property
+    def keychain_id(self) -> str:
+        """What names this profile's keychain entries: the store's id, or the id a copy of the store in
+        another profile was given (`own_keychain_id`), so that it never writes over the entries of the
+        profile it was copied from."""
+        return str(self.raw.get("keychain_id") or self.store_id)
+
+    @property
     def key_account(self) -> str:
-        return f"store-{self.store_id}"
+        return f"store-{self.keychain_id}"
 
     @property
     def token_account(self) -> str:
-        return f"api-token-{self.store_id}"
+        return f"api-token-{self.keychain_id}"
+
+
+def own_keychain_id(raw: dict[str, Any]) -> dict[str, Any]:
+    """The profile `raw` with keychain entries of its own: a copy of a store (a snapshot restored into
+    another profile) has its source's store id, and with it the source's keychain entries; a key written
+    there (a recovery, a rotation) would lock the source out of its store."""
+    return {**raw, "keychain_id": f"{raw['store_id']}-{secrets.token_hex(4)}"}
 
 
 def keychain_usable() -> bool:

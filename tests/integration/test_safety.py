@@ -523,3 +523,50 @@ def test_the_recovery_key_is_shown_when_the_first_command_fails_after_making_the
     assert first.returncode != 0 and first.stderr.startswith("error: No memory with id")
     assert len(RECOVERY_RE.findall(first.stderr)) == 1, first.stderr  # after the error, once
     assert not RECOVERY_RE.search(run("remember", "A first note.").stderr)
+
+
+def test_a_snapshot_restored_into_another_profile_never_takes_the_keychain_entry_of_its_source(
+        profile_home: Path, tmp_path: Path):
+    """A snapshot restored into a new profile on the same computer is a copy of the store with its source's
+    id, and that id names the keychain entry. A recovery or a rotation in the copy must not write over the
+    source's entry: both profiles keep opening, each with its own key."""
+    from engine import backup
+    from engine.keyops import show_recovery, unlock_with_recovery
+
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        eng.remember("The spare key is under the blue pot.")
+        rk, _ = show_recovery(eng)
+        snap = backup.backup_now(eng)
+        eng.remember("Written after the snapshot.")
+        eng.rotate_key()  # the source's key is no longer the snapshot's
+    source_account = read_profile(profile_home).key_account
+    source_key = keyring.get_password(SERVICE, source_account)
+
+    # a snapshot from before the rotation: the keychain cannot open it, the recovery key does
+    older = tmp_path / "older-copy"
+    shutil.copytree(profile_home / "backups", older / "backups")
+    assert not backup.restore_into_empty(older, backup.find(older / "backups", snap.name))
+    unlock_with_recovery(older, rk)
+    assert read_profile(older).key_account != source_account
+    assert keyring.get_password(SERVICE, source_account) == source_key  # left as it was
+    with Engine.open(older, embedder=NoEmbedder()) as copy:
+        assert copy.stats().memories == 1
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        assert eng.stats().memories == 2
+
+    # a snapshot the keychain opens: the copy gets an entry of its own at once, so rotating it later
+    # leaves the source alone
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        snap = backup.backup_now(eng)
+    copy_home = tmp_path / "copy"
+    shutil.copytree(profile_home / "backups", copy_home / "backups")
+    assert backup.restore_into_empty(copy_home, backup.find(copy_home / "backups", snap.name))
+    assert read_profile(copy_home).key_account not in (source_account, read_profile(older).key_account)
+    with Engine.open(copy_home, embedder=NoEmbedder()) as copy:
+        copy.rotate_key()
+        copy.remember("Only in the copy.")
+    assert keyring.get_password(SERVICE, source_account) == source_key
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        assert eng.stats().memories == 2
+    with Engine.open(copy_home, embedder=NoEmbedder()) as copy:
+        assert copy.stats().memories == 3
