@@ -43,13 +43,15 @@ class Backfill:
                 except Exception:
                     log.exception("resuming interrupted ingests failed")
             while not stop.is_set():
+                # cleared before the pass, not after the wait: a wake() between the two would be lost, and
+                # the rows it announced would wait for the next timeout
+                self._wake.clear()
                 if not self.paused:
                     try:
                         self.space.embed_pending(cancel=stop)
                     except Exception:
                         log.exception("background embedding failed")
                 self._wake.wait(5.0)
-                self._wake.clear()
 
         self._thread = threading.Thread(target=run, name="engine-background", daemon=True)
         self._thread.start()
