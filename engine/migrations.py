@@ -459,6 +459,21 @@ def m009_vector_mirror_indexes(con: Connection) -> None:
     )
 
 
+def m010_mirror_forget_in_place(con: Connection) -> None:
+    """A vector that goes is forgotten inside its stored mirror block (its codes zeroed, the row flagged
+    gone: engine/mirror_layout.py) instead of erasing the whole block, which wrote ~17 pages a forget. The
+    delete triggers now call two SQL functions that engine/db.py registers on every connection; a version
+    from before them could not forget a memory in such a store, so the schema version says it is newer.
+    The triggers keep their block size (engine/vectors.py replaces triggers of another size)."""
+    erase = "SET projects = NULL, meta = NULL, codes = NULL"
+    forget = "SET meta = mirror_forget_meta(meta, old.id), codes = mirror_forget_codes(codes, meta, old.id)"
+    for name, sql in con.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND name IN "
+                                 "('memories_f32_mirror_d', 'chunks_f32_mirror_d')").fetchall():
+        if erase in sql:
+            con.execute(f"DROP TRIGGER {name}")
+            con.execute(sql.replace(erase, forget))
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     m001_initial,
     m002_consolidation,
@@ -469,6 +484,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     m007_document_tallies,
     m008_short_hash_key,
     m009_vector_mirror_indexes,
+    m010_mirror_forget_in_place,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine import Engine, mirror_layout, vectors
+from engine import Engine, migrations, mirror_layout, vectors
 from engine.embeddings import NoEmbedder
 from engine.storage import memories as memory_rows
 from tests.forensics import find
@@ -345,13 +345,21 @@ def test_a_vector_changed_in_place_erases_its_block_and_an_older_trigger_is_repl
         assert fresh.loaded_from == "stored"
 
         old = vectors._mirror_trigger_sql("memories", 0, "UPDATE").replace("_u AFTER UPDATE", "_d AFTER DELETE")
+
+        def trigger() -> str:
+            return eng.con.execute("SELECT sql FROM sqlite_master WHERE name = 'memories_f32_mirror_d'").fetchone()[0]
+
+        for upgrade in (migrations.m010_mirror_forget_in_place, lambda con: vectors.create_tables(con, DIM)):
+            with eng.store.write() as con:
+                con.execute("DROP TRIGGER memories_f32_mirror_d")
+                con.execute(old)
+            with eng.store.write() as con:
+                upgrade(con)  # the migration, or opening the store
+            assert trigger() == vectors._mirror_trigger_sql("memories", 0, "DELETE")
+        schema = eng.con.execute("PRAGMA schema_version").fetchone()[0]
         with eng.store.write() as con:
-            con.execute("DROP TRIGGER memories_f32_mirror_d")
-            con.execute(old)
-        with eng.store.write() as con:
-            vectors.create_tables(con, DIM)  # as opening the store does
-        sql = eng.con.execute("SELECT sql FROM sqlite_master WHERE name = 'memories_f32_mirror_d'").fetchone()[0]
-        assert sql == vectors._mirror_trigger_sql("memories", 0, "DELETE")
+            vectors.create_tables(con, DIM)  # up to date: nothing is dropped and made again
+        assert eng.con.execute("PRAGMA schema_version").fetchone()[0] == schema
         blocks = eng.con.execute("SELECT count(*) FROM vector_mirror WHERE tbl = 0 AND codes IS NOT NULL").fetchone()[0]
         assert blocks == len({int(i) // vectors.STORED_IDS for i in ids}) - 1
         victim = int(ids[700])
