@@ -238,7 +238,7 @@ def restore_into_empty(home: Path, snap: Snapshot) -> bool:
                 # the key came from the keychain entry of the profile the snapshot was made in: this copy gets
                 # an entry of its own, so a rotation or a recovery here never writes over that profile's
                 raw = own_keychain_id(profile.raw)
-                _keyring_set(Profile(profile.store_id, "keychain", raw).key_account, k.hex())
+                _keyring_set(Profile.of(raw).key_account, k.hex())
                 write_profile(home, raw)
             return True
     return False

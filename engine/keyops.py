@@ -105,7 +105,7 @@ def unlock_with_recovery(home: Path, recovery_key: str, *, new_passphrase: str |
                     # another key under this store's name: the profile this store was copied from (a snapshot
                     # from before a rotation restored into a new profile) still opens with it; keep it
                     raw = own_keychain_id(raw)
-                _keyring_set(Profile(profile.store_id, "keychain", raw).key_account, dk.hex())
+                _keyring_set(Profile.of(raw).key_account, dk.hex())
                 raw["key_source"] = "keychain"
                 done = "The recovery key opened the store; its key is now in this computer's keychain."
             else:

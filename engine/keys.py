@@ -37,6 +37,11 @@ class Profile:
     key_source: KeySource
     raw: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)  # wrapped keys, rotation state
 
+    @staticmethod
+    def of(raw: dict[str, Any]) -> Profile:
+        """What a profile.json with these contents says."""
+        return Profile(store_id=str(raw["store_id"]), key_source=raw["key_source"], raw=raw)
+
     @property
     def keychain_id(self) -> str:
         """What names this profile's keychain entries: the store's id, or the id a copy of the store in
@@ -151,7 +156,7 @@ def read_profile(home: Path) -> Profile | None:
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        return Profile(store_id=str(data["store_id"]), key_source=data["key_source"], raw=data)
+        return Profile.of(data)
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise UserError(f"{path} is damaged; it names the key of this store, so restore it from a backup.") from e
 
@@ -159,7 +164,7 @@ def read_profile(home: Path) -> Profile | None:
 def write_profile(home: Path, raw: dict[str, Any]) -> Profile:
     """Replace profile.json atomically (0600) and return what it now says."""
     write_atomic(home / PROFILE_FILE, json.dumps(raw, indent=2))
-    return Profile(store_id=str(raw["store_id"]), key_source=raw["key_source"], raw=raw)
+    return Profile.of(raw)
 
 
 def keychain_accounts() -> list[str]:

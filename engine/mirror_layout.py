@@ -28,8 +28,11 @@ META_BYTES = sum(np.dtype(dt).itemsize for _, dt in META_LAYOUT)
 # the `exception` flag's values
 EXACT, EXCEPTION, GONE = 0, 1, 2
 
-__all__ = ["EXACT", "EXCEPTION", "GONE", "META_BYTES", "META_LAYOUT", "flagged", "forget_codes", "forget_meta",
-           "offsets", "register", "slot"]
+__all__ = ["EXACT", "EXCEPTION", "GONE", "META_BYTES", "META_LAYOUT", "arrays", "flagged", "forget_codes",
+           "forget_meta", "meta_bytes", "register", "slot"]
+
+# what a forgotten row's meta keeps of itself: nothing but its id (and its flag, GONE)
+_FORGOTTEN = ("t", "proj", "kind", "archived")
 
 
 def offsets(rows: int) -> dict[str, int]:
@@ -41,13 +44,31 @@ def offsets(rows: int) -> dict[str, int]:
     return out
 
 
+def arrays(meta: bytes, rows: int) -> dict[str, np.ndarray]:
+    """The META_LAYOUT arrays of a meta blob of `rows` rows, by name (read-only views of the blob)."""
+    at = offsets(rows)
+    return {name: np.frombuffer(meta, dtype=dt, count=rows, offset=at[name]) for name, dt in META_LAYOUT}
+
+
+def meta_bytes(parts: dict[str, np.ndarray]) -> bytes:
+    """The meta blob of these arrays (one per META_LAYOUT name, of one length), in the layout's order."""
+    return b"".join(np.asarray(parts[name]).astype(dt, copy=False).tobytes() for name, dt in META_LAYOUT)
+
+
+def _rows(meta: Any) -> int | None:
+    """How many rows this meta blob holds; None when it is not a block's meta (erased: NULL)."""
+    if not isinstance(meta, bytes) or not meta or len(meta) % META_BYTES:
+        return None
+    return len(meta) // META_BYTES
+
+
 def slot(meta: Any, rid: int) -> tuple[int, int] | None:
     """(rows, position) of row id `rid` in this meta blob; None when the blob is not a block's meta or
     does not hold the row."""
-    if not isinstance(meta, bytes) or not meta or len(meta) % META_BYTES:
+    rows = _rows(meta)
+    if rows is None:
         return None
-    rows = len(meta) // META_BYTES
-    ids = np.frombuffer(meta, dtype=np.int64, count=rows)
+    ids = arrays(meta, rows)["ids"]
     i = int(np.searchsorted(ids, rid))
     if i >= rows or int(ids[i]) != rid:
         return None
@@ -56,11 +77,11 @@ def slot(meta: Any, rid: int) -> tuple[int, int] | None:
 
 def flagged(meta: Any, flag: int) -> np.ndarray:
     """The ids of the rows of this meta blob with this flag (none when it is not a block's meta)."""
-    if not isinstance(meta, bytes) or not meta or len(meta) % META_BYTES:
+    rows = _rows(meta)
+    if rows is None:
         return np.zeros(0, dtype=np.int64)
-    rows = len(meta) // META_BYTES
-    flags = np.frombuffer(meta, dtype=np.uint8, count=rows, offset=offsets(rows)["exception"])
-    return np.frombuffer(meta, dtype=np.int64, count=rows)[flags == flag]
+    parts = arrays(meta, rows)
+    return parts["ids"][parts["exception"] == flag]
 
 
 def forget_meta(meta: Any, rid: Any) -> Any:
@@ -70,13 +91,11 @@ def forget_meta(meta: Any, rid: Any) -> Any:
     if where is None:
         return meta
     rows, i = where
-    out = bytearray(meta)
-    at = offsets(rows)
-    for name, dt in META_LAYOUT[1:-1]:
-        size = np.dtype(dt).itemsize
-        out[at[name] + i * size : at[name] + (i + 1) * size] = bytes(size)
-    out[at["exception"] + i] = GONE
-    return bytes(out)
+    parts = {name: a.copy() for name, a in arrays(meta, rows).items()}
+    for name in _FORGOTTEN:
+        parts[name][i] = 0
+    parts["exception"][i] = GONE
+    return meta_bytes(parts)
 
 
 def forget_codes(codes: Any, meta: Any, rid: Any) -> Any:

@@ -63,7 +63,7 @@ from . import lsh, mirror_layout
 from .db import Connection, DatabaseError, ProgrammingError
 from .embeddings import Windows
 from .errors import EngineError
-from .mirror_layout import EXCEPTION, GONE, META_BYTES, META_LAYOUT
+from .mirror_layout import EXCEPTION, GONE, META_BYTES
 from .storage import maintenance
 
 _simd: Any
@@ -292,7 +292,7 @@ def gone_rows(con: Connection, table: str, blocks: list[int]) -> dict[int, np.nd
                 continue
             back = {r[0] for r in con.execute(
                 f"SELECT id FROM vec_{table}_f32 WHERE id IN ({','.join('?' * len(flagged))})", flagged.tolist())}
-            went = np.array([i for i in flagged.tolist() if i not in back], dtype=np.int64)
+            went = np.array([rid for rid in flagged.tolist() if rid not in back], dtype=np.int64)
             if len(went):
                 out[int(block)] = went
     return out
@@ -597,6 +597,10 @@ class _Mirror:
             live, pos = live[keep], pos[keep]
         return pos, live
 
+    def is_exception(self, pos: np.ndarray) -> np.ndarray:
+        """Which of these positions hold a live exception (a bool mask)."""
+        return np.isin(pos, self.exceptions()[0]) if self.xn else np.zeros(len(pos), dtype=bool)
+
     def add_windows(self, windows: dict[int, np.ndarray]) -> None:
         """Window vectors for rows already added (add() drops a row's old windows)."""
         for rid, mat in windows.items():
@@ -673,10 +677,7 @@ class _Mirror:
         vectors the caller gives (add_exceptions). ValueError when the block does not add up."""
         if len(meta) != rows * META_BYTES or len(codes) != rows * self.dim or len(projects) < 1:
             raise ValueError("stored mirror block of the wrong size")
-        parts, off = {}, 0
-        for name, dt in META_LAYOUT:
-            parts[name] = np.frombuffer(meta, dtype=dt, count=rows, offset=off)
-            off += rows * np.dtype(dt).itemsize
+        parts = mirror_layout.arrays(meta, rows)
         ids = parts["ids"]
         lo = block * STORED_IDS
         if rows and (ids[0] < lo or ids[-1] >= lo + STORED_IDS or np.any(np.diff(ids) <= 0)):
@@ -744,10 +745,8 @@ class _Mirror:
         names: project code -> name."""
         codes, local = np.unique(self.proj[p], return_inverse=True)
         projects = json.dumps([names[int(c)] for c in codes] or [None])
-        exception = np.isin(p, self.exceptions()[0]) if self.xn else np.zeros(len(p), dtype=bool)
-        meta = b"".join([self.ids[p].astype(np.int64).tobytes(), self.t[p].tobytes(), local.astype(np.int32).tobytes(),
-                         self.kind[p].tobytes(), self.archived[p].astype(np.uint8).tobytes(),
-                         exception.astype(np.uint8).tobytes()])
+        meta = mirror_layout.meta_bytes({"ids": self.ids[p], "t": self.t[p], "proj": local, "kind": self.kind[p],
+                                         "archived": self.archived[p], "exception": self.is_exception(p)})
         return len(p), projects, meta, self.codes[p].tobytes()
 
     def add(self, rows: list[tuple], *, fresh: bool = False) -> None:
@@ -825,8 +824,7 @@ class _Mirror:
         if pos.size == 0:
             return []
         upper = (self.codes[pos].astype(np.float32) @ q) * np.float32(self.scale) + self.bound * float(np.linalg.norm(q))
-        if self.xn:  # an exception's codes say nothing: checked exactly
-            upper[np.isin(pos, self.exceptions()[0])] = np.inf
+        upper[self.is_exception(pos)] = np.inf  # an exception's codes say nothing: checked exactly
         pos = pos[upper >= threshold]
         if pos.size == 0:
             return []

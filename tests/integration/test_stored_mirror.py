@@ -263,8 +263,7 @@ def _block(con, block: int, tbl: int = 0) -> dict[str, np.ndarray]:
     """A stored block's arrays, as its bytes say (engine/mirror_layout.py)."""
     rows, meta, codes = con.execute("SELECT rows, meta, codes FROM vector_mirror WHERE tbl = ? AND block = ?",
                                     (tbl, block)).fetchone()
-    at = mirror_layout.offsets(rows)
-    out = {name: np.frombuffer(meta, dtype=dt, count=rows, offset=at[name]) for name, dt in mirror_layout.META_LAYOUT}
+    out = mirror_layout.arrays(meta, rows)
     out["flags"] = out.pop("exception")
     out["codes"] = np.frombuffer(codes, dtype=np.int8).reshape(rows, -1)
     return out
