@@ -474,6 +474,27 @@ def m010_mirror_forget_in_place(con: Connection) -> None:
             con.execute(sql.replace(erase, forget))
 
 
+def m011_partial_indexes(con: Connection) -> None:
+    """Index only the memories a lookup can ask for. `memories_document` and `memories_conversation` held
+    every memory, most of them with no document or conversation (NULL): forgetting an old memory at 1M
+    rewrote a leaf of each somewhere in the middle of those NULLs (two of the ~32 pages it wrote) for
+    nothing. They now hold the memories that have one (`document_id = ?`, `conversation_id = ?` and the
+    foreign keys' cascades imply it). The roll-up's queue (unprocessed episodic events, by conversation
+    and project) gets an index of its own that holds only what waits; it had walked
+    `memories_conversation` whole to find its scopes."""
+    run_script(
+        con,
+        """
+        DROP INDEX IF EXISTS memories_document;
+        CREATE INDEX memories_document ON memories(document_id) WHERE document_id IS NOT NULL;
+        DROP INDEX IF EXISTS memories_conversation;
+        CREATE INDEX memories_conversation ON memories(conversation_id) WHERE conversation_id IS NOT NULL;
+        CREATE INDEX IF NOT EXISTS memories_rollup ON memories(conversation_id, project)
+            WHERE kind = 'episodic' AND processed = 0 AND archived = 0;
+        """,
+    )
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     m001_initial,
     m002_consolidation,
@@ -485,6 +506,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     m008_short_hash_key,
     m009_vector_mirror_indexes,
     m010_mirror_forget_in_place,
+    m011_partial_indexes,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -143,7 +143,10 @@ def _scope(conv_id: int | None, project: str | None) -> tuple[str, tuple[Any, ..
 def _pending(conv_id: int | None, project: str | None) -> tuple[str, tuple[Any, ...]]:
     # new events, and older ones waiting again (edited, or their summary went with a forgotten event)
     where, args = _scope(conv_id, project)
-    return f"FROM memories WHERE kind = 'episodic' AND processed = 0 AND archived = 0 AND {where}", args
+    # the queue's own index (m011), which holds only what waits; by the counts alone SQLite would take
+    # memories_project and walk every episodic memory of the project
+    return (f"FROM memories INDEXED BY memories_rollup WHERE kind = 'episodic' AND processed = 0 AND archived = 0 "
+            f"AND {where}", args)
 
 
 def watermark(con: Connection, scope: str) -> int:

@@ -171,6 +171,28 @@ def test_stats_and_waiting_work_are_counted_without_a_scan(con):
     assert stats_rows  # the module that runs them
 
 
+def test_the_roll_up_queue_reads_its_own_index(con):
+    """Unprocessed events are found through memories_rollup, which holds only them: no walk of a project's
+    or the store's memories (a sort of what waits is allowed: the queue, not the store)."""
+    from engine.storage import consolidation as rollup_rows
+
+    plans = [*plans_of(con, rollup_rows.rollup_scopes),
+             *plans_of(con, rollup_rows.pending_window, None, "house", 20),
+             *plans_of(con, rollup_rows.pending_window, 1, None, 20),
+             *plans_of(con, rollup_rows.pending_between, None, "house", 0, 10**9)]
+    for plan in plans:
+        assert "memories_rollup" in plan and not {"m", "memories"} & set(FULL_SCAN.findall(plan)), plan
+
+
+def test_a_memory_with_no_document_or_conversation_is_in_neither_index(con):
+    for name in ("memories_document", "memories_conversation"):
+        sql = con.execute("SELECT sql FROM sqlite_schema WHERE name = ?", (name,)).fetchone()[0]
+        assert sql.rstrip().endswith("IS NOT NULL"), sql
+    plan = " | ".join(r[3] for r in con.execute(
+        "EXPLAIN QUERY PLAN SELECT id FROM memories WHERE document_id = ?", (1,)).fetchall())
+    assert "memories_document" in plan, plan
+
+
 def test_the_audit_log_page_reads_backwards_by_id(con):
     from engine.storage import audit as audit_rows
 

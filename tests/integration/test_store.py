@@ -133,6 +133,39 @@ def test_an_older_store_gets_the_short_hash_index_and_still_merges_the_same_word
         assert again.merged and again.id == first
 
 
+def test_an_older_store_gets_partial_indexes_and_its_roll_up_queue_still_finds_both_scopes(profile_home: Path):
+    from engine.storage import consolidation as rollup_rows
+
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        loose = [eng.remember(f"Event {i}: the heating came on at {i} am.", kind="episodic", project="home").id
+                 for i in range(3)]
+        eng.remember("The boiler is a Vaillant.", project="home")
+        with eng.store.write() as w:  # the store as schema version 10 left it: every memory in both indexes
+            w.execute("INSERT INTO conversations(uid, title, created_at, updated_at) VALUES ('cnv_old', 't', 0, 0)")
+            conv = w.execute("SELECT id FROM conversations WHERE uid = 'cnv_old'").fetchone()[0]
+            w.execute("UPDATE memories SET conversation_id = ? WHERE uid = ?", (conv, loose[2]))
+            w.execute("DROP INDEX memories_document")
+            w.execute("CREATE INDEX memories_document ON memories(document_id)")
+            w.execute("DROP INDEX memories_conversation")
+            w.execute("CREATE INDEX memories_conversation ON memories(conversation_id, kind, processed)")
+            w.execute("DROP INDEX memories_rollup")
+            w.execute("PRAGMA user_version = 10")
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        con = eng.con
+        sql = dict(con.execute("SELECT name, sql FROM sqlite_schema WHERE name LIKE 'memories_%' AND type = 'index'"))
+        assert "WHERE document_id IS NOT NULL" in sql["memories_document"]
+        assert "WHERE conversation_id IS NOT NULL" in sql["memories_conversation"]
+        assert "processed = 0" in sql["memories_rollup"]
+        ids = dict(con.execute("SELECT uid, id FROM memories").fetchall())
+        scopes = {(c, p) for c, _, _, p in rollup_rows.rollup_scopes(con)}
+        assert scopes == {(None, "home"), (conv, "home")}
+        assert [i for i, _ in rollup_rows.pending_window(con, None, "home", 10)] == [ids[u] for u in loose[:2]]
+        assert [i for i, _ in rollup_rows.pending_window(con, conv, None, 10)] == [ids[loose[2]]]
+        with eng.store.write() as w:  # a conversation that goes still lets go of its memories (the foreign key)
+            w.execute("DELETE FROM conversations WHERE id = ?", (conv,))
+        assert eng.get(loose[2]) and rollup_rows.pending_window(eng.con, None, "home", 10)[-1][0] == ids[loose[2]]
+
+
 def test_a_batch_of_numbered_notes_keeps_every_note(eng: Engine):
     from engine.memories import Remembered
 
