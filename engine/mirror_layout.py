@@ -44,10 +44,12 @@ def offsets(rows: int) -> dict[str, int]:
     return out
 
 
-def arrays(meta: bytes, rows: int) -> dict[str, np.ndarray]:
-    """The META_LAYOUT arrays of a meta blob of `rows` rows, by name (read-only views of the blob)."""
+def arrays(meta: bytes, rows: int, names: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
+    """The META_LAYOUT arrays of a meta blob of `rows` rows, by name (read-only views of the blob): all of
+    them, or only `names` (a delete trigger looks up one row's slot by the ids alone)."""
     at = offsets(rows)
-    return {name: np.frombuffer(meta, dtype=dt, count=rows, offset=at[name]) for name, dt in META_LAYOUT}
+    return {name: np.frombuffer(meta, dtype=dt, count=rows, offset=at[name]) for name, dt in META_LAYOUT
+            if names is None or name in names}
 
 
 def meta_bytes(parts: dict[str, np.ndarray]) -> bytes:
@@ -68,7 +70,7 @@ def slot(meta: Any, rid: int) -> tuple[int, int] | None:
     rows = _rows(meta)
     if rows is None:
         return None
-    ids = arrays(meta, rows)["ids"]
+    ids = arrays(meta, rows, ("ids",))["ids"]
     i = int(np.searchsorted(ids, rid))
     if i >= rows or int(ids[i]) != rid:
         return None
@@ -80,7 +82,7 @@ def flagged(meta: Any, flag: int) -> np.ndarray:
     rows = _rows(meta)
     if rows is None:
         return np.zeros(0, dtype=np.int64)
-    parts = arrays(meta, rows)
+    parts = arrays(meta, rows, ("ids", "exception"))
     return parts["ids"][parts["exception"] == flag]
 
 
