@@ -76,7 +76,8 @@ class Retriever:
         qvec = self._query_vector(query)
         con = self.ctx.con
         with self.ctx.store.read():
-            lex = self._merge_lexical(con, query, n, f, memories=kind != "chunk", chunks=include_chunks)
+            found, plans = self._lexical(con, query, n, f, memories=kind != "chunk", chunks=include_chunks,
+                                         bounded=qvec is not None)
             cos: dict[tuple[str, int], float] = {}
             dense: set[tuple[str, int]] = set()
             if qvec is not None:
@@ -87,7 +88,8 @@ class Retriever:
                 cos.update({(t, i): s for s, t, i in merged[:n]})
                 dense = set(cos)
             graph = self._graph_candidates(con, query, f, project)
-            keys = list(dict.fromkeys([*lex, *dense, *graph]))
+            keys = list(dict.fromkeys([*found, *dense, *graph]))
+            lex = self._lexical_ratios(con, found, plans, keys)
             # conversation context: turns next to a candidate join it (their own signals are looked up)
             near = retrieval.neighbours(con, [i for t, i in keys if t == "m"], f)
             nb: dict[tuple[str, int], dict[int, tuple[str, int]]] = {}
@@ -118,22 +120,38 @@ class Retriever:
             self.memories.mark_used([h.id for h in hits if not h.id.startswith("chk_")], how="recall")
         return hits
 
-    def _merge_lexical(self, con: Connection, query: str, n: int, f: vectors.Filter, *, memories: bool,
-                       chunks: bool) -> dict[tuple[str, int], float]:
-        """{key: BM25 over the IDF sum of the terms searched in its own table}: memories and chunks on one
-        scale. Terms very common in the projects searched, or costly in a large table, are left out
-        (retrieval.plan); document frequencies come from a per-process cache, so no per-query work scans a
-        common term's whole posting list."""
+    _FTS = {"m": "memories_fts", "c": "chunks_fts"}
+
+    def _lexical(self, con: Connection, query: str, n: int, f: vectors.Filter, *, memories: bool, chunks: bool,
+                 bounded: bool) -> tuple[dict[tuple[str, int], float], dict[str, retrieval.LexicalPlan]]:
+        """({key: BM25 of the terms FTS5 searched}, {"m"/"c": the table's plan}). Terms very common in the
+        projects searched, or costly in a large table, are left out (retrieval.plan); `bounded` (there are
+        vectors to find candidates by): terms past the table's posting budget are scored later, on the
+        candidates only (`_lexical_ratios`). Document frequencies come from a per-process cache, so no
+        per-query work scans a common term's whole posting list."""
         cache = self._doc_freqs
-        out: dict[tuple[str, int], float] = {}
-        for t, fts, wanted, search in (("m", "memories_fts", memories, retrieval.lexical_memories),
-                                       ("c", "chunks_fts", chunks, retrieval.lexical_chunks)):
+        found: dict[tuple[str, int], float] = {}
+        plans: dict[str, retrieval.LexicalPlan] = {}
+        for t, wanted, search in (("m", memories, retrieval.lexical_memories), ("c", chunks, retrieval.lexical_chunks)):
             if not wanted or (t == "c" and f.kinds is not None and "chunk" not in f.kinds):
                 continue
-            plan = retrieval.plan(con, fts, query, cache, f.projects)
+            plans[t] = plan = retrieval.plan(con, self._FTS[t], query, cache, f.projects,
+                                             retrieval.LEXICAL_BUDGET if bounded else None)
             if plan.terms:
-                out.update({(t, i): ranking.lexical_ratio(s, plan.idf_sum) for i, s in search(con, plan.terms, n, f)})
-        return out
+                found.update({(t, i): s for i, s in search(con, plan.terms, n, f)})
+        return found, plans
+
+    def _lexical_ratios(self, con: Connection, found: dict[tuple[str, int], float],
+                        plans: dict[str, retrieval.LexicalPlan], keys: list[tuple[str, int]]) -> dict[tuple[str, int], float]:
+        """{key: BM25 over the IDF sum of the terms kept in its own table}: memories and chunks on one scale.
+        A plan's costly terms add their BM25 to the candidates (`keys`) that hold them."""
+        scores = dict(found)
+        for t, plan in plans.items():
+            if plan.costly:
+                ids = [i for tt, i in keys if tt == t]
+                for i, s in retrieval.term_scores(con, self._FTS[t], plan.costly, ids, plan.dfs).items():
+                    scores[(t, i)] = scores.get((t, i), 0.0) + s
+        return {key: ranking.lexical_ratio(s, plans[key[0]].idf_sum) for key, s in scores.items()}
 
     # Candidates per list (BM25 memories, BM25 chunks, vectors) before context and ranking.
     _CANDIDATES = 50

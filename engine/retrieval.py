@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import ranking
 from .db import Connection
@@ -199,14 +199,23 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
     return v, pos + 9  # pragma: no cover
 
 
-def indexed_rows(con: Connection, fts: str) -> int:
-    """How many rows an FTS5 table indexes, read from its averages record (O(1)), else counted."""
+def _averages(con: Connection, fts: str) -> tuple[int, int] | None:
+    """(rows, tokens) an FTS5 table indexes, from its averages record (O(1)); None when it holds none yet."""
     row = con.execute(f"SELECT block FROM {fts}_data WHERE id = 1").fetchone()
     if row is not None and row[0]:
         try:
-            return _varint(bytes(row[0]), 0)[0]
+            rows, pos = _varint(bytes(row[0]), 0)
+            return rows, _varint(bytes(row[0]), pos)[0]
         except IndexError:
             pass
+    return None
+
+
+def indexed_rows(con: Connection, fts: str) -> int:
+    """How many rows an FTS5 table indexes, read from its averages record (O(1)), else counted."""
+    averages = _averages(con, fts)
+    if averages is not None:
+        return averages[0]
     return con.execute(f"SELECT count(*) FROM {fts}").fetchone()[0]
 
 
@@ -244,6 +253,15 @@ PRUNE_MIN_DF = 2000
 SCOPE_SHARE = 0.25
 SCOPE_MIN_DF = 20  # in a small store every word is in a large share of the rows: nothing is pruned there
 DF_MAX_AGE = 600.0  # seconds; also bounds how stale a count can get when deletes balance inserts
+# A flat cost per table, whatever the store's size: FTS5 scores every row a searched term is in (bm25() over
+# the whole match list for ORDER BY rank, after counting the list once more for the term's IDF), 2.5-5 us a
+# row: a term in 146k of a 1M store's rows took 380 ms, and PRUNE_SHARE keeps terms in up to 2% of the rows.
+# So FTS5 searches the kept terms rarest first while the rows they are in sum to at most LEXICAL_BUDGET (a
+# term in at most PRUNE_MIN_DF rows always); a term past it is scored only on the rows the other signals
+# found (`term_scores`), with its IDF in the sum all the same. Recall sets the budget when it has vectors to
+# find those rows; by words alone everything kept is searched as before. Below 100k rows (where PRUNE_SHARE
+# is under PRUNE_MIN_DF) only the term kept when nothing else occurs can be past it.
+LEXICAL_BUDGET = 10_000
 
 
 def _scope_sql(fts: str, projects: frozenset) -> tuple[str, str, list]:
@@ -308,18 +326,23 @@ class DocFreqs:
 
 @dataclass
 class LexicalPlan:
-    """What to search in one FTS5 table: the terms kept (very common ones pruned) and their IDF sum."""
+    """What to search in one FTS5 table: the terms FTS5 searches (very common ones pruned), the terms scored
+    only on the candidates the other signals find (beyond the posting budget), and the IDF sum of both."""
 
     terms: list[str]
     idf_sum: float
     pruned: list[str]
+    costly: list[str] = field(default_factory=list)
+    dfs: dict[str, int] = field(default_factory=dict)
 
 
 def plan(con: Connection, fts: str, query: str, cache: DocFreqs | None = None,
-         projects: set | frozenset | None = None) -> LexicalPlan:
+         projects: set | frozenset | None = None, budget: int | None = None) -> LexicalPlan:
     """The query's terms to search in `fts`, very common ones dropped (PRUNE_SHARE / PRUNE_MIN_DF in the table,
     SCOPE_SHARE / SCOPE_MIN_DF in the projects searched) while a kept term occurs in the table, and their IDF
-    sum."""
+    sum. With a `budget` (LEXICAL_BUDGET), FTS5 searches the kept terms rarest first while their rows sum to
+    at most that (a term in at most PRUNE_MIN_DF rows always); the others are `costly`: `term_scores` scores
+    them on the candidates the other signals found."""
     ts = terms(query)
     if not ts:
         return LexicalPlan([], 0.0, [])
@@ -337,7 +360,53 @@ def plan(con: Connection, fts: str, query: str, cache: DocFreqs | None = None,
     if common and not any(dfs[t] for t in kept):  # nothing left that occurs: keep the least common of the pruned terms
         kept.append(min(common, key=lambda t: (dfs[t], ts.index(t))))
         kept.sort(key=ts.index)
-    return LexicalPlan(kept, sum(ranking.bm25_idf(n, dfs[t]) for t in kept), [t for t in ts if t not in kept])
+    costly: list[str] = []
+    if budget is not None:
+        spent = 0
+        for t in sorted(kept, key=lambda t: (dfs[t], ts.index(t))):
+            if dfs[t] > PRUNE_MIN_DF and spent + dfs[t] > budget:
+                costly.append(t)
+            else:
+                spent += dfs[t]
+    searched = [t for t in kept if t not in costly]
+    return LexicalPlan(searched, sum(ranking.bm25_idf(n, dfs[t]) for t in kept), [t for t in ts if t not in kept],
+                       [t for t in kept if t in costly], {t: dfs[t] for t in kept})
+
+
+# FTS5's bm25() constants (fts5_aux.c)
+BM25_K1 = 1.2
+BM25_B = 0.75
+
+
+def term_scores(con: Connection, fts: str, terms: list[str], ids: list[int], dfs: dict[str, int]) -> dict[int, float]:
+    """{row id: bm25 of `terms` in the row} for the rows of `ids` holding any of them, as FTS5's bm25() scores
+    it (positive) but with the document frequencies given: from each row's count of each term (highlight()
+    marks them) and its length (the table's docsize record). No term's whole list of rows is read, so the
+    cost is that of the rows asked about, whatever the table's size (bm25() itself counts every row a term
+    is in, for its IDF)."""
+    averages = _averages(con, fts)
+    ids = sorted(set(ids))
+    if not terms or not ids or averages is None or not averages[0]:
+        return {}
+    n, tokens = averages
+    mean = tokens / n or 1.0
+    marks = ",".join("?" * len(ids))
+    tfs: dict[int, dict[str, int]] = {}
+    for t in terms:
+        for rid, marked in con.execute(
+                f"SELECT rowid, highlight({fts}, 0, char(1), char(2)) FROM {fts} WHERE {fts} MATCH ? AND rowid IN ({marks})",
+                ('"' + t.replace('"', '""') + '"', *ids)):
+            tfs.setdefault(rid, {})[t] = (marked or "").count("\x01")
+    if not tfs:
+        return {}
+    lengths = {rid: _varint(bytes(sz), 0)[0] for rid, sz in con.execute(
+        f"SELECT id, sz FROM {fts}_docsize WHERE id IN ({','.join('?' * len(tfs))})", list(tfs)) if sz}
+    out = {}
+    for rid, counts in tfs.items():
+        norm = BM25_K1 * (1 - BM25_B + BM25_B * lengths.get(rid, mean) / mean)
+        out[rid] = sum(ranking.bm25_idf(n, dfs.get(t, 0)) * tf * (BM25_K1 + 1) / (tf + norm)
+                       for t, tf in counts.items() if tf)
+    return {rid: s for rid, s in out.items() if s > 0}
 
 
 def passing(con: Connection, keys: list[tuple[str, int]], f: Filter) -> list[tuple[str, int]]:

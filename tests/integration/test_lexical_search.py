@@ -118,3 +118,63 @@ def test_each_way_to_the_answer_is_taken(store, monkeypatch):
         assert len([s for s in seen if "ORDER BY rank LIMIT" in s]) == 2
     finally:
         con.set_trace_callback(None)
+
+
+@pytest.mark.parametrize("table", ["memories", "chunks"])
+@pytest.mark.parametrize("terms", [["garden"], ["tomato", "shed"], ["lantern", "word"], ["birdbath", "gate"], ["absent"]])
+def test_term_scores_are_fts5s_own_bm25_on_the_rows_asked_about_only(store, table, terms):
+    """A term past the posting budget is scored on the candidates alone (retrieval.term_scores): the same
+    BM25 as FTS5's bm25() gives those rows (term counts up to 400 a row, rows of every length), and no
+    statement reads the term's rows beyond the ones asked about."""
+    con = store.con
+    fts = f"{table}_fts"
+    everything = dict(con.execute(f"SELECT rowid, -bm25({fts}) FROM {fts} WHERE {fts} MATCH ?",
+                                  (retrieval.match_expression(terms),)).fetchall())
+    rowids = [r[0] for r in con.execute(f"SELECT id FROM {table} ORDER BY id").fetchall()]
+    asked = rowids[::3] + [max(rowids) + 10]  # and a row that does not exist
+    dfs = {t: retrieval._doc_freq(con, fts, t) for t in terms}
+    seen: list[str] = []
+    con.set_trace_callback(seen.append)
+    try:
+        got = retrieval.term_scores(con, fts, terms, asked, dfs)
+    finally:
+        con.set_trace_callback(None)
+    want = {i: s for i, s in everything.items() if i in set(asked)}
+    assert sorted(got) == sorted(want)
+    assert all(got[i] == pytest.approx(want[i], rel=1e-9) for i in want)
+    matching = [s for s in seen if "MATCH" in s]
+    assert len(matching) == len(terms) and all("rowid IN" in s and "bm25" not in s for s in matching)
+
+
+def test_recall_scores_a_term_past_the_budget_on_its_candidates_as_fts5_would(eng, monkeypatch):
+    """With vectors to find candidates, a term in more rows than the posting budget is not searched by FTS5
+    (which would score each of its rows); it is scored on the candidates. Where those are every row (a
+    small store), recall returns exactly what searching it returns: the same hits, scores and signals."""
+    rng = random.Random(9)
+    extra = "tomato fence compost hedge path rain spade soil".split()
+    for i in range(30):
+        eng.remember(f"In the garden {i}: " + " ".join(rng.choice(extra) for _ in range(1 + i % 6))
+                     + (" and the shed roof" if i % 10 == 3 else ""), embed="now")
+    for i in range(10):
+        eng.remember(f"Meeting {i} with the bank about the mortgage rate", embed="now")
+    monkeypatch.setattr(retrieval, "PRUNE_MIN_DF", 5)  # "garden" (30 rows) is over it, "shed" (3) is not
+    monkeypatch.setattr(retrieval, "PRUNE_SHARE", 1.0)  # and neither is pruned: "garden" is in 75% of the rows
+    monkeypatch.setattr(retrieval, "SCOPE_SHARE", 1.0)
+    seen: list[str] = []
+
+    def run(budget: int, q: str):
+        monkeypatch.setattr(retrieval, "LEXICAL_BUDGET", budget)
+        seen.clear()
+        eng.con.set_trace_callback(seen.append)
+        try:
+            return [(h.id, round(h.score, 12), round(h.similarity, 12), h.via) for h in eng.recall(q, k=40)]
+        finally:
+            eng.con.set_trace_callback(None)
+
+    for q in ("garden", "what is in the garden shed?"):
+        searched = run(10**9, q)
+        assert any("memories_fts MATCH '\"garden" in s and "ORDER BY rank" in s for s in seen)
+        bounded = run(10, q)
+        assert not any("memories_fts MATCH '\"garden" in s and "ORDER BY rank" in s for s in seen)
+        assert any('"garden"' in s and "rowid IN" in s for s in seen)
+        assert bounded == searched and sum("fts" in via for *_, via in bounded) >= 30

@@ -82,6 +82,28 @@ def test_plan_prunes_for_cost_in_a_large_table(big_fts, monkeypatch):
     assert retrieval.plan(big_fts, "memories_fts", "alice kitten").terms == ["kitten"]  # type: ignore[arg-type]
 
 
+def test_plan_searches_the_rarest_terms_within_the_posting_budget_and_scores_the_rest_on_candidates(big_fts, monkeypatch):
+    monkeypatch.setattr(retrieval, "PRUNE_MIN_DF", 1)
+    monkeypatch.setattr(retrieval, "PRUNE_SHARE", 1.0)
+    monkeypatch.setattr(retrieval, "SCOPE_SHARE", 1.0)
+    q = "alice kitten sofa"  # in 400, 2 and 1 rows
+    p = retrieval.plan(big_fts, "memories_fts", q, budget=10)  # type: ignore[arg-type]
+    assert (p.terms, p.costly, p.pruned) == (["kitten", "sofa"], ["alice"], [])
+    assert p.idf_sum == pytest.approx(sum(ranking.bm25_idf(400, d) for d in (400, 2, 1)))  # every kept term
+    assert p.dfs == {"alice": 400, "kitten": 2, "sofa": 1}
+    assert retrieval.plan(big_fts, "memories_fts", q, budget=2).costly == ["alice", "kitten"]  # type: ignore[arg-type]  # in the question's order
+    assert retrieval.plan(big_fts, "memories_fts", q).costly == []  # type: ignore[arg-type]  # no budget: all searched
+    monkeypatch.setattr(retrieval, "PRUNE_MIN_DF", 400)  # a term in at most PRUNE_MIN_DF rows is always searched
+    assert retrieval.plan(big_fts, "memories_fts", q, budget=2).costly == []  # type: ignore[arg-type]
+
+
+def test_the_term_kept_when_nothing_else_occurs_is_costly_past_the_budget(big_fts, monkeypatch):
+    monkeypatch.setattr(retrieval, "PRUNE_MIN_DF", 100)
+    p = retrieval.plan(big_fts, "memories_fts", "Alice zebra?", budget=100)  # type: ignore[arg-type]
+    assert (p.terms, p.costly) == (["zebra"], ["alice"])
+    assert retrieval.plan(big_fts, "memories_fts", "Alice zebra?", budget=400).costly == []  # type: ignore[arg-type]
+
+
 def test_doc_freqs_are_cached_until_the_table_grows(big_fts):
     cache = retrieval.DocFreqs()
     assert cache.get(big_fts, "memories_fts", "kitten", 400) == 2  # type: ignore[arg-type]
