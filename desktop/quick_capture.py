@@ -19,6 +19,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from engine.errors import UserError
+from engine.memories import check_project
+
 from . import drops, formatting, icons
 
 KINDS = tuple((formatting.kind_label(k), k) for k in ("fact", "episodic", "procedural"))  # one vocabulary
@@ -148,6 +151,15 @@ class QuickCapture(QWidget):
         text = self.input.text().strip()
         if not text or self._saving:
             return
+        try:
+            check_project(self._project())  # the engine's own check: the name is what to fix, the cursor goes there
+        except UserError as e:
+            line = self.project.lineEdit()
+            if line is not None:
+                line.setFocus()
+                line.selectAll()
+            self._set_status(str(e), error=True)
+            return
         self._saving = True
         self.input.setEnabled(False)
         self._set_status("Saving…")
@@ -163,12 +175,7 @@ class QuickCapture(QWidget):
     def mark_failed(self, message: str) -> None:
         self._saving = False
         self.input.setEnabled(True)
-        line = self.project.lineEdit()
-        if line is not None and "project name" in message:  # the name is what to fix: the cursor goes there
-            line.setFocus()
-            line.selectAll()
-        else:
-            self.input.setFocus()
+        self.input.setFocus()
         self._set_status(message, error=True)
 
     def show_message(self, message: str) -> None:
