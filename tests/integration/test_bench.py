@@ -117,3 +117,13 @@ def test_ingest_throughput_benchmark_runs(tmp_path: Path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "ratio ingest / raw runtime:" in proc.stdout and "ratio ingest / s-t:" in proc.stdout
     assert "chunks/s" in proc.stdout
+
+
+def test_lexical_budget_bench_says_what_store_it_needs(tmp_path: Path):
+    proc = run_bench("lexical_budget.py", str(tmp_path / "nothing"), tmp=tmp_path)
+    assert proc.returncode == 2 and "no store kept by bench/scale.py" in proc.stderr and "Traceback" not in proc.stderr
+    kept = tmp_path / "kept"
+    proc = run_bench("scale.py", "--sizes", "1000", "--dir", str(kept), "--keep", "--fill-only", tmp=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_bench("lexical_budget.py", str(kept), tmp=tmp_path)  # 500 memories: no word is costly to rank
+    assert proc.returncode == 1 and "too few common words" in proc.stdout, proc.stderr[-3000:]
