@@ -796,6 +796,13 @@ class _FailedHealth:
     models: tuple[str, ...] = ()
 
 
+def project_problem(name: str) -> str | None:
+    """Why `name` cannot be a project, as a sentence (the engine's own check, no round trip); None if it can."""
+    from engine import Engine
+
+    return Engine.project_problem(name)
+
+
 def run_self_test() -> int:
     """`personal-llm-desktop --self-test`: the engine's self-test, printed on stdout; its exit code."""
     from engine.selftest import main

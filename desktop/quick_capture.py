@@ -19,10 +19,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.errors import UserError
-from engine.memories import check_project
-
 from . import drops, formatting, icons
+from .bridge import project_problem
 
 KINDS = tuple((formatting.kind_label(k), k) for k in ("fact", "episodic", "procedural"))  # one vocabulary
 NO_PROJECT = "No project"
@@ -151,14 +149,13 @@ class QuickCapture(QWidget):
         text = self.input.text().strip()
         if not text or self._saving:
             return
-        try:
-            check_project(self._project())  # the engine's own check: the name is what to fix, the cursor goes there
-        except UserError as e:
+        problem = project_problem(self._project())  # the name is what to fix: the cursor goes there
+        if problem is not None:
             line = self.project.lineEdit()
             if line is not None:
                 line.setFocus()
                 line.selectAll()
-            self._set_status(str(e), error=True)
+            self._set_status(problem, error=True)
             return
         self._saving = True
         self.input.setEnabled(False)

@@ -43,7 +43,7 @@ from .consolidation import ConflictPair, Consolidation, ConsolidationReport, Res
 from .context import ChangeFeed, Changes, Context
 from .db import Connection, Store
 from .embeddings import Embedder, NoEmbedder, resolve_model_choice
-from .errors import EngineError
+from .errors import EngineError, UserError
 from .feed import OutsideWrites, StoreChanges
 from .fts_merge import FtsMerger
 from .graph import ExtractionReport, Graph, GraphView
@@ -53,7 +53,7 @@ from .keys import Profile, keychain_token, keychain_usable, read_profile
 from .language import LanguageModel
 from .llm import Health, LLMRouter
 from .locking import InUse
-from .memories import Memories, Remembered
+from .memories import Memories, Remembered, check_project
 from .migrations import SCHEMA_VERSION, migrate
 from .models import (
     AuditEntry,
@@ -607,6 +607,16 @@ class Engine:
     def passphrase_opens(self, phrase: str) -> bool:
         """True when `phrase` is this store's passphrase (re-authentication before a secret is shown)."""
         return keyops.passphrase_opens(self, phrase)
+
+    @staticmethod
+    def project_problem(name: str) -> str | None:
+        """What stops `name` from being stored as a project (too long, control characters), as a sentence;
+        None when it can be (an empty name is no project). The check remember and update apply."""
+        try:
+            check_project(name)
+        except UserError as e:
+            return str(e)
+        return None
 
     @staticmethod
     def keychain_available() -> bool:
