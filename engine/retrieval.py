@@ -393,10 +393,11 @@ def term_scores(con: Connection, fts: str, terms: list[str], ids: list[int], dfs
     marks = ",".join("?" * len(ids))
     tfs: dict[int, dict[str, int]] = {}
     for t in terms:
-        for rid, marked in con.execute(
-                f"SELECT rowid, highlight({fts}, 0, char(1), char(2)) FROM {fts} WHERE {fts} MATCH ? AND rowid IN ({marks})",
-                ('"' + t.replace('"', '""') + '"', *ids)):
-            tfs.setdefault(rid, {})[t] = (marked or "").count("\x01")
+        for rid, marked, text in con.execute(
+                f"SELECT rowid, highlight({fts}, 0, char(1), char(2)), text FROM {fts} WHERE {fts} MATCH ? "
+                f"AND rowid IN ({marks})", ('"' + t.replace('"', '""') + '"', *ids)):
+            # the marks highlight() added (a text may hold the character itself)
+            tfs.setdefault(rid, {})[t] = (marked or "").count("\x01") - (text or "").count("\x01")
     if not tfs:
         return {}
     lengths = {rid: _varint(bytes(sz), 0)[0] for rid, sz in con.execute(

@@ -178,3 +178,22 @@ def test_recall_scores_a_term_past_the_budget_on_its_candidates_as_fts5_would(en
         assert not any("memories_fts MATCH '\"garden" in s and "ORDER BY rank" in s for s in seen)
         assert any('"garden"' in s and "rowid IN" in s for s in seen)
         assert bounded == searched and sum("fts" in via for *_, via in bounded) >= 30
+
+
+def test_term_scores_count_the_terms_not_a_marker_the_text_already_holds(tmp_path):
+    """term_scores counts a term by the marks highlight() adds; a text that holds the mark's character
+    itself (a control character pasted in, a document's stray byte) scores as FTS5 scores it."""
+    eng = Engine.open(tmp_path / "profile", embedder=NoEmbedder())
+    try:
+        for text in ("garden \x01\x01 shed", "garden garden \x01", "the shed \x01 door", "garden path"):
+            eng.remember(text)
+        con, fts = eng.con, "memories_fts"
+        for terms in (["garden"], ["shed"], ["garden", "shed"]):
+            want = dict(con.execute(f"SELECT rowid, -bm25({fts}) FROM {fts} WHERE {fts} MATCH ?",
+                                    (retrieval.match_expression(terms),)).fetchall())
+            ids = [r[0] for r in con.execute("SELECT id FROM memories").fetchall()]
+            dfs = {t: retrieval._doc_freq(con, fts, t) for t in terms}
+            got = retrieval.term_scores(con, fts, terms, ids, dfs)
+            assert sorted(got) == sorted(want) and all(got[i] == pytest.approx(want[i], rel=1e-9) for i in want)
+    finally:
+        eng.close()
