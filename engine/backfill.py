@@ -7,6 +7,7 @@ import logging
 import threading
 from collections.abc import Callable
 
+from . import heap
 from .embeddings import EmbeddingUnavailable
 from .space import VectorSpace
 
@@ -22,6 +23,9 @@ class Backfill:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self._changes_seen = 0  # the store's `changes` at the last pass
+        self._changes_trimmed = 0  # ... and when the heap was last trimmed
+        self.trims = 0  # heap trims made (tests)
 
     def start(self, resume: Callable[[threading.Event], object] | None = None) -> None:
         """Load the model off-thread and keep embedding rows that wait for a vector. `resume(cancel)` runs
@@ -51,10 +55,21 @@ class Backfill:
                         self.space.embed_pending(cancel=stop)
                     except Exception:
                         log.exception("background embedding failed")
+                self._trim_when_quiet()
                 self._wake.wait(5.0)
 
         self._thread = threading.Thread(target=run, name="engine-background", daemon=True)
         self._thread.start()
+
+    def _trim_when_quiet(self) -> None:
+        """After a burst of writes (an ingest, a conversation stored, a re-embedding), once a whole pass saw
+        none: the freed heap goes back to the OS (engine/heap.py), so an open app is light at rest again."""
+        changes = self.space.store.changes
+        if changes != self._changes_trimmed and changes == self._changes_seen:
+            if heap.trim():
+                self.trims += 1
+            self._changes_trimmed = changes
+        self._changes_seen = changes
 
     @property
     def running(self) -> bool:

@@ -401,6 +401,13 @@ class Store:
                     con.close()
         self._all = alive
 
+    @property
+    def changes(self) -> int:
+        """Rows this process's writes have changed since the store opened (the writer's total_changes; 0
+        before its first write): a count that moves when this process writes."""
+        writer = self._writer
+        return writer.total_changes if writer is not None else 0
+
     @contextlib.contextmanager
     def write(self, *, busy_ms: int | None = None) -> Iterator[Connection]:
         """One transaction on the writer, under the process-wide write lock; rolled back on any error. A

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine import Engine, Remembered, vectors
+from engine import Engine, Remembered, heap, vectors
 from engine.db import connect
 from engine.embeddings import NoEmbedder
 from engine.storage import memories as memory_rows
@@ -389,3 +389,34 @@ def test_an_edit_the_vector_mirror_does_not_hold_leaves_it_as_it_is(profile_home
         assert vectors.read_epoch(eng.con) > before
         assert [h.id for h in eng.recall("allotment gate code", project="home")] == [uid]
         assert not [h for h in eng.recall("allotment gate code", project="garden") if h.id == uid]
+
+
+def test_the_background_gives_freed_heap_back_once_writes_have_stopped(eng: Engine):
+    """An app left open after an ingest is light at rest: once a whole background pass has seen no new
+    writes after some, the C heap's free memory goes back to the OS (engine/heap.py) — once, not on every
+    pass of an idle app."""
+    if not heap.trim():
+        pytest.skip("this platform's C library cannot trim its heap (glibc can)")
+    eng.start_background()
+    backfill = eng.backfill
+
+    def passes(n: int = 3) -> None:
+        for _ in range(n):
+            backfill.wake()
+            time.sleep(0.3)
+
+    def trims_reach(n: int) -> None:
+        deadline = time.monotonic() + 60
+        while backfill.trims < n and time.monotonic() < deadline:
+            passes(1)
+        assert backfill.trims == n
+
+    for i in range(5):
+        eng.remember(f"The hedge along the lane was cut back on day {i}.")
+    trims_reach(1)
+    passes()
+    assert backfill.trims == 1  # nothing written since: no more trims
+    eng.remember("The gate by the orchard now sticks in wet weather.")
+    trims_reach(2)
+    passes()
+    assert backfill.trims == 2
