@@ -1,10 +1,11 @@
 """Give the C heap's free memory back to the operating system after a burst of work.
 
 glibc keeps memory a program has freed in its arenas for the next allocation: after an ingest (parsing,
-tokenizing, embedding batches, the vector mirror growing) a process that stays open held ~45 MB more than
+tokenizing, embedding batches, the vector mirror growing) a process that stays open held up to ~45 MB more than
 it used, freed but resident, until something allocated it again. `trim()` asks glibc to return it
 (`malloc_trim(0)`, every arena); elsewhere (macOS, Windows, another C library) it does nothing. Called by
-the background thread once the store has been quiet for a pass after some writes (engine/backfill.py).
+the embedding runtimes after a batch (engine/minilm.py, engine/onnx_minilm.py) and by the background thread
+once the store has been quiet for a pass after some writes (engine/backfill.py).
 """
 
 from __future__ import annotations

@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from . import heap
+
 # A batch is at most this many texts and this many tokens (padded rows x columns): beyond that the
 # activations stop fitting in the CPU's cache and a larger batch is no faster.
 BATCH_TEXTS = 64
@@ -47,24 +49,6 @@ def _blas():
                 ctl.limit(limits=1, user_api="blas")
                 _controller = ctl
     return _controller
-
-
-def _release_memory() -> None:
-    """Hand freed heap back to the OS after a batch (glibc keeps it otherwise: a batch's activations are tens
-    of MB, and a process that ingested once would stay that much larger while idle). No-op elsewhere."""
-    global _trim
-    if _trim is None:
-        try:
-            import ctypes
-
-            _trim = ctypes.CDLL("libc.so.6").malloc_trim
-        except (OSError, AttributeError):
-            _trim = False
-    if _trim:
-        _trim(0)
-
-
-_trim: Any = None
 
 
 def batch_threads() -> int:
@@ -247,5 +231,5 @@ class MiniLM:
             for idx in plan_batches([len(i) for i in ids], batch_size):
                 out[idx] = self._forward([ids[i] for i in idx])
         if len(texts) > 8:
-            _release_memory()
+            heap.trim()  # a batch's activations are tens of MB: glibc would keep them
         return out

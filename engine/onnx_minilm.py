@@ -31,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from .minilm import BATCH_TEXTS, MiniLM, _release_memory, load_tokenizer, pad_batch, plan_batches
+from . import heap
+from .minilm import BATCH_TEXTS, MiniLM, load_tokenizer, pad_batch, plan_batches
 
 log = logging.getLogger(__name__)
 
@@ -286,7 +287,7 @@ class OnnxMiniLM:
                 sess = self._sessions.get(n_threads)
                 if sess is None:
                     sess = self._sessions[n_threads] = _session(self._build(self._dir), n_threads)
-                    _release_memory()
+                    heap.trim()
         return sess
 
     def _forward(self, ids_list: list[list[int]], n_threads: int, run_options: Any = None) -> np.ndarray:
@@ -310,7 +311,7 @@ class OnnxMiniLM:
             out[idx] = self._forward([ids[i] for i in idx], n_threads, _shrink_arena() if last else None)
         _drop_pages(self._mapping)  # the word-table rows this call read
         if len(texts) > 8:
-            _release_memory()
+            heap.trim()
         return out
 
 
@@ -398,5 +399,5 @@ def load_runtime(model_dir: Path, *, key: str, cache_dir: Path | None, check: Ch
     _keep_verdict(verdict, numpy, cosine)
     log.info("embedding model on ONNX Runtime (lowest cosine with the numpy runtime %.7f)", cosine)
     del numpy
-    _release_memory()
+    heap.trim()
     return onnx

@@ -1602,16 +1602,26 @@ class VectorIndex:
         threading.Thread(target=self._build_near, args=(m,), name="near-duplicate-buckets", daemon=True).start()
 
     def _build_near(self, m: _Mirror) -> None:
-        """Give every row of mirror m its keys, NEAR_STEP rows at a time (writes wait at most one step)."""
+        """Give every row of mirror m its keys, NEAR_STEP rows at a time. The keys are computed outside the
+        lock (rows below n never change: a mirror only appends and tombstones), which is held only to read
+        where the build is and to store a step's keys: a search or a write waits for a copy, not for the
+        arithmetic. Holding it through each step starved them: the build took it back before a waiting
+        thread woke, so the first recall after the mirror loaded waited for the whole build (0.4-0.9 s at
+        1M memories and chunks, docs/performance.md)."""
+        planes = lsh.hyperplanes(self.dim)
         try:
             while True:
                 with self._lock:
                     if self._mirror is not m or m.near is None or m.near_n >= m.n:
                         return
                     s, e = m.near_n, min(m.n, m.near_n + NEAR_STEP)
-                    # the codes' signs are the vectors' (scale > 0): keys from the int8 rows
-                    m.near.set(s, lsh.keys(m.codes[s:e].astype(np.float32), lsh.hyperplanes(self.dim)))
-                    m.near_n = e
+                    codes = m.codes[s:e]  # a view: a later _grow copies the array, this one stays as it is
+                # the codes' signs are the vectors' (scale > 0): keys from the int8 rows
+                keys = lsh.keys(codes.astype(np.float32), planes)
+                with self._lock:
+                    if self._mirror is m and m.near is not None and m.near_n == s:
+                        m.near.set(s, keys)
+                        m.near_n = e
         except Exception:  # the buckets only speed the check up: without them it scans
             log.exception("near-duplicate buckets could not be built")
 

@@ -52,6 +52,44 @@ def exact_top(mat, ids, q, k, keep=None):
     return [int(ids[i]) for i in order[:k]], [float(s[i]) for i in order[:k]]
 
 
+def test_a_search_does_not_wait_while_the_near_duplicate_buckets_are_built(store_with_vectors, monkeypatch):
+    """Once a mirror loads, its near-duplicate buckets are built in the background, step by step; a search
+    (or a write) that comes meanwhile waits at most for a step's keys to be stored, not for them to be
+    computed (before, the first recall after the app opened a 1M store waited for the whole build)."""
+    from engine import lsh
+
+    eng, ids, mat, crowded = store_with_vectors
+    monkeypatch.setattr(vectors, "NEAR_STEP", 100)
+    index = vectors.VectorIndex("memories", DIM)
+    index.search(eng.con, crowded, 5, vectors.Filter())  # loads the mirror
+    computing, go_on = threading.Event(), threading.Event()
+    real_keys = lsh.keys
+
+    def slow_keys(vecs, planes):
+        if len(vecs) > 1:  # a step of the build (a query's own keys are one row)
+            computing.set()
+            go_on.wait(10)
+        return real_keys(vecs, planes)
+
+    monkeypatch.setattr(lsh, "keys", slow_keys)
+    timer = threading.Timer(5.0, go_on.set)  # so that a search the build blocks fails here instead of hanging
+    timer.start()
+    try:
+        index._start_near()
+        assert computing.wait(10)  # the build is in the middle of a step
+        got = index.search(eng.con, crowded, 10, vectors.Filter())
+        assert not go_on.is_set()  # answered while the step's keys were being computed
+    finally:
+        go_on.set()
+        timer.cancel()
+    assert [i for i, _ in got] == exact_top(mat, ids, crowded, 10)[0]
+    deadline = time.monotonic() + 30
+    while not index.near_complete() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert index.near_complete()  # and the build went on to the end
+    assert [i for i, _ in index.near(eng.con, mat[7], 0.99, vectors.Filter())][:1] == [int(ids[7])]
+
+
 @pytest.mark.parametrize("simd", [True, False], ids=["simsimd", "numpy"])
 def test_the_int8_mirror_returns_the_exact_top_k(store_with_vectors, simd, monkeypatch):
     monkeypatch.setattr(vectors, "USE_SIMD", simd)
