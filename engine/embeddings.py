@@ -198,6 +198,10 @@ class Embedder:
             if self._error is not None:
                 raise self._error
             t0 = time.perf_counter()
+            from .minilm import blas
+
+            blas()  # numpy's BLAS on one thread: a recall at 1M took 42 ms against 52-59 on two, 59-64 against
+            # 74-81 with the cores busy (docs/performance.md); batches set their own bounded pools
             try:
                 path = self._path = self._model_dir()
                 if self.model_name == DEFAULT_MODEL:

@@ -33,8 +33,10 @@ _controller_lock = threading.Lock()
 _controller: Any = None
 
 
-def _blas():
-    """The process's threadpoolctl controller for numpy's BLAS; on first use, BLAS is set to one thread."""
+def blas():
+    """The process's threadpoolctl controller for numpy's BLAS; on first use, BLAS is set to one thread.
+    Called when any embedding model loads (engine/embeddings.py): besides this runtime's products, the
+    vector mirror's exact rescoring and its near-duplicate keys are numpy's too, whatever runtime embeds."""
     global _controller
     if _controller is None:
         with _controller_lock:
@@ -60,7 +62,7 @@ def batch_threads() -> int:
 
 def threads(n: int) -> AbstractContextManager[Any]:
     """Run numpy's BLAS on `n` threads inside the block (one outside it)."""
-    ctl = _blas()
+    ctl = blas()
     return nullcontext() if n <= 1 else ctl.limit(limits=n, user_api="blas")
 
 
@@ -141,7 +143,7 @@ class MiniLM:
     """BertModel + mean pooling + L2 normalisation, as sentence-transformers runs all-MiniLM-L6-v2."""
 
     def __init__(self, model_dir: Path):
-        _blas()
+        blas()
         cfg, w = read_model(model_dir)
         self.heads = int(cfg["num_attention_heads"])
         self.eps = np.float32(cfg["layer_norm_eps"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 import threading
@@ -108,6 +109,28 @@ def test_the_default_model_never_imports_torch(tmp_path):
     r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "home"), str(docs)], capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: numpy's BLAS has one thread anyway")
+def test_loading_the_model_puts_numpy_blas_on_one_thread(tmp_path):
+    """The vector mirror's rescoring and near-duplicate keys are numpy's, whichever runtime embeds: once a
+    model loads they run on one BLAS thread (set in the engine, not by the environment) — also when the
+    ONNX graph's check is already kept and the numpy runtime never runs (the second process here)."""
+    code = (
+        "from threadpoolctl import threadpool_info; from engine.embeddings import Embedder; "
+        "before = [i['num_threads'] for i in threadpool_info() if i['user_api'] == 'blas']; "
+        "e = Embedder(); e.load(); assert e.runtime == 'onnxruntime', e.runtime; "
+        "after = [i['num_threads'] for i in threadpool_info() if i['user_api'] == 'blas']; "
+        "print(max(before), max(after))"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
+    env["PERSONAL_LLM_HOME"] = str(tmp_path / "home")  # where the graph's check is kept
+    for _ in range(2):
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+        assert r.returncode == 0, r.stderr
+        before, after = map(int, r.stdout.split())
+        assert before > 1  # numpy's own default: a thread per core
+        assert after == 1
 
 
 def fallback_embedder(tmp_path: Path, **kw) -> Embedder:
