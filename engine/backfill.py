@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable
 
 from . import heap
+from .db import DatabaseError, ProgrammingError
 from .embeddings import EmbeddingUnavailable
 from .space import VectorSpace
 
@@ -55,7 +56,8 @@ class Backfill:
                         self.space.embed_pending(cancel=stop)
                     except Exception:
                         log.exception("background embedding failed")
-                self._trim_when_quiet()
+                if not stop.is_set():
+                    self._trim_when_quiet()
                 self._wake.wait(5.0)
 
         self._thread = threading.Thread(target=run, name="engine-background", daemon=True)
@@ -64,7 +66,10 @@ class Backfill:
     def _trim_when_quiet(self) -> None:
         """After a burst of writes (an ingest, a conversation stored, a re-embedding), once a whole pass saw
         none: the freed heap goes back to the OS (engine/heap.py), so an open app is light at rest again."""
-        changes = self.space.store.changes
+        try:
+            changes = self.space.store.changes
+        except (DatabaseError, ProgrammingError):  # the store closed under a thread that outlived stop()
+            return
         if changes != self._changes_trimmed and changes == self._changes_seen:
             if heap.trim():
                 self.trims += 1
