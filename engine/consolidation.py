@@ -230,7 +230,8 @@ class Consolidation:
         if self.space.ensure() and facts:
             close: dict[tuple[int, int], float] = {}
             index = self.space.index["memories"]
-            for rid, query in rows.stored_vectors(con, sorted(facts)):
+            # the float copy, read by key (vec0 answers `rowid IN (…)` by reading every vector it holds)
+            for rid, query in sorted(vectors.read_vectors(con, "memories", sorted(facts)).items()):
                 f = vectors.Filter(projects={facts[rid]}, kinds={"fact"})
                 for other, cos in index.search(con, query, SIMILAR_FACTS + 1, f, windows=False):
                     if other != rid and other in facts and cos >= CONFLICT_COSINE:

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from ..db import Connection
 from . import tallies
-from .graph import batched
 from .memories import COLS, marks
 
 # When a memory was last used: stored (or imported) or used since. Not when its event happened: a memory
@@ -67,15 +64,6 @@ def same_subject_and_relation(con: Connection) -> list[tuple[int, int]]:
         "SELECT DISTINCT e1.memory_id, e2.memory_id FROM edges e1 JOIN edges e2 ON e1.src = e2.src "
         "AND e1.rel = e2.rel AND e1.dst <> e2.dst AND e1.memory_id < e2.memory_id ORDER BY 1, 2"
     ).fetchall()
-
-
-def stored_vectors(con: Connection, ids: list[int]) -> list[tuple[int, np.ndarray]]:
-    """(id, vector) of these memories, as stored."""
-    found: list[tuple[int, np.ndarray]] = []
-    for part in batched(ids):
-        found += [(rid, np.frombuffer(blob, dtype=np.float32)) for rid, blob in con.execute(
-            f"SELECT rowid, embedding FROM vec_memories WHERE rowid IN ({marks(part)})", part).fetchall()]
-    return found
 
 
 def statements(con: Connection, a: int, b: int) -> list[tuple[int, str, str, str, float]]:

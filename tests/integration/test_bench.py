@@ -127,3 +127,12 @@ def test_lexical_budget_bench_says_what_store_it_needs(tmp_path: Path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     proc = run_bench("lexical_budget.py", str(kept), tmp=tmp_path)  # 500 memories: no word is costly to rank
     assert proc.returncode == 1 and "too few common words" in proc.stdout, proc.stderr[-3000:]
+
+
+def test_forget_windows_bench_times_both_triggers_and_checks_what_each_forget_took(tmp_path: Path):
+    proc = run_bench("forget_windows.py", "--memories", "300", "--windows", "3", "--forgets", "6", tmp=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "300 memories, 900 window vectors" in proc.stdout
+    assert "median of 3 each" in proc.stdout and "with the old trigger" in proc.stdout
+    proc = run_bench("forget_windows.py", "--forgets", "1", tmp=tmp_path)
+    assert proc.returncode == 2 and "--forgets >= 2" in proc.stderr and "Traceback" not in proc.stderr

@@ -256,3 +256,42 @@ def test_a_first_search_asks_of_the_stored_mirror_from_its_indexes_alone(con):
         assert_indexed(plans)
         assert "COVERING INDEX vector_mirror_rows" in plans[0], plans
         assert "INDEX vector_mirror_erased" in plans[1], plans
+
+
+VEC0_FULL_SCAN = re.compile(r"VIRTUAL TABLE INDEX -?\d+:1")  # sqlite-vec's plan string for reading every vector
+
+
+def test_no_trigger_reads_a_whole_vector_table(profile_home):
+    """What a trigger does to a vector table when a row goes (forget, re-embedding) is by rowid: vec0 answers
+    `rowid IN (…)` by reading every vector it holds, so a trigger written that way cost each forget a pass
+    over all the store's window vectors. Every statement of every trigger is checked; and a store whose
+    trigger was the old one gets the new one when its vector tables are opened."""
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        with eng.store.write() as w:
+            vectors.create_tables(w, 16)
+            w.execute("DROP TRIGGER memories_windows_ad")  # as stores made before had it
+            w.execute("CREATE TRIGGER memories_windows_ad AFTER DELETE ON memories BEGIN DELETE FROM "
+                      "vec_memory_windows WHERE rowid IN (SELECT id FROM memory_windows WHERE memory_id = old.id); "
+                      "DELETE FROM memory_windows WHERE memory_id = old.id; END")
+        con = eng.con
+
+        def trigger_plans() -> list[tuple[str, str, str]]:
+            out = []
+            for name, sql in con.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'").fetchall():
+                body = re.search(r"\bBEGIN\b(.*)\bEND\s*;?\s*$", sql, re.S | re.I).group(1)
+                for stmt in filter(None, (s.strip() for s in body.split(";"))):
+                    stmt = re.sub(r"\b(?:old|new)\.\w+", "?", stmt)
+                    rows = con.execute("EXPLAIN QUERY PLAN " + stmt, (1,) * stmt.count("?")).fetchall()
+                    out.append((name, stmt, " | ".join(r[3] for r in rows)))
+            return out
+
+        before = [p for p in trigger_plans() if VEC0_FULL_SCAN.search(p[2])]
+        assert [name for name, _, _ in before] == ["memories_windows_ad"]  # the check sees the old trigger's scan
+        with eng.store.write() as w:
+            vectors.create_tables(w, 16)  # what opening the vector tables does
+        plans = trigger_plans()
+        on_vectors = [p for p in plans if "vec_" in p[1]]
+        assert len(on_vectors) >= 5, plans  # vec0 and float copies of memories and chunks, and the windows'
+        for name, stmt, plan in plans:
+            assert not VEC0_FULL_SCAN.search(plan), (name, stmt, plan)
+            assert_indexed([" | ".join(part for part in plan.split(" | ") if "VIRTUAL TABLE" not in part)])
