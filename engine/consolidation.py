@@ -83,6 +83,8 @@ class ConsolidationReport(BaseModel):
     rollup: RollupReport = Field(default_factory=RollupReport)
     extraction: ExtractionReport = Field(default_factory=ExtractionReport)
     pairs_checked: int = Field(default=0, description="Pairs of facts compared by the language model")
+    facts_searched: int = Field(default=0, description="Facts new or changed since the last complete "
+                                "contradiction check, whose nearest facts were looked for")
     conflicts: list[tuple[str, str]] = Field(default_factory=list, description="Pairs flagged now")
     waiting: list[str] = Field(default_factory=list, description="Steps that wait for a language model")
     notes: list[str] = Field(default_factory=list)
@@ -219,27 +221,38 @@ class Consolidation:
 
     # -- contradictions ------------------------------------------------------------------------------
 
-    def _contradiction_candidates(self, con: Connection) -> list[tuple[int, int]]:
+    def _contradiction_candidates(self, con: Connection,
+                                  report: ConsolidationReport) -> tuple[list[tuple[int, int]], bool]:
         """Unflagged fact pairs in one project worth comparing: same subject and relation with another
-        object in the graph first, then pairs close in meaning (closest first)."""
+        object in the graph first, then pairs close in meaning (closest first). Only the facts new or changed
+        since the last complete check are searched around (the others' neighbours were, and their pairs
+        judged): a search per fact of the store at every run cost a whole search of the store per fact.
+        Also returns whether every one of them was searched around (False without the model or a vector)."""
         facts = rows.unflagged_facts(con)
+        mark = rows.searched_mark(con)
+        fresh = sorted(rid for rid, (_, updated) in facts.items()
+                       if mark is None or rid > mark[0] or updated >= mark[1])
+        report.facts_searched = len(fresh)
         pairs: dict[tuple[int, int], None] = {}
         for a, b in rows.same_subject_and_relation(con):
-            if a in facts and b in facts and facts[a] == facts[b]:
+            if a in facts and b in facts and facts[a][0] == facts[b][0]:
                 pairs.setdefault((a, b))
-        if self.space.ensure() and facts:
+        covered = not fresh
+        if self.space.ensure() and fresh:
             close: dict[tuple[int, int], float] = {}
             index = self.space.index["memories"]
             # the float copy, read by key (vec0 answers `rowid IN (…)` by reading every vector it holds)
-            for rid, query in sorted(vectors.read_vectors(con, "memories", sorted(facts)).items()):
-                f = vectors.Filter(projects={facts[rid]}, kinds={"fact"})
+            queries = vectors.read_vectors(con, "memories", fresh)
+            covered = len(queries) == len(fresh)
+            for rid, query in sorted(queries.items()):
+                f = vectors.Filter(projects={facts[rid][0]}, kinds={"fact"})
                 for other, cos in index.search(con, query, SIMILAR_FACTS + 1, f, windows=False):
                     if other != rid and other in facts and cos >= CONFLICT_COSINE:
                         key = (min(rid, other), max(rid, other))
                         close[key] = max(close.get(key, 0.0), cos)
             for key in sorted(close, key=lambda k: (-close[k], k)):
                 pairs.setdefault(key)
-        return list(pairs)
+        return list(pairs), covered
 
     def _check_contradictions(self, router: LLMRouter, report: ConsolidationReport, now: float,
                               cancel: threading.Event | None) -> None:
@@ -247,8 +260,14 @@ class Consolidation:
             self.space.embed_pending(cancel=cancel)  # facts rolled up just now get their vectors
         con = self.ctx.con
         system = Message(role="system", content=prompt("contradiction"))
-        for a, b in self._contradiction_candidates(con):
+        started = time.time()  # a fact edited from here on is searched around again next time
+        top = con.execute("SELECT coalesce(max(id), 0) FROM memories").fetchone()[0]
+        candidates, complete = self._contradiction_candidates(con, report)
+        # complete: every fact searched around and every candidate judged, so the next run searches around
+        # new and changed facts only
+        for a, b in candidates:
             if report.pairs_checked >= MAX_PAIR_CHECKS or (cancel is not None and cancel.is_set()):
+                complete = False
                 break
             pair = rows.statements(con, a, b)
             if len(pair) != 2:
@@ -261,14 +280,19 @@ class Consolidation:
             try:
                 verdict = cast(ContradictionVerdict, router.complete(
                     [system, Message(role="user", content=untrusted(statements))], schema=ContradictionVerdict).parsed)
-            except LLMBadOutput:
+            except LLMBadOutput:  # asked again next time
+                complete = False
                 continue
             except LLMError as e:
                 report.notes.append(f"Contradiction checks stopped: {e}")
+                complete = False
                 break
             report.pairs_checked += 1
             if self._record_verdict(pair, pair_hash, verdict.contradicts, now):
                 report.conflicts.append((pair[0][1], pair[1][1]))
+        if complete:
+            with self.ctx.store.write() as w:
+                rows.set_searched_mark(w, top, started)
 
     def _record_verdict(self, pair: list[tuple], pair_hash: str, contradicts: bool, now: float) -> bool:
         """Store the judgement; flag both facts when they contradict. True when flagged now."""

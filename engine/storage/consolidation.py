@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ..db import Connection
@@ -51,11 +52,31 @@ def unarchive(con: Connection, rid: int, now: float) -> None:
 
 # -- contradictions ----------------------------------------------------------------------------------------
 
-def unflagged_facts(con: Connection) -> dict[int, str | None]:
-    """{id: project} of live facts not flagged as contradicting another."""
-    return {r[0]: r[1] for r in con.execute(
-        "SELECT id, project FROM memories WHERE kind = 'fact' AND archived = 0 AND conflict_with IS NULL"
+def unflagged_facts(con: Connection) -> dict[int, tuple[str | None, float]]:
+    """{id: (project, updated_at)} of live facts not flagged as contradicting another."""
+    return {r[0]: (r[1], r[2]) for r in con.execute(
+        "SELECT id, project, updated_at FROM memories WHERE kind = 'fact' AND archived = 0 AND conflict_with IS NULL"
     ).fetchall()}
+
+
+SEARCHED_KEY = "contradictions_searched"  # {"id": highest fact id, "at": time} of the last complete check
+
+
+def searched_mark(con: Connection) -> tuple[int, float] | None:
+    """Where the last complete contradiction check stood: facts up to this id, as they were at this time."""
+    row = con.execute("SELECT value FROM state WHERE key = ?", (SEARCHED_KEY,)).fetchone()
+    if row is None:
+        return None
+    try:
+        mark = json.loads(row[0])
+        return int(mark["id"]), float(mark["at"])
+    except (ValueError, KeyError, TypeError):
+        return None  # unreadable: search around every fact again
+
+
+def set_searched_mark(con: Connection, fact_id: int, at: float) -> None:
+    con.execute("INSERT INTO state(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (SEARCHED_KEY, json.dumps({"id": fact_id, "at": at})))
 
 
 def same_subject_and_relation(con: Connection) -> list[tuple[int, int]]:

@@ -337,3 +337,37 @@ def test_summary_none_advances_the_watermark_without_facts(llm_eng: Engine, mode
         llm_eng.remember(f"{text} (later)", kind="episodic", source="chat", conversation_id=conv)
     llm_eng.consolidate()
     assert model.asked.count("RollupFacts") == 1 and llm_eng.stats().pending_rollup == 7
+
+
+def test_a_check_searches_around_new_and_changed_facts_only(llm_eng: Engine, model: Model) -> None:
+    """Each fact's nearest facts are looked for once, and again only when it changes: a check that searched
+    around every fact of the store at every run cost a search of the whole store per fact."""
+    garage = llm_eng.remember("The garage code is 4321.").id
+    llm_eng.remember("The boat is moored at berth 12 in the marina.")
+    lisbon = llm_eng.remember("Alice lives in Lisbon.").id
+    first = llm_eng.consolidate()
+    assert first.facts_searched == 3 and first.conflicts == []
+    assert llm_eng.consolidate().facts_searched == 0  # nothing new or changed
+
+    porto = llm_eng.remember("Alice lives in Porto.").id
+    third = llm_eng.consolidate()
+    assert third.facts_searched == 1 and third.conflicts == [(lisbon, porto)]  # the new one meets the old
+    llm_eng.update(garage, text="The garage code is 9876.")
+    assert llm_eng.consolidate().facts_searched == 1
+    llm_eng.resolve(lisbon, keep="both")  # both are facts to check again
+    assert llm_eng.consolidate().facts_searched == 2
+    assert llm_eng.consolidate().facts_searched == 0
+
+
+def test_a_check_cut_short_searches_again_next_time(llm_eng: Engine, model: Model, monkeypatch) -> None:
+    from engine import consolidation
+
+    llm_eng.remember("Alice lives in Lisbon.")
+    llm_eng.remember("Alice lives in Porto.")
+    monkeypatch.setattr(consolidation, "MAX_PAIR_CHECKS", 0)  # the run stops before its first pair
+    assert llm_eng.consolidate().facts_searched == 2
+    again = llm_eng.consolidate()
+    assert again.facts_searched == 2 and again.pairs_checked == 0  # its candidates were not judged: again
+    monkeypatch.setattr(consolidation, "MAX_PAIR_CHECKS", 50)
+    assert len(llm_eng.consolidate().conflicts) == 1
+    assert llm_eng.consolidate().facts_searched == 0
