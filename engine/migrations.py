@@ -495,6 +495,21 @@ def m011_partial_indexes(con: Connection) -> None:
     )
 
 
+def m012_edges_by_relation(con: Connection) -> None:
+    """Edges by subject and relation. The contradiction check pairs the facts whose edges share both (and
+    not the object); with an index on the subject alone, each edge read every edge of its subject, and a
+    subject most facts are about (the user) made that quadratic in its edges: 8,000 edges, three in four of
+    them the user's, took 3.9 s against 0.6 s. It also serves every lookup by subject alone, so it replaces
+    that index (one index leaf less to write per edge)."""
+    run_script(
+        con,
+        """
+        CREATE INDEX IF NOT EXISTS edges_src_rel ON edges(src, rel);
+        DROP INDEX IF EXISTS edges_src;
+        """,
+    )
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     m001_initial,
     m002_consolidation,
@@ -507,6 +522,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     m009_vector_mirror_indexes,
     m010_mirror_forget_in_place,
     m011_partial_indexes,
+    m012_edges_by_relation,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

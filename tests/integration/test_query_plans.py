@@ -295,3 +295,12 @@ def test_no_trigger_reads_a_whole_vector_table(profile_home):
         for name, stmt, plan in plans:
             assert not VEC0_FULL_SCAN.search(plan), (name, stmt, plan)
             assert_indexed([" | ".join(part for part in plan.split(" | ") if "VIRTUAL TABLE" not in part)])
+
+
+def test_the_contradiction_check_pairs_edges_by_subject_and_relation(con):
+    """Edges that share subject and relation are found through an index on both: on the subject alone, a
+    subject most facts are about (the user) made the pairing quadratic in its edges."""
+    from engine.storage import consolidation as consolidation_rows
+
+    (plan,) = plans_of(con, consolidation_rows.same_subject_and_relation)
+    assert "edges_src_rel (src=? AND rel=?)" in plan, plan
