@@ -261,7 +261,7 @@ class Consolidation:
         con = self.ctx.con
         system = Message(role="system", content=prompt("contradiction"))
         started = time.time()  # a fact edited from here on is searched around again next time
-        top = con.execute("SELECT coalesce(max(id), 0) FROM memories").fetchone()[0]
+        top = rows.highest_memory_id(con)
         candidates, complete = self._contradiction_candidates(con, report)
         # complete: every fact searched around and every candidate judged, so the next run searches around
         # new and changed facts only

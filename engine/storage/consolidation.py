@@ -74,6 +74,10 @@ def searched_mark(con: Connection) -> tuple[int, float] | None:
         return None  # unreadable: search around every fact again
 
 
+def highest_memory_id(con: Connection) -> int:
+    return int(con.execute("SELECT coalesce(max(id), 0) FROM memories").fetchone()[0])
+
+
 def set_searched_mark(con: Connection, fact_id: int, at: float) -> None:
     con.execute("INSERT INTO state(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                 (SEARCHED_KEY, json.dumps({"id": fact_id, "at": at})))
