@@ -447,14 +447,19 @@ def test_the_background_gives_freed_heap_back_once_writes_have_stopped(eng: Engi
         deadline = time.monotonic() + 60
         while backfill.trims < n and time.monotonic() < deadline:
             passes(1)
-        assert backfill.trims == n
+        assert backfill.trims >= n
+
+    def quiet_passes_trim_nothing() -> None:
+        trims, changes = backfill.trims, eng.store.changes
+        passes()
+        if eng.store.changes == changes:  # nothing written meanwhile (by this test or the background)
+            assert backfill.trims == trims
 
     for i in range(5):
         eng.remember(f"The hedge along the lane was cut back on day {i}.")
     trims_reach(1)
-    passes()
-    assert backfill.trims == 1  # nothing written since: no more trims
+    quiet_passes_trim_nothing()
+    trims = backfill.trims
     eng.remember("The gate by the orchard now sticks in wet weather.")
-    trims_reach(2)
-    passes()
-    assert backfill.trims == 2
+    trims_reach(trims + 1)
+    quiet_passes_trim_nothing()
