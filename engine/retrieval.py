@@ -203,9 +203,10 @@ def _averages(con: Connection, fts: str) -> tuple[int, int] | None:
     """(rows, tokens) an FTS5 table indexes, from its averages record (O(1)); None when it holds none yet."""
     row = con.execute(f"SELECT block FROM {fts}_data WHERE id = 1").fetchone()
     if row is not None and row[0]:
+        block = bytes(row[0])
         try:
-            rows, pos = _varint(bytes(row[0]), 0)
-            return rows, _varint(bytes(row[0]), pos)[0]
+            rows, pos = _varint(block, 0)
+            return rows, _varint(block, pos)[0]
         except IndexError:
             pass
     return None

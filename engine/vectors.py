@@ -65,6 +65,7 @@ from .embeddings import Windows
 from .errors import EngineError
 from .mirror_layout import EXCEPTION, GONE, META_BYTES
 from .storage import maintenance
+from .storage import state as state_rows
 
 _simd: Any
 try:  # int8 dot products in SIMD (AVX2/AVX-512 VNNI/NEON), 3x numpy's cast-and-multiply; numpy without it
@@ -264,11 +265,11 @@ def has_stored_mirror(con: Connection) -> bool:
 def read_head(con: Connection, table: str) -> dict | None:
     """What the stored blocks of `table` are (format, dimension, block size, the epoch they are up to date
     with); None when there are none, or of another format."""
-    row = con.execute("SELECT value FROM state WHERE key = ?", (HEAD_KEY + table,)).fetchone()
-    if row is None:
+    value = state_rows.get(con, HEAD_KEY + table)
+    if value is None:
         return None
     try:
-        head = json.loads(row[0])
+        head = json.loads(value)
     except ValueError:
         return None
     if not isinstance(head, dict) or head.get("format") != STORED_FORMAT or head.get("ids") != STORED_IDS:
@@ -1484,11 +1485,9 @@ class VectorIndex:
                 if last:
                     w.executemany("DELETE FROM vector_mirror WHERE tbl = ? AND block = ?",
                                   [(code, b) for b in gone])
-                    w.execute("INSERT INTO state(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET "
-                              "value = excluded.value", (HEAD_KEY + self.table, json.dumps(
-                                  {"format": STORED_FORMAT, "dim": self.dim, "ids": STORED_IDS,
-                                   "scale": m.scale, "vmax": m.vmax,
-                                   "epoch": epoch})))
+                    state_rows.put(w, HEAD_KEY + self.table, json.dumps(
+                        {"format": STORED_FORMAT, "dim": self.dim, "ids": STORED_IDS, "scale": m.scale,
+                         "vmax": m.vmax, "epoch": epoch}))
             longest = max(longest, time.perf_counter() - t0)
             if last:
                 break

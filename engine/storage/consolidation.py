@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from ..db import Connection
-from . import tallies
+from . import state, tallies
 from .memories import COLS, marks
 
 # When a memory was last used: stored (or imported) or used since. Not when its event happened: a memory
@@ -64,11 +64,11 @@ SEARCHED_KEY = "contradictions_searched"  # {"id": highest fact id, "at": time} 
 
 def searched_mark(con: Connection) -> tuple[int, float] | None:
     """Where the last complete contradiction check stood: facts up to this id, as they were at this time."""
-    row = con.execute("SELECT value FROM state WHERE key = ?", (SEARCHED_KEY,)).fetchone()
-    if row is None:
+    value = state.get(con, SEARCHED_KEY)
+    if value is None:
         return None
     try:
-        mark = json.loads(row[0])
+        mark = json.loads(value)
         return int(mark["id"]), float(mark["at"])
     except (ValueError, KeyError, TypeError):
         return None  # unreadable: search around every fact again
@@ -79,8 +79,7 @@ def highest_memory_id(con: Connection) -> int:
 
 
 def set_searched_mark(con: Connection, fact_id: int, at: float) -> None:
-    con.execute("INSERT INTO state(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                (SEARCHED_KEY, json.dumps({"id": fact_id, "at": at})))
+    state.put(con, SEARCHED_KEY, json.dumps({"id": fact_id, "at": at}))
 
 
 def same_subject_and_relation(con: Connection) -> list[tuple[int, int]]:
