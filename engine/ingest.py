@@ -639,11 +639,11 @@ class Documents:
         derived from it. With keep_document the document row stays (a changed file being replaced)."""
         mem_ids = rows.derived_memories(con, doc_id)
         derived = self.memories.delete_memories(con, mem_ids, touched) if mem_ids else {"memories": 0}
-        chunk_rows, edges = rows.delete_contents(con, doc_id, keep_document=keep_document)
+        chunk_rows, edges, ends = rows.delete_contents(con, doc_id, keep_document=keep_document)
         chunk_ids = [r[0] for r in chunk_rows]
         answers = memory_rows.scrub_transcripts(con, [r[1] for r in chunk_rows])
-        nodes = memory_rows.drop_orphan_nodes(con)
-        touched.chunks.update(chunk_ids)
+        nodes = memory_rows.drop_orphan_nodes(con, ends)  # among the ends of its edges: not every node
+        touched.deleted("chunks", chunk_ids)
         return {"chunks": len(chunk_ids), "edges": edges, "memories": derived["memories"], "nodes": nodes,
                 "answers": answers + derived.get("answers", 0)}
 

@@ -495,7 +495,7 @@ class Memories:
         uids, edges = rows.delete(con, seen)
         nodes = rows.drop_orphan_nodes(con, ends)
         answers = rows.scrub_transcripts(con, uids)
-        touched.memories.update(seen)
+        touched.deleted("memories", seen)
         return {"memories": len(seen), "derived": len(seen) - len(ids), "edges": edges, "nodes": nodes,
                 "answers": answers, "_uids": uids}
 

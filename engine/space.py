@@ -32,10 +32,20 @@ TABLES = ("memories", "chunks")
 
 @dataclass
 class Touched:
-    """Row ids of memories and chunks a transaction wrote (their vectors follow)."""
+    """Row ids of memories and chunks a transaction wrote (their vectors follow), and of those the ones it
+    deleted: ids are never used again (AUTOINCREMENT), so the mirror drops a deleted row without reading it
+    back (at a million rows that read cost a forget 0.3 ms: another connection's commit empties the reader's
+    page cache, docs/performance.md)."""
 
     memories: set[int] = field(default_factory=set)
     chunks: set[int] = field(default_factory=set)
+    deleted_memories: set[int] = field(default_factory=set)
+    deleted_chunks: set[int] = field(default_factory=set)
+
+    def deleted(self, table: str, ids: set[int] | list[int]) -> None:
+        """These rows of `table` ("memories" or "chunks") were deleted by the transaction."""
+        (self.memories if table == "memories" else self.chunks).update(ids)
+        (self.deleted_memories if table == "memories" else self.deleted_chunks).update(ids)
 
 
 class Mutation:
@@ -63,10 +73,11 @@ class Mutation:
             # read back on this thread's reader, without the write lock: on the writer (whose cache has the
             # rows) it would hold the lock while a search holds the mirror's, and writes queued behind it
             # (docs/performance.md, "one writer connection")
-            for table, ids in (("memories", touched.memories), ("chunks", touched.chunks)):
+            for table, ids, deleted in (("memories", touched.memories, touched.deleted_memories),
+                                        ("chunks", touched.chunks, touched.deleted_chunks)):
                 idx = self.space.index.get(table)
                 if idx is not None:
-                    idx.after_write(store.con, self.epoch_before, self.epoch_after, ids if ids else set())
+                    idx.after_write(store.con, self.epoch_before, self.epoch_after, ids, deleted)
         return result
 
 

@@ -1257,15 +1257,17 @@ class VectorIndex:
             self._streams += 1
         return hits
 
-    def after_write(self, con: Connection, epoch_before: int, epoch_after: int, ids: set[int]) -> None:
-        """Apply this process's committed write to the mirror, or catch up if another process wrote too."""
+    def after_write(self, con: Connection, epoch_before: int, epoch_after: int, ids: set[int],
+                    deleted: set[int] = frozenset()) -> None:  # type: ignore[assignment]
+        """Apply this process's committed write to the mirror, or catch up if another process wrote too;
+        `deleted`: those of `ids` the write deleted (dropped without reading them back)."""
         with self._lock:
             if self._mirror is None:
                 return
             if self._epoch != epoch_before and not self._catch_up(con, epoch_before):
                 self._mirror = None
                 return
-            self._apply(con, ids)
+            self._apply(con, ids, deleted)
             self._epoch = epoch_after
         self._save_if_due()
 
@@ -1285,16 +1287,19 @@ class VectorIndex:
         self._epoch = epoch
         return True
 
-    def _apply(self, con: Connection, ids: set[int]) -> None:
+    def _apply(self, con: Connection, ids: set[int], deleted: set[int] = frozenset()) -> None:  # type: ignore[assignment]
         assert self._mirror is not None
-        if not self._apply_to(con, self._mirror, ids):
+        if not self._apply_to(con, self._mirror, ids, deleted):
             self._mirror = None  # compact by reloading on next search
 
-    def _apply_to(self, con: Connection, m: _Mirror, ids: set[int]) -> bool:
-        """Re-read these rows into m (gone ones removed); False when m holds so many removed rows that it
-        should be loaded again (compacted)."""
+    def _apply_to(self, con: Connection, m: _Mirror, ids: set[int], deleted: set[int] = frozenset()) -> bool:  # type: ignore[assignment]
+        """Re-read these rows into m (gone ones removed; those in `deleted` are removed without a read);
+        False when m holds so many removed rows that it should be loaded again (compacted)."""
+        for rid in deleted:
+            m.remove(rid)
+        ids = ids - deleted
         if not ids:
-            return True
+            return not (m.dead > 1024 and m.dead > (m.n + m.wn) // 4)
         id_list = sorted(ids)
         found: list[tuple] = []
         key = "m.id" if self.table == "memories" else "c.id"

@@ -219,18 +219,20 @@ def unembedded_chunks(con: Connection, doc_ids: list[int], limit: int) -> list[t
     ).fetchall()
 
 
-def delete_contents(con: Connection, doc_id: int, *, keep_document: bool) -> tuple[list[tuple[int, str]], int]:
+def delete_contents(con: Connection, doc_id: int, *, keep_document: bool) -> tuple[list[tuple[int, str]], int, set[int]]:
     """Delete a document's chunks (their vectors, FTS rows and edges go by trigger and cascade), and the
-    document unless keep_document. Returns the chunks' (id, uid) and the number of edges that went."""
+    document unless keep_document. Returns the chunks' (id, uid), the number of edges that went and the
+    nodes at their ends (the ones the delete may leave without an edge)."""
     chunk_rows = [(r[0], r[1]) for r in con.execute("SELECT id, uid FROM chunks WHERE document_id = ?",
                                                    (doc_id,)).fetchall()]
-    edges = con.execute(
-        "SELECT count(*) FROM edges WHERE chunk_id IN (SELECT id FROM chunks WHERE document_id = ?)", (doc_id,)
-    ).fetchone()[0]
+    ends = con.execute(
+        "SELECT e.src, e.dst FROM chunks c CROSS JOIN edges e INDEXED BY edges_chunk ON e.chunk_id = c.id "
+        "WHERE c.document_id = ?", (doc_id,)
+    ).fetchall()
     con.execute("DELETE FROM chunks WHERE document_id = ?", (doc_id,))
     if not keep_document:
         con.execute("DELETE FROM documents WHERE id = ?", (doc_id,))
-    return chunk_rows, edges
+    return chunk_rows, len(ends), {n for pair in ends for n in pair}
 
 
 def derived_memories(con: Connection, doc_id: int) -> list[int]:

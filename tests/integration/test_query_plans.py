@@ -11,6 +11,7 @@ import pytest
 
 from engine import Engine, db, vectors
 from engine.embeddings import NoEmbedder
+from engine.space import Touched
 from engine.storage import documents as document_rows
 from engine.storage import graph as graph_rows
 from engine.storage import memories as memory_rows
@@ -129,7 +130,7 @@ def test_an_imported_memory_is_matched_by_the_hash_index(con):
 
 
 def test_get_update_and_forget_read_by_key(con, store):
-    _, uid = store
+    eng, uid = store
     rid = memory_rows.by_uid(con, uid)[0]
     assert_indexed(plans_of(con, memory_rows.by_uid, uid))
     assert_indexed(plans_of(con, memory_rows.by_id, rid))
@@ -147,6 +148,11 @@ def test_get_update_and_forget_read_by_key(con, store):
         assert_indexed(plans_of(con, memory_rows.forget_old_words, rid, uid))
         assert_indexed(plans_of(con, memory_rows.scrub_transcripts, [uid]))
         assert_indexed(plans_of(con, memory_rows.delete, {rid}))
+        doc = con.execute("SELECT id FROM documents WHERE uid = 'doc_plans'").fetchone()[0]
+        # a document's forget (and a changed file's replacement): its edges' ends by its chunks, and orphan
+        # nodes looked for among those alone
+        assert_indexed(plans_of(con, lambda c: eng.documents.delete_document_rows(c, doc, Touched(),
+                                                                                   keep_document=True)))
     finally:
         con.execute("ROLLBACK")
 
