@@ -1,5 +1,6 @@
 """Costs as the store grows: each operation's median and p95 at 1k, 10k, 100k and 1M items, next to the same
-at the first size (ratios), and recall next to a numpy floor measured in the same run.
+on a store of the first size timed in turn with it (ratios), and recall next to a numpy floor measured in the
+same run.
 
     python bench/scale.py [--sizes 1000 10000 100000 1000000] [--ops 60] [--queries 30] [--dir DIR [--keep]]
                           [--reopens 3] [--fill-only]
@@ -16,11 +17,14 @@ fine for timing and for comparing the vector search with exact search, not for r
 
 At each size, through the engine facade with the real embedding model:
 - flat operations: remember (words only, and with its vector and near-duplicate check), get, update (a
-  field), forget (a memory just made, and one of the fill's: cold pages, a stored mirror block to erase), a
-  page of the list, stats, a page of the audit log, the change feed an open app polls (nothing new, and
-  right after another program's write), once the engine's background work
-  after the open (the near-duplicate buckets, a save of the mirror, a merge of the full-text indexes) is
-  done (its duration is printed);
+  field), forget (a memory just made, and one of the fill's: cold pages, a stored mirror block to rewrite),
+  a page of the list, stats, a page of the audit log, the change feed an open app polls (nothing new, and
+  right after another program's write), once the engine's background work after the open (the
+  near-duplicate buckets, a save of the mirror, a merge of the full-text indexes) is done (its duration is
+  printed). Each is timed **in turn with the same operation on a baseline**: a store of the first size
+  (topped up to it before each round) open in this process beside the measured one, operation by
+  operation, so that what the machine does meanwhile weighs on both alike; the ratio is to the baseline's
+  median of the same round (at the first size it shows the method's own noise: ~1.0);
 - recall end to end against the floor: the same query embedding plus a numpy brute-force float32 top-10
   over the same vectors (held by this script), on one BLAS thread as the engine runs a query;
 - recall@10 of the engine's vector search against exact numpy top-10 (queries: random unit vectors and
@@ -29,8 +33,6 @@ At each size, through the engine facade with the real embedding model:
   times (a different question each) from the blocks it keeps in the store (written, and timed, in
   between), with the model already loaded: the first recall reads the blocks as it goes, the second
   loads the mirrors (both timed);
-- the first size's operations once more at the end, on a fresh store of that size: ratios are to the faster
-  of the two passes (a baseline taken while the machine ran slow would flatter every ratio; both are printed);
 - whole CLI processes on the store: `personal-llm recall` (start, open, model, first recall, exit) next to
   `personal-llm stats` (start and open only), wall time and peak resident size.
 
@@ -209,42 +211,113 @@ with Engine.open(sys.argv[1], actor="cli", embedder=NoEmbedder(), interactive=Fa
 """
 
 
-def feed_times(eng, home: Path, ops: int, rng: random.Random) -> tuple[list[float], list[float]]:
+def feed_times(sides: list[Side], ops: int) -> None:
     """The change feed as an open app polls it: with nothing new (the common poll), and right after another
-    program's write (another process on the same file, as the CLI or the API is; its write is not timed).
-    Returns (nothing new, after a write) in seconds."""
+    program's write (another process on the same file, as the CLI or the API is; its write is not timed),
+    the sides taking turns."""
     import subprocess
 
-    token = eng.changes_since(None).token
-    quiet = timed(lambda i: eng.changes_since(token), ops)
-    after: list[float] = []
+    for side in sides:
+        side.token = side.eng.changes_since(None).token
+    interleaved(sides, "change feed (nothing new)", lambda s, i: s.eng.changes_since(s.token), ops)
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
-    with subprocess.Popen([sys.executable, "-c", _WRITER, str(home)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                          text=True, env=env) as other:
-        assert other.stdin is not None and other.stdout is not None
-        assert other.stdout.readline().strip() == "ready"
+    writers = [subprocess.Popen([sys.executable, "-c", _WRITER, str(s.home)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True, env=env) for s in sides]
+    try:
+        for w in writers:
+            assert w.stdout is not None and w.stdout.readline().strip() == "ready"
 
-        def ask(line: str) -> str:
-            other.stdin.write(line + "\n")
-            other.stdin.flush()
-            return other.stdout.readline().strip()
+        def ask(w, line: str) -> str:
+            w.stdin.write(line + "\n")
+            w.stdin.flush()
+            return w.stdout.readline().strip()
 
+        for side in sides:
+            side.times["change feed (after another's write)"] = []
         for _ in range(ops):
-            made = ask(f"remember {sentence(rng)} ({rng.random()})")
+            for side, w in zip(sides, writers, strict=True):
+                made = ask(w, f"remember {sentence(side.rng)} ({side.rng.random()})")
+                t0 = time.perf_counter()
+                seen = side.eng.changes_since(side.token)
+                side.times["change feed (after another's write)"].append(time.perf_counter() - t0)
+                assert seen.token > side.token and any(made in c.memories for c in seen.changes), "the feed missed a write"
+                ask(w, f"forget {made}")
+                side.token = side.eng.changes_since(seen.token).token
+    finally:
+        for w in writers:
+            if w.stdin:
+                w.stdin.close()
+            w.wait(60)
+
+
+class Side:
+    """A store the flat operations run on: the one grown to each size, or the baseline of the first size kept
+    open beside it (both in this process)."""
+
+    def __init__(self, eng, fill: Fill, home: Path, rng: random.Random):
+        self.eng, self.fill, self.home, self.rng = eng, fill, home, rng
+        self.made: list[str] = []
+        self.times: dict[str, list[float]] = {}
+        self.token = 0
+        self.settled = 0.0
+
+
+def interleaved(sides: list[Side], name: str, fn, reps: int) -> None:
+    """Time fn(side, i) for i in range(reps), the sides taking turns operation by operation, so that whatever
+    the machine does meanwhile (another process, a slower minute of a shared VM) weighs on each alike: a
+    baseline measured minutes apart moved a 0.15 ms operation by 2x between runs."""
+    for side in sides:
+        side.times[name] = []
+    for i in range(reps):
+        for side in sides:
             t0 = time.perf_counter()
-            seen = eng.changes_since(token)
-            after.append(time.perf_counter() - t0)
-            assert seen.token > token and any(made in c.memories for c in seen.changes), "the feed missed a write"
-            ask(f"forget {made}")
-            token = eng.changes_since(seen.token).token
-        other.stdin.close()
-    return quiet, after
+            fn(side, i)
+            side.times[name].append(time.perf_counter() - t0)
 
 
-def measure(eng, fill: Fill, home: Path, ops: int, queries: int, rng: random.Random) -> dict[str, list[float] | float]:
+def flat_operations(sides: list[Side], ops: int) -> None:
+    """The operations that should cost the same at any size, on every side in turn (Side.times)."""
+    for side in sides:
+        side.made = []
+        side.settled = settle(side.eng, side.made, side.rng)
+
+    def remember(embed: str):
+        return lambda s, i: s.made.append(s.eng.remember(f"{sentence(s.rng)} ({s.rng.random()})", embed=embed).id)
+
+    interleaved(sides, "remember (words)", remember("background"), ops)
+    interleaved(sides, "remember (vector)", remember("sync"), ops)
+    for side in sides:
+        side.some = [side.made[side.rng.randrange(len(side.made))] for _ in range(ops)]
+    interleaved(sides, "get", lambda s, i: s.eng.get(s.some[i]), ops)
+    interleaved(sides, "update (a field)", lambda s, i: s.eng.update(s.some[i], importance=s.rng.random()), ops)
+    interleaved(sides, "list a page", lambda s, i: s.eng.list_memories(limit=50, offset=(i % 3) * 50), ops)
+    interleaved(sides, "stats", lambda s, i: s.eng.stats(), ops)
+    interleaved(sides, "audit log page", lambda s, i: s.eng.audit_log(limit=50), ops)
+    feed_times(sides, ops)
+    for side in sides:  # all of them: the next size compares against the fill alone
+        side.doomed = list(dict.fromkeys(side.made))
+    interleaved(sides, "forget", lambda s, i: s.eng.forget(s.doomed[i]), min(len(s.doomed) for s in sides))
+    for side in sides:
+        for uid in side.doomed[min(len(s.doomed) for s in sides):]:
+            side.eng.forget(uid)
+    # and memories of the fill, anywhere in it: their pages are mostly not in the cache, and their stored
+    # mirror block is rewritten (the just-made ones above have none yet)
+    for side in sides:
+        mem = np.concatenate(side.fill.ids["memories"])
+        side.old = [int(x) for x in mem[np.random.default_rng(len(mem)).choice(len(mem), min(ops, len(mem)), replace=False)]]
+        side.uids = dict(side.eng.con.execute(
+            f"SELECT id, uid FROM memories WHERE id IN ({','.join('?' * len(side.old))})", side.old).fetchall())
+    interleaved(sides, "forget (an old memory)", lambda s, i: s.eng.forget(s.uids[s.old[i]]),
+                min(len(s.old) for s in sides))
+    for side in sides:
+        side.fill.drop("memories", set(side.old))
+
+
+def measure(eng, fill: Fill, home: Path, ops: int, queries: int, rng: random.Random,
+            baseline: Side) -> dict:
     from engine.vectors import Filter
 
-    res: dict[str, list[float] | float] = {}
+    res: dict = {}
     ids, code, mat = fill.matrix()
     nrng = np.random.default_rng(7)
     probes = list(unit_vectors(nrng, queries // 2))
@@ -269,28 +342,11 @@ def measure(eng, fill: Fill, home: Path, ops: int, queries: int, rng: random.Ran
         found += len(exact & {(c, i) for _, c, i in ours})
         total += 10
     res["vector search"], res["numpy top-10"] = vec_t, np_t
-    made: list[str] = []
-    res["settling after the open, s"] = settle(eng, made, rng)
-    res["remember (words)"] = timed(
-        lambda i: made.append(eng.remember(f"{sentence(rng)} ({rng.random()})", embed="background").id), ops)
-    res["remember (vector)"] = timed(
-        lambda i: made.append(eng.remember(f"{sentence(rng)} ({rng.random()})", embed="sync").id), ops)
-    some = [made[rng.randrange(len(made))] for _ in range(ops)]
-    res["get"] = timed(lambda i: eng.get(some[i]), ops)
-    res["update (a field)"] = timed(lambda i: eng.update(some[i], importance=rng.random()), ops)
-    res["list a page"] = timed(lambda i: eng.list_memories(limit=50, offset=(i % 3) * 50), ops)
-    res["stats"] = timed(lambda i: eng.stats(), ops)
-    res["audit log page"] = timed(lambda i: eng.audit_log(limit=50), ops)
-    res["change feed (nothing new)"], res["change feed (after another's write)"] = feed_times(eng, home, ops, rng)
-    doomed = list(dict.fromkeys(made))  # all of them: the next size compares against the fill alone
-    res["forget"] = timed(lambda i: eng.forget(doomed[i]), len(doomed))
-    # and memories of the fill, anywhere in it: their pages are mostly not in the cache, and their stored
-    # mirror block is erased (the just-made ones above have no stored block yet)
-    mem = ids[code == 0]
-    old = [int(x) for x in mem[np.random.default_rng(len(mem)).choice(len(mem), min(ops, len(mem)), replace=False)]]
-    uids = dict(eng.con.execute(f"SELECT id, uid FROM memories WHERE id IN ({','.join('?' * len(old))})", old).fetchall())
-    res["forget (an old memory)"] = timed(lambda i: eng.forget(uids[old[i]]), len(old))
-    fill.drop("memories", set(old))
+    big = Side(eng, fill, home, rng)
+    flat_operations([big, baseline], ops)
+    res.update(big.times)
+    res["settling after the open, s"] = big.settled
+    res["baseline"] = dict(baseline.times)
 
     qs = [sentence(rng).replace(".", "?") for _ in range(queries)]
     eng.recall(qs[0])  # warm
@@ -411,6 +467,11 @@ def main() -> int:
     if a.keep:
         fill.resume()
         print(f"kept profile: {fill.count:,} items", flush=True)
+    # the baseline: a store of the first size kept open beside the big one, the flat operations timed on the
+    # two in turn (interleaved); topped up to its size before each round
+    base_home = base / "baseline" / "profile"
+    shutil.rmtree(base_home.parent, ignore_errors=True)
+    base_eng = None
     results: dict[int, dict] = {}
     try:
         if a.fill_only:
@@ -439,7 +500,20 @@ def main() -> int:
             first2 = percentile(firsts, 0.5)
             vectors.STORED_MIN_ROWS = min_rows
             fill.eng = eng
-            r = measure(eng, fill, base / "profile", a.ops, a.queries, rng)
+            if base_eng is None:
+                base_eng = Engine.open(base_home, actor="sdk")
+                base_eng.embedder.load()
+                base_eng.space.ensure()
+                baseline = Side(base_eng, Fill(base_eng), base_home, random.Random(4))
+            baseline.fill.grow(a.sizes[0])
+            base_eng.fts.wait(600)
+            # opened again, as the measured store was (`reopen`): an engine that made its store and wrote it
+            # full in the same process ran some reads slower (stats 0.27 ms against 0.14 once reopened)
+            base_eng.close()
+            base_eng = Engine.open(base_home, actor="sdk")
+            base_eng.embedder.load()
+            baseline.eng = baseline.fill.eng = base_eng
+            r = measure(eng, fill, base / "profile", a.ops, a.queries, rng, baseline)
             r["open"], r["first recall"], r["first recall (stored)"], r["store mirror"] = opened, first, first2, saved
             r["store mirror, longest write"] = longest
             r["first recalls (stored)"] = firsts
@@ -452,10 +526,11 @@ def main() -> int:
                   f"{percentile(seconds, 0.5) * 1000:.0f} ms (worst {max(seconds) * 1000:.0f}); CLI recall "
                   f"{r['cli']['recall'] * 1000:.0f} ms, CLI stats {r['cli']['stats'] * 1000:.0f} ms; recall@10 {r['recall@10']:.3f}, mirror "
                   f"{r['mirror bytes'] / 2**20:.0f} MB vs float32 {r['float32 bytes'] / 2**20:.0f} MB", flush=True)
-        if len(results) > 1 and min(results) == a.sizes[0]:
-            results[a.sizes[0]]["baseline again"] = baseline_again(base, a.sizes[0], a.ops, a.queries)
     finally:
         eng.close()
+        if base_eng is not None:
+            base_eng.close()
+        shutil.rmtree(base_home.parent, ignore_errors=True)
         if not a.dir:
             shutil.rmtree(base, ignore_errors=True)
     if results:
@@ -463,45 +538,19 @@ def main() -> int:
     return 0
 
 
-def baseline_again(base: Path, n: int, ops: int, queries: int) -> dict:
-    """The first size's operations once more, after the big sizes, on a fresh store of that size: a
-    baseline measured while the machine was slower than later (a busy neighbour, the first minutes of a
-    process) would make every ratio look better than it is, so the ratios are taken against the faster
-    of the two passes."""
-    from engine import Engine
-
-    home = base / "baseline" / "profile"
-    shutil.rmtree(home.parent, ignore_errors=True)
-    eng = Engine.open(home, actor="sdk")
-    try:
-        eng.embedder.load()
-        eng.space.ensure()
-        fill = Fill(eng)
-        fill.grow(n)
-        eng.fts.wait(600)
-        return measure(eng, fill, home, ops, queries, random.Random(4))
-    finally:
-        eng.close()
-        shutil.rmtree(home.parent, ignore_errors=True)
-
-
 def report(results: dict[int, dict]) -> None:
     sizes = sorted(results)
     first = sizes[0]
     ops = [k for k, v in results[first].items() if isinstance(v, list)]
-    header = ["operation"] + [f"{n:,}: med / p95 ms (x{first:,})" for n in sizes]
+    header = ["operation"] + [f"{n:,}: med / p95 ms (x)" for n in sizes]
     rows = []
-    again = results[first].get("baseline again", {})
-    passes = []
     for op in ops:
         row = [op]
-        base_med = percentile(results[first][op], 0.5)
-        if isinstance(again.get(op), list):  # the faster of the two passes at the first size
-            base_med = min(base_med, percentile(again[op], 0.5))
-            passes.append(f"{op} {percentile(results[first][op], 0.5) * 1000:.3g} / "
-                          f"{percentile(again[op], 0.5) * 1000:.3g}")
         for n in sizes:
             xs = results[n][op]
+            twin = results[n]["baseline"].get(op)
+            # a flat operation: to the baseline store timed in turn with it; the rest: to the first size
+            base_med = percentile(twin if twin else results[first][op], 0.5)
             med, p95 = percentile(xs, 0.5), percentile(xs, 0.95)
             d = 3 if base_med < 1e-4 else 2  # microsecond operations (get, an idle poll of the feed)
             row.append(f"{med * 1000:.{d}f} / {p95 * 1000:.{d}f} ({med / base_med:.2f}x)")
@@ -536,9 +585,11 @@ def report(results: dict[int, dict]) -> None:
     print("\nfloor = the same query embedding + numpy float32 brute-force top-10 over the same vectors, in this run,"
           " on one BLAS thread.")
     print("The fill is synthetic (random unit vectors, made-up sentences), inserted through the storage layer.")
-    if passes:
-        print(f"Ratios are to the faster of two passes at {first:,} (before the growth / after it, on a fresh store;"
-              " median ms): " + "; ".join(passes) + ".")
+    flat = [op for op in ops if op in results[first]["baseline"]]
+    print(f"Flat operations ({', '.join(flat)}): each ratio is to a {first:,}-item store kept open beside the "
+          "measured one and timed in turn with it, operation by operation (its medians, ms, at each size: "
+          + "; ".join(f"{n:,}: " + ", ".join(f"{percentile(results[n]['baseline'][op], 0.5) * 1000:.3g}" for op in flat)
+                      for n in sizes) + "). The other rows: to the first size.")
 
 
 if __name__ == "__main__":

@@ -136,3 +136,16 @@ def test_forget_windows_bench_times_both_triggers_and_checks_what_each_forget_to
     assert "median of 3 each" in proc.stdout and "with the old trigger" in proc.stdout
     proc = run_bench("forget_windows.py", "--forgets", "1", tmp=tmp_path)
     assert proc.returncode == 2 and "--forgets >= 2" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_scale_bench_times_each_flat_operation_in_turn_with_a_baseline_store(tmp_path: Path):
+    proc = run_bench("scale.py", "--sizes", "300", "600", "--ops", "4", "--queries", "4", "--reopens", "1",
+                     tmp=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert "kept open beside the measured one and timed in turn with it" in out
+    table = {line.split("|")[1].strip(): line for line in out.splitlines() if line.startswith("| ")}
+    for op in ("remember (words)", "stats", "forget (an old memory)", "change feed (after another's write)"):
+        assert op in table and table[op].count("x)") == 2, table.get(op)
+    assert "recall / floor (median)" in table and "recall@10 vs exact" in table
+    assert not (tmp_path / "home").exists() or not any((tmp_path / "home").rglob("memory.db"))  # nothing kept
