@@ -51,7 +51,7 @@ def _print_result(r: AskResult) -> None:
 def ask(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("question")
     p.add_argument("--project", help="answer from this project's memories and documents only")
-    p.add_argument("-k", type=int, default=8, help="how many passages to answer from (default 8)")
+    p.add_argument("-k", "--k", type=int, default=8, help="how many passages to answer from (default 8)")
     p.add_argument("--verify", action="store_true", help="check the answer against its sources (a second call)")
     p.add_argument("--conversation", metavar="ID", help="continue a conversation (its id is printed after an answer)")
     add_json(p)

@@ -171,7 +171,8 @@ def forget(p: argparse.ArgumentParser) -> Handler:
         if a.json:
             print_json(r)
         else:
-            extra = ", ".join(f"{v} {k}" for k, v in r.removed.items() if v and k not in ("memories",))
+            extra = ", ".join(f"{v} {k[:-1] if v == 1 and k.endswith('s') else k}"  # 1 chunk, 2 chunks
+                              for k, v in r.removed.items() if v and k not in ("memories",))
             console().print(f"Forgot {r.type} [bold]{r.id}[/bold]" + (f" ({extra})" if extra else ""))
         return 0
 

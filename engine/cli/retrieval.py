@@ -9,7 +9,7 @@ from .base import Command, Handler, Session, add_json, console, escape, print_js
 
 def recall(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("query")
-    p.add_argument("-k", type=int, default=10, help="how many results (default 10)")
+    p.add_argument("-k", "--k", type=int, default=10, help="how many results (default 10)")
     p.add_argument("--project")
     p.add_argument("--kind", choices=["fact", "episodic", "procedural", "chunk"])
     p.add_argument("--since", help="only things from this time on (ISO)")

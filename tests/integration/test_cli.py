@@ -33,6 +33,7 @@ def test_contract_in_a_fresh_profile(profile_home: Path):
     assert hits[0]["id"] == a["id"]
     assert {"id", "kind", "text", "score"} <= hits[0].keys()
     assert ok_json("recall", "sibling city", "--project", "work") == []
+    assert len(ok_json("recall", "sibling dentist", "--k", "1")) == 1  # --k is -k (not taken for --kind)
     stats = ok_json("stats")
     assert stats["memories"] == 2 and stats["by_kind"]["episodic"] == 1
     assert stats["embedding_model"] == "all-MiniLM-L6-v2" and "documents" in stats and "chunks" in stats

@@ -61,6 +61,9 @@ def test_ingest_reports_every_file_and_exits_1_when_any_failed(profile_home: Pat
     stats = json.loads(run("stats", "--json").stdout)
     assert stats["documents"] == 1 and stats["chunks"] == by_name["handbook.md"]["chunks"]
     assert run("forget", doc_id).returncode == 1
+    code, back = ingest_json(str(docs / "notes.txt"))  # in human form: "1 chunk", not "1 chunks"
+    shown = run("forget", back[0]["document_id"]).stdout
+    assert "(1 chunk" in shown and "1 chunks" not in shown, shown
 
 
 def test_an_obsidian_import_shows_its_progress_on_a_terminal(profile_home: Path, tmp_path: Path):
