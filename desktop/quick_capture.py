@@ -137,12 +137,22 @@ class QuickCapture(QWidget):
         self.input.setFocus(Qt.FocusReason.ActiveWindowFocusReason)
 
     def set_projects(self, projects: list[str]) -> None:
+        """The projects to choose from. The list can arrive while someone types a name (it is read when the
+        engine opens): what they typed stays, and so do their cursor and selection."""
         current = self.project.currentText()
+        line = self.project.lineEdit()
+        cursor = line.cursorPosition() if line is not None else 0
+        selected = (line.selectionStart(), len(line.selectedText())) if line is not None and line.hasSelectedText() else None
         self.project.blockSignals(True)
         self.project.clear()
         self.project.addItem(NO_PROJECT)
         self.project.addItems(projects)
         self.project.setCurrentText(current or NO_PROJECT)
+        if line is not None and current:
+            if selected is not None:
+                line.setSelection(*selected)
+            else:
+                line.setCursorPosition(cursor)
         self.project.blockSignals(False)
 
     def submit(self) -> None:

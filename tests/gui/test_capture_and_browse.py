@@ -44,6 +44,8 @@ def test_enter_in_the_project_field_saves_and_a_name_too_long_is_said_plainly(qt
     assert engine_of(desktop).stats().memories == 0
     qtbot.waitUntil(line.hasFocus, timeout=3000)  # the box checks the name itself (no round trip to the engine)
     assert line.selectedText() == "x" * 201  # what to fix, ready to be typed over
+    box.set_projects(["garden"])  # the list of projects arriving late (it is read when the engine opens)
+    assert line.selectedText() == "x" * 201 and box.project.currentText() == "x" * 201
     qtbot.keyClicks(line, "house")
     qtbot.keyClick(line, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: box.status.text() == "Saved ✓", timeout=10_000)
@@ -144,3 +146,16 @@ def test_a_page_chosen_in_the_sidebar_takes_the_keyboard(qtbot, desktop):
     qtbot.keyClick(window, Qt.Key.Key_1, Qt.KeyboardModifier.ControlModifier)
     qtbot.waitUntil(lambda: window.memories.search.hasFocus(), timeout=3000)
     assert window.pages.currentWidget() is window.memories
+
+
+def test_the_project_list_arriving_while_a_name_is_typed_leaves_the_cursor_where_it_is(qtbot, desktop):
+    box = desktop.capture
+    box.open_box()
+    line = box.project.lineEdit()
+    line.clear()
+    qtbot.keyClicks(line, "hose")
+    line.setCursorPosition(2)
+    box.set_projects(["garden", "house"])
+    assert box.project.currentText() == "hose" and line.cursorPosition() == 2
+    qtbot.keyClicks(line, "u")  # the typing goes on where it was
+    assert box.project.currentText() == "house"
