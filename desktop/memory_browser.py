@@ -36,7 +36,7 @@ from PySide6.QtWidgets import (
 from . import formatting, icons, theme
 from .bridge import Bridge
 from .pending_deletes import PendingDeletes
-from .widgets import Banner, EmptyState, UndoBar, button, muted, page_title, scroller
+from .widgets import Banner, EmptyState, UndoBar, button, muted, page_title, refill_editable, scroller
 
 SEARCH_DEBOUNCE_MS = 180
 OPENED_AFTER_MS = 1500
@@ -634,11 +634,7 @@ class MemoryEditor(QWidget):
         self.clear()
 
     def set_projects(self, projects: list[str]) -> None:
-        current = self.project.currentText()
-        self.project.clear()
-        self.project.addItem("")
-        self.project.addItems(projects)
-        self.project.setCurrentText(current)
+        refill_editable(self.project, ["", *projects])  # reloaded on every change, perhaps mid-typing
 
     def load(self, row: Row, can_resolve: bool = False) -> None:
         self.row = row

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 
 from . import drops, formatting, icons
 from .bridge import project_problem
+from .widgets import refill_editable
 
 KINDS = tuple((formatting.kind_label(k), k) for k in ("fact", "episodic", "procedural"))  # one vocabulary
 NO_PROJECT = "No project"
@@ -137,23 +138,8 @@ class QuickCapture(QWidget):
         self.input.setFocus(Qt.FocusReason.ActiveWindowFocusReason)
 
     def set_projects(self, projects: list[str]) -> None:
-        """The projects to choose from. The list can arrive while someone types a name (it is read when the
-        engine opens): what they typed stays, and so do their cursor and selection."""
-        current = self.project.currentText()
-        line = self.project.lineEdit()
-        cursor = line.cursorPosition() if line is not None else 0
-        selected = (line.selectionStart(), len(line.selectedText())) if line is not None and line.hasSelectedText() else None
-        self.project.blockSignals(True)
-        self.project.clear()
-        self.project.addItem(NO_PROJECT)
-        self.project.addItems(projects)
-        self.project.setCurrentText(current or NO_PROJECT)
-        if line is not None and current:
-            if selected is not None:
-                line.setSelection(*selected)
-            else:
-                line.setCursorPosition(cursor)
-        self.project.blockSignals(False)
+        """The projects to choose from (read when the engine opens, perhaps while a name is being typed)."""
+        refill_editable(self.project, [NO_PROJECT, *projects], fallback=NO_PROJECT)
 
     def submit(self) -> None:
         text = self.input.text().strip()

@@ -1,9 +1,18 @@
-"""Small shared widgets: page header, empty state, banner, undo bar."""
+"""Small shared widgets: page header, empty state, banner, undo bar; refilling an editable combo box."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QScrollArea,
+    QVBoxLayout,
+    QWidget,
+)
 
 
 def page_title(text: str) -> QLabel:
@@ -43,6 +52,27 @@ def button(text: str, *, primary: bool = False, danger: bool = False, shortcut: 
         b.setToolTip(f"{text.replace('&', '')} ({shortcut})")
     return b
 
+
+def refill_editable(combo: QComboBox, items: list[str], *, fallback: str = "") -> None:
+    """Replace an editable combo box's items, keeping what is typed in it (or `fallback` when nothing is),
+    its cursor and its selection: the list is reloaded whenever the store changes (another program's write,
+    a document finishing in the background), which may be while someone is typing a name there."""
+    current = combo.currentText()
+    line = combo.lineEdit()
+    cursor = line.cursorPosition() if line is not None else 0
+    selected = (line.selectionStart(), len(line.selectedText())) if line is not None and line.hasSelectedText() else None
+    combo.blockSignals(True)
+    try:
+        combo.clear()
+        combo.addItems(items)
+        combo.setCurrentText(current or fallback)
+        if line is not None and current:
+            if selected is not None:
+                line.setSelection(*selected)
+            else:
+                line.setCursorPosition(cursor)
+    finally:
+        combo.blockSignals(False)
 
 class EmptyState(QWidget):
     """A friendly line (and a hint) where a list has nothing to show."""

@@ -67,3 +67,17 @@ def test_one_delete_offers_undo_without_asking(qtbot, desktop, monkeypatch):
     browser.select(uid)
     browser.editor.delete.click()
     assert browser.visible_ids() == [] and browser.undo_bar.isVisible()
+
+
+def test_another_programs_write_while_a_project_is_typed_keeps_the_cursor(qtbot, desktop):
+    (uid,) = stored(qtbot, desktop, "The boiler is serviced every May")
+    browser = desktop.window.memories
+    browser.select(uid)
+    line = browser.editor.project.lineEdit()
+    qtbot.keyClicks(line, "hose")
+    line.setCursorPosition(2)
+    engine_of(desktop).remember("The shed key is under the pot", project="garden", embed="none")  # reloads the projects
+    qtbot.waitUntil(lambda: browser.editor.project.findText("garden") >= 0, timeout=5000)
+    assert browser.editor.project.currentText() == "hose" and line.cursorPosition() == 2
+    qtbot.keyClicks(line, "u")
+    assert browser.editor.project.currentText() == "house" and browser.editor.is_dirty()
