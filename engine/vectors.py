@@ -54,6 +54,7 @@ import mmap
 import threading
 import time
 from collections.abc import Callable, Iterator
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeGuard
 
@@ -1258,7 +1259,7 @@ class VectorIndex:
         return hits
 
     def after_write(self, con: Connection, epoch_before: int, epoch_after: int, ids: set[int],
-                    deleted: set[int] = frozenset()) -> None:  # type: ignore[assignment]
+                    deleted: AbstractSet[int] = frozenset()) -> None:
         """Apply this process's committed write to the mirror, or catch up if another process wrote too;
         `deleted`: those of `ids` the write deleted (dropped without reading them back)."""
         with self._lock:
@@ -1287,20 +1288,17 @@ class VectorIndex:
         self._epoch = epoch
         return True
 
-    def _apply(self, con: Connection, ids: set[int], deleted: set[int] = frozenset()) -> None:  # type: ignore[assignment]
+    def _apply(self, con: Connection, ids: set[int], deleted: AbstractSet[int] = frozenset()) -> None:
         assert self._mirror is not None
         if not self._apply_to(con, self._mirror, ids, deleted):
             self._mirror = None  # compact by reloading on next search
 
-    def _apply_to(self, con: Connection, m: _Mirror, ids: set[int], deleted: set[int] = frozenset()) -> bool:  # type: ignore[assignment]
+    def _apply_to(self, con: Connection, m: _Mirror, ids: set[int], deleted: AbstractSet[int] = frozenset()) -> bool:
         """Re-read these rows into m (gone ones removed; those in `deleted` are removed without a read);
         False when m holds so many removed rows that it should be loaded again (compacted)."""
         for rid in deleted:
             m.remove(rid)
-        ids = ids - deleted
-        if not ids:
-            return not (m.dead > 1024 and m.dead > (m.n + m.wn) // 4)
-        id_list = sorted(ids)
+        id_list = sorted(ids - deleted)  # none of them when the write only deleted: nothing is read
         found: list[tuple] = []
         key = "m.id" if self.table == "memories" else "c.id"
         for i in range(0, len(id_list), 500):
@@ -1308,7 +1306,7 @@ class VectorIndex:
             q = _SOURCES[self.table] + f" WHERE {key} IN ({','.join('?' * len(part))})"
             found.extend(con.execute(q, part).fetchall())
         present = {r[0] for r in found}
-        for rid in ids - present:
+        for rid in set(id_list) - present:
             m.remove(rid)
         m.add(found)
         if self.table == "memories" and present:
