@@ -161,6 +161,7 @@ class DesktopApp(QObject):
         b.answer_failed.connect(lambda _message: self.recheck_health())
         w.quit_requested.connect(self.quit)
         w.capture_requested.connect(self.open_capture)
+        w.projects_loaded.connect(self.capture.set_projects)  # read when the store opens and after each change
         w.hidden_to_tray.connect(self._hidden_to_tray)
         w.pages_built.connect(self._wire_pages)
         self.capture.capture_submitted.connect(self._capture_submitted)
@@ -195,7 +196,6 @@ class DesktopApp(QObject):
         self._info = info
         startup_report.mark("engine_opened")
         self._start_hotkey(info.settings.hotkey)
-        self.bridge.projects(self.capture.set_projects)
         self.recheck_health(refresh=False)
         self._health_timer.start()
         self._tidy_timer.start()

@@ -57,6 +57,7 @@ class MainWindow(QMainWindow):
     capture_requested = Signal()
     quit_requested = Signal()
     pages_built = Signal()
+    projects_loaded = Signal(list)  # the projects, each time they are read again (the quick-capture box follows)
 
     def __init__(self, bridge: Bridge, *, undo_seconds: float = 5.0, state_file: Path | None = None,
                  parent: QWidget | None = None) -> None:
@@ -345,6 +346,7 @@ class MainWindow(QMainWindow):
             self.memories.set_projects(projects)
             if self._built:
                 self.ask.set_projects(projects)
+            self.projects_loaded.emit(projects)
 
         self.bridge.projects(done)
 

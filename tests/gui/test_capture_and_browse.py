@@ -159,3 +159,11 @@ def test_the_project_list_arriving_while_a_name_is_typed_leaves_the_cursor_where
     assert box.project.currentText() == "hose" and line.cursorPosition() == 2
     qtbot.keyClicks(line, "u")  # the typing goes on where it was
     assert box.project.currentText() == "house"
+
+
+def test_the_capture_boxs_projects_follow_the_store(qtbot, desktop):
+    box = desktop.capture
+    engine_of(desktop).remember("The shed key is under the pot", project="outdoors", embed="none")  # after opening
+    qtbot.waitUntil(lambda: box.project.findText("outdoors") >= 0, timeout=5000)
+    box.open_box()
+    assert box.project.findText("outdoors") >= 0 and box.project.currentText() == "No project"
