@@ -16,11 +16,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import signal
+import socket
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QEventLoop, QObject, Qt, QTimer, Signal
+from PySide6.QtCore import QEventLoop, QObject, QSocketNotifier, Qt, QTimer, Signal
 from PySide6.QtWidgets import QApplication, QDialog, QInputDialog, QLineEdit, QMessageBox
 
 from . import startup_report, theme
@@ -134,6 +136,10 @@ class DesktopApp(QObject):
             self.tray.hide()
         # gone from the screen now, not after the store has closed (a model still loading holds that up)
         QApplication.processEvents(QEventLoop.ProcessEventsFlag.ExcludeUserInputEvents)
+        try:
+            self.window.memories.save_edit()  # an edit under way is saved, never thrown away (queued before the close)
+        except Exception:
+            log.exception("the edit under way could not be saved at quit")
         try:
             self.window.memories.flush_deletes()
             if self.window.is_built:
@@ -340,6 +346,32 @@ class DesktopApp(QObject):
         self.bridge.save_settings(settings, self._settings_saved)
 
 
+def quit_on_signals(desktop: DesktopApp) -> Any:
+    """SIGTERM (a logout, a shutdown, `kill`) and SIGINT quit the app as its Quit does: the edit under way is
+    saved, pending deletes are carried out and the store is closed. Python runs a signal's handler only when
+    the interpreter next runs, and an idle Qt loop waits in C: the signal's wake-up byte, written to a socket
+    Qt watches, wakes it. Returns what must be kept alive (None where this is not possible)."""
+    try:
+        read, write = socket.socketpair()
+        read.setblocking(False)
+        write.setblocking(False)
+        signal.set_wakeup_fd(write.fileno())
+    except (OSError, ValueError, AttributeError):  # not the main thread, or no socketpair
+        return None
+    notifier = QSocketNotifier(read.fileno(), QSocketNotifier.Type.Read)
+
+    def drain() -> None:
+        try:
+            read.recv(64)
+        except OSError:
+            pass
+
+    notifier.activated.connect(drain)
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, lambda *_: QTimer.singleShot(0, desktop.quit))
+    return notifier, read, write
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.self_test:
@@ -371,12 +403,15 @@ def main(argv: list[str] | None = None) -> int:
     desktop = DesktopApp(home, single=single, hidden=args.hidden)
     single.arguments_received.connect(desktop.handle_arguments)
     desktop.quitted.connect(lambda code: finished.done() or finished.set_result(code))
+    kept = quit_on_signals(desktop)
     if args.capture:
         desktop.open_capture()
     if files:
         desktop.ingest_files(files)
     with loop:
         code = loop.run_until_complete(finished)
+    if kept is not None:
+        signal.set_wakeup_fd(-1)
     single.close()
     return code
 

@@ -339,3 +339,33 @@ def test_ctrl_f_goes_to_the_memory_search_from_any_page(qtbot, desktop):
     assert window.sidebar.hasFocus()
     qtbot.keyClick(window.sidebar, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
     qtbot.waitUntil(lambda: window.memories.search.hasFocus(), timeout=3000)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGTERM is a POSIX signal")
+def test_sigterm_quits_as_the_quit_menu_does(profile_home: Path):
+    """A logout or `kill` sends SIGTERM: the app quits through its own Quit (the edit under way saved, the
+    store closed) instead of dying where it stood."""
+    import os
+    import signal
+    import time
+
+    from engine import Engine
+    from engine.embeddings import NoEmbedder
+
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:  # an existing store: no first-run dialog
+        eng.remember("The fuse box is in the hall cupboard", embed="none")
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    app = subprocess.Popen([sys.executable, "-m", "desktop.app", "--hidden"], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log = profile_home / "logs" / "desktop.log"
+    try:
+        deadline = time.monotonic() + 60
+        while not (log.exists() and "watching folders" in log.read_text(errors="replace")):
+            assert app.poll() is None and time.monotonic() < deadline, "the app did not open its store"
+            time.sleep(0.2)
+        app.send_signal(signal.SIGTERM)
+        assert app.wait(30) == 0, app.stdout.read() if app.stdout else ""
+    finally:
+        if app.poll() is None:
+            app.kill()
+    assert "quitting" in log.read_text(errors="replace")

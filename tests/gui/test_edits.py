@@ -81,3 +81,18 @@ def test_another_programs_write_while_a_project_is_typed_keeps_the_cursor(qtbot,
     assert browser.editor.project.currentText() == "hose" and line.cursorPosition() == 2
     qtbot.keyClicks(line, "u")
     assert browser.editor.project.currentText() == "house" and browser.editor.is_dirty()
+
+
+def test_quitting_saves_the_edit_under_way(qtbot, desktop, profile_home, lexical_embedder):
+    (uid,) = stored(qtbot, desktop, "The water main shutoff is in the cellar")
+    browser = desktop.window.memories
+    browser.select(uid)
+    browser.editor.text.selectAll()
+    qtbot.keyClicks(browser.editor.text, "The water main shutoff is behind the boiler")
+    assert browser.editor.is_dirty()
+    with qtbot.waitSignal(desktop.quitted, timeout=20_000):
+        desktop.quit()  # the tray's Quit, or closing the window where there is no tray
+    from engine import Engine
+
+    with Engine.open(profile_home, embedder=lexical_embedder) as eng:
+        assert eng.get(uid).text == "The water main shutoff is behind the boiler"
