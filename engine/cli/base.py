@@ -93,5 +93,12 @@ def short(text: str, n: int = 90) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
+def counted(n: int, plural: str) -> str:
+    """A count and its noun, singular for one: '1 chunk', '2 chunks', '1 memory', '1 audit entry'."""
+    if n == 1:
+        plural = plural[:-3] + "y" if plural.endswith("ies") else plural[:-1] if plural.endswith("s") else plural
+    return f"{n} {plural}"
+
+
 def add_json(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from ..errors import UserError
-from .base import Command, Handler, Session, add_json, console, escape, print_json, short
+from .base import Command, Handler, Session, add_json, console, counted, escape, print_json, short
 
 
 def remember(p: argparse.ArgumentParser) -> Handler:
@@ -171,8 +171,7 @@ def forget(p: argparse.ArgumentParser) -> Handler:
         if a.json:
             print_json(r)
         else:
-            extra = ", ".join(f"{v} {k[:-1] if v == 1 and k.endswith('s') else k}"  # 1 chunk, 2 chunks
-                              for k, v in r.removed.items() if v and k not in ("memories",))
+            extra = ", ".join(counted(v, k) for k, v in r.removed.items() if v and k not in ("memories",))
             console().print(f"Forgot {r.type} [bold]{r.id}[/bold]" + (f" ({extra})" if extra else ""))
         return 0
 

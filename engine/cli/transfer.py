@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Iterator
 
 from ..errors import UserError
-from .base import Command, Handler, Session, add_json, console, escape, print_json
+from .base import Command, Handler, Session, add_json, console, counted, escape, print_json
 
 NAMES = {"memory": "memories", "document": "documents", "chunk": "chunks", "conversation": "conversations",
          "message": "messages", "derivation": "derivations", "fact_check": "fact checks", "node": "graph nodes",
@@ -19,7 +19,7 @@ NAMES = {"memory": "memories", "document": "documents", "chunk": "chunks", "conv
 
 
 def _summary(counts: dict[str, int]) -> str:
-    return ", ".join(f"{v} {NAMES.get(k, k)}" for k, v in counts.items() if v)
+    return ", ".join(counted(v, NAMES.get(k, k)) for k, v in counts.items() if v)
 
 
 def _export_passphrase(confirm: bool) -> str:
