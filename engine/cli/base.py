@@ -97,7 +97,7 @@ def counted(n: int, plural: str) -> str:
     """A count and its noun, singular for one: '1 chunk', '2 chunks', '1 memory', '1 audit entry'."""
     if n == 1:
         plural = plural[:-3] + "y" if plural.endswith("ies") else plural[:-1] if plural.endswith("s") else plural
-    return f"{n} {plural}"
+    return f"{n:,} {plural}"
 
 
 def add_json(p: argparse.ArgumentParser) -> None:

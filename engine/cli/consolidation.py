@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .base import Command, Handler, Session, add_json, console, escape, print_json, short, visible
+from .base import Command, Handler, Session, add_json, console, counted, escape, print_json, short, visible
 
 
 def consolidate(p: argparse.ArgumentParser) -> Handler:
@@ -22,8 +22,9 @@ def consolidate(p: argparse.ArgumentParser) -> Handler:
         else:
             c = console()
             c.print(f"Decayed {r.decayed}, archived {len(r.archived)} (restore with: personal-llm restore ID).")
-            c.print(f"Rolled up {r.rollup.sources} events into {r.rollup.facts} facts; added {r.extraction.edges} "
-                    f"graph facts; compared {r.pairs_checked} pairs, {len(r.conflicts)} new conflicts"
+            c.print(f"Rolled up {counted(r.rollup.sources, 'events')} into {counted(r.rollup.facts, 'facts')}; added "
+                    f"{counted(r.extraction.edges, 'graph facts')}; compared {counted(r.pairs_checked, 'pairs')}, "
+                    f"{counted(len(r.conflicts), 'new conflicts')}"
                     + (" (see: personal-llm conflicts)." if r.conflicts else "."))
             if not stopped:
                 for n in r.notes:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .base import Command, Handler, Session, add_json, console, escape, print_json, visible
+from .base import Command, Handler, Session, add_json, console, counted, escape, print_json, visible
 
 
 def graph(p: argparse.ArgumentParser) -> Handler:
@@ -20,7 +20,7 @@ def graph(p: argparse.ArgumentParser) -> Handler:
             print_json(view)
             return 0
         c = console()
-        c.print(f"[bold]{escape(view.entity)}[/bold]: {len(view.nodes) - 1} related, {len(view.edges)} facts "
+        c.print(f"[bold]{escape(view.entity)}[/bold]: {len(view.nodes) - 1} related, {counted(len(view.edges), 'facts')} "
                 f"within {view.hops} hop{'s' if view.hops > 1 else ''}")
         for e in view.edges:
             c.print(f"  {escape(e.text)}  [dim]{', '.join(e.sources)}[/dim]")
@@ -43,7 +43,7 @@ def extract(p: argparse.ArgumentParser) -> Handler:
             print_json(r)
         else:
             refused = sum(r.rejected.values())
-            console().print(f"Read {r.processed}, added {r.edges} facts and {r.nodes} entities, refused {refused}"
+            console().print(f"Read {r.processed}, added {counted(r.edges, 'facts')} and {counted(r.nodes, 'entities')}, refused {refused}"
                             + (f" ({', '.join(f'{k} {v}' for k, v in sorted(r.rejected.items()))})" if refused else "")
                             + f"; {r.remaining} waiting.")
             if r.note and not stopped:

@@ -16,7 +16,7 @@ from ..config import BackupSettings, LLMSettings, Settings
 from ..embeddings import resolve_model_choice
 from ..errors import UserError
 from ..llm import LLMConfig
-from .base import Command, Handler, Session, add_json, print_json
+from .base import Command, Handler, Session, add_json, counted, print_json
 
 CONFIG_KEYS = ("llm.provider", "llm.host", "llm.model", "llm.timeout", "backup.folder", "backup.schedule",
                "ocr.enabled", "embedding.model")
@@ -128,7 +128,7 @@ def _reembed(session: Session) -> None:
         done = eng.embed_pending(progress=progress, cancel=cancel)  # a new space: every row waits
         left = eng.stats().pending_embeddings
     if left:
-        sys.stderr.write(f"{left:,} rows still wait for a vector; the app or the API server embeds them in the "
+        sys.stderr.write(f"{counted(left, 'rows')} still {'waits' if left == 1 else 'wait'} for a vector; the app or the API server embeds them in the "
                          "background (recall matches their words meanwhile).\n")
     elif not done:
         sys.stderr.write("nothing to re-embed: the store already uses this model.\n")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from .base import Command, Handler, Session, add_json, console, escape, print_json
+from .base import Command, Handler, Session, add_json, console, counted, escape, print_json
 
 
 def stats(p: argparse.ArgumentParser) -> Handler:
@@ -26,9 +26,9 @@ def stats(p: argparse.ArgumentParser) -> Handler:
         t.add_row("memories", f"{s.memories}  ({', '.join(f'{k} {v}' for k, v in s.by_kind.items())})")
         t.add_row("archived", str(s.archived))
         t.add_row("conflicts", str(s.conflicts))
-        t.add_row("documents", f"{s.documents}  ({s.chunks} chunks)"
+        t.add_row("documents", f"{s.documents}  ({counted(s.chunks, 'chunks')})"
                                + (f", {s.documents_failed} failed" if s.documents_failed else ""))
-        t.add_row("graph", f"{s.nodes} nodes, {s.edges} edges")
+        t.add_row("graph", f"{counted(s.nodes, 'nodes')}, {counted(s.edges, 'edges')}")
         t.add_row("embedding model", f"{s.embedding_model}" + (f" ({s.embedding_dimension} dims)"
                                                               if s.embedding_dimension else ""))
         t.add_row("pending", f"{s.pending_embeddings} to embed, {s.pending_extraction} to extract, "

@@ -13,7 +13,7 @@ import threading
 from typing import Any
 
 from ..watch import ScanReport, WatchedFolder, WatchStatus
-from .base import Command, Handler, Session, add_json, console, escape, print_json
+from .base import Command, Handler, Session, add_json, console, counted, escape, print_json
 
 
 def _state(f: WatchedFolder) -> str:
@@ -125,7 +125,7 @@ def _run(a: argparse.Namespace, session: Session) -> int:
         parts = [f"{n} {what}" for what, n in (("added", r.added), ("updated", r.replaced),
                                                ("forgotten", r.forgotten), ("failed", r.failed)) if n]
         if parts or a.once:
-            c.print(f"{escape(r.path)}: " + (", ".join(parts) or f"up to date ({r.found} files)"))
+            c.print(f"{escape(r.path)}: " + (", ".join(parts) or f"up to date ({counted(r.found, 'files')})"))
 
     with session.open_engine() as eng:
         if a.once:
