@@ -34,15 +34,17 @@ def recall(p: argparse.ArgumentParser) -> Handler:
         t.add_column("score", justify="right", no_wrap=True)
         t.add_column("id", no_wrap=True)
         t.add_column("kind", no_wrap=True)
-        t.add_column("text", ratio=3, min_width=24)  # the text first: a long title or project wraps instead
-        t.add_column("where", ratio=1, max_width=24, overflow="fold")
+        t.add_column("text", ratio=1, min_width=24)
         for h in hits:
-            where = h.project or ""
+            where = f"project: {h.project}" if h.project else ""
             if h.kind == "chunk":
                 where = " · ".join(x for x in (h.document_title, h.locator) if x)
+            # where it is from on a line of its own under the text: as a column of its own, an 80-column
+            # terminal left it 7 characters ("paragra / phs 1–2")
             text = escape(f"…{short(h.passage, 360)}" if h.passage else short(h.text, 200)) + (
+                f"\n[dim]{escape(where)}[/dim]" if where else "") + (
                 f"\n[yellow]⚠ {escape(h.conflict)}[/yellow]" if h.conflict else "")
-            t.add_row(f"{h.score:.2f}", h.id, h.kind, text, escape(where))
+            t.add_row(f"{h.score:.2f}", h.id, h.kind, text)
         console().print(t)
         return 0
 

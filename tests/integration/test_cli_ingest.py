@@ -60,6 +60,9 @@ def test_ingest_reports_every_file_and_exits_1_when_any_failed(profile_home: Pat
                and h["locator"] for h in json.loads(run("recall", "frob config file on Linux", "--json").stdout))
     stats = json.loads(run("stats", "--json").stdout)
     assert stats["documents"] == 1 and stats["chunks"] == by_name["handbook.md"]["chunks"]
+    # in human form on an 80-column terminal, where a passage is from reads whole under its text
+    shown = run("recall", "frob config file on Linux", env={**os.environ, "COLUMNS": "80"}).stdout
+    assert "Handbook · Setup › Linux" in shown, shown
     assert run("forget", doc_id).returncode == 1
     code, back = ingest_json(str(docs / "notes.txt"))  # in human form: "1 chunk", not "1 chunks"
     shown = run("forget", back[0]["document_id"]).stdout
