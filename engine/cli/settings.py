@@ -74,7 +74,7 @@ def config(p: argparse.ArgumentParser) -> Handler:
         elif a.action == "set" and a.key == "embedding.model":
             settings.embedding_model = resolve_model_choice(a.value)
             session.save_settings(settings)
-            if not a.later:
+            if not a.later and settings.embedding_model != "none":  # none: words only, nothing to embed
                 _reembed(session)
         elif a.action == "set":
             field = a.key.removeprefix("llm.")

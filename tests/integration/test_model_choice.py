@@ -48,6 +48,10 @@ def test_cli_choice_re_embeds_with_progress(profile_home: Path):
     assert stats["pending_embeddings"] == 0 and stats["embedding_model"] == DEFAULT_MODEL
     hits = ok_json("recall", "Which city is my sibling based in?")
     assert any("Lisbon" in h["text"] and h["cosine"] for h in hits)
+    # and back to words only: a setting like any other, not an error (nothing is embedded for it)
+    p = run("config", "set", "embedding.model", "none")
+    assert p.returncode == 0 and "error" not in p.stderr and "embedding.model = none" in p.stdout, p.stderr
+    assert [h["text"] for h in ok_json("recall", "boat berth")][:1] == ["The boat is moored in Porto, berth 12."]
 
 
 def test_cli_refuses_a_folder_that_is_no_model(profile_home: Path, tmp_path: Path):
