@@ -129,14 +129,12 @@ def list_memories(p: argparse.ArgumentParser) -> Handler:
         from rich.table import Table
 
         t = Table(expand=True)
-        for col in ("id", "kind", "project", "when", "text"):
-            if col == "project":  # a long project name wraps instead of taking the text's room
-                t.add_column(col, max_width=12, overflow="fold")
-            else:
-                t.add_column(col, ratio=1 if col == "text" else None, no_wrap=col != "text",
-                             min_width=24 if col == "text" else None)
-        for m in mems:
-            t.add_row(m.id, m.kind, escape(m.project or ""), (m.at or m.created_at or "")[:10], escape(short(m.text, 160)))
+        for col in ("id", "kind", "when"):
+            t.add_column(col, no_wrap=True)
+        t.add_column("text", ratio=1, min_width=24)
+        for m in mems:  # the project under the text: as a column it left the text 14 characters of 80
+            t.add_row(m.id, m.kind, (m.at or m.created_at or "")[:10], escape(short(m.text, 160)) + (
+                f"\n[dim]project: {escape(m.project)}[/dim]" if m.project else ""))
         console().print(t)
         return 0
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from .base import Command, Handler, Session, add_json, console, counted, escape, print_json
 
@@ -56,10 +57,12 @@ def audit(p: argparse.ArgumentParser) -> Handler:
         from rich.table import Table
 
         t = Table(expand=True)
-        for col in ("when", "actor", "action", "target", "detail"):
-            t.add_column(col)
-        for e in entries:
-            t.add_row(e.at, e.actor, e.action, escape(e.target or ""), escape(json.dumps(e.detail)))
+        for col in ("when (UTC)", "actor", "action"):
+            t.add_column(col, no_wrap=True)
+        t.add_column("target", max_width=22, overflow="fold")
+        t.add_column("detail", ratio=1, min_width=16)
+        for e in entries:  # to the minute: the whole timestamp was cut to "2026-12-06T0…" on 80 columns
+            t.add_row(e.at[:16].replace("T", " "), e.actor, e.action, escape(e.target or ""), escape(_detail(e.detail)))
         console().print(t)
         return 0
 
@@ -77,6 +80,19 @@ def self_test(p: argparse.ArgumentParser) -> Handler:
         return run_checks(semantic=not a.lexical_only, use_keychain=not a.no_keychain, json_out=a.json)
 
     return run
+
+
+def _detail(detail: Any) -> str:
+    """An audit entry's detail in a line a person reads ("kind episodic · sources 2"; `--json` has it all):
+    a list by its length, a nested value as JSON."""
+    if not isinstance(detail, dict):
+        return json.dumps(detail)
+    parts = []
+    for k, v in detail.items():
+        shown = (str(len(v)) if isinstance(v, list) else str(v).lower() if isinstance(v, bool)
+                 else json.dumps(v) if isinstance(v, dict) else str(v))
+        parts.append(f"{k} {shown}")
+    return " · ".join(parts)
 
 
 COMMANDS = [

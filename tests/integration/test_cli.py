@@ -48,6 +48,12 @@ def test_human_output_is_a_table_not_a_dump(profile_home: Path):
     p = run("recall", "garage code")
     assert p.returncode == 0 and "garage code" in p.stdout and "{" not in p.stdout
     assert "memories" in run("stats").stdout
+    # on an 80-column terminal the text keeps the room (the project goes under it), the log reads as words
+    assert run("remember", "The bike lock code is 0451.", "--project", "errands").returncode == 0
+    listing = run("list", env={"COLUMNS": "80"}).stdout
+    assert "The bike lock code is 0451." in listing and "project: errands" in listing, listing
+    audit = run("audit", env={"COLUMNS": "80"}).stdout
+    assert "remember" in audit and "kind fact" in audit and "{" not in audit, audit
 
 
 def test_text_that_looks_like_markup_is_shown_literally(profile_home: Path):
