@@ -168,9 +168,10 @@ class MainWindow(QMainWindow):
         if (width, height) != (self.width(), self.height()):
             self.resize(width, height)
         frame = self.frameGeometry()
-        x = min(max(frame.left(), area.left()), area.right() - frame.width() + 1)
-        y = min(max(frame.top(), area.top()), area.bottom() - frame.height() + 1)
-        self.move(max(x, area.left()), max(y, area.top()))
+        x = max(min(max(frame.left(), area.left()), area.right() - frame.width() + 1), area.left())
+        y = max(min(max(frame.top(), area.top()), area.bottom() - frame.height() + 1), area.top())
+        if (x, y) != (frame.left(), frame.top()):  # only when it must: a move made while the window manager
+            self.move(x, y)  # had not told the frame yet put the window a title bar lower at every start
 
     def showEvent(self, event) -> None:  # noqa: N802 - Qt override
         super().showEvent(event)

@@ -67,6 +67,16 @@ def test_the_window_remembers_its_place_and_comes_back_on_screen(qtbot, qasync_l
     qtbot.addWidget(third)
     assert area.contains(third.frameGeometry()), (third.frameGeometry(), area)
     assert isinstance(third._state.value("window/geometry"), QByteArray)
+    # a window already on the screen is not moved: on X a move made before the window manager has told the
+    # frame takes the window's own corner for the frame's, and the window crept down a title bar per start
+    moves = []
+    second.move = lambda *at: moves.append(at)  # type: ignore[method-assign]
+    second.keep_on_screen()
+    assert moves == []
+    third.setGeometry(QRect(area.right() - 100, area.y() + 10, 500, 400))  # half off the screen: brought back
+    third.move = lambda *at: moves.append(at)  # type: ignore[method-assign]
+    third.keep_on_screen()
+    assert moves and moves[0][0] <= area.right() - 500
 
 
 def test_the_editor_moves_into_a_drawer_when_narrow(qtbot, desktop):
