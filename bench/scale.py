@@ -170,15 +170,6 @@ def one_blas_thread():
     return threadpool_limits(1, user_api="blas")
 
 
-def timed(fn, reps: int) -> list[float]:
-    out = []
-    for i in range(reps):
-        t0 = time.perf_counter()
-        fn(i)
-        out.append(time.perf_counter() - t0)
-    return out
-
-
 def settle(eng, made: list[str], rng: random.Random) -> float:
     """Seconds until what the engine does in the background after opening is done: the first remember
     with a vector starts the near-duplicate buckets (seconds at 1M rows, sharing the CPU with whatever runs),
@@ -296,9 +287,10 @@ def flat_operations(sides: list[Side], ops: int) -> None:
     feed_times(sides, ops)
     for side in sides:  # all of them: the next size compares against the fill alone
         side.doomed = list(dict.fromkeys(side.made))
-    interleaved(sides, "forget", lambda s, i: s.eng.forget(s.doomed[i]), min(len(s.doomed) for s in sides))
+    both = min(len(s.doomed) for s in sides)
+    interleaved(sides, "forget", lambda s, i: s.eng.forget(s.doomed[i]), both)
     for side in sides:
-        for uid in side.doomed[min(len(s.doomed) for s in sides):]:
+        for uid in side.doomed[both:]:
             side.eng.forget(uid)
     # and memories of the fill, anywhere in it: their pages are mostly not in the cache, and their stored
     # mirror block is rewritten (the just-made ones above have none yet)

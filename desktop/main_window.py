@@ -168,8 +168,8 @@ class MainWindow(QMainWindow):
         if (width, height) != (self.width(), self.height()):
             self.resize(width, height)
         frame = self.frameGeometry()
-        x = max(min(max(frame.left(), area.left()), area.right() - frame.width() + 1), area.left())
-        y = max(min(max(frame.top(), area.top()), area.bottom() - frame.height() + 1), area.top())
+        x = max(area.left(), min(frame.left(), area.right() - frame.width() + 1))
+        y = max(area.top(), min(frame.top(), area.bottom() - frame.height() + 1))
         if (x, y) != (frame.left(), frame.top()):  # only when it must: a move made while the window manager
             self.move(x, y)  # had not told the frame yet put the window a title bar lower at every start
 

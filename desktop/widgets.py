@@ -74,6 +74,7 @@ def refill_editable(combo: QComboBox, items: list[str], *, fallback: str = "") -
     finally:
         combo.blockSignals(False)
 
+
 class EmptyState(QWidget):
     """A friendly line (and a hint) where a list has nothing to show."""
 

@@ -1298,7 +1298,8 @@ class VectorIndex:
         False when m holds so many removed rows that it should be loaded again (compacted)."""
         for rid in deleted:
             m.remove(rid)
-        id_list = sorted(ids - deleted)  # none of them when the write only deleted: nothing is read
+        live = ids - deleted  # none of them when the write only deleted: nothing is read
+        id_list = sorted(live)
         found: list[tuple] = []
         key = "m.id" if self.table == "memories" else "c.id"
         for i in range(0, len(id_list), 500):
@@ -1306,7 +1307,7 @@ class VectorIndex:
             q = _SOURCES[self.table] + f" WHERE {key} IN ({','.join('?' * len(part))})"
             found.extend(con.execute(q, part).fetchall())
         present = {r[0] for r in found}
-        for rid in set(id_list) - present:
+        for rid in live - present:
             m.remove(rid)
         m.add(found)
         if self.table == "memories" and present:
