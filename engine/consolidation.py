@@ -45,6 +45,7 @@ from .models import Memory, iso
 from .prompts import prompt, untrusted
 from .storage import consolidation as rows
 from .storage import memories as memory_rows
+from .storage.tallies import Tallies
 
 log = logging.getLogger(__name__)
 
@@ -122,11 +123,10 @@ class Consolidation:
         self.graph = graph
         self.language = language
 
-    def notes(self) -> list[str]:
+    def notes(self, counts: Tallies) -> list[str]:
         """For stats: what waits for a language model (empty when one answers or nothing waits)."""
-        con = self.ctx.con
-        extract = self.graph.pending_extraction(con)
-        rollup, facts = rows.waiting_counts(con)
+        extract = counts.pending_extraction()
+        rollup, facts = counts.waiting()
         if not (extract or rollup or facts > 1):
             return []
         router, why = self.language.ready()

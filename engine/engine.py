@@ -67,7 +67,7 @@ from .models import (
 )
 from .recall import Retriever
 from .space import Mutation, VectorSpace
-from .storage import state, stats
+from .storage import state, stats, tallies
 from .transfer import ExportResult, ImportResult, Progress, Transfer
 from .unlock import open_store
 from .watch import ScanReport, Watch, WatchedFolder, WatchRemoved, WatchStatus
@@ -569,10 +569,11 @@ class Engine:
     # stats, audit, diagnostics, secrets kept for interfaces
     # ------------------------------------------------------------------------------------------------
     def stats(self) -> Stats:
-        return stats.collect(self.ctx, pending_extraction=self.graph.pending_extraction(),
-                             embedding_ready=self.space.embedder.ready,
-                             notes=self.space.notes() + self.consolidation.notes()
-                             + self.documents.notes())
+        with self.store.read() as con:  # one snapshot, every count from one read of the tallies
+            counts = tallies.read(con)
+            notes = (self.space.notes() + self.consolidation.notes(counts)
+                     + self.documents.notes(counts.tally("d:failed")))
+            return stats.collect(self.ctx, counts, embedding_ready=self.space.embedder.ready, notes=notes)
 
     # ------------------------------------------------------------------------------------------------
     # keys, erasure and backups (engine/keyops.py, engine/erasure.py, engine/backup.py)

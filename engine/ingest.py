@@ -590,9 +590,9 @@ class Documents:
                     for r in rows.given_up(self.ctx.con, scope, any_project=project is None)]
         return [_document(r) for r in rows.ready(self.ctx.con, scope, any_project=project is None)]
 
-    def notes(self) -> list[str]:
-        """Lines for stats: documents that could not be ingested."""
-        failed = rows.count_given_up(self.ctx.con)
+    @staticmethod
+    def notes(failed: int) -> list[str]:
+        """Lines for stats: the documents that could not be ingested (`failed` of them)."""
         if not failed:
             return []
         return [f"{failed} document{'s' if failed != 1 else ''} could not be ingested (`personal-llm documents "

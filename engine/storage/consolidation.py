@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from ..db import Connection
-from . import state, tallies
+from . import state
 from .memories import COLS, marks
 
 # When a memory was last used: stored (or imported) or used since. Not when its event happened: a memory
@@ -215,9 +215,3 @@ def mark_rolled_up(con: Connection, scope: str, ids: list[int], last_id: int, no
     )
 
 
-def waiting_counts(con: Connection) -> tuple[int, int]:
-    """(unprocessed live events, live facts), from the tallies (the same cost at any size)."""
-    live = [t for t in tallies.memory_tallies(con) if not t.archived]
-    rollup = sum(t.n for t in live if t.kind == "episodic" and not t.processed)
-    facts = sum(t.n for t in live if t.kind == "fact")
-    return rollup, facts

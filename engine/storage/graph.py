@@ -23,7 +23,7 @@ def _marks(items: list[Any]) -> str:
 
 def pending_extraction(con: Connection) -> int:
     """Memories and chunks not read for triples yet (from the tallies: the same cost at any size)."""
-    return tallies.memories_unextracted(con) + tallies.chunk_tally(con, unextracted=True)
+    return tallies.read(con).pending_extraction()
 
 
 def unread(con: Connection, limit: int | None) -> list[tuple[int, int, str, str, str]]:

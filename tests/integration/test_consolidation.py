@@ -146,7 +146,7 @@ def test_without_a_language_model_decay_and_archive_run_and_the_rest_waits(eng: 
     # the archived lunch is not waiting for anything: roll-up and extraction skip archived memories
     assert stats.pending_rollup == len(TRIP) and stats.pending_extraction == len(TRIP) + 1
     assert eng.list_memories(kind="fact")[0].text == "Alice lives in Lisbon."  # no roll-up facts
-    assert eng.consolidation.notes()
+    assert eng.stats().notes
 
 
 # -- contradictions -------------------------------------------------------------------------------------

@@ -199,7 +199,7 @@ def test_extraction_waits_without_a_language_model(eng: Engine, server: OllamaTe
     report = eng.extract_pending()
     assert report.waiting and report.processed == 0 and report.remaining == 1
     assert "language model" in report.note
-    assert any("wait for a language model" in n for n in eng.consolidation.notes())
+    assert any("wait for a language model" in n for n in eng.stats().notes)
 
     url = server.url
     server.close()  # configured, but nobody answers

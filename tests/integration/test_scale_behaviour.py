@@ -306,6 +306,16 @@ def test_the_tallies_match_the_rows(profile_home):
         assert s.pending_extraction == count("SELECT count(*) FROM memories WHERE extracted = 0 AND archived = 0") \
             + count("SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.document_id "
                     "WHERE d.status = 'ready' AND c.extracted = 0")  # a given-up document's chunks wait for nothing
+        assert any("1 document could not be ingested" in n for n in s.notes), s.notes
+        seen: list[str] = []
+        con.set_trace_callback(seen.append)
+        again = eng.stats()
+        con.set_trace_callback(None)
+        assert again == s
+        # the tallies read once, and two counts beside them, in one snapshot (22 statements before, the tallies
+        # read nine times over: more work per call, and calls that could disagree with each other)
+        assert [q for q in seen if q not in ("BEGIN", "COMMIT")][0].startswith("SELECT name, n FROM tallies")
+        assert len([q for q in seen if q not in ("BEGIN", "COMMIT")]) <= 4, seen
 
 
 def test_a_reader_in_an_older_transaction_does_not_reload_the_mirror(store_with_vectors, profile_home):
