@@ -16,7 +16,7 @@ import logging
 import os
 import shutil
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sized
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +55,12 @@ SMALL_CACHE_KIB = 1024  # Store.small: a poll's connection
 # changed this many rows since the last refresh; ANALYZE reads at most ANALYSIS_LIMIT rows of each index.
 OPTIMIZE_AFTER_CHANGES = 20_000
 ANALYSIS_LIMIT = 1000
+# Prepared statements a connection keeps. sqlcipher3's cache (pysqlite's) orders its entries by use and,
+# once full, gives a statement not seen before only its last slot: the next new one takes it. IN lists of
+# every length filled the default 100 after a few recalls, and from then on every statement a process had
+# not used by then (the six of `stats`, say) was prepared again on each run, 2x the time of a short one.
+# So: room enough, and IN lists of few lengths (`marks`/`padded`), so that the statements are a bounded set.
+CACHED_STATEMENTS = 1024
 
 
 # SQLite's primary result codes (the low byte of the extended code in e.sqlite_errorcode;
@@ -241,10 +247,28 @@ def cipher_of(con: Connection) -> tuple[str, ...]:
     return getattr(con, "cipher", CIPHER_LEGACY)
 
 
+def _in_list_length(n: int) -> int:
+    return 0 if n == 0 else 1 << (n - 1).bit_length()
+
+
+def marks(values: Sized) -> str:
+    """The `?` marks of an SQL IN list of these values: as many as `padded(values)` binds, the next power of
+    two, so that a statement's text takes one of a dozen forms whatever the list's length (CACHED_STATEMENTS)."""
+    return ",".join("?" * _in_list_length(len(values)))
+
+
+def padded(values: Iterable[Any]) -> list[Any]:
+    """The values to bind to `marks(values)`: the last one repeated up to its length (an IN list means the same
+    with a value twice)."""
+    out = list(values)
+    return out + out[-1:] * (_in_list_length(len(out)) - len(out))
+
+
 def _connect(path: Path, key_pragma: str, cipher: tuple[str, ...]) -> Connection:
     try:
         con = sqlcipher3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
-                                 check_same_thread=False, factory=MappedConnection)
+                                 check_same_thread=False, factory=MappedConnection,
+                                 cached_statements=CACHED_STATEMENTS)
     except DatabaseError as e:
         mapped = explain(e, path)
         if mapped is None:

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 from . import ranking
-from .db import Connection
+from .db import Connection, marks, padded
 from .vectors import ACTIVITY_SOURCE, Filter
 
 WORD = re.compile(r"\w+", re.UNICODE)  # a word of a query or a memory (engine.memories.content_words)
@@ -391,18 +391,18 @@ def term_scores(con: Connection, fts: str, terms: list[str], ids: list[int], dfs
         return {}
     n, tokens = averages
     mean = tokens / n or 1.0
-    marks = ",".join("?" * len(ids))
+    in_ids, bound = marks(ids), padded(ids)
     tfs: dict[int, dict[str, int]] = {}
     for t in terms:
         for rid, marked, text in con.execute(
                 f"SELECT rowid, highlight({fts}, 0, char(1), char(2)), text FROM {fts} WHERE {fts} MATCH ? "
-                f"AND rowid IN ({marks})", ('"' + t.replace('"', '""') + '"', *ids)):
+                f"AND rowid IN ({in_ids})", ('"' + t.replace('"', '""') + '"', *bound)):
             # the marks highlight() added (a text may hold the character itself)
             tfs.setdefault(rid, {})[t] = (marked or "").count("\x01") - (text or "").count("\x01")
     if not tfs:
         return {}
     lengths = {rid: _varint(bytes(sz), 0)[0] for rid, sz in con.execute(
-        f"SELECT id, sz FROM {fts}_docsize WHERE id IN ({','.join('?' * len(tfs))})", list(tfs)) if sz}
+        f"SELECT id, sz FROM {fts}_docsize WHERE id IN ({marks(tfs)})", padded(tfs)) if sz}
     out = {}
     for rid, counts in tfs.items():
         norm = BM25_K1 * (1 - BM25_B + BM25_B * lengths.get(rid, mean) / mean)
@@ -423,16 +423,16 @@ def passing(con: Connection, keys: list[tuple[str, int]], f: Filter) -> list[tup
     for p in range(0, len(mids), 500):
         part = mids[p : p + 500]
         ok.update(("m", r[0]) for r in con.execute(
-            f"SELECT m.id FROM memories m WHERE m.id IN ({','.join('?' * len(part))})"
-            + "".join(" AND " + w for w in where), [*part, *args]).fetchall())
+            f"SELECT m.id FROM memories m WHERE m.id IN ({marks(part)})"
+            + "".join(" AND " + w for w in where), [*padded(part), *args]).fetchall())
     g = Filter(projects=f.projects, since=f.since, until=f.until, include_archived=True)
     where, args = _filter_sql(g, "d", time_col="d.created_at", kind_col=None, archived_col=None)
     for p in range(0, len(cids), 500):
         part = cids[p : p + 500]
         ok.update(("c", r[0]) for r in con.execute(
             "SELECT c.id FROM chunks c JOIN documents d ON d.id = c.document_id AND d.status = 'ready' "
-            f"WHERE c.id IN ({','.join('?' * len(part))})" + "".join(" AND " + w for w in where),
-            [*part, *args]).fetchall())
+            f"WHERE c.id IN ({marks(part)})" + "".join(" AND " + w for w in where),
+            [*padded(part), *args]).fetchall())
     return [key for key in keys if key in ok]
 
 
@@ -475,7 +475,7 @@ def neighbours(con: Connection, ids: list[int], f: Filter, reach: int = 2) -> di
         part = want[p : p + 500]
         for r in con.execute(
             "SELECT m.id, m.project, coalesce(m.event_at, m.created_at), m.conversation_id FROM memories m "
-            f"WHERE m.kind = 'episodic' AND m.id IN ({','.join('?' * len(part))}){cond}", [*part, *args]
+            f"WHERE m.kind = 'episodic' AND m.id IN ({marks(part)}){cond}", [*padded(part), *args]
         ).fetchall():
             info[r[0]] = r[1:]
     out: dict[int, dict[int, int]] = {}

@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 import numpy as np
 
 from . import lsh, mirror_layout
-from .db import Connection, DatabaseError, ProgrammingError
+from .db import Connection, DatabaseError, ProgrammingError, marks, padded
 from .embeddings import Windows
 from .errors import EngineError
 from .mirror_layout import EXCEPTION, GONE, META_BYTES
@@ -297,12 +297,12 @@ def gone_rows(con: Connection, table: str, blocks: list[int]) -> dict[int, np.nd
         part = blocks[i : i + 500]
         for block, meta in con.execute(
                 f"SELECT block, meta FROM vector_mirror WHERE tbl = ? AND codes IS NOT NULL AND block IN "
-                f"({','.join('?' * len(part))})", (code, *part)):
+                f"({marks(part)})", (code, *padded(part))):
             flagged = mirror_layout.flagged(meta, GONE)
             if not len(flagged):
                 continue
             back = {r[0] for r in con.execute(
-                f"SELECT id FROM vec_{table}_f32 WHERE id IN ({','.join('?' * len(flagged))})", flagged.tolist())}
+                f"SELECT id FROM vec_{table}_f32 WHERE id IN ({marks(flagged)})", padded(flagged.tolist()))}
             went = np.array([rid for rid in flagged.tolist() if rid not in back], dtype=np.int64)
             if len(went):
                 out[int(block)] = went
@@ -376,8 +376,8 @@ def read_windows(con: Connection, ids: list[int] | None = None) -> dict[int, np.
     out: dict[int, list[np.ndarray]] = {}
     parts = [None] if ids is None else [ids[p : p + 500] for p in range(0, len(ids), 500)]
     for part in parts:
-        where = "" if part is None else f" WHERE w.memory_id IN ({','.join('?' * len(part))})"
-        for rid, blob in con.execute(_WINDOWS + where + " ORDER BY w.memory_id, w.id", part or ()).fetchall():
+        where = "" if part is None else f" WHERE w.memory_id IN ({marks(part)})"
+        for rid, blob in con.execute(_WINDOWS + where + " ORDER BY w.memory_id, w.id", padded(part or ())).fetchall():
             out.setdefault(rid, []).append(np.frombuffer(blob, dtype=np.float32))
     return {rid: np.stack(v) for rid, v in out.items()}
 
@@ -389,7 +389,7 @@ def read_vectors(con: Connection, table: str, ids: list[int]) -> dict[int, np.nd
     for p in range(0, len(ids), 500):
         part = ids[p : p + 500]
         for rid, blob in con.execute(
-            f"SELECT id, embedding FROM vec_{table}_f32 WHERE id IN ({','.join('?' * len(part))})", part
+            f"SELECT id, embedding FROM vec_{table}_f32 WHERE id IN ({marks(part)})", padded(part)
         ).fetchall():
             out[rid] = np.frombuffer(blob, dtype=np.float32)
     return out
@@ -1304,8 +1304,8 @@ class VectorIndex:
         key = "m.id" if self.table == "memories" else "c.id"
         for i in range(0, len(id_list), 500):
             part = id_list[i : i + 500]
-            q = _SOURCES[self.table] + f" WHERE {key} IN ({','.join('?' * len(part))})"
-            found.extend(con.execute(q, part).fetchall())
+            q = _SOURCES[self.table] + f" WHERE {key} IN ({marks(part)})"
+            found.extend(con.execute(q, padded(part)).fetchall())
         present = {r[0] for r in found}
         for rid in live - present:
             m.remove(rid)
@@ -1674,8 +1674,8 @@ class VectorIndex:
             key = "m.id" if self.table == "memories" else "c.id"
             for i in range(0, len(ids), 500):
                 part = ids[i : i + 500]
-                sql = _SOURCES[self.table] + f" WHERE {key} IN ({','.join('?' * len(part))})"
-                for r in con.execute(sql, part).fetchall():
+                sql = _SOURCES[self.table] + f" WHERE {key} IN ({marks(part)})"
+                for r in con.execute(sql, padded(part)).fetchall():
                     meta[r[0]] = r
             m.add([meta[i] for i in ids if i in meta])
             if self.table == "memories" and windows:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..db import Connection
+from ..db import Connection, marks, padded
 from . import state
-from .memories import COLS, marks
+from .memories import COLS
 
 # When a memory was last used: stored (or imported) or used since. Not when its event happened: a memory
 # of 1995 stored today, or a chat history imported today, is as fresh as any other.
@@ -193,7 +193,7 @@ def events(con: Connection, ids: list[int]) -> list[tuple[str, float]]:
     """(text, when) of these events in time order."""
     return con.execute(
         f"SELECT text, coalesce(event_at, created_at) FROM memories WHERE id IN ({marks(ids)}) "
-        "ORDER BY coalesce(event_at, created_at), id", ids).fetchall()
+        "ORDER BY coalesce(event_at, created_at), id", padded(ids)).fetchall()
 
 
 def derive(con: Connection, fact: int, sources: list[int]) -> None:

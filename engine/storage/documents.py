@@ -8,8 +8,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from ..db import Connection
-from .memories import marks
+from ..db import Connection, marks, padded
 
 DOC_COLS = "uid, path, title, mime, chunk_count, size, project, created_at, updated_at, meta"
 
@@ -215,7 +214,7 @@ def unembedded_chunks(con: Connection, doc_ids: list[int], limit: int) -> list[t
     """(id, text, content hash, document id) of these documents' chunks without a vector, in order."""
     return con.execute(
         "SELECT id, text, content_hash, document_id FROM chunks WHERE embedded_hash IS NULL AND "
-        f"document_id IN ({marks(doc_ids)}) ORDER BY id LIMIT ?", (*doc_ids, limit),
+        f"document_id IN ({marks(doc_ids)}) ORDER BY id LIMIT ?", (*padded(doc_ids), limit),
     ).fetchall()
 
 

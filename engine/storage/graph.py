@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import cast
 
-from ..db import Connection
+from ..db import Connection, marks, padded
 from . import tallies
 
 
@@ -15,10 +15,6 @@ def batched(items: list[int], size: int = 400) -> Iterator[list[int]]:
     """Slices small enough for SQLite's limit on bound parameters."""
     for start in range(0, len(items), size):
         yield items[start : start + size]
-
-
-def _marks(items: list[Any]) -> str:
-    return ",".join("?" * len(items))
 
 
 def pending_extraction(con: Connection) -> int:
@@ -122,12 +118,12 @@ def edges_touching(con: Connection, ids: list[int], project: str | None) -> list
     from live memories and ready documents (of `project`, when given)."""
     found: list[tuple] = []
     for part in batched(ids):
-        marks = _marks(part)
+        in_part, part = marks(part), padded(part)
         found += con.execute(
             "SELECT e.id, e.src, e.rel, e.dst, e.memory_id, m.uid, e.chunk_id, c.uid FROM edges e "
             "LEFT JOIN memories m ON m.id = e.memory_id "
             "LEFT JOIN chunks c ON c.id = e.chunk_id LEFT JOIN documents d ON d.id = c.document_id "
-            f"WHERE (e.src IN ({marks}) OR e.dst IN ({marks})) "
+            f"WHERE (e.src IN ({in_part}) OR e.dst IN ({in_part})) "
             "AND (e.memory_id IS NULL OR m.archived = 0) AND (e.chunk_id IS NULL OR d.status = 'ready') "
             "AND (? IS NULL OR coalesce(m.project, d.project) IS ?)",
             (*part, *part, project, project),
@@ -139,7 +135,7 @@ def names(con: Connection, ids: list[int]) -> list[tuple[int, str, str | None]]:
     """(id, name, type) of these nodes."""
     found: list[tuple[int, str, str | None]] = []
     for part in batched(ids):
-        found += con.execute(f"SELECT id, name, type FROM nodes WHERE id IN ({_marks(part)})", part).fetchall()
+        found += con.execute(f"SELECT id, name, type FROM nodes WHERE id IN ({marks(part)})", padded(part)).fetchall()
     return found
 
 

@@ -7,7 +7,7 @@ import json
 from typing import Any, cast
 
 from .. import vectors
-from ..db import Connection
+from ..db import Connection, marks, padded
 from ..errors import NotFound
 from ..models import Memory, iso
 
@@ -15,10 +15,6 @@ COLS = (
     "id, uid, kind, text, project, importance, created_at, updated_at, event_at, last_accessed_at, "
     "access_count, archived, source, conflict_with, embedded_hash, content_hash, meta"
 )
-
-
-def marks(items: list[Any] | set[Any]) -> str:
-    return ",".join("?" * len(items))
 
 
 def to_memory(row: tuple) -> Memory:
@@ -135,7 +131,7 @@ def edge_nodes(con: Connection, ids: list[int] | set[int]) -> set[int]:
     out: set[int] = set()
     for p in range(0, len(order), 500):
         part = order[p : p + 500]
-        for src, dst in con.execute(f"SELECT src, dst FROM edges WHERE memory_id IN ({marks(part)})", part):
+        for src, dst in con.execute(f"SELECT src, dst FROM edges WHERE memory_id IN ({marks(part)})", padded(part)):
             out.update((src, dst))
     return out
 
@@ -153,7 +149,7 @@ def drop_orphan_nodes(con: Connection, candidates: set[int] | None = None) -> in
         part = order[p : p + 500]
         gone += con.execute(
             f"DELETE FROM nodes WHERE id IN ({marks(part)}) AND NOT EXISTS (SELECT 1 FROM edges WHERE src = nodes.id) "
-            "AND NOT EXISTS (SELECT 1 FROM edges WHERE dst = nodes.id)", part
+            "AND NOT EXISTS (SELECT 1 FROM edges WHERE dst = nodes.id)", padded(part)
         ).rowcount
     return gone
 
@@ -168,7 +164,7 @@ def own_summary(con: Connection, rid: int, source: str) -> None:
 def derived_from(con: Connection, ids: list[int]) -> list[int]:
     """Facts summarised (even in part) from these memories."""
     return [r[0] for r in con.execute(
-        f"SELECT DISTINCT derived_id FROM derivations WHERE source_id IN ({marks(ids)})", ids)]
+        f"SELECT DISTINCT derived_id FROM derivations WHERE source_id IN ({marks(ids)})", padded(ids))]
 
 
 def requeue_sources(con: Connection, derived: list[int], gone: set[int] | None = None) -> None:
@@ -176,18 +172,18 @@ def requeue_sources(con: Connection, derived: list[int], gone: set[int] | None =
     keep = sorted(gone or ())
     con.execute(f"UPDATE memories SET processed = 0 WHERE id IN (SELECT source_id FROM derivations "
                 f"WHERE derived_id IN ({marks(derived)})) AND id NOT IN ({marks(keep)})",
-                [*derived, *keep])
+                [*padded(derived), *padded(keep)])
 
 
 def delete(con: Connection, ids: set[int]) -> tuple[list[str], int]:
     """Delete these memories (their edges go by cascade); flags pointing at them are cleared.
     Returns their uids and the number of edges that went with them."""
     order = sorted(ids)
-    uids = [r[0] for r in con.execute(f"SELECT uid FROM memories WHERE id IN ({marks(order)})", order).fetchall()]
-    edges = con.execute(f"SELECT count(*) FROM edges WHERE memory_id IN ({marks(order)})", order).fetchone()[0]
+    uids = [r[0] for r in con.execute(f"SELECT uid FROM memories WHERE id IN ({marks(order)})", padded(order))]
+    edges = con.execute(f"SELECT count(*) FROM edges WHERE memory_id IN ({marks(order)})", padded(order)).fetchone()[0]
     # conflicts pointing at a deleted memory are no longer conflicts
-    con.execute(f"UPDATE memories SET conflict_with = NULL WHERE conflict_with IN ({marks(uids)})", uids)
-    con.execute(f"DELETE FROM memories WHERE id IN ({marks(order)})", order)
+    con.execute(f"UPDATE memories SET conflict_with = NULL WHERE conflict_with IN ({marks(uids)})", padded(uids))
+    con.execute(f"DELETE FROM memories WHERE id IN ({marks(order)})", padded(order))
     return uids, edges
 
 
@@ -198,9 +194,9 @@ def scrub_transcripts(con: Connection, uids: list[str]) -> int:
     for p in range(0, len(uids), 500):
         part = uids[p : p + 500]
         doomed.update(r[0] for r in con.execute(
-            f"SELECT message_id FROM message_sources WHERE uid IN ({marks(part)})", part).fetchall())
+            f"SELECT message_id FROM message_sources WHERE uid IN ({marks(part)})", padded(part)).fetchall())
     if doomed:
-        con.execute(f"DELETE FROM messages WHERE id IN ({marks(doomed)})", sorted(doomed))
+        con.execute(f"DELETE FROM messages WHERE id IN ({marks(doomed)})", padded(sorted(doomed)))
     return len(doomed)
 
 
@@ -251,7 +247,7 @@ def uids_of(con: Connection, table: str, ids: list[int]) -> list[str]:
     if not ids:
         return []
     return [r[0] for r in con.execute(
-        f"SELECT uid FROM {table} WHERE id IN ({marks(ids)}) ORDER BY id", ids).fetchall()]
+        f"SELECT uid FROM {table} WHERE id IN ({marks(ids)}) ORDER BY id", padded(ids)).fetchall()]
 
 
 def row_of(con: Connection, uid: str) -> tuple[int, str]:

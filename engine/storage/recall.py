@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from .. import vectors
-from ..db import Connection
-from .memories import COLS, marks
+from ..db import Connection, marks, padded
+from .memories import COLS
 
 
 def graph_has_edges(con: Connection) -> bool:
@@ -20,7 +20,7 @@ def anything_unembedded(con: Connection) -> bool:
 
 def memory_rows(con: Connection, ids: list[int]) -> list[tuple]:
     """Memory rows (storage.memories.COLS) by row id."""
-    return con.execute(f"SELECT {COLS} FROM memories WHERE id IN ({marks(ids)})", ids).fetchall()
+    return con.execute(f"SELECT {COLS} FROM memories WHERE id IN ({marks(ids)})", padded(ids)).fetchall()
 
 
 def chunk_rows(con: Connection, ids: list[int]) -> list[tuple]:
@@ -28,7 +28,7 @@ def chunk_rows(con: Connection, ids: list[int]) -> list[tuple]:
     return con.execute(
         "SELECT c.id, c.uid, c.text, d.project, d.created_at, d.uid, d.title, d.path, c.locator "
         f"FROM chunks c JOIN documents d ON d.id = c.document_id WHERE c.id IN ({marks(ids)})",
-        ids,
+        padded(ids),
     ).fetchall()
 
 
@@ -38,7 +38,7 @@ def windowed(con: Connection, uids: list[str]) -> dict[str, int]:
         return {}
     return dict(con.execute(
         f"SELECT m.uid, m.id FROM memories m WHERE m.uid IN ({marks(uids)}) "
-        "AND EXISTS (SELECT 1 FROM memory_windows w WHERE w.memory_id = m.id)", uids
+        "AND EXISTS (SELECT 1 FROM memory_windows w WHERE w.memory_id = m.id)", padded(uids)
     ).fetchall())
 
 

@@ -6,6 +6,7 @@ stored once each, and the tallies behind `stats` match the rows."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from pathlib import Path
@@ -501,3 +502,30 @@ def test_a_forget_drops_its_rows_from_the_mirror_without_reading_them_back(profi
         assert not any(h.document_id == doc for h in eng.recall("who waters the allotment on Mondays?"))
         index = eng.space.index["memories"]
         assert index._mirror is not None and index._mirror.dead >= 1  # dropped from the loaded mirror, not reloaded
+
+
+def test_the_statements_of_a_long_session_stay_a_set_the_statement_cache_holds(eng: Engine):
+    """sqlcipher3's statement cache, once full, keeps a statement it had not seen for one run only: IN lists
+    of every length filled it after a few recalls, and from then on `stats` (say) was prepared again on every
+    call. IN lists now take a few lengths (engine.db.marks), so the texts a session runs stop growing well
+    below the cache's size."""
+    from engine.db import CACHED_STATEMENTS
+
+    words = ("garden", "harbour", "router", "key", "book", "meeting", "bike", "tax", "recipe", "flight")
+    for i in range(120):
+        eng.remember(f"Note {i}: the {words[i % 10]} and the {words[(i * 7) % 10]} matter on day {i}.")
+    texts: set[str] = set()  # as run: the trace shows the values bound in place of the marks
+    eng.con.set_trace_callback(texts.add)
+    eng.store.writer.set_trace_callback(texts.add)
+    try:
+        for i in range(60):
+            eng.recall(f"what about the {words[i % 10]} {words[(i * 3) % 10]}?", k=1 + i % 20)
+            eng.stats()
+        eng.forget(eng.list_memories(limit=1)[0].id)
+    finally:
+        eng.con.set_trace_callback(None)
+        eng.store.writer.set_trace_callback(None)
+    lists = [m.count(",") + 1 for t in texts for m in re.findall(r" IN \(([^()]*)\)", t) if m and "SELECT" not in m]
+    assert len(lists) > 60 and all(n & (n - 1) == 0 for n in lists), sorted(set(lists))  # powers of two only
+    forms = {re.sub(r"'[^']*'|\b\d+(\.\d+)?\b", "?", t) for t in texts}
+    assert len(forms) < CACHED_STATEMENTS // 4, len(forms)
