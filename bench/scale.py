@@ -526,11 +526,11 @@ def main() -> int:
         if not a.dir:
             shutil.rmtree(base, ignore_errors=True)
     if results:
-        report(results)
+        report(results, a.sizes[0])
     return 0
 
 
-def report(results: dict[int, dict]) -> None:
+def report(results: dict[int, dict], baseline_size: int) -> None:
     sizes = sorted(results)
     first = sizes[0]
     ops = [k for k, v in results[first].items() if isinstance(v, list)]
@@ -578,10 +578,10 @@ def report(results: dict[int, dict]) -> None:
           " on one BLAS thread.")
     print("The fill is synthetic (random unit vectors, made-up sentences), inserted through the storage layer.")
     flat = [op for op in ops if op in results[first]["baseline"]]
-    print(f"Flat operations ({', '.join(flat)}): each ratio is to a {first:,}-item store kept open beside the "
+    print(f"Flat operations ({', '.join(flat)}): each ratio is to a {baseline_size:,}-item store kept open beside the "
           "measured one and timed in turn with it, operation by operation (its medians, ms, at each size: "
           + "; ".join(f"{n:,}: " + ", ".join(f"{percentile(results[n]['baseline'][op], 0.5) * 1000:.3g}" for op in flat)
-                      for n in sizes) + "). The other rows: to the first size.")
+                      for n in sizes) + f"). The other rows: to the first size measured ({first:,}).")
 
 
 if __name__ == "__main__":
