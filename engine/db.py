@@ -247,13 +247,21 @@ def cipher_of(con: Connection) -> tuple[str, ...]:
     return getattr(con, "cipher", CIPHER_LEGACY)
 
 
+MAX_VARIABLES = 32_766  # SQLite's bound on the values of one statement (SQLITE_MAX_VARIABLE_NUMBER)
+
+
 def _in_list_length(n: int) -> int:
-    return 0 if n == 0 else 1 << (n - 1).bit_length()
+    """Powers of two up to 1,024, then multiples of 1,024 (never past what a statement may bind)."""
+    if n <= 1024:
+        return 0 if n == 0 else 1 << (n - 1).bit_length()
+    up = -(-n // 1024) * 1024
+    return up if up <= MAX_VARIABLES else n
 
 
 def marks(values: Sized) -> str:
-    """The `?` marks of an SQL IN list of these values: as many as `padded(values)` binds, the next power of
-    two, so that a statement's text takes one of a dozen forms whatever the list's length (CACHED_STATEMENTS)."""
+    """The `?` marks of an SQL IN list of these values: as many as `padded(values)` binds (the next power of
+    two; past 1,024 the next multiple of it), so that a statement's text takes one of a few forms whatever
+    the list's length (CACHED_STATEMENTS)."""
     return ",".join("?" * _in_list_length(len(values)))
 
 

@@ -14,6 +14,9 @@ def test_a_list_is_padded_to_the_next_power_of_two_with_its_last_value():
     assert (marks([1, 2, 3]), padded([1, 2, 3])) == ("?,?,?,?", [1, 2, 3, 3])
     assert padded(range(5)) == [0, 1, 2, 3, 4, 4, 4, 4] and marks(range(5)).count("?") == 8
     assert marks({"a", "b"}) == "?,?" and sorted(padded({"a", "b"})) == ["a", "b"]
+    # long lists: multiples of 1,024, and never more values than one statement may bind
+    assert len(padded(range(20_000))) == marks(range(20_000)).count("?") == 20_480
+    assert len(padded(range(32_700))) == marks(range(32_700)).count("?") == 32_700
 
 
 def test_every_length_up_to_a_thousand_takes_one_of_eleven_statements_and_means_the_same():
