@@ -213,5 +213,3 @@ def mark_rolled_up(con: Connection, scope: str, ids: list[int], last_id: int, no
         "DO UPDATE SET last_id = max(last_id, excluded.last_id), updated_at = excluded.updated_at",
         (scope, last_id, now),
     )
-
-

@@ -178,12 +178,12 @@ def requeue_sources(con: Connection, derived: list[int], gone: set[int] | None =
 def delete(con: Connection, ids: set[int]) -> tuple[list[str], int]:
     """Delete these memories (their edges go by cascade); flags pointing at them are cleared.
     Returns their uids and the number of edges that went with them."""
-    order = sorted(ids)
-    uids = [r[0] for r in con.execute(f"SELECT uid FROM memories WHERE id IN ({marks(order)})", padded(order))]
-    edges = con.execute(f"SELECT count(*) FROM edges WHERE memory_id IN ({marks(order)})", padded(order)).fetchone()[0]
+    in_ids, bound = marks(ids), padded(sorted(ids))
+    uids = [r[0] for r in con.execute(f"SELECT uid FROM memories WHERE id IN ({in_ids})", bound)]
+    edges = con.execute(f"SELECT count(*) FROM edges WHERE memory_id IN ({in_ids})", bound).fetchone()[0]
     # conflicts pointing at a deleted memory are no longer conflicts
     con.execute(f"UPDATE memories SET conflict_with = NULL WHERE conflict_with IN ({marks(uids)})", padded(uids))
-    con.execute(f"DELETE FROM memories WHERE id IN ({marks(order)})", padded(order))
+    con.execute(f"DELETE FROM memories WHERE id IN ({in_ids})", bound)
     return uids, edges
 
 
