@@ -1,11 +1,13 @@
 """Desktop startup: process start → first paint of the main window → embedding model ready, and idle RSS.
 
     .venv/bin/python bench/startup.py [--runs 3] [--keep-profile]
-    .venv/bin/python bench/startup.py --after-ingest 200     # idle RSS after ingesting 200 files; cold CLI recall
+    .venv/bin/python bench/startup.py --after-ingest 200 [--idle 15] [--notes]   # the app's idle RSS after
+                                                                                 # adding 200 files; cold CLI recall
 
---after-ingest N: a process that imports the desktop app and its engine as the app does (Qt offscreen),
-ingests N generated files of ~2 KB (bench/ingest_throughput.py's prose) through the engine, waits for the
-background embedding to finish, idles and reports its RSS (target < 300 MB); then the cold CLI `recall`
+--after-ingest N: the app itself, started with a folder of N generated documents to add (PDF, Word, web pages,
+Markdown, text, slides and sheets in turn, 3–12 paragraphs of bench/ingest_throughput.py's prose each; with
+--notes, Markdown and text notes of ~2 KB), as "Open with" hands files over. Once the CLI's `stats` sees every
+document stored and embedded, the app idles and its RSS is read (target < 300 MB); then the cold CLI `recall`
 on that store: wall time and peak RSS of the `personal-llm recall` process.
 
 Runs the real app (`desktop.app.main`) as a subprocess on a throw-away profile (the plaintext test keyring),
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -87,30 +90,6 @@ def one_run(profile: Path, idle: float, timeout: float, model: bool = True) -> d
             proc.kill()
 
 
-AFTER_INGEST = r"""
-import gc, json, os, sys, time
-from pathlib import Path
-import psutil
-from PySide6.QtWidgets import QApplication
-import desktop.app, desktop.bridge  # noqa: F401  what the app imports
-from engine import Engine
-app = QApplication([])
-eng = Engine.open(Path(sys.argv[1]), actor="desktop")
-eng.start_background()
-eng.wait_for_embeddings()
-results = eng.ingest([Path(sys.argv[2])])
-while eng.stats().pending_embeddings:
-    time.sleep(0.2)
-heavy = [m for m in ("torch", "sentence_transformers", "transformers", "scipy") if m in sys.modules]
-gc.collect()
-time.sleep(float(sys.argv[3]))
-p = psutil.Process()
-print(json.dumps({"rss_mb": p.memory_info().rss / 2**20, "uss_mb": p.memory_full_info().uss / 2**20,
-                  "files": sum(r.status == "added" for r in results), "heavy": heavy}))
-eng.close()
-"""
-
-
 # `personal-llm recall` as the console script runs it, printing its own peak RSS (KiB) last on stderr
 CLI_RECALL = r"""
 import resource, runpy, sys
@@ -122,22 +101,119 @@ finally:
 """
 
 
-def after_ingest(files: int, idle: float) -> int:
+KINDS = ("pdf", "docx", "html", "md", "txt", "pdf", "md", "pptx", "xlsx", "docx")
+
+
+def write_mixed(root: Path, files: int, seed: int = 11) -> None:
+    """`files` documents of the kinds a user drops (PDF, Word, web pages, Markdown, text, slides, sheets;
+    KINDS in turn), each 3–12 paragraphs of bench/ingest_throughput.py's prose."""
+    import docx
+    import openpyxl
+    from ingest_throughput import paragraph
+    from pptx import Presentation
+    from reportlab.lib.pagesizes import A4
+    from reportlab.pdfgen import canvas
+
+    rng = random.Random(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    for i in range(files):
+        kind = KINDS[i % len(KINDS)]
+        paras = [paragraph(rng) for _ in range(rng.randint(3, 12))]
+        path = root / f"file-{i:04d}.{kind}"
+        if kind == "pdf":
+            c = canvas.Canvas(str(path), pagesize=A4)
+            c.setTitle(f"Report {i}")
+            for page in range(0, len(paras), 2):
+                text = c.beginText(50, 800)
+                words = " ".join(paras[page:page + 2]).split()
+                for at in range(0, len(words), 12):
+                    text.textLine(" ".join(words[at:at + 12]))
+                c.drawText(text)
+                c.showPage()
+            c.save()
+        elif kind == "docx":
+            d = docx.Document()
+            d.add_heading(f"Plan {i}", 1)
+            for para in paras:
+                d.add_paragraph(para)
+            d.save(str(path))
+        elif kind == "pptx":
+            deck = Presentation()
+            for para in paras[:5]:
+                slide = deck.slides.add_slide(deck.slide_layouts[1])
+                slide.shapes.title.text = f"Slide {i}"
+                slide.placeholders[1].text = para
+            deck.save(str(path))
+        elif kind == "xlsx":
+            book = openpyxl.Workbook()
+            for j, para in enumerate(paras):
+                book.active.append([f"row {i}-{j}", para[:200], j * 1.5])
+            book.save(str(path))
+        elif kind == "html":
+            body = "".join(f"<p>{para}</p>" for para in paras)
+            path.write_text(f"<html><head><title>Page {i}</title></head><body><h1>Page {i}</h1>{body}</body></html>",
+                            encoding="utf-8")
+        else:
+            path.write_text(f"# Notes {i}\n\n" + "\n\n".join(paras), encoding="utf-8")
+
+
+def store_counts(env: dict[str, str]) -> tuple[int, int]:
+    """(documents, embeddings waiting) of the app's store, asked through the CLI as another program would."""
+    out = subprocess.run([sys.executable, "-m", "engine.cli", "stats", "--json"], env=env, cwd=ROOT,
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        return -1, -1
+    stats = json.loads(out.stdout)
+    return int(stats["documents"]), int(stats["pending_embeddings"])
+
+
+def after_ingest(files: int, idle: float, notes: bool, timeout: float) -> int:
+    """The app itself (`desktop.app.main`, offscreen unless $DISPLAY is set) started with a folder of `files`
+    documents to add, as "Open with" or a second launch hands them over; once every one is stored and embedded,
+    it idles `idle` seconds and its RSS is read."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from ingest_throughput import write_corpus
 
     with tempfile.TemporaryDirectory(prefix="pllm-startup-") as tmp:
         home, corpus = Path(tmp) / "home", Path(tmp) / "corpus"
-        write_corpus(corpus, files, files * 2 * 1024)  # short notes, ~2 KB each
-        env = dict(os.environ, PERSONAL_LLM_HOME=str(home), PYTHON_KEYRING_BACKEND="keyrings.alt.file.PlaintextKeyring",
-                   QT_QPA_PLATFORM="offscreen")
+        if notes:
+            write_corpus(corpus, files, files * 2 * 1024)  # short notes, ~2 KB each
+        else:
+            write_mixed(corpus, files)
+        env = dict(os.environ, PERSONAL_LLM_HOME=str(home), PYTHON_KEYRING_BACKEND="keyrings.alt.file.PlaintextKeyring")
+        if not env.get("DISPLAY"):
+            env["QT_QPA_PLATFORM"] = "offscreen"
         t0 = time.perf_counter()
-        out = subprocess.run([sys.executable, "-c", AFTER_INGEST, str(home), str(corpus), str(idle)], env=env,
-                             cwd=ROOT, capture_output=True, text=True, check=True).stdout
-        r = json.loads(out.strip().splitlines()[-1])
-        print(f"after ingesting {r['files']} files ({time.perf_counter() - t0:.0f}s): idle RSS {r['rss_mb']:.0f} MB "
-              f"(USS {r['uss_mb']:.0f} MB; target < {RSS_TARGET_MB:.0f} MB: "
-              f"{'met' if r['rss_mb'] < RSS_TARGET_MB else 'MISSED'}); heavy modules loaded: {r['heavy'] or 'none'}")
+        app = subprocess.Popen([sys.executable, "-c", "import sys; from desktop.app import main; sys.exit(main(sys.argv[1:]))",
+                                str(corpus)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            process = psutil.Process(app.pid)
+            peak = 0.0
+            while True:
+                time.sleep(2)
+                if app.poll() is not None:
+                    raise SystemExit(f"the app exited early with {app.returncode}")
+                if time.perf_counter() - t0 > timeout:
+                    raise SystemExit(f"the files were not all stored within {timeout:.0f}s")
+                peak = max(peak, process.memory_info().rss / 2**20)
+                stored, waiting = store_counts(env)
+                if stored >= files and waiting == 0:
+                    break
+            took = time.perf_counter() - t0
+            time.sleep(idle)
+            rss = process.memory_info().rss / 2**20
+            uss = process.memory_full_info().uss / 2**20
+            helpers = [c for c in process.children(recursive=True) if "parse_worker" in " ".join(c.cmdline())]
+        finally:
+            app.terminate()
+            try:
+                app.wait(30)
+            except subprocess.TimeoutExpired:
+                app.kill()
+        print(f"the app, after adding {files} {'notes' if notes else 'files of ' + str(len(set(KINDS))) + ' kinds'} "
+              f"({took:.0f}s; peak RSS {peak:.0f} MB while adding): idle RSS {rss:.0f} MB (USS {uss:.0f} MB; target < "
+              f"{RSS_TARGET_MB:.0f} MB: {'met' if rss < RSS_TARGET_MB else 'MISSED'}); document reader processes "
+              f"left: {len(helpers)}")
         times, peaks = [], []
         for _ in range(3):
             t0 = time.perf_counter()
@@ -153,13 +229,15 @@ def after_ingest(files: int, idle: float) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--after-ingest", type=int, default=0, metavar="FILES",
-                        help="measure idle RSS after ingesting this many files, and cold CLI recall")
+                        help="measure the app's idle RSS after it added this many files, and cold CLI recall")
+    parser.add_argument("--notes", action="store_true",
+                        help="with --after-ingest: Markdown and text notes of ~2 KB instead of a mix of kinds")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--idle", type=float, default=3.0, help="seconds to idle before measuring RSS")
     parser.add_argument("--timeout", type=float, default=120.0)
     args = parser.parse_args()
     if args.after_ingest:
-        return after_ingest(args.after_ingest, args.idle)
+        return after_ingest(args.after_ingest, args.idle, args.notes, max(args.timeout, 5.0 * args.after_ingest))
     results = []
     with tempfile.TemporaryDirectory(prefix="pllm-startup-") as tmp:
         for i in range(args.runs):

@@ -2,3 +2,7 @@
 
 `desktop.app` is the composition root; `desktop.bridge` is the only module that calls the engine.
 """
+
+from .qt_support import keep_module_sources_out_of_memory
+
+keep_module_sources_out_of_memory()

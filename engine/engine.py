@@ -171,6 +171,7 @@ class Engine:
 
     def close(self) -> None:
         self.watch.stop()
+        self.documents.readers.close()
         if self._agents is not None:
             self._agents.close()
         self.space.stop()  # first: a load of the vector mirrors the backfill waits for stops
@@ -265,8 +266,10 @@ class Engine:
 
     def start_background(self) -> None:
         """The work of a process that stays open (the app, `serve`, MCP): the duplicate index held in the
-        writer's cache, the model loaded, the vector mirrors loaded, waiting rows embedded."""
+        writer's cache, documents read in helper processes (engine/parse_worker.py), the model loaded, the
+        vector mirrors loaded, waiting rows embedded."""
         self.memories.keep_index_cached()
+        self.documents.readers.use_helpers()  # document readers' libraries stay out of this process
         self.backfill.start(resume=lambda cancel: self.documents.resume_pending_documents(cancel=cancel))
 
     def wake_background(self) -> None:

@@ -80,6 +80,7 @@ from .embeddings import EmbeddingUnavailable
 from .errors import NotFound, UserError
 from .memories import Memories, check_project, new_uid
 from .models import ForgetResult, iso
+from .parse_worker import Readers
 from .parsers import (
     IMAGE_EXTENSIONS,
     SUPPORTED_EXTENSIONS,
@@ -87,7 +88,6 @@ from .parsers import (
     OcrCancelled,
     OcrOptions,
     ParsedDocument,
-    parse_file,
     parse_text,
 )
 from .space import Touched
@@ -428,6 +428,7 @@ class Documents:
         self.ctx = ctx
         self.space = ctx.space
         self.memories = memories
+        self.readers = Readers()  # in place, or in helper processes (Engine.start_background)
 
     def ingest(self, paths: Sequence[str | Path], *, project: str | None = None,
                progress: Callable[[IngestProgress], None] | None = None,
@@ -513,8 +514,8 @@ class Documents:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
                 with os.fdopen(fd, "wb") as f:
                     f.write(data)
-                return parse_file(path, max_bytes=limit,
-                                  ocr=OcrOptions(enabled=self.ctx.settings.ocr.enabled))
+                return self.readers.parse(path, max_bytes=limit,
+                                          ocr=OcrOptions(enabled=self.ctx.settings.ocr.enabled))
 
         return self._ingest_unfiled(None, name, hashlib.sha256(data).hexdigest(), size, project, parse)
 
@@ -683,7 +684,7 @@ class Documents:
             if moved is not None:
                 return self._move(moved, path, st)
         try:
-            parsed = parse_file(path, max_bytes=max_bytes, ocr=ocr)
+            parsed = self.readers.parse(path, max_bytes=max_bytes, ocr=ocr or OcrOptions())
             drafts = _chunks(parsed, path.name)
         except DocumentError as e:
             if given_up:

@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "SUPPORTED_EXTENSIONS",
     "IMAGE_EXTENSIONS",
+    "NEEDS_READER_LIBRARIES",
     "DocumentError",
     "OcrCancelled",
     "OcrOptions",
@@ -134,6 +135,9 @@ IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".tif", ".tiff", ".webp"}
 
 SUPPORTED_EXTENSIONS: frozenset[str] = frozenset(_MIME)
 """Lower-case file suffixes (with the dot) that :func:`parse_file` can read."""
+NEEDS_READER_LIBRARIES: frozenset[str] = frozenset(
+    {".pdf", ".docx", ".odt", ".epub", ".pptx", ".xlsx", ".ods", *_HTML_EXTENSIONS, *IMAGE_EXTENSIONS})
+"""The suffixes whose readers import third-party libraries (engine/parse_worker.py reads them in a helper)."""
 
 
 # ---------------------------------------------------------------------------------------------------

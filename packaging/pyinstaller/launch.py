@@ -3,6 +3,7 @@
     personal-llm-desktop …   desktop.app:main   (/usr/bin/personal-llm-desktop → /opt/personal-llm/personal-llm-desktop,
                                                  a hard link to /opt/personal-llm/personal-llm)
     anything else …          engine.cli:main    (`personal-llm`)
+    personal-llm --parse-worker   engine.parse_worker:main (a helper reading documents for the app or `serve`)
 
 One executable instead of two: each PyInstaller executable embeds its own copy of the Python archive (~80 MB).
 The desktop program is a hard link rather than a symlink inside /opt so that code resolving `sys.argv[0]`
@@ -15,6 +16,7 @@ The desktop program is a hard link rather than a symlink inside /opt so that cod
 import os
 import sys
 
+import engine.parse_worker  # noqa: F401  (static, so PyInstaller bundles it)
 import engine.selftest  # noqa: F401  (static, so PyInstaller bundles it)
 
 DESKTOP_NAME = "personal-llm-desktop"
@@ -43,6 +45,8 @@ def desktop_main() -> int:
 
 
 def main() -> int:
+    if sys.argv[1:2] == [engine.parse_worker.WORKER_FLAG]:
+        return engine.parse_worker.main()
     if is_desktop(sys.argv[0] if sys.argv else ""):
         return desktop_main()
     from engine.cli import main as cli_main

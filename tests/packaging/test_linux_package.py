@@ -264,3 +264,27 @@ def _assert_nothing_left(home: Path) -> None:
         cp = configparser.RawConfigParser()
         cp.read(keyring_file)
         assert [o for s in cp.sections() for o in cp.options(s)] == [], "a keychain entry was left behind"
+
+
+def test_the_bundle_reads_documents_as_a_helper_process(installed: Path, tmp_path: Path):
+    """What the app and `serve` start to read a PDF (engine/parse_worker.py): the bundle's program with
+    --parse-worker, a request on stdin, the parsed document on stdout."""
+    import pickle
+    import struct
+
+    from engine.parse_worker import WORKER_FLAG
+
+    pdf = make_pdf(tmp_path / "report.pdf", ["The PDF fact: the blue heron nests by the old mill."], title="Field Report")
+    request = pickle.dumps((str(pdf), 10**8, False))
+    home = tmp_path / "home"
+    (home / "tmp").mkdir(parents=True, exist_ok=True)
+    r = subprocess.run([str(installed / APP / "personal-llm"), WORKER_FLAG], input=struct.pack("<I", len(request)) + request,
+                       cwd=home, env=_clean_env(home), capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    replies, at = [], 0
+    while at < len(r.stdout):
+        (n,) = struct.unpack_from("<I", r.stdout, at)
+        replies.append(pickle.loads(r.stdout[at + 4:at + 4 + n]))
+        at += 4 + n
+    assert replies[0] == ("ready",) and replies[1][0] == "parsed" and len(replies) == 2
+    assert replies[1][1].title == "Field Report" and "blue heron" in replies[1][1].sections[0].text
