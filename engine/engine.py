@@ -33,7 +33,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import backup, db, erasure, keyops
+from . import backup, db, erasure, heap, keyops
 from .ask import Answers, AskResult
 from .audit import AuditLog
 from .backfill import Backfill
@@ -270,6 +270,7 @@ class Engine:
         vector mirrors loaded, waiting rows embedded."""
         self.memories.keep_index_cached()
         self.documents.readers.use_helpers()  # document readers' libraries stay out of this process
+        heap.map_large_blocks()  # an embedding batch's buffers are given back when freed (engine/heap.py)
         self.backfill.start(resume=lambda cancel: self.documents.resume_pending_documents(cancel=cancel))
 
     def wake_background(self) -> None:

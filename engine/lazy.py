@@ -14,6 +14,14 @@ from types import ModuleType
 
 _lock = threading.Lock()
 
+# httpx imports its own command-line client (`httpx._main`, with click, rich and pygments: ~100 modules and
+# ~6 MB of an open app, docs/performance.md) whenever those are installed, and falls back to a stub `main`
+# when they are not. No process of ours runs that client, so its import is refused (a None entry is how
+# Python marks an import as blocked) and httpx takes the fallback.
+UNUSED_SUBMODULES = ("httpx._main",)
+for _name in UNUSED_SUBMODULES:
+    sys.modules.setdefault(_name, None)  # type: ignore[arg-type]
+
 
 def lazy_module(name: str) -> ModuleType:
     """`name`, imported when one of its attributes is first read (at once if it is already imported)."""

@@ -21,8 +21,9 @@ except SystemExit as e:
     code = e.code or 0
 loaded = sorted(m for m in sys.modules if m.split('.')[0] in {'ollama', 'httpx', 'jsonschema', 'anyio', 'click'}
                 or m.startswith('engine.agent'))
-# a lazy module sits in sys.modules unexecuted until used: only count the ones that ran (their submodules)
-ran = [m for m in loaded if type(sys.modules[m]).__name__ != '_LazyModule']
+# a lazy module sits in sys.modules unexecuted until used: only count the ones that ran (their submodules);
+# a None entry is an import refused (engine/lazy.py UNUSED_SUBMODULES)
+ran = [m for m in loaded if sys.modules[m] is not None and type(sys.modules[m]).__name__ != '_LazyModule']
 print(json.dumps({"code": code, "ran": ran}), file=sys.stderr)
 """
 
@@ -47,7 +48,10 @@ def test_the_lazy_modules_load_when_used():
             "assert llm.httpx.Timeout(3.0).read == 3.0; assert hasattr(llm.ollama, 'Client'); "
             "assert m.jsonschema.ValidationError and m.anyio.fail_after; "
             "assert engine.AgentInfo.__name__ == 'AgentInfo' and engine.ConfirmRequest; "
-            "import sys; assert 'httpx._client' in sys.modules and 'ollama._client' in sys.modules")
+            "import sys; assert 'httpx._client' in sys.modules and 'ollama._client' in sys.modules; "
+            # httpx's own command-line client (engine/lazy.py UNUSED_SUBMODULES) stays out, with what it imports
+            "assert not {'click', 'rich', 'pygments'} & {n.split('.')[0] for n in sys.modules}, sorted(sys.modules); "
+            "c = llm.httpx.Client(); c.close()")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     p = subprocess.run([sys.executable, "-c", "import engine; engine.NoSuchThing"], capture_output=True, text=True,
