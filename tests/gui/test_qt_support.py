@@ -45,3 +45,24 @@ def test_pyside_import_hook_gives_the_same_answers_without_filling_linecache(tmp
     assert r["recorded"] == [0, -1]  # as PySide6 itself records them: uses PySide6, does not
     assert all(r["same"])
     assert r["answers"] == [True, False, True, False, False]
+
+
+def test_emitting_a_signal_does_not_take_a_reference_from_true():
+    """PySide6 6.12.0's `SignalInstance.emit()` returned `True` without a reference of its own: every signal
+    the app emitted took one from `True`, and an app that emitted some ten thousand (adding 1,000 files) died
+    with "Fatal Python error: bool_dealloc". pyproject.toml pins a PySide6 without that bug; this fails on one
+    that has it."""
+    import sys
+
+    from PySide6.QtCore import QObject, Signal
+
+    class Emitter(QObject):
+        changed = Signal(bool)
+        done = Signal()
+
+    e = Emitter()
+    e.changed.connect(lambda _value: None)
+    before = sys.getrefcount(True)
+    results = [e.changed.emit(False) for _ in range(500)] + [e.done.emit() for _ in range(500)]
+    del results
+    assert sys.getrefcount(True) >= before
