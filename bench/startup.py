@@ -18,6 +18,7 @@ window < 1 s, idle RSS < 300 MB with the model loaded.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -26,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -46,6 +48,31 @@ def events(report: Path, key: str = "t") -> dict[str, float]:
     return out
 
 
+def app_env(home: Path, **extra: str) -> dict[str, str]:
+    """The environment the app (and the CLI beside it) runs in: a throw-away profile, the plaintext test keyring,
+    offscreen unless $DISPLAY is set."""
+    env = dict(os.environ, PERSONAL_LLM_HOME=str(home), PYTHON_KEYRING_BACKEND="keyrings.alt.file.PlaintextKeyring",
+               **extra)
+    if not env.get("DISPLAY"):
+        env["QT_QPA_PLATFORM"] = "offscreen"
+    return env
+
+
+@contextlib.contextmanager
+def running_app(env: dict[str, str], *args: str) -> Iterator[subprocess.Popen]:
+    """The app (`desktop.app.main`) as a subprocess given these arguments; terminated on the way out."""
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; from desktop.app import main; sys.exit(main(sys.argv[1:]))",
+                             *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 def one_run(profile: Path, idle: float, timeout: float, model: bool = True) -> dict[str, float]:
     report = profile / f"startup-{time.time_ns()}.jsonl"
     home = profile / ("home" if model else "home-no-model")
@@ -53,14 +80,9 @@ def one_run(profile: Path, idle: float, timeout: float, model: bool = True) -> d
         home.mkdir(parents=True, exist_ok=True)
         (home / "settings.json").write_text(json.dumps({"embedding_model": "none"}), encoding="utf-8")
     wait_for = "model_ready" if model else "engine_opened"
-    env = dict(os.environ, PERSONAL_LLM_HOME=str(home), PERSONAL_LLM_STARTUP_REPORT=str(report),
-               PYTHON_KEYRING_BACKEND="keyrings.alt.file.PlaintextKeyring")
-    if not env.get("DISPLAY"):
-        env["QT_QPA_PLATFORM"] = "offscreen"
+    env = app_env(home, PERSONAL_LLM_STARTUP_REPORT=str(report))
     started = time.time()
-    proc = subprocess.Popen([sys.executable, "-c", "import sys; from desktop.app import main; sys.exit(main([]))"],
-                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
+    with running_app(env) as proc:
         deadline = time.monotonic() + timeout
         while wait_for not in events(report):
             if proc.poll() is not None:
@@ -82,12 +104,6 @@ def one_run(profile: Path, idle: float, timeout: float, model: bool = True) -> d
             "rss_mb": rss,
             "uss_mb": uss,
         }
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 # `personal-llm recall` as the console script runs it, printing its own peak RSS (KiB) last on stderr
@@ -180,13 +196,9 @@ def after_ingest(files: int, idle: float, notes: bool, timeout: float) -> int:
             write_corpus(corpus, files, files * 2 * 1024)  # short notes, ~2 KB each
         else:
             write_mixed(corpus, files)
-        env = dict(os.environ, PERSONAL_LLM_HOME=str(home), PYTHON_KEYRING_BACKEND="keyrings.alt.file.PlaintextKeyring")
-        if not env.get("DISPLAY"):
-            env["QT_QPA_PLATFORM"] = "offscreen"
+        env = app_env(home)
         t0 = time.perf_counter()
-        app = subprocess.Popen([sys.executable, "-c", "import sys; from desktop.app import main; sys.exit(main(sys.argv[1:]))",
-                                str(corpus)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
+        with running_app(env, str(corpus)) as app:
             process = psutil.Process(app.pid)
             peak = 0.0
             while True:
@@ -204,12 +216,6 @@ def after_ingest(files: int, idle: float, notes: bool, timeout: float) -> int:
             rss = process.memory_info().rss / 2**20
             uss = process.memory_full_info().uss / 2**20
             helpers = [c for c in process.children(recursive=True) if "parse_worker" in " ".join(c.cmdline())]
-        finally:
-            app.terminate()
-            try:
-                app.wait(30)
-            except subprocess.TimeoutExpired:
-                app.kill()
         print(f"the app, after adding {files} {'notes' if notes else 'files of ' + str(len(set(KINDS))) + ' kinds'} "
               f"({took:.0f}s; peak RSS {peak:.0f} MB while adding): idle RSS {rss:.0f} MB (USS {uss:.0f} MB; target < "
               f"{RSS_TARGET_MB:.0f} MB: {'met' if rss < RSS_TARGET_MB else 'MISSED'}); document reader processes "

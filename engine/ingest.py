@@ -684,7 +684,7 @@ class Documents:
             if moved is not None:
                 return self._move(moved, path, st)
         try:
-            parsed = self.readers.parse(path, max_bytes=max_bytes, ocr=ocr or OcrOptions())
+            parsed = self.readers.parse(path, max_bytes=max_bytes, ocr=ocr)
             drafts = _chunks(parsed, path.name)
         except DocumentError as e:
             if given_up:

@@ -219,9 +219,10 @@ class Readers:
         with self._lock:
             self._helpers_on = on and not self._closed
 
-    def parse(self, path: Path, *, max_bytes: int, ocr: OcrOptions) -> ParsedDocument:
+    def parse(self, path: Path, *, max_bytes: int, ocr: OcrOptions | None = None) -> ParsedDocument:
         """parsers.parse_file, in a helper when helpers are on and the file's kind needs one. If a helper cannot
         start, files are read in place from then on (logged); if it stops while reading, the file fails."""
+        ocr = ocr or OcrOptions()
         if not self._helpers_on or Path(path).suffix.lower() not in NEEDS_READER_LIBRARIES:
             return parse_file(path, max_bytes=max_bytes, ocr=ocr)
         try:

@@ -135,9 +135,6 @@ IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".tif", ".tiff", ".webp"}
 
 SUPPORTED_EXTENSIONS: frozenset[str] = frozenset(_MIME)
 """Lower-case file suffixes (with the dot) that :func:`parse_file` can read."""
-NEEDS_READER_LIBRARIES: frozenset[str] = frozenset(
-    {".pdf", ".docx", ".odt", ".epub", ".pptx", ".xlsx", ".ods", *_HTML_EXTENSIONS, *IMAGE_EXTENSIONS})
-"""The suffixes whose readers import third-party libraries (engine/parse_worker.py reads them in a helper)."""
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -235,6 +232,8 @@ def content_hash(path: Path) -> str:
 
 
 _ZIP_CONTAINERS = frozenset({".docx", ".odt", ".epub", ".pptx", ".xlsx", ".ods"})
+NEEDS_READER_LIBRARIES: frozenset[str] = frozenset({".pdf", *_ZIP_CONTAINERS, *_HTML_EXTENSIONS, *IMAGE_EXTENSIONS})
+"""The suffixes whose readers import third-party libraries (engine/parse_worker.py reads them in a helper)."""
 
 
 def _check_text(name: str, sections: list[Section]) -> None:
