@@ -3,14 +3,18 @@
 `agent run [NAME] "task"` prints each step as it happens (the model's text as it is written, each tool
 call and what it gave) and asks `[y/N]` on the terminal before a `sensitive` tool — or a `write` tool
 the agent is not allowed — runs; `--yes` answers yes for `write` tools only, never for `sensitive` ones.
-The question goes to stderr and the answer is read from stdin (an empty line or the end of input is
-no). `--json` prints the whole transcript (steps, answer, sources) at the end instead.
+The answer is read only from a terminal: stdin when it is one (the question goes to stderr), else the
+controlling terminal (/dev/tty, where the question is asked too). Piped or redirected input never answers
+(`yes y | personal-llm agent run …` must not approve a deletion a document talked the model into): with
+no terminal the tool is not run. An empty line or the end of input is no. `--json` prints the whole
+transcript (steps, answer, sources) at the end instead.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +61,25 @@ class _Printer:
             self._newline()
 
 
+def terminal_answer(question: str) -> str | None:
+    """A line typed by the person at the terminal after `question`; None when there is no terminal to ask
+    (input is a pipe or a file and the process has no controlling terminal). Never reads piped input."""
+    stdin = sys.stdin
+    if stdin is not None and not stdin.closed and stdin.isatty():
+        _write(question, err=True)
+        return stdin.readline()
+    if os.name != "posix":
+        return None
+    try:
+        tty = open("/dev/tty", "r+", encoding="utf-8", errors="replace")  # noqa: SIM115 (closed below)
+    except OSError:  # no controlling terminal (a service, a pipeline started without one)
+        return None
+    with tty:
+        tty.write(question)
+        tty.flush()
+        return tty.readline()
+
+
 def _confirm(printer: _Printer, yes: bool) -> Any:
     def ask(r: ConfirmRequest) -> bool:
         if yes and r.permission == "write":
@@ -64,9 +87,13 @@ def _confirm(printer: _Printer, yes: bool) -> Any:
             return True
         printer._newline()
         what = "changes your memory" if r.permission == "write" else "is sensitive"
-        _write(f"? {r.agent} wants to run {r.tool}({_arguments(r.arguments)}), which {what}. Run it? [y/N] ",
-               err=True)
-        line = sys.stdin.readline()
+        line = terminal_answer(f"? {r.agent} wants to run {r.tool}({_arguments(r.arguments)}), which {what}. "
+                               "Run it? [y/N] ")
+        if line is None:
+            flag = " (or pass --yes)" if r.permission == "write" else ""
+            _write(f"? {r.agent} wants to run {r.tool}, which {what}: not run, there is no terminal to ask (piped "
+                   f"input never answers); run the command in a terminal{flag}\n", err=True)
+            return False
         if not line:
             _write("\n", err=True)
         return line.strip().lower() in ("y", "yes")

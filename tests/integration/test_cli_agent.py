@@ -18,10 +18,29 @@ CLI = shutil.which("personal-llm", path=str(Path(sys.executable).parent)) or "pe
 
 
 def run(*args: str, server: OllamaTestServer | None = None, stdin: str = "") -> subprocess.CompletedProcess:
+    """The CLI with `stdin` piped in and no controlling terminal (a new session), as from a script."""
     env = dict(os.environ)
     if server is not None:
         env["OLLAMA_HOST"] = server.url
-    return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=300, env=env, input=stdin)
+    return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=300, env=env, input=stdin,
+                          start_new_session=True)
+
+
+def on_terminal(*args: str, server: OllamaTestServer, typed: str) -> subprocess.CompletedProcess:
+    """The CLI with a terminal (a pseudo-terminal) as stdin, on which `typed` is typed."""
+    import pty
+
+    env = {**os.environ, "OLLAMA_HOST": server.url}
+    main, child = pty.openpty()
+    try:
+        p = subprocess.Popen([CLI, *args], stdin=child, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=env, start_new_session=True)
+        os.write(main, typed.encode())
+        out, err = p.communicate(timeout=300)
+    finally:
+        os.close(child)
+        os.close(main)
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
 
 
 def ok(*args: str, **kw) -> subprocess.CompletedProcess:
@@ -74,15 +93,28 @@ def test_confirmations_ask_y_n_and_yes_answers_only_for_write_tools(server, stor
     p = ok("agent", "run", "Organiser", "File the boat note", "--yes", server=server)
     assert "(--yes: update_memory runs)" in p.stderr and "[y/N]" not in p.stderr
     assert "  ✓ done" in p.stdout
-    # … but never a sensitive one: "n", or the end of input even with --yes, runs nothing
+    # … but never a sensitive one: "n" typed, or a "y" piped in (with or without --yes), runs nothing
     for answer, flags in (("n\n", []), ("", ["--yes"])):
         server.script(call("forget_memory", id=stored), Reply(text="Finished."))
-        p = ok("agent", "run", "Organiser", "Delete the boat note", *flags, server=server, stdin=answer)
+        p = on_terminal("agent", "run", "Organiser", "Delete the boat note", *flags, server=server, typed=answer
+                        or "\x04")  # ^D: the end of input
+        assert p.returncode == 0, p.stderr
         assert f"? Organiser wants to run forget_memory(id=\"{stored}\"), which is sensitive. Run it? [y/N]" in p.stderr
         assert "  ✗ was not run: the person did not confirm it" in p.stdout
-    # "y" runs it (a memory already forgotten would fail here, so the two refusals left it in place)
+    for flags in ([], ["--yes"]):
+        server.script(call("forget_memory", id=stored), Reply(text="Finished."))
+        p = ok("agent", "run", "Organiser", "Delete the boat note", *flags, server=server, stdin="y\n" * 100)
+        assert "forget_memory, which is sensitive: not run, there is no terminal to ask" in p.stderr
+        assert "  ✗ was not run: the person did not confirm it" in p.stdout
+    # a piped "y" does not approve a write tool the agent may not use either (--yes does, above)
+    server.script(call("update_memory", id=stored, project="boats"), Reply(text="Filed."))
+    p = ok("agent", "run", "Organiser", "File the boat note", server=server, stdin="y\n")
+    assert "update_memory, which changes your memory: not run, there is no terminal to ask" in p.stderr
+    assert "(or pass --yes)" in p.stderr and "  ✗ was not run: the person did not confirm it" in p.stdout
+    # "y" typed at the terminal runs it (a memory already forgotten would fail here, so the refusals left it)
     server.script(call("forget_memory", id=stored), Reply(text="Finished."))
-    p = ok("agent", "run", "Organiser", "Delete the boat note", server=server, stdin="y\n")
+    p = on_terminal("agent", "run", "Organiser", "Delete the boat note", server=server, typed="y\n")
+    assert p.returncode == 0, p.stderr
     assert "  ✓ done" in p.stdout
     gone = run("get", stored)
     assert gone.returncode == 1 and "No memory" in gone.stderr
