@@ -93,7 +93,7 @@ class BM25Baseline:
                             [(p, str(k), t) for p, k, t in docs])
 
     def search(self, query: str, k: int, project: str | None = None) -> list[str]:
-        from engine.retrieval import match_expression
+        from engine.store.sqlite.retrieval import match_expression
 
         expr = match_expression(query)
         if expr is None:

@@ -49,9 +49,10 @@ def run(a: argparse.Namespace, tmp: Path) -> int:
     os.environ["XDG_DATA_HOME"] = str(tmp / "xdg-data")
     import numpy as np
 
-    from engine import Engine, vectors
+    from engine import Engine
     from engine.embeddings import NoEmbedder
-    from engine.storage import memories as memory_rows
+    from engine.store.sqlite import memories as memory_rows
+    from engine.store.sqlite import vectors
 
     rng = np.random.default_rng(3)
     t0 = time.perf_counter()

@@ -38,7 +38,8 @@ def main() -> int:
     os.environ["PERSONAL_LLM_HOME"] = str(base / "profile")
     os.environ["PYTHON_KEYRING_BACKEND"] = "keyrings.alt.file.PlaintextKeyring"
     os.environ["XDG_DATA_HOME"] = str(base / "xdg-data")
-    from engine import Engine, retrieval
+    from engine import Engine
+    from engine.store.sqlite import retrieval
 
     eng = Engine.open(base / "profile", actor="sdk")
     try:

@@ -70,7 +70,7 @@ def percentile(xs: list[float], p: float) -> float:
 
 
 def fill(eng, n: int, mode: str, rng: random.Random) -> None:
-    from engine import vectors
+    from engine.store.sqlite import vectors
 
     t0 = time.perf_counter()
     batch = 2000
@@ -99,7 +99,7 @@ def fill(eng, n: int, mode: str, rng: random.Random) -> None:
 
 def run_size(n: int, queries: int, mode: str, k: int, cache_dir: str | None = None) -> dict:
     from engine import Engine
-    from engine.vectors import Filter
+    from engine.store.sqlite.vectors import Filter
 
     rng = random.Random(n)
     if cache_dir:

@@ -96,10 +96,10 @@ class Fill:
         self.count = sum(len(x) for v in self.ids.values() for x in v)
 
     def grow(self, target: int) -> float:
-        from engine import vectors
         from engine.memories import content_hash, new_uid
-        from engine.storage import documents as doc_rows
-        from engine.storage import memories as memory_rows
+        from engine.store.sqlite import documents as doc_rows
+        from engine.store.sqlite import memories as memory_rows
+        from engine.store.sqlite import vectors
 
         t0 = time.perf_counter()
         while self.count < target:
@@ -307,7 +307,7 @@ def flat_operations(sides: list[Side], ops: int) -> None:
 
 def measure(eng, fill: Fill, home: Path, ops: int, queries: int, rng: random.Random,
             baseline: Side) -> dict:
-    from engine.vectors import Filter
+    from engine.store.sqlite.vectors import Filter
 
     res: dict = {}
     ids, code, mat = fill.matrix()
@@ -371,7 +371,8 @@ def reopen(eng, home: Path, question: str = FIRST_QUESTIONS[0]):
     """Close, open again, and time the open, the first recall (with stored blocks, it reads them as it goes:
     no mirror is loaded) and a second one (which loads the mirrors); with no background saving, so that
     what the next open finds is what the benchmark stored. Returns (eng, open s, first s, second s, how)."""
-    from engine import Engine, vectors
+    from engine import Engine
+    from engine.store.sqlite import vectors
 
     eng.close()
     gc.collect()
@@ -439,7 +440,8 @@ def main() -> int:
                     help="times the store is reopened for the first recall from the stored mirror (median)")
     ap.add_argument("--fill-only", action="store_true", help="fill to the largest size and stop")
     a = ap.parse_args()
-    from engine import Engine, vectors
+    from engine import Engine
+    from engine.store.sqlite import vectors
 
     min_rows = vectors.STORED_MIN_ROWS
     if a.keep and not a.dir:

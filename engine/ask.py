@@ -47,7 +47,7 @@ from .models import Hit
 from .prompts import prompt, untrusted
 from .recall import Retriever
 from .relevance import answerable
-from .storage import conversations
+from .store.sqlite import conversations
 
 log = logging.getLogger(__name__)
 

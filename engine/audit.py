@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .db import Connection, Store
 from .models import AuditEntry
-from .storage import audit as rows
+from .store.sqlite import audit as rows
+from .store.sqlite.db import Connection, Store
 
 
 class AuditLog:

@@ -8,9 +8,9 @@ import threading
 from collections.abc import Callable
 
 from . import heap
-from .db import DatabaseError, ProgrammingError
 from .embeddings import EmbeddingUnavailable
 from .space import VectorSpace
+from .store.sqlite.db import DatabaseError, ProgrammingError
 
 log = logging.getLogger(__name__)
 

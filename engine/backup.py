@@ -23,12 +23,12 @@ from datetime import datetime
 from pathlib import Path
 
 from .config import PROFILE_FILE, STORE_FILE
-from .db import connect
 from .errors import NotFound, UserError, WrongKey
 from .keyops import OpenStore
 from .keys import Profile, _keyring_set, own_keychain_id, read_profile, write_profile
 from .locking import InUse, precreate, private_dir, private_file, store_files
-from .storage import maintenance
+from .store.sqlite import maintenance
+from .store.sqlite.db import connect
 
 log = logging.getLogger(__name__)
 

@@ -33,9 +33,7 @@ from typing import cast
 
 from pydantic import BaseModel, Field
 
-from . import vectors
 from .context import Context
-from .db import Connection
 from .errors import NotFound, UserError
 from .graph import ExtractionReport, Graph
 from .language import LanguageModel
@@ -43,9 +41,11 @@ from .llm import LLMBadOutput, LLMError, LLMRouter, Message
 from .memories import Memories
 from .models import Memory, iso
 from .prompts import prompt, untrusted
-from .storage import consolidation as rows
-from .storage import memories as memory_rows
-from .storage.tallies import Tallies
+from .store.sqlite import consolidation as rows
+from .store.sqlite import memories as memory_rows
+from .store.sqlite import vectors
+from .store.sqlite.db import Connection
+from .store.sqlite.tallies import Tallies
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from .audit import AuditLog
 from .config import Settings
-from .db import Connection, Store
 from .keys import Profile
 from .space import Mutation, VectorSpace
+from .store.sqlite.db import Connection, Store
 
 log = logging.getLogger(__name__)
 

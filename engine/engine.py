@@ -33,7 +33,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import backup, db, erasure, heap, keyops
+from . import backup, erasure, heap, keyops
 from .ask import Answers, AskResult
 from .audit import AuditLog
 from .backfill import Backfill
@@ -41,7 +41,6 @@ from .cipher import is_encrypted
 from .config import STORE_FILE, LLMSettings, Settings, home_dir, load_settings, save_settings
 from .consolidation import ConflictPair, Consolidation, ConsolidationReport, Resolution
 from .context import ChangeFeed, Changes, Context
-from .db import Connection, Store
 from .embeddings import Embedder, NoEmbedder, resolve_model_choice
 from .errors import EngineError, UserError
 from .feed import OutsideWrites, StoreChanges
@@ -54,7 +53,6 @@ from .language import LanguageModel
 from .llm import Health, LLMRouter
 from .locking import InUse
 from .memories import Memories, Remembered, check_project
-from .migrations import SCHEMA_VERSION, migrate
 from .models import (
     AuditEntry,
     ForgetResult,
@@ -67,7 +65,9 @@ from .models import (
 )
 from .recall import Retriever
 from .space import Mutation, VectorSpace
-from .storage import state, stats, tallies
+from .store.sqlite import db, state, stats, tallies
+from .store.sqlite.db import Connection, Store
+from .store.sqlite.migrations import SCHEMA_VERSION, migrate
 from .transfer import ExportResult, ImportResult, Progress, Transfer
 from .unlock import open_store
 from .watch import ScanReport, Watch, WatchedFolder, WatchRemoved, WatchStatus

@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import logging
 
-from .db import DatabaseError, Store
 from .errors import EngineError
-from .storage import maintenance
-from .storage.maintenance import FTS_TABLES
+from .store.sqlite import maintenance
+from .store.sqlite.db import DatabaseError, Store
+from .store.sqlite.maintenance import FTS_TABLES
 
 log = logging.getLogger(__name__)
 

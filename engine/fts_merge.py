@@ -30,12 +30,12 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .db import DatabaseError
 from .errors import EngineError
-from .storage.maintenance import FTS_TABLES, busy_timeout, fts_merge_small, fts_merge_step, fts_segments
+from .store.sqlite.db import DatabaseError
+from .store.sqlite.maintenance import FTS_TABLES, busy_timeout, fts_merge_small, fts_merge_step, fts_segments
 
 if TYPE_CHECKING:
-    from .db import Connection, Store
+    from .store.sqlite.db import Connection, Store
 
 log = logging.getLogger(__name__)
 

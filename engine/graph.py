@@ -22,12 +22,12 @@ from pydantic import BaseModel, Field
 
 from .admission import admit, clean
 from .context import Context
-from .db import Connection
 from .errors import NotFound, UserError
 from .language import LanguageModel
 from .llm import LLMBadOutput, LLMError, LLMModelMissing, LLMUnavailable, Message
 from .prompts import prompt, untrusted
-from .storage import graph as rows
+from .store.sqlite import graph as rows
+from .store.sqlite.db import Connection
 
 if TYPE_CHECKING:
     import networkx as nx

@@ -72,10 +72,9 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
-from . import limits, vectors
+from . import limits
 from .chunking import ChunkDraft, TooManyChunks, chunk_document, make_token_counter
 from .context import Changes, Context
-from .db import Connection
 from .embeddings import EmbeddingUnavailable
 from .errors import NotFound, UserError
 from .memories import Memories, check_project, new_uid
@@ -91,8 +90,10 @@ from .parsers import (
     parse_text,
 )
 from .space import Touched
-from .storage import documents as rows
-from .storage import memories as memory_rows
+from .store.sqlite import documents as rows
+from .store.sqlite import memories as memory_rows
+from .store.sqlite import vectors
+from .store.sqlite.db import Connection
 
 log = logging.getLogger(__name__)
 

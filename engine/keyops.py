@@ -20,7 +20,6 @@ from typing import Any, Protocol
 from . import recovery
 from .audit import AuditLog
 from .config import STORE_FILE
-from .db import Store, connect
 from .errors import KeyMissing, UserError, WrongKey
 from .keys import (
     Profile,
@@ -34,7 +33,8 @@ from .keys import (
     write_profile,
 )
 from .locking import InUse, creation_lock
-from .storage import maintenance
+from .store.sqlite import maintenance
+from .store.sqlite.db import Store, connect
 from .unlock import settle_rotation, store_exists
 
 
@@ -177,7 +177,7 @@ def change_passphrase(eng: OpenStore, new: str) -> str:
 
 
 def rotate(eng: OpenStore, *, passphrase: str | None = None) -> str | None:
-    """Re-encrypt the store with a new data key (SQLCipher's rekey, storage/maintenance.py). The recovery key and passphrase stay the
+    """Re-encrypt the store with a new data key (SQLCipher's rekey, store/sqlite/maintenance.py). The recovery key and passphrase stay the
     same (they wrap the new key) unless the store had none. Refuses while another program has the store
     open. Returns a new recovery key when one had to be made, else None."""
     if eng._in_use is None:

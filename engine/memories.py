@@ -19,25 +19,25 @@ from typing import Any
 
 import numpy as np
 
-from . import ranking, vectors
+from . import ranking
 from .backfill import Backfill
 from .context import Changes, Context
-from .db import Connection
 from .embeddings import EmbeddingUnavailable, Windows
 from .errors import UserError
 from .limits import MAX_PROJECT_CHARS
 from .models import KINDS, ForgetResult, Memory, RememberResult
-from .retrieval import STOPWORDS, WORD
 from .space import Touched
-from .storage import memories as rows
-from .storage import tallies
+from .store.sqlite import memories as rows
+from .store.sqlite import tallies, vectors
+from .store.sqlite.db import Connection
+from .store.sqlite.retrieval import STOPWORDS, WORD
 
 log = logging.getLogger(__name__)
 
 # From this many memories on, a process that stays open keeps the duplicate lookup's index in the writer's
 # page cache (Memories.keep_index_cached); a smaller index stays in the caches by itself.
 CACHED_INDEX_MIN_MEMORIES = 20_000
-# The fields of a memory that the vector mirror keeps beside its vector (engine/vectors.py _SOURCES): an edit
+# The fields of a memory that the vector mirror keeps beside its vector (engine/store/sqlite/vectors.py _SOURCES): an edit
 # of another (importance) leaves the mirror as it is.
 MIRRORED_FIELDS = frozenset({"text", "kind", "project", "event_at", "archived"})
 

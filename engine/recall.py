@@ -14,15 +14,16 @@ import time
 
 import numpy as np
 
-from . import ranking, retrieval, timecues, vectors
+from . import ranking, timecues
 from .context import Context
-from .db import Connection
 from .embeddings import EmbeddingUnavailable
 from .errors import UserError
 from .graph import Graph
 from .memories import IMPORTANCE_BY_SOURCE, Memories, parse_time
 from .models import KINDS, Hit, iso
-from .storage import recall as rows
+from .store.sqlite import recall as rows
+from .store.sqlite import retrieval, vectors
+from .store.sqlite.db import Connection
 
 log = logging.getLogger(__name__)
 

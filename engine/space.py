@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from . import vectors
-from .db import Connection, Store
 from .embeddings import Embedder, EmbeddingUnavailable, NoEmbedder, Windows
-from .storage import memories as memory_rows
-from .storage import space as space_rows
+from .store.sqlite import memories as memory_rows
+from .store.sqlite import space as space_rows
+from .store.sqlite import vectors
+from .store.sqlite.db import Connection, Store
 
 if TYPE_CHECKING:
     from .audit import AuditLog

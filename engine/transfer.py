@@ -42,7 +42,7 @@ from .cipher import (
 from .context import Changes, Context
 from .errors import UserError
 from .records import RECORDS, HeaderRecord, PlainMemory, to_iso, to_ts
-from .storage import transfer as rows
+from .store.sqlite import transfer as rows
 
 log = logging.getLogger(__name__)
 
@@ -231,7 +231,7 @@ class Transfer:
         return ExportResult(path=str(path), encrypted=encrypt_passphrase is not None, bytes=size, counts=counts)
 
     def _write_export(self, write: Callable[[bytes], Any], progress: Progress | None) -> dict[str, int]:
-        from .migrations import SCHEMA_VERSION
+        from .store.sqlite.migrations import SCHEMA_VERSION
         from .version import __version__
 
         with self.ctx.store.read() as con:  # one consistent snapshot

@@ -23,7 +23,6 @@ from typing import Any
 
 from . import recovery
 from .config import PROFILE_FILE, STORE_FILE
-from .db import Store
 from .errors import KeyMissing, NotFound, WrongKey
 from .keys import (
     SERVICE,
@@ -41,8 +40,9 @@ from .keys import (
     write_profile,
 )
 from .locking import InUse, creation_lock, precreate, private_dir, secure_store_files
-from .migrations import migrate
-from .storage import maintenance
+from .store.sqlite import maintenance
+from .store.sqlite.db import Store
+from .store.sqlite.migrations import migrate
 
 log = logging.getLogger(__name__)
 

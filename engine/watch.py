@@ -65,8 +65,8 @@ from .memories import check_project
 from .models import iso
 from .parsers import SUPPORTED_EXTENSIONS
 from .pathpolicy import SECRET_NAMES, PathPolicy
-from .storage import documents as doc_rows
-from .storage import watch as rows
+from .store.sqlite import documents as doc_rows
+from .store.sqlite import watch as rows
 
 log = logging.getLogger(__name__)
 

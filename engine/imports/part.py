@@ -43,9 +43,9 @@ from ..memories import (
     content_hash,
     new_uid,
 )
-from ..storage import conversations as conv_rows
-from ..storage import documents as doc_rows
-from ..storage import memories as memory_rows
+from ..store.sqlite import conversations as conv_rows
+from ..store.sqlite import documents as doc_rows
+from ..store.sqlite import memories as memory_rows
 from . import obsidian
 from .chats import ChatConversation, ExportError, load_export, parse_chatgpt, parse_claude
 

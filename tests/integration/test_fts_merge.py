@@ -7,11 +7,12 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from engine import Engine, fts_merge, retrieval
+from engine import Engine, fts_merge
 from engine.embeddings import NoEmbedder
-from engine.storage import memories as memory_rows
-from engine.storage.maintenance import fts_segments
-from engine.vectors import Filter
+from engine.store.sqlite import memories as memory_rows
+from engine.store.sqlite import retrieval
+from engine.store.sqlite.maintenance import fts_segments
+from engine.store.sqlite.vectors import Filter
 from tests.forensics import find
 from tests.integration.test_safety import data_key
 

@@ -1,4 +1,4 @@
-"""Lexical search reads FTS5's best matches and filters those (engine/retrieval.py, `_lexical`): whichever
+"""Lexical search reads FTS5's best matches and filters those (engine/store/sqlite/retrieval.py, `_lexical`): whichever
 way it gets there (the first read, a larger one, or every match filtered), it returns exactly what ranking
 every filtered match by BM25 returns, ties by row id, on a real store."""
 
@@ -8,11 +8,12 @@ import random
 
 import pytest
 
-from engine import Engine, retrieval
+from engine import Engine
 from engine.embeddings import NoEmbedder
-from engine.storage import documents as doc_rows
-from engine.storage import memories as memory_rows
-from engine.vectors import Filter
+from engine.store.sqlite import documents as doc_rows
+from engine.store.sqlite import memories as memory_rows
+from engine.store.sqlite import retrieval
+from engine.store.sqlite.vectors import Filter
 
 WORDS = "garden tomato fence shed compost hedge path rain spade soil".split()
 

@@ -9,7 +9,7 @@ import numpy as np
 from engine import Engine
 from engine.config import Settings
 from engine.embeddings import WINDOW_STRIDE, WINDOW_TOKENS
-from engine.vectors import Filter, VectorIndex
+from engine.store.sqlite.vectors import Filter, VectorIndex
 
 # ~420 word-pieces of house notes; the one line about passports comes last, far past the model's window.
 HOUSE_NOTES = " ".join([

@@ -9,9 +9,10 @@ import time
 import numpy as np
 import pytest
 
-from engine import Engine, vectors
+from engine import Engine
 from engine.embeddings import NoEmbedder
-from engine.storage import memories as memory_rows
+from engine.store.sqlite import memories as memory_rows
+from engine.store.sqlite import vectors
 
 DIM = 384
 N = 6000

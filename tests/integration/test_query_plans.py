@@ -9,16 +9,16 @@ import re
 
 import pytest
 
-from engine import Engine, db, vectors
+from engine import Engine
 from engine.embeddings import NoEmbedder
 from engine.space import Touched
-from engine.storage import documents as document_rows
-from engine.storage import graph as graph_rows
-from engine.storage import memories as memory_rows
-from engine.storage import recall as recall_rows
-from engine.storage import space as space_rows
-from engine.storage import stats as stats_rows
-from engine.storage import tallies
+from engine.store.sqlite import db, tallies, vectors
+from engine.store.sqlite import documents as document_rows
+from engine.store.sqlite import graph as graph_rows
+from engine.store.sqlite import memories as memory_rows
+from engine.store.sqlite import recall as recall_rows
+from engine.store.sqlite import space as space_rows
+from engine.store.sqlite import stats as stats_rows
 
 
 class Recording:
@@ -122,7 +122,7 @@ def test_the_duplicate_lookup_uses_the_hash_index_in_a_big_project(con):
 
 def test_an_imported_memory_is_matched_by_the_hash_index(con):
     from engine.records import MemoryRecord
-    from engine.storage.transfer import Merger
+    from engine.store.sqlite.transfer import Merger
 
     for kind, at in (("fact", None), ("episodic", None), ("episodic", 1.7e9)):
         rec = MemoryRecord(uid="mem_notinthisstore", kind=kind, text="x", importance=0.5,
@@ -182,7 +182,7 @@ def test_stats_and_waiting_work_are_counted_without_a_scan(con):
 def test_the_roll_up_queue_reads_its_own_index(con):
     """Unprocessed events are found through memories_rollup, which holds only them: no walk of a project's
     or the store's memories (a sort of what waits is allowed: the queue, not the store)."""
-    from engine.storage import consolidation as rollup_rows
+    from engine.store.sqlite import consolidation as rollup_rows
 
     plans = [*plans_of(con, rollup_rows.rollup_scopes),
              *plans_of(con, rollup_rows.pending_window, None, "house", 20),
@@ -202,7 +202,7 @@ def test_a_memory_with_no_document_or_conversation_is_in_neither_index(con):
 
 
 def test_the_audit_log_page_reads_backwards_by_id(con):
-    from engine.storage import audit as audit_rows
+    from engine.store.sqlite import audit as audit_rows
 
     plans = plans_of(con, audit_rows.entries, 50, 0)
     assert all("TEMP B-TREE" not in p for p in plans), plans
@@ -210,7 +210,7 @@ def test_the_audit_log_page_reads_backwards_by_id(con):
 
 
 def test_the_change_feed_reads_forwards_from_its_token_by_id(con):
-    from engine.storage import audit as audit_rows
+    from engine.store.sqlite import audit as audit_rows
 
     newest = audit_rows.last_id(con)
     assert newest > 300
@@ -308,7 +308,7 @@ def test_no_trigger_reads_a_whole_vector_table(profile_home):
 def test_the_contradiction_check_pairs_edges_by_subject_and_relation(con):
     """Edges that share subject and relation are found through an index on both: on the subject alone, a
     subject most facts are about (the user) made the pairing quadratic in its edges."""
-    from engine.storage import consolidation as consolidation_rows
+    from engine.store.sqlite import consolidation as consolidation_rows
 
     (plan,) = plans_of(con, consolidation_rows.same_subject_and_relation)
     assert "edges_src_rel (src=? AND rel=?)" in plan, plan

@@ -243,7 +243,7 @@ def test_a_store_keyed_by_its_passphrase_is_migrated_by_rotate(profile_home: Pat
     import keyring.core
     import sqlcipher3
 
-    from engine.migrations import migrate
+    from engine.store.sqlite.migrations import migrate
 
     monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.fail.Keyring")
     keyring.core._keyring_backend = None
@@ -463,7 +463,7 @@ def test_retention_keeps_seven_daily_and_four_weekly(tmp_path: Path):
 def test_a_new_store_has_8k_pages_authenticated_with_hmac_sha256(profile_home: Path):
     import sqlcipher3
 
-    from engine import db as dbmod
+    from engine.store.sqlite import db as dbmod
     from tests.forensics import layout
 
     with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
@@ -490,7 +490,7 @@ def test_a_store_made_with_sqlciphers_defaults_still_opens_is_copied_alike_and_r
         profile_home: Path, monkeypatch: pytest.MonkeyPatch):
     """Stores made before the current page settings keep SQLCipher 4's defaults (4 KiB, HMAC-SHA512)."""
     from engine import backup, keyops
-    from engine import db as dbmod
+    from engine.store.sqlite import db as dbmod
     from tests.forensics import layout
 
     assert dbmod.CIPHERS == (dbmod.CIPHER_CURRENT, dbmod.CIPHER_LEGACY)

@@ -14,10 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine import Engine, Remembered, heap, vectors
-from engine.db import connect
+from engine import Engine, Remembered, heap
 from engine.embeddings import NoEmbedder
-from engine.storage import memories as memory_rows
+from engine.store.sqlite import memories as memory_rows
+from engine.store.sqlite import vectors
+from engine.store.sqlite.db import connect
 
 DIM = 16
 
@@ -509,7 +510,7 @@ def test_the_statements_of_a_long_session_stay_a_set_the_statement_cache_holds(e
     of every length filled it after a few recalls, and from then on `stats` (say) was prepared again on every
     call. IN lists now take a few lengths (engine.db.marks), so the texts a session runs stop growing well
     below the cache's size."""
-    from engine.db import CACHED_STATEMENTS
+    from engine.store.sqlite.db import CACHED_STATEMENTS
 
     words = ("garden", "harbour", "router", "key", "book", "meeting", "bike", "tax", "recipe", "flight")
     for i in range(120):

@@ -105,7 +105,7 @@ def test_an_edit_cannot_make_two_memories_say_the_same(eng: Engine):
 
 def test_a_hash_sharing_the_indexed_prefix_is_not_the_same_words(eng: Engine):
     from engine.memories import content_hash
-    from engine.storage import memories as memory_rows
+    from engine.store.sqlite import memories as memory_rows
 
     text = "The boiler was serviced in March."
     h = content_hash(text)
@@ -134,7 +134,7 @@ def test_an_older_store_gets_the_short_hash_index_and_still_merges_the_same_word
 
 
 def test_an_older_store_gets_partial_indexes_and_its_roll_up_queue_still_finds_both_scopes(profile_home: Path):
-    from engine.storage import consolidation as rollup_rows
+    from engine.store.sqlite import consolidation as rollup_rows
 
     with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
         loose = [eng.remember(f"Event {i}: the heating came on at {i} am.", kind="episodic", project="home").id
@@ -255,7 +255,7 @@ def test_vec0_search_matches_the_mirror(profile_home: Path, embedder):
         for t in texts:
             eng.remember(t, project="a" if len(t) % 2 else "b")
         q = embedder.encode_one("where is my passport")
-        from engine.vectors import Filter, VectorIndex
+        from engine.store.sqlite.vectors import Filter, VectorIndex
 
         for f in (Filter(), Filter(projects={"a"})):
             mirror = eng.space.index["memories"].search(eng.con, q, 8, f)

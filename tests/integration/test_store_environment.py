@@ -1,5 +1,5 @@
 """Honest errors for the environment: a read-only store or disk, a full disk, a damaged or locked store are
-reported as what they are (engine/db.py explain, the one place SQLite result codes are mapped),
+reported as what they are (engine/store/sqlite/db.py explain, the one place SQLite result codes are mapped),
 never as "wrong key" or "internal error", by the engine, the CLI, the HTTP API and MCP.
 
 Real conditions where the machine allows: a small tmpfs (full disk) and a read-only remount need root;
@@ -21,8 +21,8 @@ import pytest
 import sqlcipher3
 
 from engine import Engine
-from engine.db import explain
 from engine.errors import DiskFull, StoreCorrupt, StoreLocked, StoreReadOnly, StoreUnavailable
+from engine.store.sqlite.db import explain
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,7 +71,7 @@ class _Failing:
 def failing(eng: Engine, monkeypatch: pytest.MonkeyPatch) -> Any:
     """inject(code, message): from now on every store connection (of every thread, and the writer) fails its
     writes."""
-    from engine.db import Store
+    from engine.store.sqlite.db import Store
 
     real = Store.con.fget  # type: ignore[attr-defined]
     real_writer = Store.writer.fget  # type: ignore[attr-defined]

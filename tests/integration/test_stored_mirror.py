@@ -1,4 +1,4 @@
-"""The int8 vector mirror kept in the store (engine/vectors.py, table vector_mirror): a real encrypted store
+"""The int8 vector mirror kept in the store (engine/store/sqlite/vectors.py, table vector_mirror): a real encrypted store
 whose mirror is written, reopened and searched exactly; writes made after it by another connection or
 another process are caught up; a missing, stale, damaged or foreign one is passed over for the rows; and a forgotten memory's
 code leaves the stored blocks at once and is never returned nor written back."""
@@ -12,9 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine import Engine, migrations, mirror_layout, vectors
+from engine import Engine
 from engine.embeddings import NoEmbedder
-from engine.storage import memories as memory_rows
+from engine.store.sqlite import memories as memory_rows
+from engine.store.sqlite import migrations, mirror_layout, vectors
 from tests.forensics import find
 from tests.integration.test_safety import data_key
 
@@ -211,7 +212,7 @@ def test_a_missing_stale_damaged_or_foreign_stored_mirror_is_passed_over(profile
 
         assert index.save() and reload() == "stored"
         with eng.store.write() as con:  # another embedding space: the vector tables start over
-            from engine.storage import space as space_rows
+            from engine.store.sqlite import space as space_rows
 
             space_rows.restamp(con, ("test", "other", DIM, "1"))
         assert eng.con.execute("SELECT count(*) FROM vector_mirror").fetchone()[0] == 0
@@ -260,7 +261,7 @@ def test_forget_erases_the_stored_code_and_it_never_comes_back(profile_home):
 
 
 def _block(con, block: int, tbl: int = 0) -> dict[str, np.ndarray]:
-    """A stored block's arrays, as its bytes say (engine/mirror_layout.py)."""
+    """A stored block's arrays, as its bytes say (engine/store/sqlite/mirror_layout.py)."""
     rows, meta, codes = con.execute("SELECT rows, meta, codes FROM vector_mirror WHERE tbl = ? AND block = ?",
                                     (tbl, block)).fetchone()
     out = mirror_layout.arrays(meta, rows)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from engine import Engine, limits
-from engine.migrations import MIGRATIONS, migrate
+from engine.store.sqlite.migrations import MIGRATIONS, migrate
 
 WAIT_S = 30.0  # the bound: events arrive within about a second; a loaded CI machine gets room
 

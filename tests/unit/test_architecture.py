@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FACE = "engine"  # engine/__init__.py: the package face
 FACADE = "engine.engine"
 ENTRY_POINTS = ("engine.cli", "engine.api", "engine.mcp", "engine.selftest")  # and their submodules
-STORAGE = ("engine.db", "engine.vectors", "engine.migrations", "engine.retrieval", "engine.storage")  # the seam
+STORAGE = ("engine.store",)  # the seam: the interface and its backends
 KEY_PRAGMA = "engine.keys"  # builds the `PRAGMA key` that db.connect runs
 STORE_ATTRIBUTES = {"con", "store"}
 QT = ("PySide6", "PyQt5", "PyQt6", "shiboken6", "qasync")
@@ -147,7 +147,7 @@ RULES = [
          lambda m: _is_engine(m) and m.name not in (FACE, FACADE) and not _is_entry_point(m), _facade,
          ("engine.graph", "def f():\n    from .engine import Engine\n")),
     Rule("entry points import no storage module (db, vectors, migrations)", _is_entry_point, _storage,
-         ("engine.mcp", "from .migrations import SCHEMA_VERSION\n")),
+         ("engine.mcp", "from .store.sqlite.migrations import SCHEMA_VERSION\n")),
     Rule("entry points touch no connection or store (.con, .store)", _is_entry_point, _store_attributes,
          ("engine.selftest", "def f(eng):\n    return eng.con.execute('PRAGMA user_version')\n")),
     Rule("only the storage modules speak SQL",

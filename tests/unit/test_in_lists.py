@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from engine.db import marks, padded
+from engine.store.sqlite.db import marks, padded
 
 
 def test_a_list_is_padded_to_the_next_power_of_two_with_its_last_value():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..db import Connection, marks, padded
 from . import state
+from .db import Connection, marks, padded
 from .memories import COLS
 
 # When a memory was last used: stored (or imported) or used since. Not when its event happened: a memory

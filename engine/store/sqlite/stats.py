@@ -7,9 +7,9 @@ up, and contradiction flags, are counted from their (partial) index.
 
 from __future__ import annotations
 
-from ..context import Context
-from ..migrations import SCHEMA_VERSION
-from ..models import KINDS, Stats
+from ...context import Context
+from ...models import KINDS, Stats
+from .migrations import SCHEMA_VERSION
 from .tallies import Tallies
 
 

@@ -8,10 +8,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..db import Connection
-from ..errors import UserError
-from ..memories import EPISODIC_DISCOUNT, IMPORTANCE_BY_SOURCE, check_text, content_hash, new_uid
-from ..records import (
+from ...errors import UserError
+from ...memories import EPISODIC_DISCOUNT, IMPORTANCE_BY_SOURCE, check_text, content_hash, new_uid
+from ...records import (
     TIME_EPS,
     AuditRecord,
     ChunkRecord,
@@ -32,6 +31,7 @@ from ..records import (
     to_ts,
 )
 from . import memories as memory_rows
+from .db import Connection
 
 EXPORT_SQL: dict[str, str] = {
     "document": "SELECT uid, path, title, mime, content_hash, size, mtime, project, chunk_count, created_at, "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..db import Connection
+from .db import Connection
 
 COLS = ("id, path, project, include, exclude, paused, available, queued, skipped, errors, added_at, "
         "scan_started_at, scanned_at")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any, cast
 
-from ..db import Connection
-from ..errors import NotFound
+from ...errors import NotFound
+from .db import Connection
 
 
 def row_id(con: Connection, uid: str) -> int:

@@ -7,8 +7,8 @@ import json
 from collections.abc import Iterator
 from typing import cast
 
-from ..db import Connection, marks, padded
 from . import tallies
+from .db import Connection, marks, padded
 
 
 def batched(items: list[int], size: int = 400) -> Iterator[list[int]]:

@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 import sqlcipher3
 
+from ...errors import StoreTooNew
 from .db import Connection
-from .errors import StoreTooNew
 
 log = logging.getLogger(__name__)
 
@@ -399,7 +399,7 @@ def m005_flat_costs(con: Connection) -> None:
 
 
 def m006_vector_mirror_blocks(con: Connection) -> None:
-    """The int8 vector mirror kept inside the store, in blocks of row ids (engine/vectors.py), so that a big
+    """The int8 vector mirror kept inside the store, in blocks of row ids (engine/store/sqlite/vectors.py), so that a big
     store's first search reads a quarter of the float32 bytes in large blobs instead of every vector row by
     row. A block whose vector rows change or go is erased at once by triggers (kept with the vector tables)."""
     run_script(
@@ -432,7 +432,7 @@ def m007_document_tallies(con: Connection) -> None:
 
 
 def m008_short_hash_key(con: Connection) -> None:
-    """memories_hash on the first 10 hex digits of the content hash instead of all 64 (storage/memories.py,
+    """memories_hash on the first 10 hex digits of the content hash instead of all 64 (store/sqlite/memories.py,
     BY_HASH): ~25 bytes an entry instead of ~80, so a million memories' index is ~6k pages fewer to keep in
     the caches, and the leaf a new memory's entry goes into (anywhere in it) is more often one of them.
     Building it reads the table once: ~2 s for 500k memories."""
@@ -449,7 +449,7 @@ def m009_vector_mirror_indexes(con: Connection) -> None:
     """What a process's first search asks of the stored mirror blocks before it reads them (how many there
     are, how many are erased, how many rows they hold) from two small indexes instead of each block's row:
     every block's row sits on a page of its own, so at a million items those questions read ~2,000 pages
-    that were not in the cache, ~0.3 s a table (engine/vectors.py, `_streamed`)."""
+    that were not in the cache, ~0.3 s a table (engine/store/sqlite/vectors.py, `_streamed`)."""
     run_script(
         con,
         """
@@ -461,10 +461,10 @@ def m009_vector_mirror_indexes(con: Connection) -> None:
 
 def m010_mirror_forget_in_place(con: Connection) -> None:
     """A vector that goes is forgotten inside its stored mirror block (its codes zeroed, the row flagged
-    gone: engine/mirror_layout.py) instead of erasing the whole block, which wrote ~17 pages a forget. The
-    delete triggers now call two SQL functions that engine/db.py registers on every connection; a version
+    gone: engine/store/sqlite/mirror_layout.py) instead of erasing the whole block, which wrote ~17 pages a forget. The
+    delete triggers now call two SQL functions that engine/store/sqlite/db.py registers on every connection; a version
     from before them could not forget a memory in such a store, so the schema version says it is newer.
-    The triggers keep their block size (engine/vectors.py replaces triggers of another size)."""
+    The triggers keep their block size (engine/store/sqlite/vectors.py replaces triggers of another size)."""
     erase = "SET projects = NULL, meta = NULL, codes = NULL"
     forget = "SET meta = mirror_forget_meta(meta, old.id), codes = mirror_forget_codes(codes, meta, old.id)"
     for name, sql in con.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND name IN "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..db import Connection
+from .db import Connection
 
 
 @dataclass(frozen=True)

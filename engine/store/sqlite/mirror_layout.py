@@ -1,4 +1,4 @@
-"""The bytes of a stored vector-mirror block (table `vector_mirror`, see engine/vectors.py), and the two SQL
+"""The bytes of a stored vector-mirror block (table `vector_mirror`, see engine/store/sqlite/vectors.py), and the two SQL
 functions with which a deleted vector leaves its block in place.
 
 A block holds the rows of STORED_IDS consecutive ids: `meta` is the META_LAYOUT arrays of `rows` items
@@ -12,7 +12,7 @@ bytes changed (one or two of a block's ~14): erasing the whole block (the codes 
 zeroed every page of it, ~17 pages written for a forget, which made forgetting an old memory at a
 million items twice as slow as at a thousand (docs/performance.md).
 
-No engine imports: engine/db.py registers the functions on every connection it opens.
+No engine imports: engine/store/sqlite/db.py registers the functions on every connection it opens.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ since that epoch; it loads from every row instead when there are no blocks, they
 reaches, of another dimension or format, or one does not add up. A vector that goes (a forget, or the
 old vector of an edit or a re-embedding: `put` deletes, then inserts) is **forgotten in its block in the
 same transaction**, by trigger: its codes and filter columns become zeros and the row is flagged gone, in
-place (engine/mirror_layout.py: the record keeps its size, so SQLite writes only the pages whose bytes
+place (engine/store/sqlite/mirror_layout.py: the record keeps its size, so SQLite writes only the pages whose bytes
 changed), and the loader passes over it; a vector row rewritten in place erases its whole block, whose
 rows are then read from the float copy until it is written again. Either way a forgotten row's code
 never outlives it. Blocks are written by `VectorIndex.save`, in the background once
@@ -60,13 +60,13 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 
-from . import lsh, mirror_layout
+from ... import lsh
+from ...embeddings import Windows
+from ...errors import EngineError
+from . import maintenance, mirror_layout
+from . import state as state_rows
 from .db import Connection, DatabaseError, ProgrammingError, marks, padded
-from .embeddings import Windows
-from .errors import EngineError
 from .mirror_layout import EXCEPTION, GONE, META_BYTES
-from .storage import maintenance
-from .storage import state as state_rows
 
 _simd: Any
 try:  # int8 dot products in SIMD (AVX2/AVX-512 VNNI/NEON), 3x numpy's cast-and-multiply; numpy without it
@@ -231,7 +231,7 @@ def create_tables(con: Connection, dim: int) -> None:
 
 
 def _mirror_trigger_sql(table: str, code: int, event: str) -> str:
-    """A vector that goes is forgotten in its stored block in the same transaction (engine/mirror_layout.py:
+    """A vector that goes is forgotten in its stored block in the same transaction (engine/store/sqlite/mirror_layout.py:
     its codes zeroed, the row flagged GONE, the record overwritten in place); one that changes erases its
     block (the block's rows are read from the float copy until it is written again). Either way a row's
     old code never outlives it."""

@@ -6,7 +6,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from . import ranking
+from ... import ranking
 from .db import Connection, marks, padded
 from .vectors import ACTIVITY_SOURCE, Filter
 

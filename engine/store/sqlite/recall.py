@@ -1,9 +1,9 @@
-"""The rows recall reads besides its lexical and vector searches (engine/retrieval.py, engine/vectors.py)."""
+"""The rows recall reads besides its lexical and vector searches (engine/store/sqlite/retrieval.py, engine/store/sqlite/vectors.py)."""
 
 from __future__ import annotations
 
-from .. import vectors
-from ..db import Connection, marks, padded
+from . import vectors
+from .db import Connection, marks, padded
 from .memories import COLS
 
 

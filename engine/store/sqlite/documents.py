@@ -8,7 +8,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from ..db import Connection, marks, padded
+from .db import Connection, marks, padded
 
 DOC_COLS = "uid, path, title, mime, chunk_count, size, project, created_at, updated_at, meta"
 

@@ -23,8 +23,7 @@ from typing import TYPE_CHECKING, Any
 import sqlcipher3
 import sqlite_vec
 
-from . import mirror_layout
-from .errors import (
+from ...errors import (
     DiskFull,
     EngineError,
     StoreCorrupt,
@@ -33,7 +32,8 @@ from .errors import (
     StoreUnavailable,
     WrongKey,
 )
-from .models import StoreDiagnostics
+from ...models import StoreDiagnostics
+from . import mirror_layout
 
 log = logging.getLogger(__name__)
 
@@ -305,7 +305,7 @@ def _connect(path: Path, key_pragma: str, cipher: tuple[str, ...]) -> Connection
         con.enable_load_extension(True)
         sqlite_vec.load(con)
         con.enable_load_extension(False)
-        mirror_layout.register(con)  # called by the vector mirror's delete triggers (engine/vectors.py)
+        mirror_layout.register(con)  # called by the vector mirror's delete triggers (engine/store/sqlite/vectors.py)
     except DatabaseError as e:
         con.close()
         mapped = explain(e, path)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..db import Connection
+from .db import Connection
 
 FTS_TABLES = ("memories_fts", "chunks_fts")
 

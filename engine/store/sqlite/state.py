@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..db import Connection
+from .db import Connection
 
 
 def get(con: Connection, key: str) -> str | None:

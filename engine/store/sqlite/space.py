@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import time
 
-from .. import vectors
-from ..db import Connection
-from . import tallies
+from . import tallies, vectors
+from .db import Connection
 
 Space = tuple[str, str, int, str]  # provider, model, dimension, version
 

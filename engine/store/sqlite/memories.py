@@ -6,10 +6,10 @@ import itertools
 import json
 from typing import Any, cast
 
-from .. import vectors
-from ..db import Connection, marks, padded
-from ..errors import NotFound
-from ..models import Memory, iso
+from ...errors import NotFound
+from ...models import Memory, iso
+from . import vectors
+from .db import Connection, marks, padded
 
 COLS = (
     "id, uid, kind, text, project, importance, created_at, updated_at, event_at, last_accessed_at, "

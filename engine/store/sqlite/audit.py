@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..db import Connection
-from ..models import AuditEntry, iso
+from ...models import AuditEntry, iso
+from .db import Connection
 
 
 def insert(con: Connection, at: float, actor: str, action: str, target: str | None, detail: dict[str, Any]) -> None:
