@@ -9,7 +9,11 @@ of the API is a program that holds the token; it may ask the server to ingest fi
 - **never** from the places that hold secrets, even inside an allowed folder: the profile (the store, its
   settings and logs), the keychain file, ``~/.ssh``, ``~/.gnupg``, cloud and container credentials
   (``~/.aws``, ``~/.config/gcloud``, ``~/.azure``, ``~/.docker``, ``~/.kube``), password stores and browser
-  profiles, and files such as ``.env``, ``.netrc`` or ``id_rsa`` wherever they are.
+  profiles, and files such as ``.env``, ``.netrc`` or ``id_rsa`` wherever they are;
+- **never through a hard link** to a file in one of those places: a regular file with more than one link
+  is compared, by ``(st_dev, st_ino)``, with the files of the protected places (an index of them is built
+  when the first such file is met, and kept for :data:`LINK_INDEX_SECONDS`; a file with one link costs one
+  ``stat``). A resolved path cannot show a hard link: both names are the file.
 
 Everything else goes through the upload form (the client sends the bytes). A refused path named in a
 request is a 403 for the whole request; a refused file met while walking an allowed folder is a
@@ -21,6 +25,8 @@ from __future__ import annotations
 import fnmatch
 import logging
 import os
+import stat
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -46,6 +52,11 @@ SECRET_NAMES = (
     ".env", ".env.*", "*.env", ".netrc", "_netrc", ".pgpass", ".git-credentials", ".npmrc", ".pypirc",
     "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*", "credentials", "credentials.*", "*.kdbx",
 )
+
+LINK_INDEX_SECONDS = 5.0
+"""How long the index of the protected places' files is trusted before it is built again."""
+MAX_PROTECTED_FILES = 200_000
+"""Past this many files in the protected places, a file with more than one link is refused unchecked."""
 
 
 class PathRefused(UserError):
@@ -83,6 +94,39 @@ def keyring_files() -> list[Path]:
     return out
 
 
+def _index(places: Iterable[tuple[Path, str]]) -> dict[tuple[int, int], str]:
+    """(st_dev, st_ino) of every regular file in or at these places (symbolic links not followed), with
+    the place's label; stops past MAX_PROTECTED_FILES."""
+    out: dict[tuple[int, int], str] = {}
+    for place, label in places:
+        todo = [str(place)]
+        try:
+            st = os.stat(place, follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            out[(st.st_dev, st.st_ino)] = label
+            continue
+        while todo:
+            try:
+                with os.scandir(todo.pop()) as it:
+                    entries = list(it)
+            except OSError:
+                continue
+            for entry in entries:
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        todo.append(entry.path)
+                    elif entry.is_file(follow_symlinks=False):
+                        st = entry.stat(follow_symlinks=False)
+                        out.setdefault((st.st_dev, st.st_ino), label)
+                except OSError:
+                    continue
+                if len(out) > MAX_PROTECTED_FILES:
+                    return out
+    return out
+
+
 class PathPolicy:
     """Callable as an ingest ``allow`` hook: ``policy(path)`` is None when the path may be read, else why not."""
 
@@ -96,6 +140,8 @@ class PathPolicy:
         denied += [(_real(home / d), f"~/{d}") for d in SECRET_DIRS]
         denied += [(_real(p), _show(p)) for p in extra_denied]
         self.denied = denied
+        self._inodes: dict[tuple[int, int], str] | None = None  # (st_dev, st_ino) of protected files -> label
+        self._inodes_at = 0.0
 
     @classmethod
     def for_engine(cls, eng: Any) -> PathPolicy:
@@ -120,7 +166,38 @@ class PathPolicy:
         for name in {Path(path).name, real.name}:
             if any(fnmatch.fnmatch(name.lower(), pat) for pat in SECRET_NAMES):
                 return f"{_show(path)} looks like a file of secrets ({name}), which the API never reads"
-        return None
+        return self.linked_at(path)
+
+    def linked_at(self, path: str | Path) -> str | None:
+        """Why the file at ``path`` (links followed) is a hard link to a protected file, or None."""
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None  # gone or unreadable: the read says so
+        return self.linked(path, st)
+
+    def linked(self, path: str | Path, st: os.stat_result) -> str | None:
+        """Why the file ``st`` describes (``path`` names it) is a hard link to a protected file, or None.
+
+        Only a regular file with more than one link can be one; such a file is looked up in the index of
+        the protected places' files. Pass the ``fstat`` of an opened file to check what was really opened."""
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink < 2:
+            return None
+        inodes = self._protected_inodes()
+        if inodes is None:
+            return (f"{_show(path)} has other names (hard links), and the places of secrets hold too many files "
+                    "to check that it is none of theirs; upload the file instead (POST /ingest/upload)")
+        label = inodes.get((st.st_dev, st.st_ino))
+        if label is None:
+            return None
+        return f"{_show(path)} is a hard link to a file in {label}, which the API never reads"
+
+    def _protected_inodes(self) -> dict[tuple[int, int], str] | None:
+        now = time.monotonic()
+        if self._inodes is None or now - self._inodes_at > LINK_INDEX_SECONDS:
+            self._inodes = _index(self.denied)
+            self._inodes_at = time.monotonic()
+        return self._inodes if len(self._inodes) <= MAX_PROTECTED_FILES else None
 
     def __call__(self, path: Path) -> str | None:
         if (why := self.secret(path)) is not None:

@@ -545,10 +545,17 @@ class Watch:
         return bool(folder.include) and not any(_matches(p, rel, names=[name]) for p in folder.include)
 
     def _allowed(self, folder: _Folder, path: Path) -> str | None:
-        """The ingest's path policy for a watched folder: inside it, through no symbolic link."""
+        """The ingest's path policy for a watched folder: inside it, through no symbolic link, and no hard
+        link to a file of the places of secrets (engine/pathpolicy.py)."""
         p = str(path)
         if not _within(p, folder.path) or _real(p) != p:
             return f"{display_path(path)} leads outside the watched folder (a symbolic link); skipped"
+        try:
+            st = os.stat(p, follow_symlinks=False)
+        except OSError:
+            return None  # gone or unreadable: the read says so
+        if (why := self._secrets().linked(path, st)) is not None:
+            return why.replace("which the API never reads", "which is never indexed") + "; skipped"
         return None
 
     def _secrets(self) -> PathPolicy:

@@ -396,6 +396,8 @@ def _read_file_check(a: ReadFileInput, env: ToolEnv) -> str | None:
     policy = _policy(env)
     if policy(path) is None:
         return None
+    if policy.linked_at(path) is not None:
+        return f"{path.name} is a hard link to a file in a place that holds secrets, which agents never read"
     if policy.secret(path) is not None:
         return f"{path.name} is in a place that holds secrets, which agents never read"
     return (f"{path} is outside the folders you allowed (`personal-llm folders` lists them; "
@@ -407,6 +409,9 @@ def _read_file(a: ReadFileInput, env: ToolEnv) -> ReadFileOutput:
     if not path.is_file():
         raise UserError(f"{path} is not a file")
     with path.open("rb") as f:
+        if _policy(env).linked(path, os.fstat(f.fileno())) is not None:  # what was opened, not what was checked
+            raise UserError(f"{path.name} is a hard link to a file in a place that holds secrets, which agents "
+                            "never read")
         data = f.read(a.max_chars * 4 + 1)
     if b"\x00" in data[:4096]:
         raise UserError(f"{path.name} is not a text file; ingest it as a document to read it")
