@@ -282,6 +282,25 @@ def test_oversized_bodies_get_413(live: Live):
     assert live.client.get("/stats").status_code == 200  # the server is fine afterwards
 
 
+def test_a_50_mb_body_is_answered_413_not_reset(live: Live):
+    """A client that sends its whole body before it reads the answer and asks for the connection to be
+    closed after it (Python's urllib does both) gets the 413 and its JSON, not a connection reset: the
+    server reads and drops the body before it answers and closes."""
+    import urllib.error
+    import urllib.request
+
+    body = b"x" * (50 * 1024 * 1024)
+    for headers, status in (({"Authorization": f"Bearer {live.token}"}, 413), ({}, 401)):
+        request = urllib.request.Request(f"{live.url}/memory/remember", data=body, method="POST",
+                                         headers={**headers, "Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=60)
+        assert refused.value.code == status
+        detail = json.loads(refused.value.read())["detail"]
+        assert ("limit" in detail) if status == 413 else ("token" in detail)
+    assert live.client.get("/stats").status_code == 200
+
+
 def test_invalid_input_gets_422_and_engine_refusals_400(live: Live):
     cases = [
         ("POST", "/memory/remember", {}),
