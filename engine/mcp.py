@@ -83,7 +83,7 @@ DRAIN_SECONDS = 300.0
 # and the server goes on reading.
 MAX_LINE_CHARS = 4 * 1024 * 1024
 MAX_JSON_DEPTH = 64
-PARSE_ERROR, INVALID_REQUEST = -32700, -32600
+PARSE_ERROR, INVALID_REQUEST, INVALID_PARAMS = -32700, -32600, -32602
 _JSON_STRING = re.compile(r'"(?:[^"\\]++|\\.)*+"')
 _NOT_BRACKET = re.compile(r"[^\[\]{}]++")
 
@@ -101,14 +101,47 @@ def _too_deep(line: str) -> bool:
     return False
 
 
+class _LongNumber:
+    """An integer in the JSON text with more digits than Python converts (sys.get_int_max_str_digits: a
+    conversion costs time quadratic in the digits); valid JSON, but no value this server takes is that big."""
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+
+def _int(text: str) -> int | _LongNumber:
+    digits = len(text.lstrip("-"))
+    limit = sys.get_int_max_str_digits()
+    return _LongNumber(digits) if limit and digits > limit else int(text)
+
+
+def _long_number(value: Any) -> _LongNumber | None:
+    """The first such number in a parsed message (nested at most MAX_JSON_DEPTH, checked before)."""
+    if isinstance(value, _LongNumber):
+        return value
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    for item in items:
+        if (found := _long_number(item)) is not None:
+            return found
+    return None
+
+
 def _problem(line: str) -> tuple[int, str, Any] | None:
     """Why this line is not a JSON-RPC message the server can take: (code, message, id to answer), or None."""
     if _too_deep(line):
         return INVALID_REQUEST, f"Invalid Request: nested more than {MAX_JSON_DEPTH} levels deep", None
     try:
-        message = json.loads(line)
+        message = json.loads(line, parse_int=_int)
     except (ValueError, RecursionError):
         return PARSE_ERROR, "Parse error: not valid JSON", None
+    if isinstance(message, dict) and (long := _long_number(message)) is not None:
+        limit, rid = sys.get_int_max_str_digits(), message.get("id")
+        if isinstance(rid, _LongNumber):
+            return INVALID_REQUEST, f"Invalid Request: an id must be a string or an integer of at most {limit} " \
+                                    f"digits, not {rid.digits}", None
+        usable = isinstance(rid, str | int) and not isinstance(rid, bool)
+        return (INVALID_PARAMS, f"Invalid params: a number of {long.digits} digits is out of range (at most "
+                                f"{limit} digits)", rid if usable else None)
     if isinstance(message, list):
         return INVALID_REQUEST, "Invalid Request: batches are not supported; send one message per line", None
     if isinstance(message, dict) and "id" in message and (

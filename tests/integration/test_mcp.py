@@ -239,3 +239,32 @@ def test_malformed_deep_and_huge_messages_are_each_answered_and_the_server_keeps
     assert "Traceback" not in proc.stderr
     assert elapsed < 60  # exits at end of input, not after the five-minute drain
     print(f"{len(bad)} bad lines answered, {len(recalls)} recalls served, exited after {elapsed:.1f} s")
+
+
+def test_a_5000_digit_integer_is_valid_json_answered_as_invalid_params(profile_home: Path):
+    """Python converts at most 4,300 digits to an int; a longer integer is still valid JSON: it is parsed, and
+    answered as a value out of range (-32602, under the request's id) or, as an id, an Invalid Request."""
+    import subprocess
+
+    with Engine.open(profile_home) as eng:
+        eng.remember(PRIVATE)
+    big = "9" * 5000
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "n", "version": "1"}}}
+    lines = [json.dumps(init), json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+             '{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "recall", "arguments": '
+             '{"query": "where is the spare key", "k": ' + big + "}}}",
+             '{"jsonrpc": "2.0", "id": -' + big + ', "method": "ping"}',
+             json.dumps({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                         "params": {"name": "recall", "arguments": {"query": "where is the spare key"}}})]
+    params = server_params(profile_home)
+    proc = subprocess.run([params.command, *params.args], input="\n".join(lines) + "\n", capture_output=True,
+                          text=True, env=params.env, cwd=params.cwd, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    replies = [json.loads(r) for r in proc.stdout.splitlines()]
+    by_id = {r["id"]: r for r in replies if r["id"] is not None}
+    assert by_id[2]["error"]["code"] == -32602 and "5000 digits" in by_id[2]["error"]["message"]
+    [unusable] = [r for r in replies if r["id"] is None]
+    assert unusable["error"]["code"] == -32600 and "5000" in unusable["error"]["message"]
+    assert by_id[3]["result"]["structuredContent"]["hits"][0]["text"] == PRIVATE  # still serving
+    assert not any(r.get("error", {}).get("code") == -32700 for r in replies)
