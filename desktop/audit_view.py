@@ -39,6 +39,15 @@ ACTIONS = {
     "passphrase_changed": "changed the passphrase", "recovery_key_created": "made a recovery key",
     "key_notice": "noted something about the key",
 }
+# the same actions, done many times in one run (a batch): {n} is the count
+MANY = {
+    "ingest": "added {n} documents", "ingest_failed": "could not add {n} documents",
+    "ingest_abandoned": "stopped adding {n} documents", "forget_document": "deleted {n} documents",
+    "move_document": "noted that {n} documents moved", "ask": "asked {n} questions",
+    "backup": "made {n} encrypted backups", "resolve_conflict": "resolved {n} conflicts",
+    "resolve": "resolved {n} conflicts", "conflict_flagged": "found {n} pairs of memories that disagree",
+    "extract_triples": "read {n} for the knowledge graph", "import": "imported memories {n} times",
+}
 COUNT_WORDS = {"chunks": "passage", "memories": "memory", "edges": "link", "answers": "answer",
                "archived": "archived", "merged": "merged", "files": "file", "triples": "link",
                "decayed": "faded", "conflicts": "conflict", "documents": "document", "imported": "imported",
@@ -92,13 +101,60 @@ def details(detail: dict[str, Any]) -> str:
     return " · ".join(dict.fromkeys(parts))
 
 
-def sentence(entry: Any) -> str:
+def _label(entry: Any) -> str:
     kind = (entry.detail or {}).get("kind")
+    return formatting.kind_label(kind).lower() if isinstance(kind, str) and kind != "chunk" else ""
+
+
+def _linking(detail: dict[str, Any], item: str) -> str | None:
+    """What reading an item for the knowledge graph did: linked it, found nothing, or could not read it."""
+    if detail.get("edges"):
+        return f"linked {item} in the knowledge graph"
+    if detail.get("failed"):
+        return f"could not read {item} for the knowledge graph (the language model did not answer)"
+    return f"found nothing to link in {item}"
+
+
+def sentence(entry: Any) -> str:
     noun, _opens = what(entry.target)
-    label = formatting.kind_label(kind).lower() if isinstance(kind, str) and kind != "chunk" else ""
+    label = _label(entry)
     item = (("an " if label[:1] in "aeiou" else "a ") + label) if label else (noun or "a memory")
+    if entry.action == "extract_triples":
+        return f"{who(entry.actor)} {_linking(entry.detail or {}, item)}"
     verb = ACTIONS.get(entry.action, entry.action.replace("_", " ")).format(kind=item)
     return f"{who(entry.actor)} {verb}"
+
+
+def run_sentence(run: Any) -> str:
+    """One sentence for a run of the same write: 'The command line remembered 3,000 facts'."""
+    first = run.entries[0]
+    if run.count == 1:
+        return sentence(first)
+    noun, _opens = what(first.target)
+    label = _label(first) or {"a document": "document", "a passage": "passage"}.get(noun, "memory")
+    items = formatting.plural(run.count, label).replace("memorys", "memories")
+    template = ACTIONS.get(first.action, first.action.replace("_", " "))
+    if "{kind}" in template:
+        verb = template.format(kind=items)
+    elif first.action in MANY:
+        verb = MANY[first.action].format(n=items if first.action == "extract_triples" else f"{run.count:,}")
+    else:
+        verb = f"{template} ({run.count:,} times)"
+    return f"{who(first.actor)} {verb}"
+
+
+def run_details(run: Any) -> str:
+    """The run's counts summed ('1,204 links · 3 failed'); a single write's details as they are."""
+    if run.count == 1:
+        return details(run.entries[0].detail or {})
+    totals = dict(run.totals)
+    if run.entries[0].action == "extract_triples":
+        edges, failed = totals.get("edges", 0), totals.get("failed", 0)
+        parts = [_plural(edges, "link") if edges else "nothing linked"]
+        if failed:
+            parts.append(f"{failed:,} not read (the language model did not answer)")
+        return " · ".join(parts)
+    return details({k: v for k, v in totals.items() if k not in ("project",)})
 
 
 class AuditView(QWidget):
@@ -148,17 +204,19 @@ class AuditView(QWidget):
         if self.bridge.info is None:
             return
         self._dirty = False
-        self.bridge.audit_log(self._populate)
+        self.bridge.audit_runs(self._populate)
 
     def _engine_changed(self, _changes: Any) -> None:
         self._dirty = True
         if self.isVisible():
             self.refresh()
 
-    def _populate(self, entries: list[Any]) -> None:
+    def _populate(self, runs: list[Any]) -> None:
+        """One row per run (a batch of 3,000 writes is one row, opened to show its newest writes)."""
         self.tree.clear()
         link = self.palette().link().color() if hasattr(self.palette(), "link") else QColor("#4F46E5")
-        for e in entries:
+
+        def row(e: Any) -> QTreeWidgetItem:
             _noun, opens = what(e.target)
             item = QTreeWidgetItem([formatting.when(e.at), sentence(e), details(e.detail or {})])
             item.setToolTip(0, e.at)
@@ -166,8 +224,23 @@ class AuditView(QWidget):
             item.setData(0, Qt.ItemDataRole.UserRole, (opens, e.target))
             if opens:
                 item.setForeground(1, link)
+            return item
+
+        for run in runs:
+            if run.count == 1:
+                self.tree.addTopLevelItem(row(run.entries[0]))
+                continue
+            item = QTreeWidgetItem([formatting.when(run.newest_at), run_sentence(run), run_details(run)])
+            item.setToolTip(0, f"{run.oldest_at} to {run.newest_at}")
+            item.setToolTip(1, "Click the arrow to see the newest of them")
+            item.addChildren([row(e) for e in run.entries])
+            if run.count > len(run.entries):
+                more = QTreeWidgetItem(["", f"… and {run.count - len(run.entries):,} earlier", ""])
+                more.setFlags(Qt.ItemFlag.NoItemFlags)
+                item.addChild(more)
             self.tree.addTopLevelItem(item)
-        self.stack.setCurrentWidget(self.tree if entries else self.empty)
+        self.tree.setRootIsDecorated(any(run.count > 1 for run in runs))
+        self.stack.setCurrentWidget(self.tree if runs else self.empty)
 
     def _activated(self, item: QTreeWidgetItem, _column: int) -> None:
         opens, target = item.data(0, Qt.ItemDataRole.UserRole) or (None, None)

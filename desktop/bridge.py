@@ -399,6 +399,10 @@ class Bridge(QObject):
     def audit_log(self, done: Done, limit: int = 500) -> None:
         self.read(lambda e: e.audit_log(limit=limit), done)
 
+    def audit_runs(self, done: Done, limit: int = 300) -> None:
+        """The activity log in runs (a batch of writes is one run), newest first."""
+        self.read(lambda e: e.audit_runs(limit=limit), done)
+
     def conflicts(self, done: Done) -> None:
         self.read(lambda e: e.conflicts(), done)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .models import AuditEntry
+from .models import AuditEntry, AuditRun
 from .store.sqlite import audit as rows
 from .store.sqlite.db import Connection, Store
 
@@ -29,3 +29,29 @@ class AuditLog:
 
     def entries(self, *, limit: int = 200, offset: int = 0) -> list[AuditEntry]:
         return rows.entries(self.store.con, limit, offset)
+
+    def runs(self, *, limit: int = 200, keep: int = 50, gap: float = 300.0) -> list[AuditRun]:
+        """The newest `limit` runs of the log: consecutive rows with the same actor, action and kind, at most
+        `gap` seconds apart, each counted whole (it reads back until the run ends) with its `keep` newest rows.
+        `totals` sums each count of the rows' details; a flag's total is how many rows had it."""
+        out: list[AuditRun] = []
+        key: tuple[Any, ...] | None = None
+        last_at = 0.0
+        for at, e in rows.newest_first(self.store.con):
+            k = (e.actor, e.action, (e.detail or {}).get("kind"), (e.target or "")[:4])  # mem_, doc_, chk_
+            if key is None or k != key or last_at - at > gap:
+                if len(out) == limit:
+                    break
+                out.append(AuditRun(count=0, newest_at=e.at, oldest_at=e.at, entries=[]))
+                key = k
+            run = out[-1]
+            run.count += 1
+            run.oldest_at = e.at
+            if len(run.entries) < keep:
+                run.entries.append(e)
+            for name, value in (e.detail or {}).items():
+                if isinstance(value, int):  # a flag counts the rows that have it
+                    run.totals[name] = run.totals.get(name, 0) + int(value)
+            last_at = at
+        return out
+

@@ -55,6 +55,7 @@ from .locking import InUse
 from .memories import Memories, Remembered, check_project
 from .models import (
     AuditEntry,
+    AuditRun,
     ForgetResult,
     HealthReport,
     Hit,
@@ -675,6 +676,10 @@ class Engine:
 
     def audit_log(self, *, limit: int = 200, offset: int = 0) -> list[AuditEntry]:
         return self.audit.entries(limit=limit, offset=offset)
+
+    def audit_runs(self, *, limit: int = 200) -> list[AuditRun]:
+        """The log grouped into runs of one kind of write (a batch of 3,000 is one run), newest first."""
+        return self.audit.runs(limit=limit)
 
     def diagnostics(self) -> StoreDiagnostics:
         """How the store is built (SQLCipher, schema, sqlite-vec), for the self-test."""

@@ -115,6 +115,17 @@ class AuditEntry(BaseModel):
     detail: dict[str, Any]
 
 
+class AuditRun(BaseModel):
+    """Consecutive audit rows of one kind (one actor, one action, one kind of item, no long pause between
+    them): a batch of 3,000 writes is one run. `entries` holds the newest of them, `count` all of them."""
+
+    count: int
+    newest_at: str
+    oldest_at: str
+    entries: list[AuditEntry]
+    totals: dict[str, int] = Field(default_factory=dict, description="the detail counts summed over the run; a flag's: how many rows have it")
+
+
 class HealthReport(BaseModel):
     """What works and what is missing (the embedding model, the language model), for people."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from ...models import AuditEntry, iso
@@ -20,6 +21,14 @@ def entries(con: Connection, limit: int, offset: int) -> list[AuditEntry]:
     ).fetchall()
     return [AuditEntry(id=r[0], at=iso(r[1]), actor=r[2], action=r[3], target=r[4], detail=json.loads(r[5]))
             for r in rows]
+
+
+def newest_first(con: Connection) -> Iterator[tuple[float, AuditEntry]]:
+    """Every audit row with its time in seconds, newest first, read as the caller goes (it stops when it has
+    enough)."""
+    for r in con.execute("SELECT id, at, actor, action, target, detail FROM audit ORDER BY id DESC"):
+        yield float(r[1]), AuditEntry(id=r[0], at=iso(r[1]), actor=r[2], action=r[3], target=r[4],
+                                      detail=json.loads(r[5]))
 
 
 def last_id(con: Connection) -> int:
