@@ -37,8 +37,8 @@ STOPPED_AT = {"step_limit": "The agent used all its steps; this is what it found
               "time_limit": "The agent ran out of time; this is what it found so far."}
 MARKS = {"ok": "✓", "failed": "✗", "refused": "✗", "declined": "✗", "timeout": "✗"}
 OLLAMA_HINT = ("No language model is running, so you get the best passages from your memory instead of a "
-               "written answer. To get answers, install Ollama from <a href='https://ollama.com'>ollama.com</a> "
-               "and run <code>ollama pull llama3.2</code>.")
+               "written answer. To get answers, install Ollama from https://ollama.com and run "
+               "`ollama pull llama3.2`.")
 
 
 class AskPanel(QWidget):
@@ -161,7 +161,7 @@ class AskPanel(QWidget):
         self._set_steps_visible(self._agent_mode)
         if self._agent_mode:
             agent = self.agent_picker.currentData()
-            self.banner.set(f"{html.escape(agent)} is working on it…", "info")
+            self.banner.set(f"{agent} is working on it…", "info")
             self.bridge.agent_run(question, agent, self.project.currentData())
         else:
             self.banner.set("Looking through your memory…", "info")
@@ -295,13 +295,13 @@ class AskPanel(QWidget):
         grounded = bool(getattr(result, "grounded", True))
         llm_available = bool(getattr(result, "llm_available", True))
         if not grounded:
-            self.banner.set("<b>Not in memory.</b> Nothing you stored answers this well enough, so you get no "
+            self.banner.set("Not in memory: nothing you stored answers this well enough, so you get no "
                             "answer rather than a guess.", "warn")
         elif getattr(result, "notice", None) and llm_available:
-            self.banner.set(html.escape(result.notice), "info")
+            self.banner.set(result.notice, "info")
         elif not llm_available:
             notice = getattr(result, "notice", None)
-            self.banner.set(html.escape(notice) if notice else OLLAMA_HINT, "warn")
+            self.banner.set(notice or OLLAMA_HINT, "warn")
         else:
             self.banner.set("")
         for source in self.sources:
@@ -316,7 +316,7 @@ class AskPanel(QWidget):
             self.dialog.dismiss()
             self.dialog = None
         self._set_asking(False)
-        self.banner.set(html.escape(message), "error")
+        self.banner.set(message, "error")
 
     def _answer_html(self, answer: str) -> str:
         known = {int(s.n) for s in self.sources}

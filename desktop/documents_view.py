@@ -458,7 +458,7 @@ class PassageView(QDialog):
     def __init__(self, bridge: Bridge, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.bridge = bridge
-        self.setWindowTitle("Passage — Personal LLM")
+        self.setWindowTitle("Document — Personal LLM")
         self.resize(640, 520)
         self.title = QLabel()
         self.title.setObjectName("PageTitle")
@@ -488,6 +488,7 @@ class PassageView(QDialog):
         self._generation += 1
         generation = self._generation
         self.path = path
+        self.setWindowTitle(f"{title} — Personal LLM")  # the whole document, not one passage
         self.title.setText(title)
         self.where.setText(" · ".join(p for p in (locator, path) if p))
         self.result.setText("")

@@ -6,7 +6,6 @@ does the indexing, and its writes arrive as `changed`, which refreshes the list.
 
 from __future__ import annotations
 
-from html import escape
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer
@@ -75,6 +74,7 @@ class FoldersBox(QGroupBox):
         layout.addWidget(self.watching)
         layout.addWidget(self.feedback)
         self._folders: list[Any] = []
+        self._indexing: str | None = None  # the folder just added, while its first scan runs
         self._refresh_soon = QTimer(self)
         self._refresh_soon.setSingleShot(True)
         self._refresh_soon.setInterval(300)
@@ -116,6 +116,13 @@ class FoldersBox(QGroupBox):
                 item.setSelected(True)
         for i in range(1, len(COLUMNS)):
             self.list.resizeColumnToContents(i)
+        added = next((f for f in self._folders if f.path == self._indexing), None)
+        if added is None:
+            self._indexing = None
+        elif added.scanned_at is not None and not added.pending and not added.scan_interrupted:
+            self._indexing = None
+            self.feedback.set(f"Watching {added.path}: {added.files} file{'' if added.files == 1 else 's'} "
+                              "indexed.", "ok")
         self.watching.setText("" if status.watching or not self._folders else
                               "Another copy of the app or `personal-llm serve` may be watching; none runs now.")
         self._selection_changed()
@@ -146,13 +153,14 @@ class FoldersBox(QGroupBox):
 
     def _added(self, folder: Any) -> None:
         self.project.clear()
-        self.feedback.set(f"Watching {escape(folder.path)}; its files are being indexed.", "ok")
+        self._indexing = folder.path
+        self.feedback.set(f"Watching {folder.path}; its files are being indexed.", "ok")
         self.refresh()
 
     def _removed(self, removed: Any) -> None:
-        self.feedback.set(f"No longer watching {escape(removed.path)}; its {removed.kept} document(s) stay in "
+        self.feedback.set(f"No longer watching {removed.path}; its {removed.kept} document(s) stay in "
                           "memory (forget them in Documents).", "ok")
         self.refresh()
 
     def _failed(self, message: str) -> None:
-        self.feedback.set(escape(message), "error")
+        self.feedback.set(message, "error")

@@ -430,7 +430,7 @@ class ApiBox(QGroupBox):
         self.server.start(bridge.serve_command(self._port), bridge.serve_env())
 
     def _started(self, url: str) -> None:
-        self.state.set(f"Running at <a href='{url}/docs'>{url}</a> (requests need the token below).", "ok")
+        self.state.set(f"Running at {url}/docs (requests need the token below).", "ok")
 
     def _stopped(self) -> None:
         if not self.enabled.isChecked():
@@ -549,6 +549,19 @@ class BackupBox(QGroupBox):
         self._status: Any = None
         self._loading = False
         self.dialog: QDialog | None = None
+        self.clock: Callable[[], float] = time.time
+        self.ager = QTimer(self)  # "(5 minutes ago)" keeps counting while the page is open
+        self.ager.setInterval(30_000)
+        self.ager.timeout.connect(self._age)
+        self.ager.start()
+
+    def _age(self) -> None:
+        if self._status is not None:
+            self.show_status(self._status)
+
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt override: the age is current when looked at
+        super().showEvent(event)
+        self._age()
 
     def load(self, info: EngineInfo) -> None:
         self._loading = True
@@ -568,14 +581,14 @@ class BackupBox(QGroupBox):
         if status.last is None:
             self.last.setText("None yet.")
         else:
-            self.last.setText(f"{formatting.when(local_iso(status.last.at))} ({ago(status.last.at)}), "
+            self.last.setText(f"{formatting.when(local_iso(status.last.at))} ({ago(status.last.at, self.clock())}), "
                               f"{size_text(status.last.bytes)}; {formatting.plural(status.count, 'snapshot')} kept.")
         if status.last is None:
             self.warning.set("There is no backup of your memory yet. Back up now, or leave the app running: it "
                              "takes the scheduled one by itself." if status.schedule != "off"
                              else "There is no backup of your memory yet.", "warn")
         elif status.old:
-            self.warning.set(f"Your last backup is {ago(status.last.at)}: what you stored since is not in any "
+            self.warning.set(f"Your last backup is {ago(status.last.at, self.clock())}: what you stored since is not in any "
                              "backup. Back up now.", "warn")
         else:
             self.warning.set("", "info")

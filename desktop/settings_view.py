@@ -236,8 +236,8 @@ class SettingsView(QWidget):
             self.key_warning.set(
                 f"That is not a system keychain: anyone who can read {info.key_backend.split(' (')[0]} on this "
                 "computer can open your memory. Install and unlock a keychain (GNOME Keyring, KWallet, the macOS "
-                "Keychain or Windows Credential Manager), or keep your memory behind a passphrase "
-                "(`personal-llm key passphrase`).", "warn")
+                "Keychain or Windows Credential Manager), or make your memory open with a passphrase instead: quit "
+                "the app and run `personal-llm unlock --recovery-key YOUR-RECOVERY-KEY --new-passphrase`.", "warn")
         else:
             self.key_warning.set("")
             self.encryption.setText("Encrypted (SQLCipher, AES-256) with your passphrase. No keychain was available, "
