@@ -193,6 +193,9 @@ def parse_file(path: Path, *, max_bytes: int, ocr: OcrOptions | None = None) -> 
     except OSError as e:
         raise DocumentError(f"{name} can't be read: {e.strerror or e}") from None
     except Exception as e:  # third-party parsers raise anything on malformed input
+        if ext == ".pdf" and (limit := _pdf_limit(name, e)) is not None:
+            log.info("a .pdf file exceeds a limit")
+            raise DocumentError(limit) from None
         log.warning("parsing a %s file failed: %s", ext, type(e).__name__)  # the message may quote content
         raise DocumentError(f"{name} is damaged or not a valid {_KIND_NAMES.get(ext, ext)} file") from None
 
@@ -642,6 +645,20 @@ def _table_text(rows: list[list[str]]) -> str:
 # ---------------------------------------------------------------------------------------------------
 # PDF
 # ---------------------------------------------------------------------------------------------------
+
+
+def _pdf_limit(name: str, e: Exception) -> str | None:
+    """pypdf's refusal of a stream that inflates past its limit (a decompression bomb), said as ours: the
+    limit named, not "damaged". None for any other error."""
+    from pypdf.errors import LimitReachedError
+
+    if not isinstance(e, LimitReachedError):
+        return None
+    from pypdf import get_configuration
+
+    mb = get_configuration().zlib_maximum_output_length / 1_000_000
+    return (f"{name} was not read: a compressed part of it (a PDF stream) inflates to more than {mb:g} MB, the "
+            "limit for one part (it may be a decompression bomb)")
 
 
 def _read_pdf(path: Path, ocr: OcrOptions) -> ParsedDocument:

@@ -243,3 +243,40 @@ def test_a_markdown_note_that_is_only_its_heading_is_its_text(tmp_path):
     empty.write_text("#\n\n   \n", encoding="utf-8")
     with pytest.raises(DocumentError):
         parse_file(empty, max_bytes=10_000_000)
+
+
+def _pdf_with_inflating_stream(inflated: int) -> bytes:
+    """A one-page PDF whose content stream is a line of text then `inflated` bytes of spaces, compressed with
+    Flate (about 1,000 : 1): a small file whose one stream is a decompression bomb."""
+    import zlib
+
+    comp = zlib.compressobj(9)
+    block = b" " * (1 << 20)
+    stream = comp.compress(b"BT /F1 12 Tf 72 720 Td (Hello) Tj ET\n")
+    stream += b"".join(comp.compress(block) for _ in range(inflated // len(block))) + comp.flush()
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+               b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+               b"/Resources << /Font << /F1 5 0 R >> >> >>",
+               b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream + b"\nendstream",
+               b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
+    out, offsets = bytearray(b"%PDF-1.4\n"), []
+    for n, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % n + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1) + b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
+
+
+def test_a_pdf_refused_by_the_decompression_limit_is_not_called_damaged(tmp_path: Path):
+    small = tmp_path / "small.pdf"
+    small.write_bytes(_pdf_with_inflating_stream(1 << 20))
+    assert parse_file(small, max_bytes=50 << 20).sections[0].text.strip() == "Hello"  # the same file, not a bomb
+    bomb = tmp_path / "bomb.pdf"
+    bomb.write_bytes(_pdf_with_inflating_stream(200 << 20))
+    assert bomb.stat().st_size < 300_000
+    with pytest.raises(UserError) as refused:
+        parse_file(bomb, max_bytes=50 << 20)
+    message = str(refused.value)
+    assert "damaged" not in message and "75 MB, the limit for one part" in message and "decompression bomb" in message
