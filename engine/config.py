@@ -13,6 +13,7 @@ import platformdirs
 from pydantic import BaseModel, Field, ValidationError
 
 from .errors import UserError
+from .locking import private_dir
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +131,7 @@ class Settings(BaseModel):
 
 def write_atomic(path: Path, data: str) -> None:
     """Write a small file so that a crash leaves either the old or the new content, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from .errors import UserError
+from .locking import FILE_MODE, private_dir
 
 log = logging.getLogger(__name__)
 
@@ -89,9 +90,10 @@ def _weights_intact(weights: Path, sha256: str) -> bool:
     if _sha256(weights) != sha256:
         return False
     try:
-        mark.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(mark.parent)
         tmp = mark.with_suffix(".tmp")
-        tmp.write_text(stamp, encoding="utf-8")
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE), "w", encoding="utf-8") as f:
+            f.write(stamp)
         os.replace(tmp, mark)
     except OSError:  # a read-only cache: hash again next time
         pass

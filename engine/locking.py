@@ -1,4 +1,5 @@
-"""File locks on the profile folder, and the private permissions of everything the store writes.
+"""File locks on the profile folder, and the private permissions of everything in it (folders 0700, files
+0600: `private_dir`, `private_file`, and `secure_profile`, which tightens the whole profile when it opens).
 
 Two lock files live in the profile folder (both empty, 0600):
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,11 +41,12 @@ def private_dir(path: Path) -> None:
 
 
 def private_file(path: Path) -> None:
-    """Make an existing file the owner's alone (0600); missing files are fine."""
+    """Make an existing file the owner's alone (0600); missing files, links and a read-only disk are fine."""
     if os.name != "posix":
         return
-    with contextlib.suppress(FileNotFoundError, PermissionError):
-        if (path.stat().st_mode & 0o777) != FILE_MODE:
+    with contextlib.suppress(OSError):
+        st = path.lstat()
+        if stat.S_ISREG(st.st_mode) and (st.st_mode & 0o777) != FILE_MODE:
             os.chmod(path, FILE_MODE)
 
 
@@ -53,6 +56,28 @@ def precreate(path: Path) -> None:
     with contextlib.suppress(FileExistsError):
         os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE))
     private_file(path)
+
+
+def secure_profile(home: Path) -> None:
+    """0700 on the profile folder and every folder in it, 0600 on every file (logs, cache, backups,
+    settings and what older versions or the user made world-readable); links are left alone. A read-only
+    profile is left as it is."""
+    if os.name != "posix":
+        return
+    private_dir_mode(home)
+    for root, dirs, files in os.walk(home):
+        for name in dirs:
+            private_dir_mode(Path(root) / name)
+        for name in files:
+            private_file(Path(root) / name)
+
+
+def private_dir_mode(path: Path) -> None:
+    """Make an existing folder the owner's alone (0700); links, missing folders and ones not ours are left."""
+    with contextlib.suppress(OSError):
+        st = path.lstat()
+        if stat.S_ISDIR(st.st_mode) and (st.st_mode & 0o777) != DIR_MODE:
+            os.chmod(path, DIR_MODE)
 
 
 def store_files(db: Path) -> list[Path]:

@@ -10,10 +10,22 @@ import logging
 import logging.handlers
 import os
 import warnings
+from pathlib import Path
+from typing import Any
 
 from .config import log_dir
+from .locking import FILE_MODE, private_dir, private_file
 
 _configured = False
+
+
+class _PrivateLog(logging.handlers.RotatingFileHandler):
+    """A rotating log whose files are the owner's alone (0600), whatever the umask."""
+
+    def _open(self) -> Any:
+        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
+        private_file(Path(self.baseFilename))
+        return os.fdopen(fd, "a", encoding=self.encoding, errors=self.errors)
 
 
 def setup_logging(name: str = "personal-llm", level: int = logging.INFO) -> None:
@@ -26,10 +38,10 @@ def setup_logging(name: str = "personal-llm", level: int = logging.INFO) -> None
     logging.raiseExceptions = False  # a full or read-only disk must not print logging tracebacks to the terminal
     try:
         d = log_dir()
-        d.mkdir(parents=True, exist_ok=True)
-        handler: logging.Handler = logging.handlers.RotatingFileHandler(
-            d / f"{name}.log", maxBytes=2_000_000, backupCount=3, encoding="utf-8"
-        )
+        private_dir(d)
+        handler: logging.Handler = _PrivateLog(d / f"{name}.log", maxBytes=2_000_000, backupCount=3, encoding="utf-8")
+        for old in d.glob(f"{name}.log*"):  # written by older versions with the umask's mode
+            private_file(old)
     except OSError:
         handler = logging.NullHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))

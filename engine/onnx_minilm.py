@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from . import heap
+from .locking import private_dir
 from .minilm import BATCH_TEXTS, MiniLM, load_tokenizer, pad_batch, plan_batches
 
 log = logging.getLogger(__name__)
@@ -358,7 +359,7 @@ def _keep_verdict(verdict: Path | None, numpy: MiniLM, cosine: float) -> None:
         return
     probes = _kept[verdict.name] = np.concatenate([numpy.encode([p]) for p in PROBES[:_RECHECK]])
     try:
-        verdict.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(verdict.parent)
         fd, tmp = tempfile.mkstemp(dir=verdict.parent, prefix=".minilm-", suffix=".tmp")
         with os.fdopen(fd, "w") as f:
             json.dump({"lowest_cosine": cosine, "probes": probes.tolist()}, f)

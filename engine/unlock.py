@@ -39,7 +39,7 @@ from .keys import (
     read_profile,
     write_profile,
 )
-from .locking import InUse, creation_lock, precreate, private_dir, secure_store_files
+from .locking import InUse, creation_lock, precreate, private_dir, secure_profile
 from .store.sqlite import maintenance
 from .store.sqlite.db import Store
 from .store.sqlite.migrations import migrate
@@ -86,7 +86,7 @@ def open_store(home: Path, *, create: bool = True, passphrase: str | None = None
     except BaseException:
         in_use.release()
         raise
-    secure_store_files(path)
+    secure_profile(home)  # 0700 folders and 0600 files, also what older versions left looser
     return opened
 
 
@@ -134,7 +134,7 @@ def _create(home: Path, path: Path, passphrase: str | None, interactive: bool) -
     except BaseException:
         in_use.release()
         raise
-    secure_store_files(path)
+    secure_profile(home)  # 0700 folders and 0600 files, also what older versions left looser
     log.info("created a new store (%s key)", source)
     return Opened(store, profile, in_use, dk, created=True, recovery_key=rk)
 

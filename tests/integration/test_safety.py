@@ -132,6 +132,34 @@ def test_an_old_store_made_world_readable_is_made_private_on_open(profile_home: 
     assert stat.S_IMODE(profile_home.stat().st_mode) == 0o700
 
 
+def _loose(home: Path) -> list[str]:
+    """Everything in the profile that is not the owner's alone (a folder not 0700, a file not 0600)."""
+    return [f"{p.relative_to(home)} {oct(stat.S_IMODE(p.stat().st_mode))}" for p in [home, *home.rglob("*")]
+            if stat.S_IMODE(p.stat().st_mode) != (0o700 if p.is_dir() else 0o600)]
+
+
+def test_the_cli_makes_logs_and_cache_private_and_tightens_them_when_loose(profile_home: Path):
+    """With the usual umask (022), the CLI's log folder and log, the embedding runtime's cache and the settings
+    are made 0700/0600; and an older profile whose folders are 0755 and files 0644 is tightened on open."""
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=300,
+                              preexec_fn=lambda: os.umask(0o022))
+
+    assert cli("remember", "The spare key is under the blue pot.").returncode == 0  # loads the model: cache/
+    assert cli("config", "set", "ocr.enabled", "false").returncode == 0  # settings.json
+    assert {"logs", "cache"} <= {p.name for p in profile_home.iterdir()}
+    assert (profile_home / "logs" / "cli.log").stat().st_size > 0
+    assert _loose(profile_home) == []
+
+    for p in [profile_home, *profile_home.rglob("*")]:
+        os.chmod(p, 0o755 if p.is_dir() else 0o644)
+    (profile_home / "logs" / "cli.log.1").write_text("an older log\n")  # a rotated log made by an old version
+    os.chmod(profile_home / "logs" / "cli.log.1", 0o644)
+    p = cli("stats")
+    assert p.returncode == 0, p.stderr
+    assert _loose(profile_home) == []
+
+
 def test_a_profile_naming_another_key_is_repaired_from_the_keychain(profile_home: Path):
     """What the old first-run race left: the store under one key, profile.json naming another."""
     with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
