@@ -1,9 +1,11 @@
-"""Evidence recall on LoCoMo (long-term conversational memory), through the engine's public interface.
+"""Evidence recall on LoCoMo or REALTALK (long-term conversations), through the engine's public interface.
 
-    .venv/bin/python bench/eval_locomo.py PATH_TO_LOCOMO_JSON [--out results.json] [--cache-dir DIR] [--http]
+    .venv/bin/python bench/eval_locomo.py PATH [--out results.json] [--cache-dir DIR] [--http]
 
-Every turn becomes one episodic memory ("Speaker: text", plus the shared image's caption) timed at its
-session's date, one project per conversation. Every question is asked through `Engine.recall` (scoped to
+PATH is a LoCoMo-format JSON file (a list of samples), or a REALTALK chat file or a folder of them (one
+`Chat_*.json` per chat: `session_N` turns with their own `date_time`, and `qa`). Every turn becomes one
+episodic memory ("Speaker: text", plus a LoCoMo image's caption) timed at its own time (REALTALK) or its
+session's date (LoCoMo), one project per conversation. Every question is asked through `Engine.recall` (scoped to
 its conversation, record_access=False). Prints evidence recall@5/@10 — the fraction of the question's
 gold dia_ids among the top k — overall (categories 1-4) and per category, beside BM25 alone and dense
 cosine alone computed in the same run on the same turns and vectors; then the relevance floor's refusal
@@ -29,7 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "unanswerable"}
+REALTALK_CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "inference"}
 _DIA = re.compile(r"^D(\d+):(\d+)$")
+_LOOSE_DIA = re.compile(r"D\s*(\d+)\s*:\s*(\d+)")
 KS = (5, 10)
 
 
@@ -52,8 +56,35 @@ def evidence_ids(ev) -> list[str]:
     return out
 
 
+def realtalk_samples(path: Path) -> list[dict]:
+    """REALTALK chats (a file, or a folder of `*.json` files) as LoCoMo-shaped samples: sample_id is the file's
+    name, each turn keeps its own time (`at`), and an evidence id written loosely ("D 2:18", "D20:17.") is read
+    as the turn it names."""
+    files = sorted(path.glob("*.json")) if path.is_dir() else [path]
+    out = []
+    for f in files:
+        chat = json.loads(f.read_text(encoding="utf-8"))
+        conv: dict = {}
+        for key, turns in chat.items():
+            if re.fullmatch(r"session_\d+", key) and isinstance(turns, list):
+                conv[key] = [{"speaker": t.get("speaker", "?"), "text": t.get("clean_text", ""), "dia_id": t.get("dia_id"),
+                              "at": t.get("date_time")} for t in turns]
+                conv[key + "_date_time"] = chat.get(key + "_date_time", "")
+        qa = [{**q, "evidence": [f"D{m[0]}:{m[1]}" for e in q.get("evidence") or [] for m in _LOOSE_DIA.findall(str(e))]}
+              for q in chat.get("qa", [])]
+        out.append({"sample_id": f.stem, "conversation": conv, "qa": qa})
+    return out
+
+
+def parse_turn_time(s: str | None) -> datetime | None:
+    try:
+        return datetime.strptime((s or "").strip(), "%d.%m.%Y, %H:%M:%S")
+    except ValueError:
+        return None
+
+
 def turns_of(sample: dict) -> list[tuple[str, str, datetime | None]]:
-    """[(dia_id, memory text, session time)] in conversation order."""
+    """[(dia_id, memory text, the turn's own time, else its session's)] in conversation order."""
     conv = sample["conversation"]
     sessions = sorted(
         (int(m.group(1)), k) for k in conv if (m := re.fullmatch(r"session_(\d+)", k)) and isinstance(conv[k], list)
@@ -66,7 +97,7 @@ def turns_of(sample: dict) -> list[tuple[str, str, datetime | None]]:
             if turn.get("blip_caption"):
                 text += f" [shared an image: {turn['blip_caption']}]"
             if turn.get("dia_id"):
-                out.append((turn["dia_id"], text, at))
+                out.append((turn["dia_id"], text, parse_turn_time(turn.get("at")) or at))
     return out
 
 
@@ -78,15 +109,18 @@ def evidence_recall(ranked: list[str], uid_dias: dict[str, set[str]], gold: list
     return len(found & set(gold)) / len(gold)
 
 
-def recall_table(results: list[dict], names: tuple[str, ...]) -> tuple[list[str], list[tuple[str, list]], list[list]]:
+def recall_table(results: list[dict], names: tuple[str, ...],
+                 categories: dict[int, str] = CATEGORIES) -> tuple[list[str], list[tuple[str, list]], list[list]]:
     """(header, groups, rows): evidence recall per category group for each run name."""
     def mean(rows, col):
         vals = [r[col] for r in rows if r[col] is not None]
         return sum(vals) / len(vals) if vals else float("nan")
 
-    groups = [("answerable (1-4)", [r for r in results if r["category"] != 5])]
-    groups += [(f"{c} {CATEGORIES[c]}", [r for r in results if r["category"] == c]) for c in (1, 2, 3, 4)]
-    groups += [("5 unanswerable", [r for r in results if r["category"] == 5])]
+    answerable = [c for c in categories if c != 5]
+    groups = [(f"answerable ({min(answerable)}-{max(answerable)})", [r for r in results if r["category"] != 5])]
+    groups += [(f"{c} {categories[c]}", [r for r in results if r["category"] == c]) for c in answerable]
+    if 5 in categories:
+        groups += [("5 unanswerable", [r for r in results if r["category"] == 5])]
     header = ["questions", "n"] + [f"{n} R@{k}" for k in KS for n in names]
     rows = [[label, sum(1 for r in rs if r["gold"])] + [mean(rs, f"{nm}@{k}") for k in KS for nm in names]
             for label, rs in groups]
@@ -101,13 +135,20 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     try:
-        data = json.loads(Path(args.path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
+        path = Path(args.path)
+        data = None if path.is_dir() else json.loads(path.read_text(encoding="utf-8"))
+        realtalk = data is None or isinstance(data, dict)
+        if realtalk:
+            data = realtalk_samples(path)
+    except (OSError, ValueError, TypeError) as e:
         ap.error(f"cannot read {args.path} ({type(e).__name__}: {e})")
+    args.categories = REALTALK_CATEGORIES if realtalk else CATEGORIES
     if not (isinstance(data, list) and data and all(isinstance(d, dict) and isinstance(d.get("conversation"), dict)
                                                    and isinstance(d.get("qa"), list) for d in data)):
-        ap.error(f"{args.path} is not a LoCoMo-format file: a list of samples, each with 'conversation' and 'qa'")
-    key = "locomo-" + re.sub(r"\W+", "_", Path(args.path).stem) + f"-{Path(args.path).stat().st_size}"
+        ap.error(f"{args.path} is not a LoCoMo-format file (a list of samples, each with 'conversation' and 'qa') "
+                 "nor REALTALK chats")
+    size = sum(f.stat().st_size for f in path.glob("*.json")) if path.is_dir() else path.stat().st_size
+    key = ("realtalk-" if realtalk else "locomo-") + re.sub(r"\W+", "_", path.stem) + f"-{size}"
     if args.http:
         return run_http(args, data, key + "-http")
     home, ready, tmp = C.prepare_home(args.cache_dir, key)
@@ -171,9 +212,9 @@ def main(argv: list[str] | None = None) -> int:
             results.append(rec)
 
         # ---- the table ------------------------------------------------------------------------------
-        header, groups, rows = recall_table(results, ("ours", "bm25", "dense"))
+        header, groups, rows = recall_table(results, ("ours", "bm25", "dense"), args.categories)
         print()
-        print(f"LoCoMo evidence recall ({args.path}: {len(data)} conversations, {len(mems)} memories, "
+        print(f"{'REALTALK' if args.categories is REALTALK_CATEGORIES else 'LoCoMo'} evidence recall ({args.path}: {len(data)} conversations, {len(mems)} memories, "
               f"{len(results)} questions)")
         print(C.fmt_table(header, rows))
         print(C.latency_line("recall latency", lat))
@@ -256,9 +297,9 @@ def run_http(args, data: list[dict], key: str) -> int:
                             rec[f"{name}@{k}"] = evidence_recall(ids, uid_dias, rec["gold"], k)
             if args.cache_dir and not ready:
                 C.mark_ready(home)
-        header, groups, rows = recall_table(results, ("pass1", "pass2", "bm25"))
+        header, groups, rows = recall_table(results, ("pass1", "pass2", "bm25"), args.categories)
         print()
-        print(f"LoCoMo evidence recall through the HTTP API ({args.path}: {len(data)} conversations, "
+        print(f"{'REALTALK' if args.categories is REALTALK_CATEGORIES else 'LoCoMo'} evidence recall through the HTTP API ({args.path}: {len(data)} conversations, "
               f"{len(results)} questions, each asked twice)")
         print(C.fmt_table(header, rows))
         print(C.latency_line("recall over HTTP", lat))

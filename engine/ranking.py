@@ -173,6 +173,9 @@ BOOST_BAND = 0.1
 # A time named in the question: a memory whose time does not fit it keeps (1 - TIME_WEIGHT) of its relevance
 # for order (its similarity, the absolute relevance shown and used by the answer floor, is unchanged).
 TIME_WEIGHT = 0.3
+# A question naming one speaker of a conversation: another speaker's turn keeps (1 - SPEAKER_WEIGHT) of its
+# relevance for order.
+SPEAKER_WEIGHT = 0.3
 
 
 def boost_gate(top_similarity: float) -> float:

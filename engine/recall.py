@@ -74,11 +74,14 @@ class Retriever:
         from .relevance import MIN_HIT_RELEVANCE
 
         n = max(candidates or self._CANDIDATES, k)
-        qvec = self._query_vector(query)
         con = self.ctx.con
         with self.ctx.store.read():
+            addressed = retrieval.addressed_names(con, query, f, self._doc_freqs) if kind != "chunk" else {}
+        # a name one speaker calls the other: the question is about that speaker's turns, not the ones saying it
+        qvec = self._query_vector(retrieval.with_speaker(query, addressed))
+        with self.ctx.store.read():
             found, plans = self._lexical(con, query, n, f, memories=kind != "chunk", chunks=include_chunks,
-                                         bounded=qvec is not None)
+                                         bounded=qvec is not None, drop=set(addressed))
             cos: dict[tuple[str, int], float] = {}
             dense: set[tuple[str, int]] = set()
             if qvec is not None:
@@ -112,8 +115,11 @@ class Retriever:
                     fit = timecues.fit(t, cue) if cue is not None and cue.window else 1.0
                     sims[("m", rid)] = max(sims.get(("m", rid), 0.0), ranking.ACTIVITY_RELEVANCE * fit)
             sims = {key: s for key, s in sims.items() if s >= MIN_HIT_RELEVANCE}
-            pool = sorted(sims, key=lambda key: -sims[key])[: len(sims) if cue else max(3 * k, 30)]
-            hits = self._hydrate(con, {key: sims[key] for key in pool}, cos, set(lex), dense, set(graph), cue)
+            speaker = self._speaker_factors(con, query, [i for t, i in sims if t == "m"], addressed)
+            pool = sorted(sims, key=lambda key: -sims[key] * speaker.get(key[1], 1.0) if key[0] == "m" else -sims[key])
+            pool = pool[: len(sims) if cue else max(3 * k, 30)]
+            hits = self._hydrate(con, {key: sims[key] for key in pool}, cos, set(lex), dense, set(graph), cue,
+                                 speaker)
             hits.sort(key=lambda h: (-h.score, h.id))
             hits = _distinct_passages(hits)[:k]
             self._name_passages(con, hits, qvec, query)
@@ -124,7 +130,7 @@ class Retriever:
     _FTS = {"m": "memories_fts", "c": "chunks_fts"}
 
     def _lexical(self, con: Connection, query: str, n: int, f: vectors.Filter, *, memories: bool, chunks: bool,
-                 bounded: bool) -> tuple[dict[tuple[str, int], float], dict[str, retrieval.LexicalPlan]]:
+                 bounded: bool, drop: set[str] | frozenset[str] = frozenset()) -> tuple[dict[tuple[str, int], float], dict[str, retrieval.LexicalPlan]]:
         """({key: BM25 of the terms FTS5 searched}, {"m"/"c": the table's plan}). Terms very common in the
         projects searched, or costly in a large table, are left out (retrieval.plan); `bounded` (there are
         vectors to find candidates by): terms past the table's posting budget are scored later, on the
@@ -137,7 +143,7 @@ class Retriever:
             if not wanted or (t == "c" and f.kinds is not None and "chunk" not in f.kinds):
                 continue
             plans[t] = plan = retrieval.plan(con, self._FTS[t], query, cache, f.projects,
-                                             retrieval.LEXICAL_BUDGET if bounded else None)
+                                             retrieval.LEXICAL_BUDGET if bounded else None, drop if t == "m" else ())
             if plan.terms:
                 found.update({(t, i): s for i, s in search(con, plan.terms, n, f)})
         return found, plans
@@ -184,18 +190,39 @@ class Retriever:
         except EmbeddingUnavailable:
             return None
 
+    def _speaker_factors(self, con: Connection, query: str, ids: list[int],
+                         addressed: dict[str, tuple[str, str | None]]) -> dict[int, float]:
+        """{row id: factor on its relevance for order} for conversation turns ("Name: text") when the question
+        names one of the speakers among them (by their label, or by the name the other one calls them,
+        `addressed`): the others' turns keep 1 - SPEAKER_WEIGHT of it."""
+        if not ids:
+            return {}
+        said = {rid: who for rid, head in rows.turn_heads(con, ids) if (who := retrieval.speaker(head))}
+        speakers = set(said.values())
+        named = retrieval.named_speakers(query, speakers)
+        for by, to in addressed.values():
+            if to in speakers:
+                named.add(to)
+            elif by in speakers and len(speakers) == 2:
+                named |= speakers - {by}
+        if len(named) != 1:
+            return {}
+        return {rid: 1.0 if who in named else 1.0 - ranking.SPEAKER_WEIGHT for rid, who in said.items()}
+
     def _hydrate(self, con: Connection, fused: dict[tuple[str, int], float], cos: dict[tuple[str, int], float],
                  lex: set, dense: set, graph: set | frozenset = frozenset(),
-                 cue: timecues.TimeCue | None = None) -> list[Hit]:
+                 cue: timecues.TimeCue | None = None, speaker: dict[int, float] | None = None) -> list[Hit]:
         """Hits for these keys, scored by `ranking.ranked_score`; `fused` holds each key's similarity and
         `cue` is the time the question names, if any."""
         now = time.time()
         mids = [i for (t, i) in fused if t == "m"]
         cids = [i for (t, i) in fused if t == "c"]
         found: list[tuple[Hit, float | None]] = []  # (hit, its event time)
+        factors: dict[str, float] = {}  # uid: the speaker factor
         if mids:
             for r in rows.memory_rows(con, mids):
                 key = ("m", r[0])
+                factors[r[1]] = (speaker or {}).get(r[0], 1.0)
                 t_ref = max(r[8] or r[6], r[9] or 0.0)
                 rec = ranking.recency(t_ref, now)
                 found.append((Hit(
@@ -222,7 +249,8 @@ class Retriever:
         elif cue is not None and cue.prefer:
             fits = timecues.order_fit({h.id: t for h, t in found}, cue)
         for h, _t in found:
-            h.score = round(ranking.ranked_score(h.similarity, h.importance, h.recency, top, fits.get(h.id)), 6)
+            h.score = round(ranking.ranked_score(h.similarity * factors.get(h.id, 1.0), h.importance, h.recency, top,
+                                                 fits.get(h.id)), 6)
         hits = [h for h, _t in found]
         self._describe_conflicts(con, hits)
         return hits

@@ -87,3 +87,56 @@ def test_graph_signal_joins_recall_only_when_the_graph_has_edges(eng, monkeypatc
     via = {h.id: h.via for h in eng.recall(question, record_access=False)}
     assert "graph" in via[a.id] and "graph" in via[b.id]
     assert eng.recall(question, project="elsewhere", record_access=False) == []  # filters still apply
+
+
+def _talk(eng, turns, project="chat", start=datetime(2024, 1, 6, 18, 0)):
+    """Store "Speaker: text" turns one minute apart (a new day every 10 turns); their ids in order."""
+    return [eng.remember(f"{who}: {text}", kind="episodic", project=project,
+                         at=start + timedelta(days=i // 10, minutes=i), embed="sync").id
+            for i, (who, text) in enumerate(turns)]
+
+
+def test_a_question_naming_a_speaker_prefers_their_turns(eng):
+    ids = _talk(eng, [
+        ("Ravi", "I live in a flat right in the city centre, next to the station."),
+        ("Noor", "We moved out to a quiet suburb last year, a house with a garden."),
+        ("Ravi", "The city is loud but I can walk everywhere."),
+        ("Noor", "The suburb is calm and the kids can play outside."),
+    ])
+    for name, mine, theirs in (("Noor", ids[1], ids[0]), ("Ravi", ids[0], ids[1])):
+        top = [h.id for h in eng.recall(f"Where does {name} live, in the city or a suburb?", k=4, project="chat")]
+        assert top.index(mine) < top.index(theirs), name
+
+
+def test_a_misspelled_speaker_name_still_names_the_speaker(eng):
+    ids = _talk(eng, [
+        ("Akib", "My home is in a small town by the river, far from any big city."),
+        ("Muhhamed", "I live in a big city, on the ninth floor of a tower."),
+        ("Akib", "Do you like it there?"),
+        ("Muhhamed", "Yes, though the traffic is terrible."),
+    ])
+    for spelt in ("Mohammed", "Muhammad"):
+        top = [h.id for h in eng.recall(f"Does {spelt} live in a big city or a small town?", k=4, project="chat")]
+        assert top.index(ids[1]) < top.index(ids[0]), spelt
+    top = [h.id for h in eng.recall("Does Akim live in a big city or a small town?", k=4, project="chat")]
+    assert top.index(ids[0]) < top.index(ids[1])
+
+
+def test_the_name_one_speaker_calls_the_other_names_that_speaker(eng):
+    """Elise calls Emi "Kate": a question about Kate is about Emi's turns, not Elise's turns saying "Kate"."""
+    ids = _talk(eng, [
+        ("elise", "Hey Kate! How are you doing today?"),
+        ("Emi", "Good! I spent the morning skiing, it's my favourite sport."),
+        ("elise", "That sounds amazing Kate, you are so sporty."),
+        ("Emi", "I also took a cooking class, I love making pasta."),
+        ("elise", "What do you like to do on weekends Kate?"),
+        ("Emi", "Hiking with my cousins, every weekend I can."),
+        ("elise", "Thank you Kate, you always have good tips."),
+        ("elise", "Any favourite hobby of yours I should try, Kate?"),
+        ("elise", "I mostly paint and read on weekends."),
+        ("Emi", "Painting sounds relaxing."),
+    ])
+    top = [h.id for h in eng.recall("What are Kate's hobbies?", k=4, project="chat")]
+    emi = {ids[1], ids[3], ids[5], ids[9]}
+    assert top[0] in emi or top[1] in emi, top
+    assert ids[0] not in top and ids[6] not in top, top  # "Hey Kate!", "Thank you Kate": addressed, not about her

@@ -23,6 +23,12 @@ def memory_rows(con: Connection, ids: list[int]) -> list[tuple]:
     return con.execute(f"SELECT {COLS} FROM memories WHERE id IN ({marks(ids)})", padded(ids)).fetchall()
 
 
+def turn_heads(con: Connection, ids: list[int]) -> list[tuple[int, str]]:
+    """(row id, the first 64 characters of its text) of the episodic memories among these rows."""
+    return con.execute(f"SELECT id, substr(text, 1, 64) FROM memories WHERE kind = 'episodic' AND id IN ({marks(ids)})",
+                       padded(ids)).fetchall()
+
+
 def chunk_rows(con: Connection, ids: list[int]) -> list[tuple]:
     """(id, uid, text, project, created_at, document uid, title, path, locator) of chunks by row id."""
     return con.execute(

@@ -51,6 +51,110 @@ def asks_about_activity(query: str) -> bool:
     return bool(_ACTIVITY_VERBS.search(query)) or bool(_ACTIVITY_NOUNS.search(query) and _ACTIVITY_TIME.search(query))
 
 
+# A conversation turn stored as "Name: text": who said it (a label of one to three words, no digits).
+_SPEAKER = re.compile(r"^\s*([^\W\d_][^\W\d_'’.-]*(?:[ '’.-][^\W\d_]+){0,2}):\s", re.UNICODE)
+
+
+def speaker(text: str) -> str | None:
+    """Who said a turn stored as "Name: text", lowercased; None for any other text."""
+    m = _SPEAKER.match(text or "")
+    return m.group(1).lower() if m else None
+
+
+def _bigrams(word: str) -> set[str]:
+    return {word[i : i + 2] for i in range(len(word) - 1)}
+
+
+def named_speakers(query: str, speakers: set[str]) -> set[str]:
+    """The speakers (lowercased labels) the question names: a word equal to a label's first word, or a name
+    written otherwise ("Mohammed" for "Muhhamed": capitalised, same initial, at least 4 letters, half its
+    letter pairs shared)."""
+    out = set()
+    for w in WORD.findall(query):
+        low = w.lower()
+        for who in speakers:
+            first = who.split()[0]
+            if low == first or low == who:
+                out.add(who)
+            elif (w[0].isupper() and len(low) >= 4 and len(first) >= 4 and low[0] == first[0]
+                  and 4 * len(_bigrams(low) & _bigrams(first)) >= len(_bigrams(low)) + len(_bigrams(first))):
+                out.add(who)
+    return out
+
+
+_YOU = frozenset({"you", "your", "yours", "yourself", "u", "ur"})
+_THIRD = frozenset({"he", "she", "him", "her", "his", "hers", "they", "them", "their"})
+# A name counts as what one speaker calls the other when it is in at least ADDRESS_MIN_TURNS of the turns
+# searched, ADDRESS_ONE_SIDE of them by one speaker, and more of them speak to "you" than of "he/she".
+ADDRESS_MIN_TURNS = 5
+ADDRESS_ONE_SIDE = 0.85
+ADDRESS_SAMPLE = 200
+
+
+def addressed_names(con: Connection, query: str, f: Filter,
+                    cache: DocFreqs | None = None) -> dict[str, tuple[str, str | None]]:
+    """{name in the question (lowercased): (the speaker who uses it, the speaker so named or None)} for the
+    question's capitalised words that, in the conversations searched, one speaker uses to speak to the other
+    ("Looks incredible Kate. You…"): a name nobody signs their turns with, said almost only by one speaker, in
+    turns that say "you" more than "he" or "she". The person so named is the other speaker, who usually
+    answers next. Reads at most ADDRESS_SAMPLE turns a name; a name in more than PRUNE_MIN_DF rows of the
+    whole table is not looked at."""
+    names = [w for w in dict.fromkeys(WORD.findall(query)[1:]) if w[0].isupper() and len(w) >= 3
+             and w.lower() not in STOPWORDS and not w.isupper()]
+    if not names or (f.kinds is not None and "episodic" not in f.kinds):
+        return {}
+    n_rows = indexed_rows(con, "memories_fts")
+    where, args = _filter_sql(f, "m", time_col="coalesce(m.event_at, m.created_at)", kind_col=None,
+                              archived_col="m.archived", source_col="m.source")
+    out: dict[str, tuple[str, str | None]] = {}
+    for name in names:
+        low = name.lower()
+        if cache is not None and cache.get(con, "memories_fts", low, n_rows) > PRUNE_MIN_DF:
+            continue
+        said: dict[str, list[tuple[int, str | None]]] = {}
+        you = third = n = 0
+        for rid, project, text in con.execute(
+                "SELECT m.id, m.project, m.text FROM memories_fts JOIN memories m ON m.id = memories_fts.rowid "
+                "WHERE memories_fts MATCH ? AND m.kind = 'episodic'" + "".join(" AND " + w for w in where)
+                + " LIMIT ?", ['"' + low.replace('"', '""') + '"', *args, ADDRESS_SAMPLE]):
+            who = speaker(text)
+            if who is None:
+                continue
+            if who.split()[0] == low:
+                break  # a speaker's own label: named, not addressed
+            words = {w.lower() for w in WORD.findall(text)}
+            if low not in words:
+                continue  # a stemmed match only
+            n += 1
+            said.setdefault(who, []).append((rid, project))
+            you += bool(words & _YOU)
+            third += bool(words & _THIRD)
+        else:
+            if n < ADDRESS_MIN_TURNS or you <= third:
+                continue
+            by = max(said, key=lambda w: len(said[w]))
+            if len(said[by]) < ADDRESS_ONE_SIDE * n:
+                continue
+            # who answers those turns
+            after = [(rid + 1, project) for rid, project in said[by]]
+            answers: dict[str, int] = {}
+            for rid, project, head in con.execute(
+                    f"SELECT id, project, substr(text, 1, 64) FROM memories WHERE kind = 'episodic' AND id IN "
+                    f"({marks([r for r, _ in after])})", padded([r for r, _ in after])):
+                if (rid, project) in after and (who := speaker(head)) and who != by:
+                    answers[who] = answers.get(who, 0) + 1
+            out[low] = (by, max(answers, key=lambda w: answers[w]) if answers else None)
+    return out
+
+
+def with_speaker(query: str, addressed: dict[str, tuple[str, str | None]]) -> str:
+    """The question with each name one speaker calls the other replaced by that speaker's own label."""
+    for name, (_by, to) in addressed.items():
+        if to:
+            query = re.sub(rf"\b{re.escape(name)}\b", to.title(), query, flags=re.I)
+    return query
+
+
 _SENTENCE_END = re.compile(r"(?<=[.!?…。！？])\s+")
 
 
@@ -338,13 +442,16 @@ class LexicalPlan:
 
 
 def plan(con: Connection, fts: str, query: str, cache: DocFreqs | None = None,
-         projects: set | frozenset | None = None, budget: int | None = None) -> LexicalPlan:
+         projects: set | frozenset | None = None, budget: int | None = None,
+         drop: set[str] | frozenset[str] | tuple = ()) -> LexicalPlan:
     """The query's terms to search in `fts`, very common ones dropped (PRUNE_SHARE / PRUNE_MIN_DF in the table,
     SCOPE_SHARE / SCOPE_MIN_DF in the projects searched) while a kept term occurs in the table, and their IDF
     sum. With a `budget` (LEXICAL_BUDGET), FTS5 searches the kept terms rarest first while their rows sum to
     at most that (a term in at most PRUNE_MIN_DF rows always); the others are `costly`: `term_scores` scores
     them on the candidates the other signals found."""
     ts = terms(query)
+    if drop and any(t not in drop for t in ts):
+        ts = [t for t in ts if t not in drop]
     if not ts:
         return LexicalPlan([], 0.0, [])
     cache = cache if cache is not None else DocFreqs()
