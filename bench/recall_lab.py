@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="write per-question results as JSON here")
     args = ap.parse_args(argv)
     from engine import Engine
-    from engine.migrations import MIGRATIONS
+    from engine.store.sqlite.migrations import MIGRATIONS
 
     report = {}
     for raw in args.paths:

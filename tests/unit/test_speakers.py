@@ -1,8 +1,8 @@
-"""Who said a conversation turn, and which speaker a question names (engine.retrieval)."""
+"""Who said a conversation turn, and which speaker a question names (engine.store.sqlite.retrieval)."""
 
 from __future__ import annotations
 
-from engine.retrieval import named_speakers, speaker
+from engine.store.sqlite.retrieval import named_speakers, speaker
 
 
 def test_a_turn_names_its_speaker():
