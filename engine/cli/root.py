@@ -25,6 +25,7 @@ from . import (
     keys,
     memories,
     retrieval,
+    server,
     settings,
     status,
     transfer,
@@ -39,7 +40,7 @@ EXIT_BUG = 70
 
 COMMANDS: dict[str, Command] = {
     c.name: c for module in (memories, retrieval, status, documents, folders, answers, settings, graph,
-                             consolidation, interfaces, transfer, keys, watch, agent)
+                             consolidation, interfaces, transfer, keys, watch, agent, server)
     for c in module.COMMANDS
 }
 

@@ -89,7 +89,12 @@ def explain(e: psycopg.Error, url: str) -> UserError:
     where = describe(url)
     state = getattr(e, "sqlstate", None) or ""
     reason = _scrubbed(str(e), url)
-    if isinstance(e, psycopg.OperationalError) and not state:
+    if isinstance(e, psycopg.OperationalError) and not state:  # libpq could not connect: no SQLSTATE
+        said = reason.rsplit("FATAL:", 1)[-1].strip()
+        if said.startswith("database ") and said.endswith("does not exist"):
+            return DatabaseUnavailable(f"There is no PostgreSQL database {where}: create it first ({said}).")
+        if "password authentication failed" in said or "no password supplied" in said:
+            return DatabaseUnavailable(f"The PostgreSQL database {where} refused the login: {said}")
         return DatabaseUnavailable(f"Cannot connect to the PostgreSQL database {where}: {reason}")
     if state == "28P01" or state == "28000":
         return DatabaseUnavailable(f"The PostgreSQL database {where} refused the login: {reason}")

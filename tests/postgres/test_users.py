@@ -1,0 +1,165 @@
+"""Users and their tokens on a PostgreSQL server: tokens kept only as hashes, removed users locked out,
+`--forget` erasing every row of one user and nothing of another's."""
+
+from __future__ import annotations
+
+import hashlib
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from engine import users
+from engine.errors import NotFound, StoreTooNew, UserError
+from engine.store.postgres.database import Database
+from engine.store.postgres.migrations import SCHEMA_VERSION, USER_TABLES
+from tests.pg_server import bundled_space
+from tests.postgres.sample import populate
+
+
+def every_value(url: str) -> str:
+    """Every value of every table of the schema, as text."""
+    with psycopg.connect(url) as con:
+        tables = [r[0] for r in con.execute(
+            "SELECT relname FROM pg_class WHERE relnamespace = 'personal_llm'::regnamespace AND relkind = 'r'")]
+        return "\n".join(str(row) for t in tables for row in con.execute(
+            sql.SQL("SELECT * FROM personal_llm.{}").format(sql.Identifier(t))).fetchall())
+
+
+def test_tokens_are_kept_only_as_hashes(pg_url: str):
+    token = users.add(pg_url, "alice")
+    assert token.startswith("pllm_") and len(token) >= 40
+    assert token not in every_value(pg_url) and token[5:] not in every_value(pg_url)
+    with psycopg.connect(pg_url) as con:
+        (stored,) = con.execute("SELECT hash FROM personal_llm.tokens").fetchone()
+    assert bytes(stored) == hashlib.sha256(token.encode()).digest()
+    with Database(pg_url) as db:
+        alice = users.authenticate(db, token)
+        assert alice is not None
+        assert users.authenticate(db, token[:-1] + ("A" if token[-1] != "A" else "B")) is None
+        assert users.authenticate(db, "") is None
+        assert users.authenticate(db, "pllm_" + "x" * 43) is None
+
+
+def test_two_users_get_different_tokens_and_names_are_checked(pg_url: str):
+    a, b = users.add(pg_url, "alice"), users.add(pg_url, "bob.smith@example.org")
+    assert a != b
+    with pytest.raises(UserError, match="already a user called 'alice'"):
+        users.add(pg_url, "alice")
+    for bad in ("", "a b", "-x", "x" * 65, "名前"):
+        with pytest.raises(UserError, match="user name"):
+            users.add(pg_url, bad)
+    assert [u.name for u in users.listing(pg_url)] == ["alice", "bob.smith@example.org"]
+
+
+def test_removing_a_user_locks_them_out_and_keeps_their_rows(pg_url: str):
+    token = users.add(pg_url, "alice")
+    with Database(pg_url) as db:
+        alice = users.authenticate(db, token)
+        assert alice is not None
+        with db.transaction(alice) as con:
+            populate(con, "Alice")
+    assert users.remove(pg_url, "alice", forget=False) == {}
+    with Database(pg_url) as db:
+        assert users.authenticate(db, token) is None
+        with db.transaction(alice) as con:
+            assert con.execute("SELECT count(*) FROM memories").fetchone()[0] == 2
+    (row,) = users.listing(pg_url)
+    assert row.removed and row.tokens == 0
+    with pytest.raises(UserError, match="removed user"):
+        users.add(pg_url, "alice")
+    with pytest.raises(NotFound, match="no user called 'carol'"):
+        users.remove(pg_url, "carol", forget=True)
+
+
+def test_forget_erases_every_row_of_the_user_and_nothing_else(pg_url: str):
+    users.add(pg_url, "alice")
+    users.add(pg_url, "bob")
+    with Database(pg_url) as db:
+        ids = {u.name: u.id for u in db.users()}
+        for name, uid in ids.items():
+            with db.transaction(uid) as con:
+                populate(con, name)
+    gone = users.remove(pg_url, "alice", forget=True)
+    assert set(gone) == set(USER_TABLES) and all(n > 0 for n in gone.values()), gone
+    with psycopg.connect(pg_url) as con:  # as the superuser: every user's rows are visible
+        left = {t: {r[0] for r in con.execute(sql.SQL("SELECT DISTINCT user_id FROM personal_llm.{}").format(
+            sql.Identifier(t)))} for t in USER_TABLES}
+        names = [r[0] for r in con.execute("SELECT name FROM personal_llm.users")]
+    assert all(who == {ids["bob"]} for who in left.values()), left
+    assert names == ["bob"]
+    assert "Alice" not in every_value(pg_url)
+    assert users.add(pg_url, "alice")  # the name is free again
+
+
+def test_init_is_idempotent_and_upgrades_an_empty_database(pg_empty_url: str):
+    def catalog() -> list:
+        with psycopg.connect(pg_empty_url) as con:
+            return con.execute(
+                "SELECT c.relname, c.relkind, pg_get_userbyid(c.relowner), c.relrowsecurity, c.relforcerowsecurity "
+                "FROM pg_class c WHERE c.relnamespace = 'personal_llm'::regnamespace ORDER BY 1").fetchall() + \
+                con.execute("SELECT polname FROM pg_policy ORDER BY 1").fetchall()
+
+    with Database(pg_empty_url) as db:
+        assert db.schema_version() is None
+        first = db.init(bundled_space())
+        assert (first.version, first.applied, first.space_changed) == (SCHEMA_VERSION, SCHEMA_VERSION, True)
+        before = catalog()
+        again = db.init(bundled_space())
+        assert (again.version, again.applied, again.space_changed) == (SCHEMA_VERSION, 0, False)
+        assert catalog() == before
+        assert db.schema_version() == SCHEMA_VERSION
+
+
+def test_init_refuses_a_schema_newer_than_it_knows(pg_url: str):
+    with psycopg.connect(pg_url) as con:
+        con.execute("INSERT INTO personal_llm.schema_version VALUES (%s, 'm999_future', 0)", (SCHEMA_VERSION + 1,))
+    with Database(pg_url) as db, pytest.raises(StoreTooNew, match="newer version"):
+        db.init(bundled_space())
+    with pytest.raises(StoreTooNew):
+        users.add(pg_url, "alice")
+
+
+def test_vectors_take_the_models_dimension_with_hnsw_cosine_indexes(pg_url: str):
+    def described() -> dict:
+        with psycopg.connect(pg_url) as con:
+            types = dict(con.execute(
+                "SELECT c.relname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a JOIN pg_class c "
+                "ON c.oid = a.attrelid WHERE c.relnamespace = 'personal_llm'::regnamespace "
+                "AND c.relkind = 'r' AND a.attname = 'embedding'").fetchall())
+            indexes = [r[0] for r in con.execute(
+                "SELECT indexdef FROM pg_indexes WHERE schemaname = 'personal_llm' AND indexdef LIKE '%hnsw%' "
+                "ORDER BY 1")]
+        return {"types": types, "indexes": indexes}
+
+    now = described()
+    assert now["types"] == {t: "vector(384)" for t in ("memory_vectors", "memory_windows", "chunk_vectors")}
+    assert len(now["indexes"]) == 3 and all("vector_cosine_ops" in i for i in now["indexes"])
+    users.add(pg_url, "alice")
+    with Database(pg_url) as db:
+        (alice,) = [u.id for u in db.users()]
+        with db.transaction(alice) as con:
+            populate(con, "Alice")
+            con.execute("UPDATE memories SET embedded_hash = content_hash")
+        # another model: every vector goes, every row waits for a new one, the columns change dimension
+        assert db.init(("sentence-transformers", "other-model", 8, "v1")).space_changed
+        with db.transaction(alice) as con:
+            assert con.execute("SELECT count(*) FROM memory_vectors").fetchone()[0] == 0
+            assert con.execute("SELECT count(*) FROM memories WHERE embedded_hash IS NOT NULL").fetchone()[0] == 0
+            con.execute("INSERT INTO memory_vectors(memory_id, embedding) SELECT id, '[1,0,0,0,0,0,0,0]' FROM memories")
+    assert set(described()["types"].values()) == {"vector(8)"} and len(described()["indexes"]) == 3
+
+
+def test_words_are_searched_through_the_generated_tsvector(pg_url: str):
+    users.add(pg_url, "alice")
+    with Database(pg_url) as db:
+        (alice,) = [u.id for u in db.users()]
+        with db.transaction(alice) as con:
+            populate(con, "Alice")
+            q = "SELECT uid FROM memories WHERE tsv @@ websearch_to_tsquery('english', 'trains booking')"
+            assert [r[0] for r in con.execute(q)] == ["mem_Alice"]  # stems: booked ~ booking, train ~ trains
+            assert con.execute("SELECT count(*) FROM chunks WHERE tsv @@ websearch_to_tsquery('english', "
+                               "'Porto')").fetchone()[0] == 1
+            indexes = {r[0] for r in con.execute("SELECT indexdef FROM pg_indexes WHERE schemaname = 'personal_llm' "
+                                                 "AND indexdef LIKE '%USING gin (tsv)'")}
+            assert len(indexes) == 2
