@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QGroupBox,
     QHBoxLayout,
+    QHeaderView,
     QLineEdit,
     QTreeWidget,
     QTreeWidgetItem,
@@ -50,6 +51,14 @@ class FoldersBox(QGroupBox):
         self.list.setRootIsDecorated(False)
         self.list.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.list.setMinimumHeight(110)
+        # the path takes the width the counts leave (it was a fixed 100 px column beside an empty last one),
+        # and a path longer than that loses its middle, not its end (the whole path is its tooltip)
+        header = self.list.header()
+        header.setStretchLastSection(False)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        for i in range(1, len(COLUMNS)):
+            header.setSectionResizeMode(i, QHeaderView.ResizeMode.ResizeToContents)
+        self.list.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.list.itemSelectionChanged.connect(self._selection_changed)
         self.project = QLineEdit()
         self.project.setPlaceholderText("Project for a new folder (optional)")
@@ -109,13 +118,12 @@ class FoldersBox(QGroupBox):
             item = QTreeWidgetItem([f.path, f.project or "", folder_state(f), str(f.files), str(f.pending),
                                     str(errors)])
             item.setData(0, Qt.ItemDataRole.UserRole, f.path)
+            item.setToolTip(0, f.path)
             if f.errors:
                 item.setToolTip(5, "\n".join(f"{e.path}: {e.error}" for e in f.errors[:10]))
             self.list.addTopLevelItem(item)
             if f.path == selected:
                 item.setSelected(True)
-        for i in range(1, len(COLUMNS)):
-            self.list.resizeColumnToContents(i)
         added = next((f for f in self._folders if f.path == self._indexing), None)
         if added is None:
             self._indexing = None

@@ -36,6 +36,17 @@ def when(value: str | None, now: datetime | None = None) -> str:
     return f"{moment.day} {moment:%b %Y}"
 
 
+def editable_when(value: str | None) -> str:
+    """A stored time as a person types it, in local time: '2024-05-01' for a day (midnight), else
+    '2024-05-01 14:30'. `natural_date` reads both back to the same moment."""
+    moment = parse_iso(value)
+    if moment is None:
+        return value or ""
+    if (moment.hour, moment.minute, moment.second) == (0, 0, 0):
+        return moment.date().isoformat()
+    return f"{moment:%Y-%m-%d %H:%M}"
+
+
 def plural(n: int, word: str) -> str:
     return f"{n:,} {word}{'' if n == 1 else 's'}"
 

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, cast
 
-from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QObject, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QKeyEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -568,8 +568,12 @@ class MemoryEditor(QWidget):
         self.at.setToolTip("When it happened, for events: a date as you would say it ('next tuesday', "
                            "'3 march 14:30') or picked from the calendar")
         self.pick_date = QToolButton()
-        self.pick_date.setText("📅")
+        # a drawn calendar (a font's emoji was cut off by the button), without the menu arrow beside it
+        self.pick_date.setIcon(icons.line_icon("calendar", theme.text_color(), 16))
+        self.pick_date.setIconSize(QSize(16, 16))
+        self.pick_date.setStyleSheet("QToolButton { padding: 3px 6px; } QToolButton::menu-indicator { image: none; }")
         self.pick_date.setToolTip("Pick a date")
+        self.pick_date.setAccessibleName("Pick a date")
         self.pick_date.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         self.calendar = QCalendarWidget()
         self.calendar.clicked.connect(self._date_picked)
@@ -641,7 +645,7 @@ class MemoryEditor(QWidget):
         self.text.setPlainText(row.text)
         self.kind.setCurrentIndex(max(self.kind.findData(row.kind), 0))
         self.project.setCurrentText(row.project or "")
-        self.at.setText(row.when if row.when and row.when != row.created_at else "")
+        self.at.setText(formatting.editable_when(row.when) if row.when and row.when != row.created_at else "")
         self._loaded_at = self.at.text().strip()
         self.archived.setChecked(row.archived)
         self.importance.setValue(row.importance)

@@ -5,8 +5,11 @@ from __future__ import annotations
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QLabel, QPushButton, QStatusBar, QWidget
 
+from .icons import line_icon
+
 MODEL_TEXT = {"ready": "● Semantic search ready", "loading": "◌ Loading search model…",
               "failed": "● Word search only", "off": "● Word search only"}
+PAUSED_COLOR = "#D97706"
 MODEL_COLOR = {"ready": "#10B981", "loading": "#9DA0AA", "failed": "#D97706", "off": "#9DA0AA"}
 
 
@@ -16,11 +19,16 @@ class StatusBar(QStatusBar):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setSizeGripEnabled(False)
-        self.paused = QLabel("⏸ Paused: nothing runs in the background")
-        self.paused.setStyleSheet("color: #D97706;")
+        # the pause sign is drawn (icons/pause.svg): U+23F8 is missing from many fonts (a box with a code)
+        self.paused_icon = QLabel()
+        self.paused_icon.setPixmap(line_icon("pause", PAUSED_COLOR, 16).pixmap(16, 16))
+        self.paused_icon.setStyleSheet("padding: 0 0 0 8px;")
+        self.paused = QLabel("Paused: nothing runs in the background")
+        self.paused.setStyleSheet(f"color: {PAUSED_COLOR}; padding-left: 2px;")
         self.resume = QPushButton("Resume")
         self.resume.setToolTip("Start the background work again (embedding, tidying up)")
         self.resume.clicked.connect(self.resume_clicked.emit)
+        self.addWidget(self.paused_icon)
         self.addWidget(self.paused)
         self.addWidget(self.resume)
         self.set_paused(False)
@@ -59,5 +67,6 @@ class StatusBar(QStatusBar):
         self.showMessage(message, int(seconds * 1000))
 
     def set_paused(self, paused: bool) -> None:
+        self.paused_icon.setVisible(paused)
         self.paused.setVisible(paused)
         self.resume.setVisible(paused)

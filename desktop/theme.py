@@ -110,11 +110,21 @@ QLineEdit, QPlainTextEdit, QTextBrowser, QComboBox, QKeySequenceEdit {
 QComboBox { padding-right: 22px; }
 QComboBox::drop-down { subcontrol-origin: padding; subcontrol-position: center right; width: 20px; border: none; }
 QComboBox::down-arrow { image: url(@CHEVRON@); width: 12px; height: 12px; }
+/* the list opens below the box, and its items (the current one too) are drawn by these rules: with the
+   box's own rules alone, Fusion drew the current item over the box as an empty white field */
+QComboBox { combobox-popup: 0; }
+QComboBox QAbstractItemView { border: 1px solid palette(mid); border-radius: 0; background: palette(base);
+    color: palette(text); outline: 0; padding: 2px; }
+QComboBox QAbstractItemView::item { padding: 4px 8px; min-height: 18px; }
+QComboBox QAbstractItemView::item:selected { background: palette(highlight); color: palette(highlighted-text); }
 QLineEdit:focus, QPlainTextEdit:focus, QComboBox:focus { border-color: palette(highlight); }
 QPushButton { border: 1px solid palette(mid); border-radius: 6px; padding: 5px 14px; background: palette(button); }
 QPushButton:hover { border-color: palette(highlight); }
 QPushButton[primary="true"] { background: palette(highlight); color: palette(highlighted-text); border: none; }
 QPushButton[danger="true"] { color: #DC2626; }
+QPushButton[primary="true"]:disabled { background: palette(button); color: palette(placeholder-text);
+    border: 1px solid palette(mid); }
+QPushButton[danger="true"]:disabled { color: palette(placeholder-text); }
 QTreeView { outline: 0; }
 QTreeView, QListView { border: 1px solid palette(mid); border-radius: 8px; background: palette(base); }
 QTreeView::item { padding: 5px 2px; }
