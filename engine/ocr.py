@@ -68,7 +68,8 @@ def _load() -> Any:
                 from rapidocr_onnxruntime import RapidOCR
             except ImportError as e:  # a trimmed install
                 raise OcrUnavailable(
-                    f"Reading text from images needs the OCR engine ({ENGINE_NAME}), which is not installed."
+                    f"Reading text from images needs the OCR engine ({ENGINE_NAME}), which is not installed "
+                    f"(`pip install --no-deps {ENGINE_NAME}`: it runs on opencv-python-headless)."
                 ) from e
             log.info("loading the OCR engine")
             try:

