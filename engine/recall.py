@@ -92,7 +92,10 @@ class Retriever:
                 cos.update({(t, i): s for s, t, i in merged[:n]})
                 dense = set(cos)
             graph = self._graph_candidates(con, query, f, project)
-            keys = list(dict.fromkeys([*found, *dense, *graph]))
+            cue = timecues.cue(query)  # a time named in the question may lift a hit from further down
+            then = self._of_the_day(con, cue, f, qvec, n) if kind != "chunk" else {}
+            cos.update(then)
+            keys = list(dict.fromkeys([*found, *dense, *graph, *then]))
             lex = self._lexical_ratios(con, found, plans, keys)
             # conversation context: turns next to a candidate join it (their own signals are looked up)
             near = retrieval.neighbours(con, [i for t, i in keys if t == "m"], f)
@@ -109,7 +112,6 @@ class Retriever:
                 keys, lex, cos, neighbours=nb, graph=graph,
                 use_lexical=retrieval.match_expression(query) is not None, use_dense=qvec is not None,
             )
-            cue = timecues.cue(query)  # a time named in the question may lift a hit from further down
             if f.activity:  # "what did I add today?": the app's own events of that time answer it
                 for rid, t in retrieval.activity_events(con, f, cue, n):
                     fit = timecues.fit(t, cue) if cue is not None and cue.window else 1.0
@@ -189,6 +191,20 @@ class Retriever:
             return self.space.embedder.encode_one(query)
         except EmbeddingUnavailable:
             return None
+
+    def _of_the_day(self, con: Connection, cue: timecues.TimeCue | None, f: vectors.Filter,
+                    qvec: np.ndarray | None, n: int) -> dict[tuple[str, int], float]:
+        """{key: cosine} of the n memories closest in meaning among those of the day (or few days) the question
+        names ("What did Kevin do on 23.01.2024?"): what was said then is a candidate even when its words
+        and meaning alone would not have made it one."""
+        if cue is None or cue.since is None or cue.until is None or qvec is None or "memories" not in self.space.index:
+            return {}
+        since, until = cue.since, cue.until
+        if until - since > retrieval.WINDOW_MAX_SECONDS:
+            return {}
+        ids = retrieval.in_window(con, f, since, until)
+        cos = self.space.index["memories"].cosines(con, ids, qvec) if ids else {}
+        return {("m", i): c for i, c in sorted(cos.items(), key=lambda kv: -kv[1])[:n]}
 
     def _speaker_factors(self, con: Connection, query: str, ids: list[int],
                          addressed: dict[str, tuple[str, str | None]]) -> dict[int, float]:

@@ -40,6 +40,9 @@ _MONTH_YEAR = re.compile(rf"\b(?P<which>last|this|in|during|since|of|early|late|
                          rf"(?:,?\s+(?P<y>(?:19|20)\d\d))?\b")
 _YEAR = re.compile(r"\b(?:in|during|of|since|from|for)?\s*(?P<y>(?:19|20)\d\d)\b")
 _ISO_DATE = re.compile(r"\b(?P<y>(?:19|20)\d\d)-(?P<m>\d\d)-(?P<d>\d\d)\b")
+# 16.01.2024 (day first, as everywhere dots separate a date), 16/01/2024 or 01/16/2024 (only when one of the
+# two can only be the day)
+_NUMERIC_DATE = re.compile(r"\b(?P<a>\d{1,2})(?P<sep>[./])(?P<b>\d{1,2})(?P=sep)(?P<y>(?:19|20)\d\d)\b")
 _SIMPLE = {
     "today": (0, 1), "tonight": (0, 1), "this morning": (0, 1), "this afternoon": (0, 1), "this evening": (0, 1),
     "yesterday": (-1, 0), "last night": (-1, 1), "day before yesterday": (-2, -1),
@@ -98,6 +101,17 @@ def cue(query: str, now: float | None = None) -> TimeCue | None:
         try:
             d = date(int(m["y"]), int(m["m"]), int(m["d"]))
             return TimeCue(_ts(d), _ts(d + timedelta(days=1)), phrase=m.group(0))
+        except ValueError:
+            pass
+
+    m = _NUMERIC_DATE.search(q)
+    if m:
+        a, b = int(m["a"]), int(m["b"])
+        dm = (a, b) if m["sep"] == "." or a > 12 else (b, a) if b > 12 else None
+        try:
+            if dm is not None:
+                d = date(int(m["y"]), dm[1], dm[0])
+                return TimeCue(_ts(d), _ts(d + timedelta(days=1)), phrase=m.group(0))
         except ValueError:
             pass
 

@@ -140,3 +140,16 @@ def test_the_name_one_speaker_calls_the_other_names_that_speaker(eng):
     emi = {ids[1], ids[3], ids[5], ids[9]}
     assert top[0] in emi or top[1] in emi, top
     assert ids[0] not in top and ids[6] not in top, top  # "Hey Kate!", "Thank you Kate": addressed, not about her
+
+
+def test_a_question_naming_a_day_finds_what_was_said_that_day(eng):
+    """Only the day ties the answer to the question: neither its words nor its meaning would make it a
+    candidate among 80 chattier turns of other days."""
+    start = datetime(2024, 1, 2, 19, 0)
+    for i in range(80):
+        eng.remember(f"Kevin: What did you do today? Anything fun planned for the weekend, number {i}?",
+                     kind="episodic", project="chat", at=start + timedelta(days=i % 20, minutes=i), embed="sync")
+    answer = eng.remember("Kevin: A long run along the river before work, 10 km.", kind="episodic",
+                          project="chat", at=datetime(2024, 1, 23, 8, 0), embed="sync").id
+    top = [h.id for h in eng.recall("What did Kevin do on 23.01.2024?", k=10, project="chat")]
+    assert answer in top

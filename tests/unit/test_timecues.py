@@ -23,6 +23,9 @@ def day(y: int, m: int, d: int, h: int = 12) -> float:
     ("Where did we eat last May?", day(2026, 5, 20), day(2025, 5, 20)),
     ("Who did I meet in March?", day(2026, 3, 3), day(2026, 4, 3)),
     ("Which trips did I take in 2023?", day(2023, 8, 1), day(2024, 1, 2)),
+    ("What did Kevin do on 23.01.2024?", day(2024, 1, 23), day(2024, 1, 24)),
+    ("Where was she on 16/01/2024?", day(2024, 1, 16), day(2024, 1, 2)),
+    ("Where was she on 01/16/2024?", day(2024, 1, 16), day(2024, 1, 2)),
     ("What happened two weeks ago?", day(2026, 6, 3), day(2026, 5, 1)),
     ("what did the vet say 3 days ago", day(2026, 6, 14), day(2026, 6, 1)),
     ("What did I plan last week?", day(2026, 6, 10), day(2026, 6, 16)),
@@ -49,6 +52,11 @@ def test_a_named_time_is_a_window(question: str, inside: float, outside: float):
 ])
 def test_no_time_no_cue(question: str):
     assert timecues.cue(question, NOW) is None
+
+
+def test_a_numeric_date_that_could_be_either_way_is_only_its_year():
+    c = timecues.cue("What happened on 05/06/2024?", NOW)
+    assert c is not None and c.phrase == "2024"
 
 
 def test_recent_and_first_prefer_an_end_of_the_timeline():

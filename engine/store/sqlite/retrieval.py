@@ -560,6 +560,22 @@ def activity_events(con: Connection, f: Filter, cue, limit: int) -> list[tuple[i
         + " ORDER BY t DESC, m.id DESC LIMIT ?", [*args, limit]).fetchall()]
 
 
+# A question naming a day (or a few): that many memories of then, at most, are read for their cosine.
+WINDOW_READ = 500
+WINDOW_MAX_SECONDS = 3 * 86_400
+
+
+def in_window(con: Connection, f: Filter, since: float, until: float, limit: int = WINDOW_READ) -> list[int]:
+    """Row ids of the memories (not the app's own events) passing the filter whose event time is in
+    [since, until), at most `limit`, oldest first."""
+    where, args = _filter_sql(f, "m", time_col="coalesce(m.event_at, m.created_at)", kind_col="m.kind",
+                              archived_col="m.archived", source_col="m.source")
+    where.append("coalesce(m.event_at, m.created_at) >= ? AND coalesce(m.event_at, m.created_at) < ?")
+    return [r[0] for r in con.execute(
+        "SELECT m.id FROM memories m WHERE " + " AND ".join(where)
+        + " ORDER BY coalesce(m.event_at, m.created_at), m.id LIMIT ?", [*args, since, until, limit]).fetchall()]
+
+
 # Two episodic memories are turns of one conversation when stored one after the other in the same project
 # within this many seconds of each other (by event time).
 CONTEXT_SECONDS = 6 * 3600
