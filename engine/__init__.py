@@ -4,28 +4,57 @@
     with Engine.open() as eng:
         eng.remember("My sister Alice lives in Lisbon.")
         eng.recall("Which city is my sibling based in?")
+
+The names below are imported on first use: `import engine.cli` (or any submodule) imports this package first,
+and a short command (a CLI `recall` asking the running server) must not pay for the whole engine.
 """
 
-from .ask import AskFailed, AskResult, Source
-from .config import Settings, log_dir
-from .context import Changes
-from .engine import Engine
-from .errors import Cancelled, EngineError, KeyMissing, NotFound, UserError, WrongKey
-from .logs import setup_logging
-from .memories import Remembered
-from .models import ForgetResult, HealthReport, Hit, Memory, RememberResult, Stats
-from .parsers import SUPPORTED_EXTENSIONS
-from .version import __version__
+from typing import TYPE_CHECKING
 
-_LAZY = {"AgentInfo", "AgentRun", "AgentStep", "ConfirmRequest"}  # engine/agent loads when first used
+if TYPE_CHECKING:
+    from .agent import AgentInfo, AgentRun, AgentStep, ConfirmRequest
+    from .ask import AskFailed, AskResult, Source
+    from .config import Settings, log_dir
+    from .context import Changes
+    from .engine import Engine
+    from .errors import Cancelled, EngineError, KeyMissing, NotFound, UserError, WrongKey
+    from .logs import setup_logging
+    from .memories import Remembered
+    from .models import ForgetResult, HealthReport, Hit, Memory, RememberResult, Stats
+    from .parsers import SUPPORTED_EXTENSIONS
+    from .version import __version__
+
+_WHERE = {
+    "AgentInfo": "agent", "AgentRun": "agent", "AgentStep": "agent", "ConfirmRequest": "agent",
+    "AskFailed": "ask", "AskResult": "ask", "Source": "ask",
+    "Settings": "config", "log_dir": "config",
+    "Changes": "context",
+    "Engine": "engine",
+    "Cancelled": "errors", "EngineError": "errors", "KeyMissing": "errors", "NotFound": "errors",
+    "UserError": "errors", "WrongKey": "errors",
+    "setup_logging": "logs",
+    "Remembered": "memories",
+    "ForgetResult": "models", "HealthReport": "models", "Hit": "models", "Memory": "models",
+    "RememberResult": "models", "Stats": "models",
+    "SUPPORTED_EXTENSIONS": "parsers",
+    "__version__": "version",
+}
 
 
 def __getattr__(name: str):
-    if name in _LAZY:
-        from . import agent
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module 'engine' has no attribute {name!r}")
+    import importlib
 
-        return getattr(agent, name)
-    raise AttributeError(f"module 'engine' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{where}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_WHERE])
+
 
 __all__ = [
     "AgentInfo", "AgentRun", "AgentStep", "ConfirmRequest",

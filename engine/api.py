@@ -24,6 +24,7 @@ import hmac
 import json
 import logging
 import os
+import signal
 import socket
 import threading
 import time
@@ -43,6 +44,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from . import runtime
 from .ask import AskResult
 from .errors import DiskFull, EngineError, NotFound, StoreLocked, StoreUnavailable, UserError
 from .imports import ImportReport
@@ -778,9 +780,12 @@ def _add_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
         until: Annotated[datetime | None, Query(description="Only things up to this time (ISO 8601)")] = None,
         used: Annotated[bool, Query(description="Count the memories returned as used by your user (a recall "
                                                  "alone is not a use; see POST /memory/{id}/used)")] = False,
+        archived: Annotated[bool, Query(description="Include archived memories")] = False,
+        unscoped: Annotated[bool, Query(description="With project: also memories without a project")] = False,
     ) -> list[Hit]:
         return await call(eng.recall, q, k=k, project=project, kind=kind,
-                          since=_query_epoch("since", since), until=_query_epoch("until", until), record_access=used)
+                          since=_query_epoch("since", since), until=_query_epoch("until", until), record_access=used,
+                          include_archived=archived, include_unscoped=unscoped)
 
     @app.post("/memory/{id}/used", response_model=Memory, tags=["memory"],
               summary="Tell the engine your user used this memory (it ranks a little higher among equals)",
@@ -846,6 +851,10 @@ def _max_body_mb(settings: Any) -> float:
     return float(getattr(settings, "api_max_body_mb", DEFAULT_MAX_BODY_BYTES / 2**20))
 
 
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(0)
+
+
 def serve(port: int | None = None, *, max_body_mb: float | None = None,
           announce: Callable[[str], None] | None = None) -> None:
     """Open the profile and serve the API on 127.0.0.1 until interrupted (`personal-llm serve`)."""
@@ -855,6 +864,11 @@ def serve(port: int | None = None, *, max_body_mb: float | None = None,
     from .logs import setup_logging
 
     setup_logging("api")
+    if threading.current_thread() is threading.main_thread():
+        # a SIGTERM (the app stopping its API, a service manager) ends the process through its `finally`s: the
+        # store closed, the server file withdrawn. Without a handler of ours, uvicorn raised it again after its
+        # graceful shutdown and the default action ended the process right there.
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
     with Engine.open(actor="api") as eng:
         settings = eng.settings
         port = settings.api_port if port is None else port
@@ -867,6 +881,8 @@ def serve(port: int | None = None, *, max_body_mb: float | None = None,
         eng.start_watching()  # the watched folders, unless another program of this profile watches them
         url = f"http://{HOST}:{sock.getsockname()[1]}"
         log.info("serving the API on %s", url)
+        # the profile's other programs find this server here (the CLI's recall asks it instead of loading the model)
+        runtime.announce(eng.home, sock.getsockname()[1])
         if announce:
             announce(url)
         config = uvicorn.Config(app, access_log=False, log_level="warning", server_header=False,
@@ -874,4 +890,5 @@ def serve(port: int | None = None, *, max_body_mb: float | None = None,
         try:
             uvicorn.Server(config).run(sockets=[sock])
         finally:
+            runtime.withdraw(eng.home)
             sock.close()

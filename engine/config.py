@@ -1,40 +1,24 @@
-"""Where the profile lives and the user's settings. One environment variable moves everything."""
+"""The user's settings, beside the store in the profile (engine/paths.py: where the profile lives)."""
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 from pathlib import Path
 from typing import Literal
 
-import platformdirs
 from pydantic import BaseModel, Field, ValidationError
 
 from .errors import UserError
-from .locking import private_dir
+from .paths import APP_NAME as APP_NAME
+from .paths import HOME_ENV as HOME_ENV
+from .paths import PROFILE_FILE as PROFILE_FILE
+from .paths import SETTINGS_FILE, write_atomic
+from .paths import STORE_FILE as STORE_FILE
+from .paths import home_dir as home_dir
+from .paths import log_dir as log_dir
 
 log = logging.getLogger(__name__)
-
-APP_NAME = "personal-llm"
-HOME_ENV = "PERSONAL_LLM_HOME"
-STORE_FILE = "memory.db"
-PROFILE_FILE = "profile.json"
-SETTINGS_FILE = "settings.json"
-
-
-def home_dir() -> Path:
-    """The profile directory: `$PERSONAL_LLM_HOME`, else the platform's user data dir."""
-    env = os.environ.get(HOME_ENV)
-    return Path(env).expanduser().resolve() if env else Path(platformdirs.user_data_dir(APP_NAME))
-
-
-def log_dir() -> Path:
-    """Rotating logs go here (never memory text). Inside the profile when the profile is moved."""
-    if os.environ.get(HOME_ENV):
-        return home_dir() / "logs"
-    return Path(platformdirs.user_log_dir(APP_NAME))
 
 
 class LLMSettings(BaseModel):
@@ -127,21 +111,6 @@ class Settings(BaseModel):
     backup: BackupSettings = Field(default_factory=BackupSettings)
     recovery_confirmed: bool = False  # the user confirmed in the app that they kept the recovery key
     agents: AgentsSettings = Field(default_factory=AgentsSettings)
-
-
-def write_atomic(path: Path, data: str) -> None:
-    """Write a small file so that a crash leaves either the old or the new content, never half."""
-    private_dir(path.parent)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def load_settings(home: Path | None = None) -> Settings:

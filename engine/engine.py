@@ -34,20 +34,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import backup, erasure, heap, keyops
-from .ask import Answers, AskResult
 from .audit import AuditLog
 from .backfill import Backfill
 from .cipher import is_encrypted
 from .config import STORE_FILE, LLMSettings, Settings, home_dir, load_settings, save_settings
-from .consolidation import ConflictPair, Consolidation, ConsolidationReport, Resolution
 from .context import ChangeFeed, Changes, Context
 from .embeddings import Embedder, NoEmbedder, resolve_model_choice
 from .errors import EngineError, UserError
 from .feed import OutsideWrites, StoreChanges
 from .fts_merge import FtsMerger
 from .graph import ExtractionReport, Graph, GraphView
-from .imports import ImportReport, Imports
-from .ingest import Allow, Document, Documents, IngestProgress, IngestResult, Passage
 from .keys import Profile, keychain_token, keychain_usable, read_profile
 from .language import LanguageModel
 from .llm import Health, LLMRouter
@@ -69,12 +65,18 @@ from .space import Mutation, VectorSpace
 from .store.sqlite import db, state, stats, tallies
 from .store.sqlite.db import Connection, Store
 from .store.sqlite.migrations import SCHEMA_VERSION, migrate
-from .transfer import ExportResult, ImportResult, Progress, Transfer
 from .unlock import open_store
-from .watch import ScanReport, Watch, WatchedFolder, WatchRemoved, WatchStatus
 
 if TYPE_CHECKING:  # engine/agent is imported when an agent is first used: a CLI remember never pays for it
     from .agent import AgentInfo, AgentRun, Agents, AgentStep, ConfirmRequest
+
+    # the parts a recall or a remember never uses are made (and their modules imported) on first use
+    from .ask import Answers, AskResult
+    from .consolidation import ConflictPair, Consolidation, ConsolidationReport, Resolution
+    from .imports import ImportReport, Imports
+    from .ingest import Allow, Document, Documents, IngestProgress, IngestResult, Passage
+    from .transfer import ExportResult, ImportResult, Progress, Transfer
+    from .watch import ScanReport, Watch, WatchedFolder, WatchRemoved, WatchStatus
 
 
 class Engine:
@@ -103,16 +105,60 @@ class Engine:
         self.fts = FtsMerger(store)
         self.memories = Memories(self.ctx, self.backfill)
         self.space.late = self.memories  # vectors arriving late are checked for near-duplicates by memories
-        self.documents = Documents(self.ctx, self.memories)
         self.graph = Graph(self.ctx, self.language)
         self.retrieval = Retriever(self.ctx, self.memories, self.graph)
-        self.consolidation = Consolidation(self.ctx, self.memories, self.graph, self.language)
-        self.answers = Answers(self.ctx, self.memories, self.retrieval, self.graph, self.language)
-        self.transfer = Transfer(self.ctx, self.backfill)
-        self.watch = Watch(self.ctx, self.documents)
-        self.imports = Imports(self.ctx, self.memories, self.documents, self.graph)
+        # documents, consolidation, answers, transfer, watch, imports: made on first use (the properties below),
+        # so that a CLI recall or remember does not import them (docs/performance.md, "A short command")
+        self._made: dict[str, Any] = {}
+        self._made_lock = threading.RLock()
         self._agents: Agents | None = None
         self._agents_lock = threading.Lock()
+
+    def _part(self, name: str, make: Callable[[], Any]) -> Any:
+        part = self._made.get(name)
+        if part is None:
+            with self._made_lock:
+                part = self._made.get(name)
+                if part is None:
+                    part = self._made[name] = make()
+        return part
+
+    @property
+    def documents(self) -> Documents:
+        from .ingest import Documents
+
+        return self._part("documents", lambda: Documents(self.ctx, self.memories))
+
+    @property
+    def consolidation(self) -> Consolidation:
+        from .consolidation import Consolidation
+
+        return self._part("consolidation", lambda: Consolidation(self.ctx, self.memories, self.graph, self.language))
+
+    @property
+    def answers(self) -> Answers:
+        from .ask import Answers
+
+        return self._part("answers", lambda: Answers(self.ctx, self.memories, self.retrieval, self.graph,
+                                                     self.language))
+
+    @property
+    def transfer(self) -> Transfer:
+        from .transfer import Transfer
+
+        return self._part("transfer", lambda: Transfer(self.ctx, self.backfill))
+
+    @property
+    def watch(self) -> Watch:
+        from .watch import Watch
+
+        return self._part("watch", lambda: Watch(self.ctx, self.documents))
+
+    @property
+    def imports(self) -> Imports:
+        from .imports import Imports
+
+        return self._part("imports", lambda: Imports(self.ctx, self.memories, self.documents, self.graph))
 
     # ------------------------------------------------------------------------------------------------
     # opening
@@ -171,8 +217,10 @@ class Engine:
         return profile is not None and profile.key_source == "passphrase"
 
     def close(self) -> None:
-        self.watch.stop()
-        self.documents.readers.close()
+        if "watch" in self._made:
+            self.watch.stop()
+        if "documents" in self._made:
+            self.documents.readers.close()
         if self._agents is not None:
             self._agents.close()
         self.space.stop()  # first: a load of the vector mirrors the backfill waits for stops

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from .config import PROFILE_FILE, write_atomic
 from .errors import KeyMissing, UserError
 from .locking import creation_lock
+from .paths import PROFILE_FILE, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -221,8 +221,9 @@ def pragma_for_passphrase(phrase: str) -> str:
     return "PRAGMA key = '" + phrase.replace("'", "''") + "'"
 
 
-def keychain_token(profile: Profile, home: Path) -> str | None:
-    """The HTTP API's bearer token from the keychain, beside the key (created on first use).
+def keychain_token(profile: Profile, home: Path, *, create: bool = True) -> str | None:
+    """The HTTP API's bearer token from the keychain, beside the key (created on first use unless `create`
+    is False: a client of the running server only reads it).
 
     None when the store is passphrase-protected: the engine then keeps the token inside the
     encrypted store itself. A missing token is made under the profile's creation lock and looked for
@@ -232,7 +233,7 @@ def keychain_token(profile: Profile, home: Path) -> str | None:
     if profile.key_source != "keychain" or not keychain_usable():
         return None
     tok = _keyring_get(profile.token_account)
-    if tok is not None:
+    if tok is not None or not create:
         return tok
     with creation_lock(home):  # whoever makes it holds the lock: a second look inside it is enough
         tok = _keyring_get(profile.token_account)

@@ -13,8 +13,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from .config import log_dir
 from .locking import FILE_MODE, private_dir, private_file
+from .paths import log_dir
 
 _configured = False
 

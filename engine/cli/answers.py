@@ -10,9 +10,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from ..ask import AskFailed, AskResult, Source
 from .base import Command, Handler, Session, add_json, print_json, short, visible
+
+if TYPE_CHECKING:
+    from ..ask import AskResult, Source
 
 
 def _write(text: str) -> None:
@@ -57,6 +60,8 @@ def ask(p: argparse.ArgumentParser) -> Handler:
     add_json(p)
 
     def run(a: argparse.Namespace, session: Session) -> int:
+        from ..ask import AskFailed
+
         with session.open_engine() as eng:
             try:
                 r = eng.ask(a.question, project=a.project, k=a.k, verify=a.verify,

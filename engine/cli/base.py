@@ -11,8 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
-
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -48,7 +46,7 @@ class Command:
 
 def dump(obj: Any) -> str:
     def conv(o: Any) -> Any:
-        if isinstance(o, BaseModel):
+        if hasattr(o, "model_dump"):  # a pydantic model (pydantic stays unimported until one is printed)
             return o.model_dump(mode="json")
         if isinstance(o, list | tuple):
             return [conv(x) for x in o]

@@ -13,11 +13,13 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UserError
-from ..ingest import IngestProgress, IngestResult
 from .base import Command, Handler, Session, add_json, console, escape, print_json
+
+if TYPE_CHECKING:
+    from ..ingest import IngestProgress, IngestResult
 
 _STAGES = {"scanning": "looking for files", "parsing": "reading", "embedding": "indexing", "done": "done"}
 

@@ -10,7 +10,6 @@ import os
 from pathlib import Path
 
 from ..errors import UserError
-from ..pathpolicy import PathPolicy
 from .base import Command, Handler, Session, add_json, console, escape, print_json
 
 
@@ -29,6 +28,8 @@ def folders(p: argparse.ArgumentParser) -> Handler:
         settings = session.load_settings()
         folders = list(settings.ingest.allowed_folders)
         if a.action == "allow":
+            from ..pathpolicy import PathPolicy
+
             policy = PathPolicy([], profile=home)
             for raw in a.paths:
                 path = Path(os.path.realpath(Path(raw).expanduser()))

@@ -8,7 +8,6 @@ import os
 import sys
 import time
 
-from ..engine import Engine
 from ..errors import KeyMissing, UserError
 from ..keys import PASSPHRASE_ENV, keychain_usable
 from .base import Command, Handler, Session, add_json, console, print_json
@@ -48,6 +47,8 @@ def unlock(p: argparse.ArgumentParser) -> Handler:
     add_json(p)
 
     def run(a: argparse.Namespace, session: Session) -> int:
+        from ..engine import Engine
+
         phrase = new_passphrase() if a.new_passphrase or not keychain_usable() else None
         msg = Engine.unlock_with_recovery(session.home, a.recovery_key, new_passphrase=phrase)
         if a.json:
@@ -114,6 +115,8 @@ def backup(p: argparse.ArgumentParser) -> Handler:
         if a.action == "restore":
             if not a.snapshot:
                 raise UserError("Name the snapshot to restore (see `personal-llm backup list`).")
+            from ..engine import Engine
+
             existed = Engine.store_exists(session.home)
             snap, aside, opens = Engine.restore_snapshot(session.home, a.snapshot, actor="cli")
             if existed:

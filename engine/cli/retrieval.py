@@ -1,10 +1,45 @@
-"""The `recall` command: search memory by words and meaning."""
+"""The `recall` command: search memory by words and meaning.
+
+Where the app's API or `personal-llm serve` runs for this profile, the recall is asked of it
+(engine/cli/remote.py): same results, same output, without loading the model in this process."""
 
 from __future__ import annotations
 
 import argparse
+from datetime import UTC, datetime
+from types import SimpleNamespace
+from typing import Any
 
+from . import remote
 from .base import Command, Handler, Session, add_json, console, escape, print_json, short
+
+
+class _InProcess(Exception):
+    """An argument the server would read otherwise than the engine does: the recall runs in process."""
+
+
+def _as_utc(value: str | None) -> str | None:
+    """--since/--until as the engine reads them (engine.memories.parse_time: ISO, naive = local time), sent
+    as an explicit UTC time so that the server reads the same instant; anything else runs in process, where
+    it gets the engine's own error."""
+    if value is None or value == "":
+        return None
+    try:
+        moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        return datetime.fromtimestamp(moment.timestamp(), UTC).isoformat()
+    except (ValueError, OverflowError, OSError):
+        raise _InProcess from None
+
+
+def _from_server(session: Session, a: argparse.Namespace) -> list[Any] | None:
+    """The hits as the running server answers them (JSON objects), or None: run in process."""
+    try:
+        params = {"q": a.query, "k": a.k, "project": a.project, "kind": a.kind, "since": _as_utc(a.since),
+                  "until": _as_utc(a.until), "archived": a.archived and "true", "unscoped": a.unscoped and "true"}
+    except _InProcess:
+        return None
+    hits = remote.ask(session.home, "/memory/recall", params)
+    return hits if isinstance(hits, list) else None
 
 
 def recall(p: argparse.ArgumentParser) -> Handler:
@@ -19,12 +54,19 @@ def recall(p: argparse.ArgumentParser) -> Handler:
     add_json(p)
 
     def run(a: argparse.Namespace, session: Session) -> int:
-        with session.open_engine() as eng:
-            hits = eng.recall(a.query, k=a.k, project=a.project, kind=a.kind, since=a.since, until=a.until,
-                              include_archived=a.archived, include_unscoped=a.unscoped)
-        if a.json:
-            print_json(hits)
-            return 0
+        hits: list[Any] | None = _from_server(session, a)
+        if hits is not None:
+            if a.json:
+                print_json(hits)  # the server's JSON of each hit is the engine's: the same output
+                return 0
+            hits = [SimpleNamespace(**h) for h in hits]
+        else:
+            with session.open_engine() as eng:
+                hits = eng.recall(a.query, k=a.k, project=a.project, kind=a.kind, since=a.since, until=a.until,
+                                  include_archived=a.archived, include_unscoped=a.unscoped)
+            if a.json:
+                print_json(hits)
+                return 0
         if not hits:
             console().print("Nothing in memory matches that.")
             return 0

@@ -9,14 +9,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
-
-from ..config import BackupSettings, LLMSettings, Settings
-from ..embeddings import resolve_model_choice
 from ..errors import UserError
-from ..llm import LLMConfig
 from .base import Command, Handler, Session, add_json, counted, print_json
+
+if TYPE_CHECKING:
+    from ..config import Settings
 
 CONFIG_KEYS = ("llm.provider", "llm.host", "llm.model", "llm.timeout", "backup.folder", "backup.schedule",
                "ocr.enabled", "embedding.model")
@@ -56,6 +55,12 @@ def config(p: argparse.ArgumentParser) -> Handler:
     add_json(put)
 
     def run(a: argparse.Namespace, session: Session) -> int:
+        from pydantic import ValidationError
+
+        from ..config import BackupSettings, LLMSettings
+        from ..embeddings import resolve_model_choice
+        from ..llm import LLMConfig
+
         settings = session.load_settings()
         if a.action == "set" and a.key.startswith("backup."):
             field = a.key.removeprefix("backup.")

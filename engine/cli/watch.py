@@ -10,10 +10,12 @@ import argparse
 import signal
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..watch import ScanReport, WatchedFolder, WatchStatus
 from .base import Command, Handler, Session, add_json, console, counted, escape, print_json
+
+if TYPE_CHECKING:
+    from ..watch import ScanReport, WatchedFolder, WatchStatus
 
 
 def _state(f: WatchedFolder) -> str:

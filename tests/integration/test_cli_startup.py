@@ -57,3 +57,32 @@ def test_the_lazy_modules_load_when_used():
     p = subprocess.run([sys.executable, "-c", "import engine; engine.NoSuchThing"], capture_output=True, text=True,
                        timeout=120)
     assert p.returncode != 0 and "NoSuchThing" in p.stderr
+
+
+MODULES = """
+import json, sys
+from engine.cli import main
+code = 0
+try:
+    main(sys.argv[1:])
+except SystemExit as e:
+    code = e.code or 0
+print(json.dumps({"code": code, "modules": sorted(m for m in sys.modules if sys.modules[m] is not None)}), file=sys.stderr)
+"""
+
+
+def modules(*args: str) -> dict:
+    p = subprocess.run([sys.executable, "-c", MODULES, *args], capture_output=True, text=True, env=dict(os.environ),
+                       timeout=300)
+    return {**json.loads(p.stderr.strip().splitlines()[-1]), "out": p.stdout}
+
+
+def test_recall_in_process_imports_only_what_a_recall_needs():
+    assert modules("remember", "My sister Alice lives in Lisbon.")["code"] == 0
+    r = modules("recall", "Where does my sister live?", "--json")
+    assert r["code"] == 0 and "Lisbon" in r["out"]
+    unused = {"engine.ask", "engine.ingest", "engine.parsers", "engine.chunking", "engine.imports", "engine.transfer",
+              "engine.records", "engine.watch", "engine.consolidation", "engine.selftest", "engine.api"}
+    assert unused.isdisjoint(r["modules"]), sorted(unused & set(r["modules"]))
+    assert "engine.onnx_minilm" in r["modules"]  # it did load the model
+

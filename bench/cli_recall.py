@@ -1,0 +1,141 @@
+"""A cold `personal-llm recall`: with the profile's API server running (the CLI asks it) and without (the CLI
+opens the store and loads the model), each against Python's own startup, timed in turn in the same run.
+
+    .venv/bin/python bench/cli_recall.py [--runs 7] [--memories 20] [--baseline-tree /path/to/older/checkout]
+
+A throw-away profile (the plaintext test keyring) with `--memories` memories; every process is the console
+script's `main` in a fresh interpreter, its wall time from the parent and its peak RSS from wait4. Bytecode is
+compiled once before timing, as an installed package has it. Rounds interleave: python -c pass, the recall
+without a server, then (with `serve` started) python -c pass and the recall through the server, so load on the
+machine falls on all of them alike. `--baseline-tree`: the in-process recall of another checkout of the engine
+(PYTHONPATH) timed in the same rounds. Targets (a quiet machine, where Python starts in ~0.04 s): <= 0.3 s
+with the server, <= 0.6 s without, medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+WITH_SERVER_TARGET_S = 0.3
+IN_PROCESS_TARGET_S = 0.6
+QUERY = "where is the harbour budget"
+
+TOPICS = ("the harbour budget", "my sister's flat in Lisbon", "the dentist on Thursday", "the bike repair",
+          "the garden shed", "the tax return", "the school trip", "the quarterly report")
+
+
+def env_for(home: Path, tree: Path = ROOT) -> dict[str, str]:
+    env = dict(os.environ, PERSONAL_LLM_HOME=str(home), PYTHONPATH=str(tree),
+               PYTHON_KEYRING_BACKEND="keyrings.alt.file.PlaintextKeyring", XDG_DATA_HOME=str(home.parent / "xdg"))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed package has its bytecode
+    env.pop("PERSONAL_LLM_PASSPHRASE", None)
+    return env
+
+
+def timed(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float, str]:
+    """(wall seconds, peak RSS in MB, stdout) of one process."""
+    with tempfile.TemporaryFile() as out:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.DEVNULL)
+        _, status, usage = os.wait4(proc.pid, 0)
+        took = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            raise SystemExit(f"{' '.join(argv[:4])} … exited with {proc.returncode}")
+        out.seek(0)
+        return took, usage.ru_maxrss / 1024, out.read().decode()
+
+
+def answered(home: Path) -> int:
+    """Recalls the server has answered so far (its access log lines, in the profile's logs)."""
+    return sum(p.read_text(encoding="utf-8").count("engine.api: GET /memory/recall 200")
+               for p in (home / "logs").glob("*.log"))
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-c", "import sys; from engine.cli import main; sys.exit(main())", *args]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--memories", type=int, default=20)
+    ap.add_argument("--baseline-tree", type=Path, help="also time the in-process recall of this checkout")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="pllm-cli-recall-") as tmp:
+        home = Path(tmp) / "profile"
+        env = env_for(home)
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "engine")], env=env, check=True)
+        if args.baseline_tree:
+            subprocess.run([sys.executable, "-m", "compileall", "-q", str(args.baseline_tree / "engine")], env=env,
+                           check=True)
+        for i in range(args.memories):
+            subprocess.run(cli("remember", f"Note {i}: about {TOPICS[i % len(TOPICS)]}, item {i}."), env=env,
+                           cwd=tmp, check=True, capture_output=True)
+        python = [sys.executable, "-c", "pass"]
+        recall = cli("recall", QUERY, "--json")
+        base_env = env_for(home, args.baseline_tree) if args.baseline_tree else None
+        for argv in (python, recall):  # warm the page cache and the bytecode
+            timed(argv, env, Path(tmp))
+        if base_env:
+            timed(recall, base_env, Path(tmp))
+        rows: dict[str, list[tuple[float, float]]] = {"python": [], "in process": [], "baseline in process": []}
+        expected = None
+        for _ in range(args.runs):
+            rows["python"].append(timed(python, env, Path(tmp))[:2])
+            took, rss, out = timed(recall, env, Path(tmp))
+            rows["in process"].append((took, rss))
+            expected = expected or [h["id"] for h in json.loads(out)]
+            if base_env:
+                rows["baseline in process"].append(timed(recall, base_env, Path(tmp))[:2])
+        serve = subprocess.Popen(cli("serve", "--port", "0", "--json"), env=env, cwd=tmp, stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL, text=True)
+        try:
+            assert serve.stdout is not None
+            serve.stdout.readline()  # `serve --json` announces its URL once it listens
+            deadline = time.monotonic() + 120
+            while not (home / "server.json").exists():
+                if time.monotonic() > deadline:
+                    raise SystemExit("the server wrote no server file")
+                time.sleep(0.1)
+            timed(recall, env, Path(tmp))  # the server's first recall waits for its model
+            rows["python, server running"] = []
+            rows["through the server"] = []
+            asked_before = answered(home)
+            for _ in range(args.runs):
+                rows["python, server running"].append(timed(python, env, Path(tmp))[:2])
+                took, rss, out = timed(recall, env, Path(tmp))
+                rows["through the server"].append((took, rss))
+                if [h["id"] for h in json.loads(out)] != expected:
+                    raise SystemExit("the server's recall differs from the in-process one")
+            asked = answered(home) - asked_before
+        finally:
+            serve.terminate()
+            serve.wait(30)
+    print(f"a cold `personal-llm recall` on {args.memories} memories, median of {args.runs} "
+          f"(load average {', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs):")
+    print(f"| {'process':<26} | wall s | x python | peak RSS MB |")
+    print(f"| {'-' * 26} | ------ | -------- | ----------- |")
+    med = {name: (statistics.median(t for t, _ in r), statistics.median(m for _, m in r)) for name, r in rows.items() if r}
+    for name, (wall, rss) in med.items():
+        py = med["python, server running" if "server" in name else "python"][0]
+        print(f"| {name:<26} | {wall:6.3f} | {wall / py:8.1f} | {rss:11.0f} |")
+    server_ok = med["through the server"][0] <= WITH_SERVER_TARGET_S
+    local_ok = med["in process"][0] <= IN_PROCESS_TARGET_S
+    print(f"targets: through the server <= {WITH_SERVER_TARGET_S} s: {'met' if server_ok else 'MISSED'}; in process "
+          f"<= {IN_PROCESS_TARGET_S} s: {'met' if local_ok else 'MISSED'} (python itself {med['python'][0]:.3f} s here)")
+    print(f"recalls the server answered: {asked} of {args.runs} (its log); results the same as in process")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
