@@ -302,6 +302,7 @@ class MainWindow(QMainWindow):
         b.model_state_changed.connect(self.status.set_model_state)
         b.failed.connect(self.show_error)
         self.memories.status_posted.connect(self.status.post)
+        self.memories.passages.passage_requested.connect(self.show_passage)
         b.paused_changed.connect(self.status.set_paused)
         self.status.resume_clicked.connect(lambda: b.set_paused(False))
 

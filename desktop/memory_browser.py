@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
 
 from . import formatting, icons, theme
 from .bridge import Bridge
+from .passage_hits import PassageHits
 from .pending_deletes import PendingDeletes
 from .widgets import Banner, EmptyState, UndoBar, button, muted, page_title, refill_editable, scroller
 
@@ -95,6 +96,8 @@ class MemoryBrowser(QWidget):
         self._debounce.setSingleShot(True)
         self._debounce.setInterval(SEARCH_DEBOUNCE_MS)
         self._debounce.timeout.connect(self.refresh)
+        self.passages = PassageHits(bridge)  # the documents' passages that match the search
+        self._debounce.timeout.connect(lambda: self.passages.search(self.search.text().strip()))
 
         self.kind = self._combo(KIND_FILTERS)
         self.project = QComboBox()
@@ -185,6 +188,7 @@ class MemoryBrowser(QWidget):
         layout.addWidget(self.banner)
         layout.addWidget(self.search)
         layout.addLayout(filters)
+        layout.addWidget(self.passages)
         layout.addWidget(splitter, 1)
         layout.addWidget(self.undo_bar)
 

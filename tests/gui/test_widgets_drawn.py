@@ -120,3 +120,25 @@ def test_a_watched_folder_path_uses_the_width_it_has(qtbot, desktop, tmp_path: P
     used = sum(header.sectionSize(i) for i in range(header.count()))
     assert used >= box.list.viewport().width() - 2  # no empty column beside a cut path
     assert box.list.topLevelItem(0).toolTip(0) == str(folder)
+
+
+def test_search_in_memories_offers_the_documents_passages_read_by_ocr(qtbot, desktop, tmp_path: Path):
+    from tests.formats_fixtures import make_png
+
+    picture = make_png(tmp_path / "router.png", ["Guest WiFi password", "heron meadow 42"])
+    eng = engine_of(desktop)
+    assert [r.status for r in eng.ingest([picture])] == ["added"]
+    eng.remember("The router sits in the hall cupboard.", embed="none")
+    browser = desktop.window.memories
+    desktop.window.show_page("memories")
+    browser.search.setText("wifi password")
+    passages = browser.passages
+    qtbot.waitUntil(lambda: passages.isVisibleTo(browser) and passages.list.count() >= 1, timeout=30_000)
+    item = passages.list.item(0)
+    assert item.text().startswith("router.png · page 1 · OCR") and "heron meadow 42" in item.text().lower()
+    passages.list.itemClicked.emit(item)  # read it, in the document, at that passage
+    viewer = desktop.window.documents.viewer
+    qtbot.waitUntil(lambda: viewer is not None and viewer.isVisible()
+                    and "heron meadow 42" in (viewer.highlighted() or "").lower(), timeout=10_000)
+    browser.search.setText("")
+    qtbot.waitUntil(lambda: not passages.isVisibleTo(browser), timeout=5000)
