@@ -9,12 +9,14 @@ The file-size limit (``settings.max_file_mb``) counts bytes on disk; these count
   as a stream, in blocks, counting the bytes that really come out (a header that lies is caught there)
   and checking each XML part's nesting depth (:data:`MAX_XML_DEPTH`) and that it declares no entities
   (the "billion laughs" expansion). Only then does the format's parser read the file.
-- **Pictures** (image files, and scanned PDF pages read by OCR): an image file may have at most
-  :data:`MAX_IMAGE_PIXELS` pixels (read from its header, before any pixel is decoded: a "decompression
-  bomb" declares a huge canvas in a few bytes) and :data:`MAX_IMAGE_FRAMES` frames (pages of a TIFF); a
-  PDF page is rendered for OCR at :data:`OCR_DPI` but never to more than :data:`MAX_RENDER_PIXELS` pixels
-  (a hostile page size only lowers the resolution); at most :data:`MAX_OCR_PAGES` pages of one document
-  are read by OCR.
+- **Pictures** (image files, and the images of scanned PDF pages read by OCR): a picture may have at most
+  :data:`MAX_IMAGE_PIXELS` pixels and take at most :data:`MAX_IMAGE_BYTES` once decoded (pixels x channels
+  x bytes per channel), both read from its header (a PDF image's dictionary) before any pixel is decoded: a
+  "decompression bomb" declares a huge canvas in a few bytes, and a 16-bit picture with an alpha channel
+  takes eight bytes a pixel; an image file may hold at most :data:`MAX_IMAGE_FRAMES` frames (pages of a
+  TIFF); a PDF page is rendered for OCR at :data:`OCR_DPI` but never to more than :data:`MAX_RENDER_PIXELS`
+  pixels (a hostile page size only lowers the resolution); at most :data:`MAX_OCR_PAGES` pages of one
+  document are read by OCR.
 - **Spreadsheets** (XLSX, ODS): at most :data:`MAX_SHEET_CELLS` cells are read (empty ones count too:
   a sheet can declare a million empty rows in a few bytes).
 - **Text**: at most :data:`MAX_DOCUMENT_CHARS` characters of text per document, and at most
@@ -48,6 +50,8 @@ MAX_XML_DEPTH = 256
 MAX_DOCUMENT_CHARS = 30_000_000
 MAX_CHUNKS = 25_000
 MAX_IMAGE_PIXELS = 40_000_000
+MAX_IMAGE_BYTES = 128 * MIB
+"""Decoded size of one picture: a 40 MP RGB photo (120 MB) passes, a 40 MP 16-bit RGBA PNG (320 MB) does not."""
 MAX_IMAGE_FRAMES = 200
 MAX_RENDER_PIXELS = 12_000_000
 OCR_DPI = 200
@@ -176,14 +180,26 @@ def check_text(name: str, chars: int) -> None:
                             f"at most {MAX_DOCUMENT_CHARS / 1e6:,.0f} million. Split it into smaller files.")
 
 
-def check_pixels(name: str, width: int, height: int) -> None:
+def check_pixels(name: str, width: int, height: int, *, where: str = "") -> None:
     """Refuse an image bigger than one picture may be (before it is decoded)."""
     if width <= 0 or height <= 0:
-        raise LimitExceeded(f"{name} declares an empty picture ({width} x {height} pixels); not read.")
+        raise LimitExceeded(f"{name}{where} declares an empty picture ({width} x {height} pixels); not read.")
     if width * height > MAX_IMAGE_PIXELS:
-        raise LimitExceeded(f"{name} is {width:,} x {height:,} pixels, more than the limit of "
+        raise LimitExceeded(f"{name}{where} is {width:,} x {height:,} pixels, more than the limit of "
                             f"{MAX_IMAGE_PIXELS / 1e6:,.0f} million for one picture. Not read (it may be a "
                             "decompression bomb).")
+
+
+def check_picture(name: str, width: int, height: int, channels: int, bits: int, *, where: str = "") -> None:
+    """Refuse a picture (an image file's frame, or an image inside a PDF: ``where`` says which) with more
+    pixels, or more bytes once decoded, than one picture may have; before it is decoded."""
+    check_pixels(name, width, height, where=where)
+    size = width * height * max(channels, 1) * max(-(-bits // 8), 1)
+    if size > MAX_IMAGE_BYTES:
+        depth = f"{bits}-bit, " if bits > 8 else ""
+        raise LimitExceeded(f"{name}{where} is {width:,} x {height:,} pixels ({depth}{channels} "
+                            f"channel{'s' if channels != 1 else ''}): {_mib(size)} once decoded, more than the "
+                            f"limit of {_mib(MAX_IMAGE_BYTES)} for one picture. Not read.")
 
 
 def render_scale(width_pt: float, height_pt: float) -> float:

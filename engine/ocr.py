@@ -27,7 +27,11 @@ log = logging.getLogger(__name__)
 ENGINE_NAME = "rapidocr-onnxruntime"
 DETECT_SIDE = 1600
 """Pictures are scaled to at most this many pixels on their longer side for text detection (an A4 page
-rendered at 200 dpi is read at about 140 dpi); recognition reads each line found at full resolution."""
+rendered at 200 dpi is read at about 140 dpi); recognition reads each line found at up to MAX_SIDE."""
+MAX_SIDE = 2000
+"""The OCR engine reads a picture at most this many pixels on its longer side (RapidOCR's ``max_side_len``:
+it reduces a larger one itself, after copying it whole), so larger pictures are reduced before they are
+handed to it (engine/parsers.py)."""
 MIN_CONFIDENCE = 0.5
 """Recognised boxes below this confidence are dropped (noise, specks, stamps)."""
 

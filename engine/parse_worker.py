@@ -13,9 +13,18 @@ The helper also keeps what a reader does to one file from the process that stays
 crashes or is killed (a damaged PDF crashing pdfium, the machine out of memory) fails that one file, and a
 cancelled ingest stops the helper at once instead of waiting for the file being read to finish.
 
+What one file may cost the helper is bounded twice: by the limits every reader applies (engine/limits.py:
+a picture's pixels and decoded bytes are checked from its header before it is decoded, also for images
+inside PDFs), and by a memory limit of the helper's own (:data:`MEMORY_MIB`, ``RLIMIT_DATA`` where the
+system enforces it: Linux), so a reader that asks for more fails that one file with "needs more memory
+than …" while the process that stays open goes on. A helper that a file left large (over
+:data:`RETIRE_MIB` resident once the memory it freed is handed back) exits after answering, and its memory
+goes with it.
+
 The channel is the helper's stdin and stdout: length-prefixed pickles, each way. The request is
 (path, max_bytes, ocr_enabled); the replies are ("progress", done, total) for each page read by OCR, then
-("parsed", ParsedDocument) or ("failed", error class name, message). The helper runs this module
+("retiring",) when the helper will exit after this file, then ("parsed", ParsedDocument) or ("failed",
+error class name, message). The helper runs this module
 (`python -m engine.parse_worker`, or the bundle's program with `--parse-worker`) and is never given
 anything but paths: it opens no store and holds no key. It logs nothing about what it reads.
 """
@@ -36,7 +45,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from .ocr import OcrOptions
-from .parsers import NEEDS_READER_LIBRARIES, DocumentError, ParsedDocument, UnsupportedDocument, parse_file
+from .parsers import (
+    NEEDS_READER_LIBRARIES,
+    TOO_LARGE,
+    DocumentError,
+    ParsedDocument,
+    UnsupportedDocument,
+    parse_file,
+)
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +60,13 @@ IDLE_SECONDS = 30.0
 """A helper with nothing to read for this long exits (the next file starts another, ~0.5 s)."""
 MAX_HELPERS = 2
 """Helpers reading at once: a second ingest (a watched folder's file during a long OCR) does not queue."""
+MEMORY_MIB = 1536
+"""The helper's own memory limit (its data segment and private mappings; OCR of a full page peaks near
+1 GiB of them): a reader that needs more fails its file instead of the machine running short."""
+MEMORY_ENV = "PERSONAL_LLM_READER_MEMORY_MIB"
+RETIRE_MIB = 300
+"""A helper still this large (resident) after answering, once freed memory is handed back, exits."""
+RETIRE_ENV = "PERSONAL_LLM_READER_RETIRE_MIB"
 WORKER_FLAG = "--parse-worker"
 """How the bundled program (packaging/pyinstaller/launch.py) is told to be a helper."""
 _POLL = 0.1  # seconds between looks at the cancel event while a file is read
@@ -79,6 +102,7 @@ def main() -> int:
     channel = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # a library's print() must not land in the channel
     logging.disable(logging.CRITICAL)  # library warnings may quote what they read
+    _limit_memory()
     inp = sys.stdin.buffer
     _send(channel, ("ready",))  # imported and listening: a helper that dies before this could not start
     while True:
@@ -88,13 +112,55 @@ def main() -> int:
         path, max_bytes, ocr_enabled = request
         progress = lambda done, total: _send(channel, ("progress", done, total))  # noqa: E731
         try:
-            parsed = parse_file(Path(path), max_bytes=max_bytes, ocr=OcrOptions(enabled=ocr_enabled, progress=progress))
+            answer: tuple[Any, ...] = ("parsed", parse_file(Path(path), max_bytes=max_bytes,
+                                                            ocr=OcrOptions(enabled=ocr_enabled, progress=progress)))
         except DocumentError as e:
-            _send(channel, ("failed", type(e).__name__, str(e)))
+            answer = ("failed", type(e).__name__, str(e))
+        except MemoryError:  # outside the reader (parse_file words its own)
+            answer = ("failed", "DocumentError", TOO_LARGE.format(name=Path(path).name))
         except Exception as e:  # parse_file turns a reader's errors into DocumentError; this is anything else
-            _send(channel, ("failed", "DocumentError", f"{Path(path).name} could not be read ({type(e).__name__})"))
-        else:
-            _send(channel, ("parsed", parsed))
+            answer = ("failed", "DocumentError", f"{Path(path).name} could not be read ({type(e).__name__})")
+        retiring = _still_large()
+        if retiring:
+            _send(channel, ("retiring",))
+        _send(channel, answer)
+        if retiring:
+            return 0
+
+
+def _limit_memory() -> None:
+    """Set this process's memory limit (the parent's MEMORY_ENV, else MEMORY_MIB) where the system enforces
+    one that counts what allocators use (RLIMIT_DATA counts private mappings on Linux only)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import resource
+
+    try:
+        mib = int(os.environ.get(MEMORY_ENV, MEMORY_MIB))
+        hard = resource.getrlimit(resource.RLIMIT_DATA)[1]
+        wanted = mib * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_DATA, (wanted if hard == resource.RLIM_INFINITY else min(wanted, hard), hard))
+    except (ValueError, OSError) as e:
+        log.info("no memory limit for the reader: %s", type(e).__name__)
+
+
+def _still_large() -> bool:
+    """Hand freed memory back to the system (glibc keeps it otherwise); True when this process is still over
+    RETIRE_MIB resident."""
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    try:
+        with open("/proc/self/statm") as f:
+            resident_pages = int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return False
+    try:
+        retire_mib = int(os.environ.get(RETIRE_ENV, RETIRE_MIB))
+    except ValueError:
+        retire_mib = RETIRE_MIB
+    return resident_pages * os.sysconf("SC_PAGE_SIZE") > retire_mib * 1024 * 1024
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -117,6 +183,10 @@ def helper_command() -> list[str] | None:
     return None
 
 
+_OUT_OF_MEMORY = {-6, -9, 134}
+"""How a helper ends when an allocation fails in native code (abort) or the system kills it for memory."""
+
+
 class HelperStopped(Exception):
     """The helper exited before it answered."""
 
@@ -134,6 +204,7 @@ class _Helper:
         if not getattr(sys, "frozen", False):  # `-m engine.parse_worker` finds this engine, wherever it is
             root = str(Path(__file__).resolve().parents[1])
             env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+        env[MEMORY_ENV], env[RETIRE_ENV] = str(MEMORY_MIB), str(RETIRE_MIB)
         command = helper_command()
         if command is None:
             raise HelperFailedToStart("has no program to run here")
@@ -144,6 +215,7 @@ class _Helper:
         except OSError as e:
             raise HelperFailedToStart(f"could not start ({type(e).__name__})") from None
         self.ready = False
+        self.retiring = False  # it exits after this answer
         self.replies: queue.Queue[Any] = queue.Queue()
         self.used = time.monotonic()
         threading.Thread(target=self._read, name="parse-helper-reader", daemon=True).start()
@@ -175,6 +247,9 @@ class _Helper:
                 raise HelperStopped("exited") if self.ready else HelperFailedToStart("exited before it was ready")
             if message[0] == "ready":
                 self.ready = True
+                continue
+            if message[0] == "retiring":
+                self.retiring = True
                 continue
             if message[0] == "progress":
                 if ocr.progress is not None:
@@ -242,6 +317,8 @@ class Readers:
             helper.kill()
             self._give_back(None)
             log.warning("the document reader process stopped while reading a %s file", Path(path).suffix.lower())
+            if helper.proc.returncode in _OUT_OF_MEMORY:
+                raise DocumentError(TOO_LARGE.format(name=Path(path).name)) from None
             raise DocumentError(f"{Path(path).name} could not be read: its reader stopped unexpectedly") from None
         except BaseException:  # cancelled (or interrupted) mid-file: its answer would come to the next file
             helper.kill()
@@ -284,7 +361,7 @@ class Readers:
         with self._lock:
             self._busy -= 1
             if helper is not None:
-                if self._closed:
+                if self._closed or helper.retiring:
                     helper.stop()
                 else:
                     self._idle.append(helper)

@@ -30,7 +30,7 @@ from typing import Any
 
 from . import limits
 from .errors import UserError
-from .ocr import ENGINE_NAME, OcrCancelled, OcrOptions, OcrUnavailable, read_image
+from .ocr import ENGINE_NAME, MAX_SIDE, OcrCancelled, OcrOptions, OcrUnavailable, read_image
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,9 @@ __all__ = [
     "parse_file",
     "parse_text",
 ]
+
+
+TOO_LARGE = "{name} needs more memory to read than one document may use. Not read."
 
 
 class DocumentError(UserError):
@@ -190,6 +193,8 @@ def parse_file(path: Path, *, max_bytes: int, ocr: OcrOptions | None = None) -> 
         raise DocumentError(str(e)) from None
     except RecursionError:
         raise DocumentError(f"{name} is nested too deeply to read") from None
+    except MemoryError:  # the reader process's own memory limit (engine/parse_worker.py), or the machine's
+        raise DocumentError(TOO_LARGE.format(name=name)) from None
     except OSError as e:
         raise DocumentError(f"{name} can't be read: {e.strerror or e}") from None
     except Exception as e:  # third-party parsers raise anything on malformed input
@@ -197,6 +202,8 @@ def parse_file(path: Path, *, max_bytes: int, ocr: OcrOptions | None = None) -> 
             log.info("a .pdf file exceeds a limit")
             raise DocumentError(limit) from None
         log.warning("parsing a %s file failed: %s", ext, type(e).__name__)  # the message may quote content
+        if "failed to allocate" in str(e).lower():  # ONNX Runtime (OCR) out of memory
+            raise DocumentError(TOO_LARGE.format(name=name)) from None
         raise DocumentError(f"{name} is damaged or not a valid {_KIND_NAMES.get(ext, ext)} file") from None
 
     sections = [s for s in doc.sections if s.text.strip()]
@@ -685,6 +692,9 @@ def _read_pdf(path: Path, ocr: OcrOptions) -> ParsedDocument:
             scanned.append(number)
     meta: dict[str, Any] = {}
     if scanned and ocr.enabled:
+        if len(scanned) <= limits.MAX_OCR_PAGES:  # (more is refused, saying so, by _ocr_pdf_pages)
+            for number in scanned:  # what rendering them would decode, before PDFium decodes any of it
+                _check_pdf_images(path.name, number, reader.pages[number - 1])
         read = _ocr_pdf_pages(path, scanned, ocr)
         for number, text in read.items():
             if len(_WORD_CHARS.findall(text)) > len(_WORD_CHARS.findall(pages[number].text if number in pages else "")):
@@ -709,6 +719,87 @@ def _read_pdf(path: Path, ocr: OcrOptions) -> ParsedDocument:
 
 _WORD_CHARS = re.compile(r"\w")
 _MIN_TEXT_LAYER_CHARS = 10
+_PDF_CHANNELS = {"/DeviceGray": 1, "/CalGray": 1, "/G": 1, "/DeviceRGB": 3, "/CalRGB": 3, "/RGB": 3, "/Lab": 3,
+                 "/DeviceCMYK": 4, "/CMYK": 4, "/Separation": 1}
+_PDF_OBJECTS_CHECKED = 10_000  # a page that reaches more images and forms than this is not rendered
+
+
+def _check_pdf_images(name: str, number: int, page: Any) -> None:
+    """Refuse a page whose images (in its resources, forms, patterns, Type 3 fonts and annotations'
+    appearances, at any depth) are over the picture limits, from their dictionaries: nothing is decoded."""
+    seen: set[int] = set()
+    todo: list[Any] = [page.get("/Resources")]
+    for annot in _pdf_list(page.get("/Annots")):  # their appearances are drawn with the page
+        appearance: Any = _pdf(_pdf(annot).get("/AP")) if hasattr(_pdf(annot), "get") else None
+        normal: Any = _pdf(appearance.get("/N")) if hasattr(appearance, "get") else None
+        if hasattr(normal, "get"):
+            todo += [normal] if "/Subtype" in normal else list(normal.values())
+    where = f": an image on page {number}"
+    while todo:
+        node = _pdf(todo.pop())
+        if not hasattr(node, "get"):
+            continue
+        key = id(node) if getattr(node, "indirect_reference", None) is None else node.indirect_reference.idnum
+        if key in seen:
+            continue
+        seen.add(key)
+        if len(seen) > _PDF_OBJECTS_CHECKED:
+            raise limits.LimitExceeded(f"{name}{where} draws more than {_PDF_OBJECTS_CHECKED:,} images and forms; "
+                                       "not read.")
+        if node.get("/Subtype") == "/Image":
+            _check_pdf_image(name, where, node)
+            todo.append(node.get("/SMask"))
+            continue
+        for group in ("/XObject", "/Pattern", "/Font"):
+            entries = _pdf(node.get(group))
+            if hasattr(entries, "values"):
+                todo += list(entries.values())
+        todo.append(node.get("/Resources"))
+
+
+def _check_pdf_image(name: str, where: str, image: Any) -> None:
+    def number(key: str, default: int) -> int:
+        try:
+            return int(_pdf(image.get(key, default)))
+        except (TypeError, ValueError):
+            return default
+
+    if image.get("/ImageMask"):
+        channels, bits = 1, 1
+    else:
+        channels, bits = _pdf_channels(image.get("/ColorSpace")), number("/BitsPerComponent", 8)
+    limits.check_picture(name, number("/Width", 0), number("/Height", 0), channels, bits, where=where)
+
+
+def _pdf_channels(space: Any, depth: int = 0) -> int:
+    """Colour channels an image in this colour space decodes to (4 when it cannot be told: the most)."""
+    space = _pdf(space)
+    if isinstance(space, str):
+        return _PDF_CHANNELS.get(space, 4)
+    items = _pdf_list(space)
+    if not items or depth > 4:
+        return 4
+    family = _pdf(items[0])
+    if family == "/ICCBased" and len(items) > 1:
+        try:
+            return int(_pdf(_pdf(items[1]).get("/N", 4)))
+        except (AttributeError, TypeError, ValueError):
+            return 4
+    if family == "/Indexed" and len(items) > 1:  # read as the colours of its palette
+        return _pdf_channels(items[1], depth + 1)
+    if family == "/DeviceN" and len(items) > 1:
+        return max(len(_pdf_list(items[1])), 1)
+    return _PDF_CHANNELS.get(str(family), 4)
+
+
+def _pdf(value: Any) -> Any:
+    """A PDF object with its indirect reference followed."""
+    return value.get_object() if hasattr(value, "get_object") else value
+
+
+def _pdf_list(value: Any) -> list[Any]:
+    value = _pdf(value)
+    return list(value) if isinstance(value, list) else []
 
 
 def _ocr_pdf_pages(path: Path, numbers: list[int], ocr: OcrOptions) -> dict[int, str]:
@@ -729,7 +820,9 @@ def _ocr_pdf_pages(path: Path, numbers: list[int], ocr: OcrOptions) -> dict[int,
             page = pdf[number - 1]
             try:
                 width, height = page.get_size()
-                bitmap = page.render(scale=limits.render_scale(width, height))
+                # no larger than the OCR engine reads (it would reduce a larger page itself, after copying it)
+                scale = min(limits.render_scale(width, height), MAX_SIDE / max(width, height, 1.0))
+                bitmap = page.render(scale=scale)
                 image = bitmap.to_pil().convert("RGB")
                 bitmap.close()
             finally:
@@ -775,8 +868,9 @@ def _read_image(path: Path, ocr: OcrOptions) -> ParsedDocument:
             for frame in range(frames):
                 ocr.check_cancel()
                 im.seek(frame)
-                limits.check_pixels(name, *im.size)
-                text = _clean_text(read_image(np.asarray(im.convert("RGB"))))
+                limits.check_picture(name, *im.size, *_channels_and_bits(im),
+                                     where=f": picture {frame + 1}" if frames > 1 else "")
+                text = _clean_text(read_image(_for_ocr(im, np)))
                 if text.strip():
                     sections.append(Section(text, page=frame + 1, ocr=True))
                 if ocr.progress is not None:
@@ -784,6 +878,43 @@ def _read_image(path: Path, ocr: OcrOptions) -> ParsedDocument:
     if not sections:
         raise DocumentError(f"{name} has no text to remember (OCR found none in the picture)")
     return ParsedDocument(name, "", sections, {"ocr": {"engine": ENGINE_NAME, "pages": [s.page for s in sections]}})
+
+
+def _channels_and_bits(im: Any) -> tuple[int, int]:
+    """The colour channels (a palette's colours, not its index) and bits per channel a frame declares."""
+    channels = len(im.getbands())
+    if im.mode in ("P", "PA"):
+        channels = len(getattr(im.palette, "mode", "RGB") or "RGB") + (im.mode == "PA")
+    bits = 8
+    rawmodes = [str(t.args if not isinstance(t.args, tuple) else (t.args[0] if t.args else "")) for t in im.tile]
+    for rawmode in rawmodes:
+        if found := re.search(r";(\d+)", rawmode):
+            bits = max(bits, int(found.group(1)))
+    sample = getattr(im, "tag_v2", {}).get(258) if hasattr(im, "tag_v2") else None  # TIFF BitsPerSample
+    if isinstance(sample, tuple) and sample:
+        bits = max(bits, *(int(b) for b in sample))
+    if im.mode.startswith("I;16"):
+        bits = max(bits, 16)
+    elif im.mode in ("I", "F"):
+        bits = max(bits, 32)
+    return channels, bits
+
+
+def _for_ocr(im: Any, np: Any) -> Any:
+    """The frame as an RGB array at most ocr.MAX_SIDE pixels on its longer side: the OCR engine reads no
+    more than that, and a larger picture handed to it whole is copied whole several times. A JPEG is
+    decoded at a reduced scale; anything else is decoded once and reduced (by whole factors) at once."""
+    factor = -(-max(im.size) // MAX_SIDE)
+    if factor > 1 and im.format in ("JPEG", "MPO"):
+        im.draft("RGB", (max(im.size[0] // factor, 1), max(im.size[1] // factor, 1)))
+        factor = -(-max(im.size) // MAX_SIDE)
+    if im.mode in ("1", "P", "PA") or im.mode.startswith("I;16"):  # no reduce() for these modes
+        im = im.convert({"1": "L", "P": "RGB", "PA": "RGBA"}.get(im.mode, "I"))
+    if factor > 1:
+        im = im.reduce(factor)
+    if im.mode == "I":
+        im = im.point(lambda v: v / 256)  # 16-bit levels to 8
+    return np.asarray(im.convert("RGB"))
 
 
 @contextlib.contextmanager
