@@ -96,7 +96,7 @@ class Fill:
         self.count = sum(len(x) for v in self.ids.values() for x in v)
 
     def grow(self, target: int) -> float:
-        from engine.memories import content_hash, new_uid
+        from engine.memory_rules import content_hash, new_uid
         from engine.store.sqlite import documents as doc_rows
         from engine.store.sqlite import memories as memory_rows
         from engine.store.sqlite import vectors

@@ -50,7 +50,7 @@ from .errors import DiskFull, EngineError, NotFound, StoreLocked, StoreUnavailab
 from .imports import ImportReport
 from .ingest import Document, IngestResult
 from .limits import MAX_HITS, MAX_PROJECT_CHARS, MAX_QUERY_CHARS
-from .memories import MAX_TEXT_CHARS
+from .memory_rules import MAX_TEXT_CHARS
 from .models import ForgetResult, Hit, Memory, RememberResult, Stats
 from .pathpolicy import PathPolicy, PathRefused
 from .watch import WatchStatus

@@ -47,7 +47,7 @@ from .models import Hit
 from .prompts import prompt, untrusted
 from .recall import Retriever
 from .relevance import answerable
-from .store.sqlite import conversations
+from .store import conversations
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ import time
 from typing import Any
 
 from .models import AuditEntry, AuditRun
-from .store.sqlite import audit as rows
-from .store.sqlite.db import Connection, Store
+from .store import Connection, Store
+from .store import audit as rows
 
 
 class AuditLog:

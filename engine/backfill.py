@@ -10,7 +10,7 @@ from collections.abc import Callable
 from . import heap
 from .embeddings import EmbeddingUnavailable
 from .space import VectorSpace
-from .store.sqlite.db import DatabaseError, ProgrammingError
+from .store import database_errors
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class Backfill:
         none: the freed heap goes back to the OS (engine/heap.py), so an open app is light at rest again."""
         try:
             changes = self.space.store.changes
-        except (DatabaseError, ProgrammingError):  # the store closed under a thread that outlived stop()
+        except database_errors():  # the store closed under a thread that outlived stop()
             return
         if changes != self._changes_trimmed and changes == self._changes_seen:
             if heap.trim():

@@ -41,11 +41,10 @@ from .llm import LLMBadOutput, LLMError, LLMRouter, Message
 from .memories import Memories
 from .models import Memory, iso
 from .prompts import prompt, untrusted
-from .store.sqlite import consolidation as rows
-from .store.sqlite import memories as memory_rows
-from .store.sqlite import vectors
-from .store.sqlite.db import Connection
-from .store.sqlite.tallies import Tallies
+from .store import Connection, vectors
+from .store import consolidation as rows
+from .store import memories as memory_rows
+from .store.types import Filter, Tallies, to_memory
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +214,7 @@ class Consolidation:
             rows.unarchive(con, row[0], now)
             touched.memories.add(row[0])
             self.ctx.audit.record("restore", uid, {}, con=con)
-            mem = memory_rows.to_memory(self.memories.row_by_uid(con, uid))
+            mem = to_memory(self.memories.row_by_uid(con, uid))
         self.ctx.changes.notify("restore", memories=[uid])
         return mem
 
@@ -245,7 +244,7 @@ class Consolidation:
             queries = vectors.read_vectors(con, "memories", fresh)
             covered = len(queries) == len(fresh)
             for rid, query in sorted(queries.items()):
-                f = vectors.Filter(projects={facts[rid][0]}, kinds={"fact"})
+                f = Filter(projects={facts[rid][0]}, kinds={"fact"})
                 for other, cos in index.search(con, query, SIMILAR_FACTS + 1, f, windows=False):
                     if other != rid and other in facts and cos >= CONFLICT_COSINE:
                         key = (min(rid, other), max(rid, other))
@@ -316,7 +315,7 @@ class Consolidation:
             if other is None or row[1] in seen:
                 continue
             seen.update((row[1], other[1]))
-            pairs.append(ConflictPair(a=memory_rows.to_memory(row), b=memory_rows.to_memory(other)))
+            pairs.append(ConflictPair(a=to_memory(row), b=to_memory(other)))
         return pairs
 
     def resolve(self, uid: str, keep: str) -> Resolution:

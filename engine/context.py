@@ -13,7 +13,7 @@ from .audit import AuditLog
 from .config import Settings
 from .keys import Profile
 from .space import Mutation, VectorSpace
-from .store.sqlite.db import Connection, Store
+from .store import Connection, Store
 
 log = logging.getLogger(__name__)
 

@@ -48,7 +48,8 @@ from .keys import Profile, keychain_token, keychain_usable, read_profile
 from .language import LanguageModel
 from .llm import Health, LLMRouter
 from .locking import InUse
-from .memories import Memories, Remembered, check_project
+from .memories import Memories, Remembered
+from .memory_rules import check_project
 from .models import (
     AuditEntry,
     AuditRun,
@@ -626,7 +627,8 @@ class Engine:
             counts = tallies.read(con)
             notes = (self.space.notes() + self.consolidation.notes(counts)
                      + self.documents.notes(counts.tally("d:failed")))
-            return stats.collect(self.ctx, counts, embedding_ready=self.space.embedder.ready, notes=notes)
+            return stats.collect(con, counts, where=str(self.store.path), model=self.ctx.settings.embedding_model,
+                                 embedding_ready=self.space.embedder.ready, notes=notes)
 
     # ------------------------------------------------------------------------------------------------
     # keys, erasure and backups (engine/keyops.py, engine/erasure.py, engine/backup.py)

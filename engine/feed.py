@@ -16,8 +16,8 @@ import threading
 from dataclasses import dataclass, field
 
 from .context import Changes
-from .store.sqlite import audit as rows
-from .store.sqlite.db import Store
+from .store import Store
+from .store import audit as rows
 
 DOCUMENT_ACTIONS = frozenset({"ingest", "ingest_failed", "ingest_abandoned", "forget_document", "move_document"})
 QUIET_ACTIONS = frozenset({"use", "ask", "backup", "export", "key_notice", "compact"})  # nothing a view shows

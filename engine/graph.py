@@ -26,8 +26,8 @@ from .errors import NotFound, UserError
 from .language import LanguageModel
 from .llm import LLMBadOutput, LLMError, LLMModelMissing, LLMUnavailable, Message
 from .prompts import prompt, untrusted
-from .store.sqlite import graph as rows
-from .store.sqlite.db import Connection
+from .store import Connection
+from .store import graph as rows
 
 if TYPE_CHECKING:
     import networkx as nx

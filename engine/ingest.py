@@ -77,7 +77,8 @@ from .chunking import ChunkDraft, TooManyChunks, chunk_document, make_token_coun
 from .context import Changes, Context
 from .embeddings import EmbeddingUnavailable
 from .errors import NotFound, UserError
-from .memories import Memories, check_project, new_uid
+from .memories import Memories
+from .memory_rules import check_project, new_uid
 from .models import ForgetResult, iso
 from .parse_worker import Readers
 from .parsers import (
@@ -90,10 +91,10 @@ from .parsers import (
     parse_text,
 )
 from .space import Touched
-from .store.sqlite import documents as rows
-from .store.sqlite import memories as memory_rows
-from .store.sqlite import vectors
-from .store.sqlite.db import Connection
+from .store import Connection, vectors
+from .store import documents as rows
+from .store import memories as memory_rows
+from .store.types import ACTIVITY_SOURCE
 
 log = logging.getLogger(__name__)
 
@@ -813,7 +814,7 @@ class Documents:
                 verb = "Updated" if p.action == "replaced" else "Ingested"
                 project = rows.project_of(con, p.doc_id)
                 self.memories.remember(f"{verb} {p.name} ({p.total} chunk{'s' if p.total != 1 else ''})",
-                                       kind="episodic", source=vectors.ACTIVITY_SOURCE, document_id=p.doc_id,
+                                       kind="episodic", source=ACTIVITY_SOURCE, document_id=p.doc_id,
                                        at=time.time(), embed="background", project=project)
                 self.ctx.audit.record("ingest", p.uid, {"chunks": p.total, "status": p.action}, con=con)
         except Exception as e:

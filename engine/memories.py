@@ -6,15 +6,11 @@ cite it are derived from its words, so editing or forgetting it takes them along
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import secrets
-import threading
 import time
-import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -24,13 +20,24 @@ from .backfill import Backfill
 from .context import Changes, Context
 from .embeddings import EmbeddingUnavailable, Windows
 from .errors import UserError
-from .limits import MAX_PROJECT_CHARS
-from .models import KINDS, ForgetResult, Memory, RememberResult
+from .memory_rules import (
+    AUTO_EMBED_CHARS,
+    EPISODIC_DISCOUNT,
+    IMPORTANCE_BY_SOURCE,
+    NEAR_DUPLICATE_COSINE,
+    check_kind,
+    check_project,
+    check_text,
+    content_hash,
+    new_uid,
+    parse_time,
+    says_the_same,
+)
+from .models import ForgetResult, Memory, RememberResult
 from .space import Touched
-from .store.sqlite import memories as rows
-from .store.sqlite import tallies, vectors
-from .store.sqlite.db import Connection
-from .store.sqlite.retrieval import STOPWORDS, WORD
+from .store import Connection, tallies, vectors
+from .store import memories as rows
+from .store.types import ACTIVITY_SOURCE, Filter, MemoryRow, to_memory
 
 log = logging.getLogger(__name__)
 
@@ -40,138 +47,6 @@ CACHED_INDEX_MIN_MEMORIES = 20_000
 # The fields of a memory that the vector mirror keeps beside its vector (engine/store/sqlite/vectors.py _SOURCES): an edit
 # of another (importance) leaves the mirror as it is.
 MIRRORED_FIELDS = frozenset({"text", "kind", "project", "event_at", "archived"})
-
-# Importance at birth: an explicit statement outranks a document, which outranks incidental chat.
-IMPORTANCE_BY_SOURCE = {"user": 0.8, "import": 0.7, "rollup": 0.7, "document": 0.5, "chat": 0.3, "activity": 0.4}
-EPISODIC_DISCOUNT = 0.1
-NEAR_DUPLICATE_COSINE = 0.95
-# remember(embed="auto") embeds a text this long or shorter at once (about one model window, 128 word-pieces)
-AUTO_EMBED_CHARS = 700
-MAX_TEXT_CHARS = 100_000
-
-
-def content_hash(text: str) -> str:
-    """Hash of the text as a person reads it: case, spacing and trailing punctuation don't matter."""
-    norm = " ".join(unicodedata.normalize("NFKC", text).casefold().split()).rstrip(".!?;, ")
-    return hashlib.sha256(norm.encode("utf-8")).hexdigest()
-
-
-_SUFFIXES = ("ing", "ed", "es", "s")
-
-
-def _stem(word: str) -> str:
-    if word.isdigit() or len(word) <= 4:
-        return word
-    for suffix in _SUFFIXES:
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            return word[: -len(suffix)]
-    return word
-
-
-def content_words(text: str) -> frozenset[str]:
-    """The words that carry a text's facts: lowercased, function words left out, simple endings taken off
-    ("works", "working" -> "work"); numbers as they are."""
-    words = [w.casefold() for w in WORD.findall(unicodedata.normalize("NFKC", text))]
-    return frozenset(_stem(w) for w in words if w not in STOPWORDS)
-
-
-def says_the_same(a: str, b: str) -> bool:
-    """Whether two texts close in meaning state the same thing: the same content words. Vectors put
-    "Invoice 1001 was paid" and "Invoice 1002 was paid", or a meeting on Monday and on Tuesday, above any
-    cosine threshold; merging them would drop the newer fact."""
-    return content_words(a) == content_words(b)
-
-
-def _visible(text: str) -> bool:
-    """Whether the text has a character a person can see (not only spaces, controls, zero-width or
-    direction marks)."""
-    return any(not ch.isspace() and unicodedata.category(ch)[0] not in "CZ" for ch in text)
-
-
-# An id's 16 characters (80 bits, base32 in Crockford's alphabet: digits and lowercase letters but i, l, o
-# and u, in ASCII order so the text sorts as the number): the time in milliseconds (44 bits, to the year
-# 2527) then 36 random bits. Ids made later sort after the earlier ones (within a process strictly: one more
-# than the last when the clock has not moved on), so a unique index on uid takes a new row at its end, whose
-# page is in the cache: with wholly random ids every insert touched a leaf anywhere in the index, a page not
-# in the cache once the store is large (docs/performance.md, Flat costs). 36 random bits keep two processes
-# writing in the same millisecond apart.
-UID_RANDOM_BITS = 36
-UID_CHARS = 16
-_UID_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
-_uid_lock = threading.Lock()
-_uid_last = 0
-
-
-def new_uid(prefix: str) -> str:
-    """A new id for a memory, document, chunk...: `prefix_` and 16 characters, in the order they are made."""
-    global _uid_last
-    with _uid_lock:
-        value = max(time.time_ns() // 1_000_000 << UID_RANDOM_BITS | secrets.randbits(UID_RANDOM_BITS),
-                    _uid_last + 1)
-        _uid_last = value
-    chars = []
-    for _ in range(UID_CHARS):
-        chars.append(_UID_ALPHABET[value & 31])
-        value >>= 5
-    return f"{prefix}_{''.join(reversed(chars))}"
-
-
-def parse_time(value: str | float | datetime | None) -> float | None:
-    """ISO-8601 (date or date-time; naive means local time), a datetime, or epoch seconds."""
-    if value is None or value == "":
-        return None
-    try:
-        if isinstance(value, int | float):
-            ts = float(value)
-        elif isinstance(value, datetime):
-            ts = value.timestamp()
-        else:
-            ts = datetime.fromisoformat(value.strip().replace("Z", "+00:00")).timestamp()
-    except (ValueError, OverflowError, OSError) as e:
-        raise UserError(f"'{value}' is not a date or time; use ISO format like 2024-05-01 or 2024-05-01T14:30.") from e
-    if not MIN_TIME <= ts <= MAX_TIME:  # also false for nan
-        raise UserError(f"'{value}' is not a time between the years 1 and 9999 (a time in milliseconds? use seconds "
-                        "or an ISO date like 2024-05-01).")
-    return ts
-
-
-# The times a store keeps: what a UTC date can show (years 1 to 9999).
-MIN_TIME = datetime(1, 1, 2, tzinfo=UTC).timestamp()
-MAX_TIME = datetime(9999, 12, 30, tzinfo=UTC).timestamp()
-
-
-def check_text(text: str) -> str:
-    text = (text or "").strip()
-    if not text or not _visible(text):
-        raise UserError("There is nothing to remember: the text is empty.")
-    if len(text) > MAX_TEXT_CHARS:
-        raise UserError(
-            f"That text is {len(text):,} characters; a memory holds at most {MAX_TEXT_CHARS:,}. "
-            "Save long text as a document instead (ingest)."
-        )
-    return text
-
-
-def check_project(project: str | None) -> str | None:
-    """A project name as stored: trimmed, None when empty; refused when longer than MAX_PROJECT_CHARS (the
-    HTTP API's limit too) or when it holds control characters (a line break would break every list)."""
-    name = (project or "").strip()
-    if not name:
-        return None
-    if len(name) > MAX_PROJECT_CHARS:
-        raise UserError(f"That project name is {len(name):,} characters; a project name holds at most "
-                        f"{MAX_PROJECT_CHARS}.")
-    if any(unicodedata.category(c) == "Cc" for c in name):
-        raise UserError("A project name cannot hold control characters (a line break, a tab, …).")
-    return name
-
-
-def check_kind(kind: str) -> str:
-    if kind not in KINDS:
-        raise UserError(f"Unknown kind '{kind}'; use one of: {', '.join(KINDS)}.")
-    return kind
-
-
 
 @dataclass
 class Remembered:
@@ -219,12 +94,12 @@ class Memories:
         def reads(con: Connection) -> list[tuple[str, tuple]]:
             if sum(t.n for t in tallies.memory_tallies(con)) < CACHED_INDEX_MIN_MEMORIES:
                 return []
-            return rows.hash_index_reads()
+            return rows.hash_index_reads(con)
 
         self.ctx.store.keep_cached(reads)
 
     @staticmethod
-    def row_by_uid(con: Connection, uid: str) -> tuple:
+    def row_by_uid(con: Connection, uid: str) -> MemoryRow:
         return rows.by_uid(con, uid)
 
     def remember(self, text: str, *, kind: str = "fact", project: str | None = None,
@@ -290,7 +165,7 @@ class Memories:
                                   now=p.now, event_at=p.event_at, project=p.project, source=p.source, meta=p.meta,
                                   conversation_id=conversation_id, document_id=document_id,
                                   # the app's own events are not summarised or graphed
-                                  done=p.source == vectors.ACTIVITY_SOURCE,
+                                  done=p.source == ACTIVITY_SOURCE,
                                   # checked for near-duplicates when embedded
                                   dedup_pending=vec is None and p.kind != "episodic")
                 if vec is not None:
@@ -301,7 +176,7 @@ class Memories:
                 self.ctx.audit.record("remember", uid, {"kind": p.kind, "project": bool(p.project),
                                                         "source": p.source}, con=con)
                 results.append((uid, False))
-            out = [RememberResult(id=uid, merged=merged, memory=rows.to_memory(rows.by_uid(con, uid)))
+            out = [RememberResult(id=uid, merged=merged, memory=to_memory(rows.by_uid(con, uid)))
                    for uid, merged in results]
         self.ctx.changes.emit(Changes("remember", memories={uid for uid, _ in results}))
         if any(v is None and not merged for v, (_, merged) in zip(vecs, results, strict=True)):
@@ -334,7 +209,7 @@ class Memories:
         idx = self.space.index.get("memories")
         if idx is None:
             return None
-        for rid, _cosine in idx.near(con, vec, NEAR_DUPLICATE_COSINE, vectors.Filter(projects={project}, kinds={kind})):
+        for rid, _cosine in idx.near(con, vec, NEAR_DUPLICATE_COSINE, Filter(projects={project}, kinds={kind})):
             if rid != exclude and (row := rows.by_id(con, rid)) is not None and says_the_same(text, row[3]):
                 return row
         return None
@@ -371,7 +246,7 @@ class Memories:
         self.ctx.changes.emit(Changes("merge", memories=uids))
 
     def get(self, uid: str) -> Memory:
-        return rows.to_memory(rows.by_uid(self.ctx.con, uid))
+        return to_memory(rows.by_uid(self.ctx.con, uid))
 
     def update(self, uid: str, *, text: str | None = None, kind: str | None = None,
                project: str | None = ..., importance: float | None = None,  # type: ignore[assignment]
@@ -406,7 +281,7 @@ class Memories:
                 sets["archived"] = int(archived)
                 sets["archived_at"] = time.time() if archived else None
             if not sets:
-                return rows.to_memory(row)
+                return to_memory(row)
             if sets.keys() & {"text", "kind", "project", "event_at"}:
                 self._refuse_a_copy(con, row, sets)
             sets["updated_at"] = time.time()
@@ -434,7 +309,7 @@ class Memories:
             if answers:
                 detail["answers_removed"] = answers
             self.ctx.audit.record("update", uid, detail, con=con)
-            mem = rows.to_memory(rows.by_uid(con, uid))
+            mem = to_memory(rows.by_uid(con, uid))
         self.ctx.changes.emit(Changes("update", memories={uid, *gone}, graph="text" in sets))
         if "text" in sets:
             if "importance" not in sets:  # rewording a memory is using it (an importance set by hand stays)
@@ -506,7 +381,7 @@ class Memories:
         (only them) or None (everything)."""
         if limit < 1 or offset < 0:
             raise UserError("A page of memories needs a limit of at least 1 and an offset of 0 or more.")
-        return [rows.to_memory(r) for r in rows.listing(
+        return [to_memory(r) for r in rows.listing(
             self.ctx.con, kind=check_kind(kind) if kind else None, project=project, archived=archived,
             conflicts_only=conflicts_only, activity=activity, limit=limit, offset=offset)]
 

@@ -19,11 +19,13 @@ from .context import Context
 from .embeddings import EmbeddingUnavailable
 from .errors import UserError
 from .graph import Graph
-from .memories import IMPORTANCE_BY_SOURCE, Memories, parse_time
+from .memories import Memories
+from .memory_rules import IMPORTANCE_BY_SOURCE, parse_time
 from .models import KINDS, Hit, iso
-from .store.sqlite import recall as rows
-from .store.sqlite import retrieval, vectors
-from .store.sqlite.db import Connection
+from .store import Connection, retrieval
+from .store import recall as rows
+from .store.types import LEXICAL_BUDGET, Filter, LexicalPlan
+from .terms import asks_about_activity, focus, named_speakers, speaker, terms, with_speaker
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +38,7 @@ class Retriever:
         self.space = ctx.space
         self.memories = memories
         self.graph = graph
-        self._doc_freqs = retrieval.DocFreqs()  # document frequencies, cached for this open store
+        self._doc_freqs = retrieval.doc_freqs(ctx.store)  # document frequencies, cached for this open store
 
     def recall(self, query: str, *, k: int = 10, project: str | None = None, kind: str | None = None,
                since: str | float | None = None, until: str | float | None = None,
@@ -63,13 +65,13 @@ class Retriever:
         if kind is not None and kind not in (*KINDS, "chunk"):
             raise UserError(f"Unknown kind '{kind}'; use one of: {', '.join(KINDS)}, chunk.")
         project = (project or "").strip() or None
-        f = vectors.Filter(
+        f = Filter(
             projects=None if project is None else ({project, None} if include_unscoped else {project}),
             kinds=None if kind is None else {kind},
             include_archived=include_archived,
             since=parse_time(since),
             until=parse_time(until),
-            activity=retrieval.asks_about_activity(query) if activity is None else activity,
+            activity=asks_about_activity(query) if activity is None else activity,
         )
         from .relevance import MIN_HIT_RELEVANCE
 
@@ -78,7 +80,7 @@ class Retriever:
         with self.ctx.store.read():
             addressed = retrieval.addressed_names(con, query, f, self._doc_freqs) if kind != "chunk" else {}
         # a name one speaker calls the other: the question is about that speaker's turns, not the ones saying it
-        qvec = self._query_vector(retrieval.with_speaker(query, addressed))
+        qvec = self._query_vector(with_speaker(query, addressed))
         with self.ctx.store.read():
             found, plans = self._lexical(con, query, n, f, memories=kind != "chunk", chunks=include_chunks,
                                          bounded=qvec is not None, drop=set(addressed))
@@ -110,7 +112,7 @@ class Retriever:
                 cos.update(self._fill_cosine(con, missing, qvec))
             sims = ranking.hybrid_similarity(
                 keys, lex, cos, neighbours=nb, graph=graph,
-                use_lexical=retrieval.match_expression(query) is not None, use_dense=qvec is not None,
+                use_lexical=bool(terms(query)), use_dense=qvec is not None,
             )
             if f.activity:  # "what did I add today?": the app's own events of that time answer it
                 for rid, t in retrieval.activity_events(con, f, cue, n):
@@ -131,8 +133,9 @@ class Retriever:
 
     _FTS = {"m": "memories_fts", "c": "chunks_fts"}
 
-    def _lexical(self, con: Connection, query: str, n: int, f: vectors.Filter, *, memories: bool, chunks: bool,
-                 bounded: bool, drop: set[str] | frozenset[str] = frozenset()) -> tuple[dict[tuple[str, int], float], dict[str, retrieval.LexicalPlan]]:
+    def _lexical(self, con: Connection, query: str, n: int, f: Filter, *, memories: bool, chunks: bool,
+                 bounded: bool, drop: set[str] | frozenset[str] = frozenset()
+                 ) -> tuple[dict[tuple[str, int], float], dict[str, LexicalPlan]]:
         """({key: BM25 of the terms FTS5 searched}, {"m"/"c": the table's plan}). Terms very common in the
         projects searched, or costly in a large table, are left out (retrieval.plan); `bounded` (there are
         vectors to find candidates by): terms past the table's posting budget are scored later, on the
@@ -140,18 +143,18 @@ class Retriever:
         per-query work scans a common term's whole posting list."""
         cache = self._doc_freqs
         found: dict[tuple[str, int], float] = {}
-        plans: dict[str, retrieval.LexicalPlan] = {}
+        plans: dict[str, LexicalPlan] = {}
         for t, wanted, search in (("m", memories, retrieval.lexical_memories), ("c", chunks, retrieval.lexical_chunks)):
             if not wanted or (t == "c" and f.kinds is not None and "chunk" not in f.kinds):
                 continue
             plans[t] = plan = retrieval.plan(con, self._FTS[t], query, cache, f.projects,
-                                             retrieval.LEXICAL_BUDGET if bounded else None, drop if t == "m" else ())
+                                             LEXICAL_BUDGET if bounded else None, drop if t == "m" else ())
             if plan.terms:
                 found.update({(t, i): s for i, s in search(con, plan.terms, n, f)})
         return found, plans
 
     def _lexical_ratios(self, con: Connection, found: dict[tuple[str, int], float],
-                        plans: dict[str, retrieval.LexicalPlan], keys: list[tuple[str, int]]) -> dict[tuple[str, int], float]:
+                        plans: dict[str, LexicalPlan], keys: list[tuple[str, int]]) -> dict[tuple[str, int], float]:
         """{key: BM25 over the IDF sum of the terms kept in its own table}: memories and chunks on one scale.
         A plan's costly terms add their BM25 to the candidates (`keys`) that hold them."""
         scores = dict(found)
@@ -168,7 +171,7 @@ class Retriever:
     # How many of the knowledge graph's linked memories and chunks join the candidates (nearest first).
     _GRAPH_CANDIDATES = 50
 
-    def _graph_candidates(self, con: Connection, query: str, f: vectors.Filter,
+    def _graph_candidates(self, con: Connection, query: str, f: Filter,
                           project: str | None) -> dict[tuple[str, int], float]:
         """{key: graph strength} for the memories and chunks the knowledge graph links to entities named in
         the query (ranking.graph_strength), filtered like every other candidate. One indexed lookup while
@@ -213,9 +216,9 @@ class Retriever:
         `addressed`): the others' turns keep 1 - SPEAKER_WEIGHT of it."""
         if not ids:
             return {}
-        said = {rid: who for rid, head in rows.turn_heads(con, ids) if (who := retrieval.speaker(head))}
+        said = {rid: who for rid, head in rows.turn_heads(con, ids) if (who := speaker(head))}
         speakers = set(said.values())
-        named = retrieval.named_speakers(query, speakers)
+        named = named_speakers(query, speakers)
         for by, to in addressed.values():
             if to in speakers:
                 named.add(to)
@@ -236,17 +239,18 @@ class Retriever:
         found: list[tuple[Hit, float | None]] = []  # (hit, its event time)
         factors: dict[str, float] = {}  # uid: the speaker factor
         if mids:
-            for r in rows.memory_rows(con, mids):
-                key = ("m", r[0])
-                factors[r[1]] = (speaker or {}).get(r[0], 1.0)
-                t_ref = max(r[8] or r[6], r[9] or 0.0)
+            for m in rows.memory_rows(con, mids):
+                key = ("m", m.id)
+                factors[m.uid] = (speaker or {}).get(m.id, 1.0)
+                t_ref = max(m.event_at or m.created_at, m.last_accessed_at or 0.0)
                 rec = ranking.recency(t_ref, now)
                 found.append((Hit(
-                    id=r[1], kind=r[2], text=r[3], project=r[4], importance=round(r[5], 4), recency=round(rec, 4),
-                    similarity=round(fused[key], 4), cosine=None if key not in cos else round(cos[key], 4),
-                    score=0.0, at=iso(r[8]), created_at=iso(r[6]), archived=bool(r[11]), conflict_with=r[13],
+                    id=m.uid, kind=m.kind, text=m.text, project=m.project, importance=round(m.importance, 4),
+                    recency=round(rec, 4), similarity=round(fused[key], 4),
+                    cosine=None if key not in cos else round(cos[key], 4), score=0.0, at=iso(m.event_at),
+                    created_at=iso(m.created_at), archived=bool(m.archived), conflict_with=m.conflict_with,
                     via=[v for v, s in (("fts", lex), ("vector", dense), ("graph", graph)) if key in s] or ["context"],
-                ), r[8] or r[6]))
+                ), m.event_at or m.created_at))
         if cids:
             for r in rows.chunk_rows(con, cids):
                 key = ("c", r[0])
@@ -283,7 +287,7 @@ class Retriever:
         for h in hits:
             if h.id in rids:
                 span = self.space.index["memories"].best_window(con, rids[h.id], qvec)
-                h.passage = retrieval.focus(h.text[span[0] : span[1]], query) if span else None
+                h.passage = focus(h.text[span[0] : span[1]], query) if span else None
 
     def _fill_cosine(self, con: Connection, keys: list[tuple[str, int]], qvec: np.ndarray) -> dict[tuple[str, int], float]:
         """Cosine to the query for candidates the vector search did not return (from the vector mirror)."""

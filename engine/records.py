@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .cipher import FORMAT, FORMAT_VERSION
 from .errors import UserError
-from .memories import parse_time
+from .memory_rules import parse_time
 from .models import iso
 
 

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from .embeddings import Embedder, EmbeddingUnavailable, NoEmbedder, Windows
-from .store.sqlite import memories as memory_rows
-from .store.sqlite import space as space_rows
-from .store.sqlite import vectors
-from .store.sqlite.db import Connection, Store
+from .store import Connection, Store, vectors
+from .store import memories as memory_rows
+from .store import space as space_rows
+from .store.types import Stopped
 
 if TYPE_CHECKING:
     from .audit import AuditLog
@@ -164,7 +164,7 @@ class VectorSpace:
         def load(index: vectors.VectorIndex) -> None:
             try:
                 index.warm(self.store.con)
-            except vectors.Stopped:  # the store is closing
+            except Stopped:  # the store is closing
                 pass
             except Exception:
                 log.exception("loading the vector mirror failed")

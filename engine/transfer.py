@@ -42,7 +42,7 @@ from .cipher import (
 from .context import Changes, Context
 from .errors import UserError
 from .records import RECORDS, HeaderRecord, PlainMemory, to_iso, to_ts
-from .store.sqlite import transfer as rows
+from .store import transfer as rows
 
 log = logging.getLogger(__name__)
 
@@ -231,14 +231,13 @@ class Transfer:
         return ExportResult(path=str(path), encrypted=encrypt_passphrase is not None, bytes=size, counts=counts)
 
     def _write_export(self, write: Callable[[bytes], Any], progress: Progress | None) -> dict[str, int]:
-        from .store.sqlite.migrations import SCHEMA_VERSION
         from .version import __version__
 
         with self.ctx.store.read() as con:  # one consistent snapshot
             counts = rows.count_records(con)
             total = sum(counts.values())
             header = HeaderRecord(exported_at=to_iso(time.time()) or "", app_version=__version__,
-                                  schema_version=SCHEMA_VERSION, counts=counts)
+                                  schema_version=rows.schema_version(con), counts=counts)
             write((header.model_dump_json() + "\n").encode("utf-8"))
             done = 0
             for record in rows.records(con):
@@ -259,8 +258,8 @@ class Transfer:
         path = Path(path).expanduser().absolute()
         text, encrypted = _read_text(path, passphrase)
         parsed = parse_import(text)
-        merger = rows.Merger()
         with self.ctx.mutation() as (con, touched):
+            merger = rows.merger(con)
             if parsed.format == "export":
                 merger.merge_export(con, parsed.records)
             else:

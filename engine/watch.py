@@ -61,12 +61,12 @@ from .context import Changes, Context
 from .errors import NotFound, UserError
 from .ingest import SKIP_DIRS, Documents, display_path
 from .locking import SoleHolder
-from .memories import check_project
+from .memory_rules import check_project
 from .models import iso
 from .parsers import SUPPORTED_EXTENSIONS
 from .pathpolicy import SECRET_NAMES, PathPolicy
-from .store.sqlite import documents as doc_rows
-from .store.sqlite import watch as rows
+from .store import documents as doc_rows
+from .store import watch as rows
 
 log = logging.getLogger(__name__)
 

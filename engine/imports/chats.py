@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..memories import MAX_TIME, MIN_TIME
+from ..memory_rules import MAX_TIME, MIN_TIME
 
 MAX_EXPORT_BYTES = 1024 * 1024 * 1024
 """conversations.json may be at most this big (1 GiB; a heavy user's ten-year export is a few hundred MB)."""

@@ -34,18 +34,18 @@ from ..context import Changes, Context
 from ..embeddings import EmbeddingUnavailable
 from ..graph import Graph
 from ..ingest import Allow, Documents, IngestProgress
-from ..memories import (
+from ..memories import Memories
+from ..memory_rules import (
     EPISODIC_DISCOUNT,
     IMPORTANCE_BY_SOURCE,
     MAX_TEXT_CHARS,
-    Memories,
     check_project,
     content_hash,
     new_uid,
 )
-from ..store.sqlite import conversations as conv_rows
-from ..store.sqlite import documents as doc_rows
-from ..store.sqlite import memories as memory_rows
+from ..store import conversations as conv_rows
+from ..store import documents as doc_rows
+from ..store import memories as memory_rows
 from . import obsidian
 from .chats import ChatConversation, ExportError, load_export, parse_chatgpt, parse_claude
 

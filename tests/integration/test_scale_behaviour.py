@@ -239,7 +239,7 @@ def test_new_ids_sort_in_the_order_they_are_made(profile_home):
     stay unique when threads make them at once."""
     import re
 
-    from engine.memories import new_uid
+    from engine.memory_rules import new_uid
 
     made: list[list[str]] = [[] for _ in range(4)]
 

@@ -104,7 +104,7 @@ def test_an_edit_cannot_make_two_memories_say_the_same(eng: Engine):
 
 
 def test_a_hash_sharing_the_indexed_prefix_is_not_the_same_words(eng: Engine):
-    from engine.memories import content_hash
+    from engine.memory_rules import content_hash
     from engine.store.sqlite import memories as memory_rows
 
     text = "The boiler was serviced in March."

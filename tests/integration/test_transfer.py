@@ -63,7 +63,7 @@ def seed(eng: Engine) -> dict[str, str]:
             "INSERT INTO memories(uid, kind, text, content_hash, importance, created_at, updated_at, source) "
             "VALUES ('mem_summary00001', 'fact', 'I often hike on Mount Tamalpais.', 'h', 0.7, ?, ?, 'rollup')",
             (now, now)).lastrowid
-        from engine.memories import content_hash
+        from engine.memory_rules import content_hash
 
         con.execute("UPDATE memories SET content_hash = ? WHERE id = ?",
                     (content_hash("I often hike on Mount Tamalpais."), summary))

@@ -23,6 +23,12 @@ FACE = "engine"  # engine/__init__.py: the package face
 FACADE = "engine.engine"
 ENTRY_POINTS = ("engine.cli", "engine.api", "engine.mcp", "engine.selftest")  # and their submodules
 STORAGE = ("engine.store",)  # the seam: the interface and its backends
+BACKENDS = ("engine.store.sqlite", "engine.store.postgres")
+# The desktop profile's store as a whole (one encrypted file: open, unlock, keys, erasure, backups, segment
+# merges) and the facade that opens it: they name the SQLite backend; every other module reaches rows
+# through the interface (engine/store/__init__.py).
+SQLITE_PROFILE = ("engine.engine", "engine.unlock", "engine.erasure", "engine.backup", "engine.keyops",
+                  "engine.fts_merge")
 KEY_PRAGMA = "engine.keys"  # builds the `PRAGMA key` that db.connect runs
 STORE_ATTRIBUTES = {"con", "store"}
 QT = ("PySide6", "PyQt5", "PyQt6", "shiboken6", "qasync")
@@ -106,6 +112,10 @@ def _storage(m: Module) -> list[str]:
     return [f"imports {i} (storage)" for i in m.imports if _within(i, STORAGE)]
 
 
+def _backend(m: Module) -> list[str]:
+    return [f"imports {i} (a backend)" for i in m.imports if _within(i, BACKENDS)]
+
+
 def _store_attributes(m: Module) -> list[str]:
     """`x.con.execute(…)`, `x.store.write()`: a connection or the store used (a field named so is not)."""
     return [f"line {n.lineno} uses .{n.value.attr}" for n in ast.walk(m.tree)
@@ -148,6 +158,9 @@ RULES = [
          ("engine.graph", "def f():\n    from .engine import Engine\n")),
     Rule("entry points import no storage module (db, vectors, migrations)", _is_entry_point, _storage,
          ("engine.mcp", "from .store.sqlite.migrations import SCHEMA_VERSION\n")),
+    Rule("the parts reach storage through the interface, never a backend",
+         lambda m: _is_engine(m) and not _within(m.name, STORAGE) and m.name not in SQLITE_PROFILE, _backend,
+         ("engine.memories", "from .store.sqlite import memories as rows\n")),
     Rule("entry points touch no connection or store (.con, .store)", _is_entry_point, _store_attributes,
          ("engine.selftest", "def f(eng):\n    return eng.con.execute('PRAGMA user_version')\n")),
     Rule("only the storage modules speak SQL",

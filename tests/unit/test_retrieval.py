@@ -120,7 +120,7 @@ def test_match_expression_takes_a_term_list():
 
 
 def test_focus_picks_the_sentence_with_the_questions_words():
-    from engine.store.sqlite.retrieval import focus
+    from engine.terms import focus
 
     window = ("The boiler was serviced in September. Recycling goes out on Tuesdays. "
               "The passports are kept in the green folder in the study. The porch light is on a timer.")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.store.sqlite.retrieval import named_speakers, speaker
+from engine.terms import named_speakers, speaker
 
 
 def test_a_turn_names_its_speaker():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..types import MemoryRow
 from . import state
 from .db import Connection, marks, padded
 from .memories import COLS
@@ -126,10 +127,13 @@ def remember_check(con: Connection, a: int, b: int, pair_hash: str, verdict: str
     )
 
 
-def flagged(con: Connection) -> list[tuple[tuple, tuple | None]]:
+def flagged(con: Connection) -> list[tuple[MemoryRow, MemoryRow | None]]:
     """(memory row, the row it is flagged against) for every flagged memory, in id order."""
-    return [(row, con.execute(f"SELECT {COLS} FROM memories WHERE uid = ?", (row[13],)).fetchone())
-            for row in con.execute(f"SELECT {COLS} FROM memories WHERE conflict_with IS NOT NULL ORDER BY id")
+    def row(found: tuple | None) -> MemoryRow | None:
+        return None if found is None else MemoryRow._make(found)
+    return [(MemoryRow._make(found), row(con.execute(f"SELECT {COLS} FROM memories WHERE uid = ?", (found[13],))
+                                         .fetchone()))
+            for found in con.execute(f"SELECT {COLS} FROM memories WHERE conflict_with IS NOT NULL ORDER BY id")
             .fetchall()]
 
 

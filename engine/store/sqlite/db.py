@@ -33,6 +33,7 @@ from ...errors import (
     WrongKey,
 )
 from ...models import StoreDiagnostics
+from ..seam import register
 from . import mirror_layout
 
 log = logging.getLogger(__name__)
@@ -593,3 +594,6 @@ def diagnose(con: Connection, *, expected_schema: int) -> StoreDiagnostics:
         cipher_version=cipher[0] if cipher and cipher[0] else None,
         vec_version=con.execute("SELECT vec_version()").fetchone()[0], vec_length_ok=length == 3,
     )
+
+
+register(__package__ or "engine.store.sqlite", sqlcipher3.Connection, Store, errors=(DatabaseError, ProgrammingError))

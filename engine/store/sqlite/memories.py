@@ -7,8 +7,7 @@ import json
 from typing import Any, cast
 
 from ...errors import NotFound
-from ...models import Memory, iso
-from . import vectors
+from ..types import ACTIVITY_SOURCE, MemoryRow
 from .db import Connection, marks, padded
 
 COLS = (
@@ -17,24 +16,19 @@ COLS = (
 )
 
 
-def to_memory(row: tuple) -> Memory:
-    return Memory(
-        id=row[1], kind=row[2], text=row[3], project=row[4], importance=round(row[5], 4),
-        created_at=iso(row[6]), updated_at=iso(row[7]), at=iso(row[8]), last_accessed_at=iso(row[9]),
-        access_count=row[10], archived=bool(row[11]), source=row[12], conflict_with=row[13],
-        embedded=row[14] is not None and row[14] == row[15], meta=json.loads(row[16] or "{}"),
-    )
+def _row(found: tuple | None) -> MemoryRow | None:
+    return None if found is None else MemoryRow._make(found)
 
 
-def by_uid(con: Connection, uid: str) -> tuple:
-    row = con.execute(f"SELECT {COLS} FROM memories WHERE uid = ?", (uid,)).fetchone()
+def by_uid(con: Connection, uid: str) -> MemoryRow:
+    row = _row(con.execute(f"SELECT {COLS} FROM memories WHERE uid = ?", (uid,)).fetchone())
     if row is None:
         raise NotFound(f"No memory with id {uid}.")
     return row
 
 
-def by_id(con: Connection, rid: int) -> tuple | None:
-    return con.execute(f"SELECT {COLS} FROM memories WHERE id = ?", (rid,)).fetchone()
+def by_id(con: Connection, rid: int) -> MemoryRow | None:
+    return _row(con.execute(f"SELECT {COLS} FROM memories WHERE id = ?", (rid,)).fetchone())
 
 
 # memories_hash indexes the first HASH_KEY_CHARS hex digits of the content hash (migration m008), not all 64:
@@ -47,7 +41,7 @@ BY_HASH = (f"memories INDEXED BY memories_hash WHERE substr(content_hash, 1, {HA
            f"substr(?, 1, {HASH_KEY_CHARS}) AND content_hash = ?")
 
 
-def hash_index_reads() -> list[tuple[str, tuple]]:
+def hash_index_reads(con: Connection) -> list[tuple[str, tuple]]:
     """Statements that between them read every leaf of memories_hash, each one of 256 slices of the hash
     range by its first two hex digits (so a write waits for one slice at most: ~0.4 ms each at 500k
     memories)."""
@@ -60,20 +54,21 @@ def hash_index_reads() -> list[tuple[str, tuple]]:
     return reads
 
 
-def same_words(con: Connection, chash: str, kind: str, project: str | None, exclude: int | None = None) -> tuple | None:
+def same_words(con: Connection, chash: str, kind: str, project: str | None,
+               exclude: int | None = None) -> MemoryRow | None:
     """The oldest live memory with this content hash, kind and project (other than row `exclude`)."""
     older = "" if exclude is None else f" AND id != {int(exclude)}"
-    return con.execute(
+    return _row(con.execute(
         f"SELECT {COLS} FROM {BY_HASH} AND kind = ? AND project IS ? AND archived = 0{older} ORDER BY id LIMIT 1",
         (chash, chash, kind, project),
-    ).fetchone()
+    ).fetchone())
 
 
-def take_dedup_pending(con: Connection, rid: int) -> tuple | None:
+def take_dedup_pending(con: Connection, rid: int) -> MemoryRow | None:
     """The row, if it still waits for its near-duplicate check (stored before its vector); the mark is
     cleared."""
-    row = con.execute(f"SELECT {COLS} FROM memories WHERE id = ? AND dedup_pending = 1 AND archived = 0",
-                      (rid,)).fetchone()
+    row = _row(con.execute(f"SELECT {COLS} FROM memories WHERE id = ? AND dedup_pending = 1 AND archived = 0",
+                           (rid,)).fetchone())
     if row is not None:
         con.execute("UPDATE memories SET dedup_pending = 0 WHERE id = ?", (rid,))
     return row
@@ -201,13 +196,13 @@ def scrub_transcripts(con: Connection, uids: list[str]) -> int:
 
 
 def listing(con: Connection, *, kind: str | None, project: str | None, archived: bool | None,
-            conflicts_only: bool, activity: bool | None, limit: int, offset: int) -> list[tuple]:
+            conflicts_only: bool, activity: bool | None, limit: int, offset: int) -> list[MemoryRow]:
     """Memories newest first; `activity`: only the app's own events (True), all but them (False), or all."""
     where: list[str] = []
     args: list[Any] = []
     if activity is not None:
         where.append("source IS NOT ?" if not activity else "source IS ?")
-        args.append(vectors.ACTIVITY_SOURCE)
+        args.append(ACTIVITY_SOURCE)
     if kind:
         where.append("kind = ?")
         args.append(kind)
@@ -223,7 +218,7 @@ def listing(con: Connection, *, kind: str | None, project: str | None, archived:
     if where:
         sql += " WHERE " + " AND ".join(where)
     sql += " ORDER BY coalesce(event_at, created_at) DESC, id DESC LIMIT ? OFFSET ?"
-    return con.execute(sql, [*args, limit, offset]).fetchall()
+    return [MemoryRow._make(r) for r in con.execute(sql, [*args, limit, offset]).fetchall()]
 
 
 def projects(con: Connection) -> list[str]:

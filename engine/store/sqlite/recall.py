@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..types import MemoryRow
 from . import vectors
 from .db import Connection, marks, padded
 from .memories import COLS
@@ -18,9 +19,10 @@ def anything_unembedded(con: Connection) -> bool:
     ).fetchone()[0])
 
 
-def memory_rows(con: Connection, ids: list[int]) -> list[tuple]:
-    """Memory rows (storage.memories.COLS) by row id."""
-    return con.execute(f"SELECT {COLS} FROM memories WHERE id IN ({marks(ids)})", padded(ids)).fetchall()
+def memory_rows(con: Connection, ids: list[int]) -> list[MemoryRow]:
+    """Memory rows by row id."""
+    return [MemoryRow._make(r) for r in
+            con.execute(f"SELECT {COLS} FROM memories WHERE id IN ({marks(ids)})", padded(ids)).fetchall()]
 
 
 def turn_heads(con: Connection, ids: list[int]) -> list[tuple[int, str]]:

@@ -2,85 +2,12 @@
 
 from __future__ import annotations
 
-import re
 import time
-from dataclasses import dataclass, field
 
 from ... import ranking
-from .db import Connection, marks, padded
-from .vectors import ACTIVITY_SOURCE, Filter
-
-WORD = re.compile(r"\w+", re.UNICODE)  # a word of a query or a memory (engine.memories.content_words)
-
-# Question and function words: matching them says nothing about relevance.
-STOPWORDS = frozenset(
-    """
-    a about above after again against all am an and any are as at be because been before being below between
-    both but by can could did do does doing down during each few for from further had has have having he her
-    here hers herself him himself his how i if in into is it its itself just me more most my myself no nor not
-    now of off on once only or other our ours ourselves out over own same she should so some such than that
-    the their theirs them themselves then there these they this those through to too under until up very was
-    we were what when where which while who whom why will with would you your yours yourself yourselves
-    did does tell know remember ever anything something thing things much many kind sort yes
-    """.split()
-)
-
-
-def terms(query: str) -> list[str]:
-    """The query's meaningful words, lowercased, in order, without duplicates."""
-    words = [w.lower() for w in WORD.findall(query)]
-    kept = [w for w in words if w not in STOPWORDS and not (len(w) == 1 and not w.isdigit())]
-    out: list[str] = []
-    for w in kept or words:
-        if w not in out:
-            out.append(w)
-    return out
-
-
-# A question about what the user did with the app ("What did I add today?", "Which files did I import last
-# week?"): only such questions are answered from the app's own events ("Ingested X (N chunks)").
-_ACTIVITY_VERBS = re.compile(
-    r"\b(add|added|adding|ingest\w*|import|imported|importing|upload\w*|dropped|indexed|scanned)\b", re.I)
-_ACTIVITY_NOUNS = re.compile(r"\b(files?|documents?|pdfs?|uploads?|imports?)\b", re.I)
-_ACTIVITY_TIME = re.compile(r"\b(today|yesterday|this (week|month|morning)|last (week|month|night)|recent\w*|lately"
-                            r"|ago|latest|new)\b", re.I)
-
-
-def asks_about_activity(query: str) -> bool:
-    """Is this a question about what was added to memory (not about what the memories say)?"""
-    return bool(_ACTIVITY_VERBS.search(query)) or bool(_ACTIVITY_NOUNS.search(query) and _ACTIVITY_TIME.search(query))
-
-
-# A conversation turn stored as "Name: text": who said it (a label of one to three words, no digits).
-_SPEAKER = re.compile(r"^\s*([^\W\d_][^\W\d_'’.-]*(?:[ '’.-][^\W\d_]+){0,2}):\s", re.UNICODE)
-
-
-def speaker(text: str) -> str | None:
-    """Who said a turn stored as "Name: text", lowercased; None for any other text."""
-    m = _SPEAKER.match(text or "")
-    return m.group(1).lower() if m else None
-
-
-def _bigrams(word: str) -> set[str]:
-    return {word[i : i + 2] for i in range(len(word) - 1)}
-
-
-def named_speakers(query: str, speakers: set[str]) -> set[str]:
-    """The speakers (lowercased labels) the question names: a word equal to a label's first word, or a name
-    written otherwise ("Mohammed" for "Muhhamed": capitalised, same initial, at least 4 letters, half its
-    letter pairs shared)."""
-    out = set()
-    for w in WORD.findall(query):
-        low = w.lower()
-        for who in speakers:
-            first = who.split()[0]
-            if low == first or low == who:
-                out.add(who)
-            elif (w[0].isupper() and len(low) >= 4 and len(first) >= 4 and low[0] == first[0]
-                  and 4 * len(_bigrams(low) & _bigrams(first)) >= len(_bigrams(low)) + len(_bigrams(first))):
-                out.add(who)
-    return out
-
+from ...terms import STOPWORDS, WORD, speaker, terms
+from ..types import ACTIVITY_SOURCE, Filter, LexicalPlan
+from .db import Connection, Store, marks, padded
 
 _YOU = frozenset({"you", "your", "yours", "yourself", "u", "ur"})
 _THIRD = frozenset({"he", "she", "him", "her", "his", "hers", "they", "them", "their"})
@@ -144,47 +71,6 @@ def addressed_names(con: Connection, query: str, f: Filter,
                 if (rid, project) in after and (who := speaker(head)) and who != by:
                     answers[who] = answers.get(who, 0) + 1
             out[low] = (by, max(answers, key=lambda w: answers[w]) if answers else None)
-    return out
-
-
-def with_speaker(query: str, addressed: dict[str, tuple[str, str | None]]) -> str:
-    """The question with each name one speaker calls the other replaced by that speaker's own label."""
-    for name, (_by, to) in addressed.items():
-        if to:
-            query = re.sub(rf"\b{re.escape(name)}\b", to.title(), query, flags=re.I)
-    return query
-
-
-_SENTENCE_END = re.compile(r"(?<=[.!?…。！？])\s+")
-
-
-def _same_word(word: str, term: str) -> bool:
-    """A word of the text stands for a query term: equal, or one an inflection of the other (passport(s))."""
-    if word == term:
-        return True
-    short, long_ = sorted((word, term), key=len)
-    return len(short) >= 4 and long_.startswith(short) and len(long_) - len(short) <= 3
-
-
-def focus(passage: str, query: str, max_chars: int = 320) -> str:
-    """The sentence(s) of a passage that hold the most of the query's words (its most informative part),
-    or the passage itself when none does: what to show a person of a long memory's matching window."""
-    ts = terms(query)
-    sentences = [x for x in _SENTENCE_END.split(passage.strip()) if x]
-    if not ts or len(sentences) < 2:
-        return passage
-    def score(sentence: str) -> int:
-        words = {w.lower() for w in WORD.findall(sentence)}
-        return sum(any(_same_word(w, t) for w in words) for t in ts)
-    scores = [score(x) for x in sentences]
-    best = max(range(len(sentences)), key=lambda i: (scores[i], -i))
-    if scores[best] == 0:
-        return passage
-    out = sentences[best]
-    nxt = best + 1
-    while nxt < len(sentences) and len(out) + 1 + len(sentences[nxt]) <= max_chars and len(out) < 30:
-        out += " " + sentences[nxt]  # a short sentence reads better with the one after it
-        nxt += 1
     return out
 
 
@@ -358,15 +244,7 @@ PRUNE_MIN_DF = 2000
 SCOPE_SHARE = 0.25
 SCOPE_MIN_DF = 20  # in a small store every word is in a large share of the rows: nothing is pruned there
 DF_MAX_AGE = 600.0  # seconds; also bounds how stale a count can get when deletes balance inserts
-# A flat cost per table, whatever the store's size: FTS5 scores every row a searched term is in (bm25() over
-# the whole match list for ORDER BY rank, after counting the list once more for the term's IDF), 2.5-5 us a
-# row: a term in 146k of a 1M store's rows took 380 ms, and PRUNE_SHARE keeps terms in up to 2% of the rows.
-# So FTS5 searches the kept terms rarest first while the rows they are in sum to at most LEXICAL_BUDGET (a
-# term in at most PRUNE_MIN_DF rows always); a term past it is scored only on the rows the other signals
-# found (`term_scores`), with its IDF in the sum all the same. Recall sets the budget when it has vectors to
-# find those rows; by words alone everything kept is searched as before. Below 100k rows (where PRUNE_SHARE
-# is under PRUNE_MIN_DF) only the term kept when nothing else occurs can be past it.
-LEXICAL_BUDGET = 10_000
+
 
 
 def _scope_sql(fts: str, projects: frozenset) -> tuple[str, str, list]:
@@ -429,16 +307,12 @@ class DocFreqs:
         return self._get((fts, None, projects), n, lambda: _scope_rows(con, fts, projects))
 
 
-@dataclass
-class LexicalPlan:
-    """What to search in one FTS5 table: the terms FTS5 searches (very common ones pruned), the terms scored
-    only on the candidates the other signals find (beyond the posting budget), and the IDF sum of both."""
 
-    terms: list[str]
-    idf_sum: float
-    pruned: list[str]
-    costly: list[str] = field(default_factory=list)
-    dfs: dict[str, int] = field(default_factory=dict)
+
+
+def doc_freqs(store: Store) -> DocFreqs:
+    """An empty cache of the document frequencies of `store`'s full-text indexes."""
+    return DocFreqs()
 
 
 def plan(con: Connection, fts: str, query: str, cache: DocFreqs | None = None,

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ...errors import UserError
-from ...memories import EPISODIC_DISCOUNT, IMPORTANCE_BY_SOURCE, check_text, content_hash, new_uid
+from ...memory_rules import EPISODIC_DISCOUNT, IMPORTANCE_BY_SOURCE, check_text, content_hash, new_uid
 from ...records import (
     TIME_EPS,
     AuditRecord,
@@ -32,6 +32,7 @@ from ...records import (
 )
 from . import memories as memory_rows
 from .db import Connection
+from .migrations import SCHEMA_VERSION
 
 EXPORT_SQL: dict[str, str] = {
     "document": "SELECT uid, path, title, mime, content_hash, size, mtime, project, chunk_count, created_at, "
@@ -106,6 +107,16 @@ def _aliases(raw: str | None) -> list[str]:
 # ---------------------------------------------------------------------------------------------------
 # merging into a store (inside one transaction)
 # ---------------------------------------------------------------------------------------------------
+def schema_version(con: Connection) -> int:
+    """The version of the schema an export's records are read from (its header says it)."""
+    return SCHEMA_VERSION
+
+
+def merger(con: Connection) -> Merger:
+    """A new merge of an export's records into the store `con` writes (in its transaction)."""
+    return Merger()
+
+
 class Merger:
     """Adds what is new, maps what is already there; old uids resolve to this store's rows."""
 

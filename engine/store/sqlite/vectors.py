@@ -63,6 +63,7 @@ import numpy as np
 from ... import lsh
 from ...embeddings import Windows
 from ...errors import EngineError
+from ..types import Filter, Stopped
 from . import maintenance, mirror_layout
 from . import state as state_rows
 from .db import Connection, DatabaseError, ProgrammingError, marks, padded
@@ -80,8 +81,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 KIND_CODES = {"fact": 0, "episodic": 1, "procedural": 2, "chunk": 3, "activity": 4}
-# The app's own events ("Ingested X"): episodic memories with this source, kept out of content searches.
-ACTIVITY_SOURCE = "activity"
+
 EPOCH_KEY = "vector_epoch"
 
 # table -> how to read its filter columns next to the vectors (from the float copy; an edit of a memory that
@@ -429,16 +429,7 @@ def with_windows(cosine: float, windows: np.ndarray | None, q: np.ndarray) -> fl
     return max(cosine, float((windows @ q).max()))
 
 
-@dataclass
-class Filter:
-    """What a search may return. `projects`: None = any project; else these (None inside = unscoped)."""
 
-    projects: set[str | None] | None = None
-    kinds: set[str] | None = None
-    include_archived: bool = False
-    since: float | None = None
-    until: float | None = None
-    activity: bool = False  # also the app's own events (ACTIVITY_SOURCE), as episodic memories
 
 
 class _Positions:
@@ -987,9 +978,6 @@ def _take_vmax(m: _Mirror, head: dict) -> None:
     stored = head.get("vmax")
     m.vmax = max(m.vmax, float(stored) if isinstance(stored, (int, float)) else m.code_norm_max())
 
-
-class Stopped(Exception):
-    """A load in the background given up: the store is closing."""
 
 
 class VectorIndex:
