@@ -24,11 +24,11 @@ FACADE = "engine.engine"
 ENTRY_POINTS = ("engine.cli", "engine.api", "engine.mcp", "engine.selftest")  # and their submodules
 STORAGE = ("engine.store",)  # the seam: the interface and its backends
 BACKENDS = ("engine.store.sqlite", "engine.store.postgres")
-# The desktop profile's store as a whole (one encrypted file: open, unlock, keys, erasure, backups, segment
-# merges) and the facade that opens it: they name the SQLite backend; every other module reaches rows
-# through the interface (engine/store/__init__.py).
-SQLITE_PROFILE = ("engine.engine", "engine.unlock", "engine.erasure", "engine.backup", "engine.keyops",
-                  "engine.fts_merge")
+# A store as a whole names its backend: the desktop profile's one encrypted file (open, unlock, keys,
+# erasure, backups, segment merges) and the facade that opens it; a server's database, its schema and its
+# users (engine/users.py). Every other module reaches rows through the interface (engine/store/__init__.py).
+WHOLE_STORE = ("engine.engine", "engine.unlock", "engine.erasure", "engine.backup", "engine.keyops",
+               "engine.fts_merge", "engine.users")
 KEY_PRAGMA = "engine.keys"  # builds the `PRAGMA key` that db.connect runs
 STORE_ATTRIBUTES = {"con", "store"}
 QT = ("PySide6", "PyQt5", "PyQt6", "shiboken6", "qasync")
@@ -159,7 +159,7 @@ RULES = [
     Rule("entry points import no storage module (db, vectors, migrations)", _is_entry_point, _storage,
          ("engine.mcp", "from .store.sqlite.migrations import SCHEMA_VERSION\n")),
     Rule("the parts reach storage through the interface, never a backend",
-         lambda m: _is_engine(m) and not _within(m.name, STORAGE) and m.name not in SQLITE_PROFILE, _backend,
+         lambda m: _is_engine(m) and not _within(m.name, STORAGE) and m.name not in WHOLE_STORE, _backend,
          ("engine.memories", "from .store.sqlite import memories as rows\n")),
     Rule("entry points touch no connection or store (.con, .store)", _is_entry_point, _store_attributes,
          ("engine.selftest", "def f(eng):\n    return eng.con.execute('PRAGMA user_version')\n")),
