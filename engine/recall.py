@@ -195,7 +195,7 @@ class Retriever:
         except EmbeddingUnavailable:
             return None
 
-    def _of_the_day(self, con: Connection, cue: timecues.TimeCue | None, f: vectors.Filter,
+    def _of_the_day(self, con: Connection, cue: timecues.TimeCue | None, f: Filter,
                     qvec: np.ndarray | None, n: int) -> dict[tuple[str, int], float]:
         """{key: cosine} of the n memories closest in meaning among those of the day (or few days) the question
         names ("What did Kevin do on 23.01.2024?"): what was said then is a candidate even when its words
