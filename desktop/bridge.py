@@ -137,7 +137,7 @@ class Bridge(QObject):
         self._poll_timer.timeout.connect(self.poll_outside_writes)
         self._passphrase: str | None = None
         self.open_error = ""  # why the last open failed: key_missing | wrong_key | other
-        self._restored: tuple[Any, Path | None] | None = None
+        self._restored: tuple[Any, Path | None, str | None] | None = None
 
     # ------------------------------------------------------------------------------------------------
     # lifecycle
@@ -644,7 +644,7 @@ class Bridge(QObject):
     def restore_snapshot(self, name: str, done: Done, failed: Failed) -> None:
         """Put a snapshot in place of the store: the engine is closed, the snapshot verified and restored
         (the current store kept aside), and the store opened again; `opened` follows, so every view reloads.
-        `done` gets (snapshot, where the replaced store was kept)."""
+        `done` gets (snapshot, where the replaced store was kept, what to tell about that copy)."""
         if self._engine is None:
             raise RuntimeError("Bridge.open() must be called first")
         old = self._engine
@@ -661,7 +661,7 @@ class Bridge(QObject):
             self._restored = None
             try:
                 snap, aside, _opens = Engine.restore_snapshot(self._home, name, actor="desktop")
-                self._restored = (snap, aside)
+                self._restored = (snap, aside, Engine.kept_aside_note(aside) if aside else None)
             finally:
                 new = self._open(None)
             return new

@@ -675,7 +675,9 @@ class RestoreDialog(QDialog):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(20, 16, 20, 16)
         layout.addWidget(muted("Your memory goes back to the moment of the snapshot. The current store is kept "
-                               "beside it (memory.db.before-restore-…) until you delete it."))
+                               "beside it (memory.db.before-restore-…) for a week so the restore can be undone, "
+                               "then deleted; forgetting anything deletes it sooner, as it still holds what you "
+                               "forget."))
         layout.addWidget(self.list, 1)
         layout.addWidget(self.message)
         layout.addLayout(buttons)
@@ -705,8 +707,8 @@ class RestoreDialog(QDialog):
         self.bridge.restore_snapshot(item.data(Qt.ItemDataRole.UserRole), self._done, self._failed)
 
     def _done(self, result: Any) -> None:
-        snap, aside = result
-        self.message.set("Restored." + (f" The store it replaced is kept at {aside}." if aside else ""), "ok")
+        _snap, _aside, note = result
+        self.message.set("Restored." + (f" {note}" if note else ""), "ok")
         self.restored.emit(result)
 
     def _failed(self, message: str) -> None:

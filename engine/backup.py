@@ -7,8 +7,12 @@ the wrapped keys, so the recovery key opens the snapshot on any machine). Files 
 Retention (after each snapshot): the newest snapshot of each of the last 7 days that have one, and the
 newest of each of the 4 weeks before those; older snapshots are deleted.
 
-Restore replaces the store only after the snapshot was opened with its key and passed `integrity_check`;
-the current store is kept aside as `memory.db.before-restore-<time>` until the user deletes it.
+Restore replaces the store only after the snapshot was opened with its key and passed `integrity_check`,
+and checks the store in place the same way (else the replaced one goes back). The replaced store is kept
+aside as `memory.db.before-restore-<time>`, so that a restore made by mistake can be undone, for
+:data:`KEEP_ASIDE_DAYS` days (the restore says until when), and no longer: the next open after that
+deletes it, and so does every forget before then (`engine.erasure.after_forget`), since the copy still holds
+what was forgotten and a forget cannot reach inside it (it may be under a key since rotated away).
 """
 
 from __future__ import annotations
@@ -36,6 +40,10 @@ PREFIX = "memory-"
 SUFFIX = ".db"
 KEEP_DAILY = 7
 KEEP_WEEKLY = 4
+KEEP_ASIDE_DAYS = 7
+"""How long the store a restore replaced is kept beside the restored one (unless a forget deletes it first)."""
+ASIDE = ".before-restore-"
+_ASIDE_TIME = "%Y%m%dT%H%M%S"
 
 
 @dataclass(frozen=True)
@@ -179,7 +187,7 @@ def restore(home: Path, snap: Snapshot, key_pragma: str) -> Path | None:
             db = home / STORE_FILE
             aside = None
             if db.exists():
-                aside = home / f"{STORE_FILE}.before-restore-{datetime.now().strftime('%Y%m%dT%H%M%S')}"
+                aside = home / f"{STORE_FILE}{ASIDE}{datetime.now().strftime(_ASIDE_TIME)}"
                 if _opens(db, key_pragma):  # fold its log into the file that is kept aside
                     cur = connect(db, key_pragma)
                     maintenance.checkpoint(cur)
@@ -193,6 +201,11 @@ def restore(home: Path, snap: Snapshot, key_pragma: str) -> Path | None:
             with open(tmp, "rb") as f:
                 os.fsync(f.fileno())
             os.replace(tmp, db)
+            if not _sound(db, key_pragma):  # the copy in place is checked too; the replaced store goes back
+                if aside is not None:
+                    os.replace(aside, db)
+                raise UserError("The restored store did not pass its check on this disk; the store it was to "
+                                "replace is back in place. Check the disk and try again.")
             if read_profile(home) is None:
                 prof = snap.path.with_name(f"{snap.name}.{PROFILE_FILE}")
                 if prof.exists():
@@ -202,6 +215,63 @@ def restore(home: Path, snap: Snapshot, key_pragma: str) -> Path | None:
         in_use.release()
     log.info("snapshot restored")
     return aside
+
+
+def _sound(db: Path, key_pragma: str) -> bool:
+    try:
+        con = connect(db, key_pragma)
+        try:
+            return maintenance.integrity_ok(con)
+        finally:
+            con.close()
+    except (WrongKey, UserError):
+        return False
+
+
+def aside_copies(home: Path) -> list[tuple[Path, float]]:
+    """The stores restores replaced, still kept in the profile, with when each was put aside (oldest first)."""
+    out = []
+    for path in home.glob(f"{STORE_FILE}{ASIDE}*"):
+        stamp = path.name.removeprefix(f"{STORE_FILE}{ASIDE}")[:15]
+        try:
+            at = datetime.strptime(stamp, _ASIDE_TIME).timestamp()
+        except ValueError:
+            at = path.stat().st_mtime
+        out.append((path, at))
+    return sorted(out, key=lambda x: x[1])
+
+
+def aside_until(at: float) -> float:
+    """When a store put aside at ``at`` is deleted."""
+    return at + KEEP_ASIDE_DAYS * 86400
+
+
+def kept_aside_note(aside: Path) -> tuple[str, str]:
+    """What to tell the user about a store a restore just put aside, and until when (ISO time) it is kept."""
+    until = datetime.fromtimestamp(aside_until(time.time()))
+    return (f"The store it replaced is kept at {aside} until {until:%Y-%m-%d %H:%M}, so that this restore "
+            "can be undone (move it back to memory.db), and then deleted; a forget deletes it sooner, because "
+            "it still holds what you forget.", until.isoformat(timespec="seconds"))
+
+
+def drop_aside(home: Path, *, expired_only: bool = False, now: float | None = None) -> list[str]:
+    """Delete the stores restores replaced (only those kept past KEEP_ASIDE_DAYS with ``expired_only``),
+    with their log files. Returns the names deleted."""
+    now = time.time() if now is None else now
+    gone = []
+    for path, at in aside_copies(home):
+        if expired_only and aside_until(at) > now:
+            continue
+        for f in store_files(path):
+            try:
+                f.unlink(missing_ok=True)
+            except OSError as e:
+                log.warning("a store kept aside by a restore could not be deleted: %s", type(e).__name__)
+        if not path.exists():
+            gone.append(path.name)
+    if gone:
+        log.info("deleted %d store(s) kept aside by a restore", len(gone))
+    return gone
 
 
 def _opens(db: Path, key_pragma: str) -> bool:

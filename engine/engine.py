@@ -180,6 +180,7 @@ class Engine:
             migrate(store.con)
             store.optimize()  # planner statistics, where missing or stale
             erasure.prepare(store)
+            backup.drop_aside(home, expired_only=True)  # a restore's replaced store is kept for a week only
             settings = settings or load_settings(home)
             eng = cls(store, profile, settings, home, actor=actor, embedder=embedder)
             store.after_write = eng.fts.after_write
@@ -723,6 +724,12 @@ class Engine:
             return snap, backup.restore(home, snap, pragma), True
         snap = backup.find(where, name)
         return snap, None, backup.restore_into_empty(home, snap)
+
+    @staticmethod
+    def kept_aside_note(aside: Path) -> str:
+        """What to tell the user about the store a restore just put aside (until when it is kept, and why a
+        forget deletes it)."""
+        return backup.kept_aside_note(aside)[0]
 
     def audit_log(self, *, limit: int = 200, offset: int = 0) -> list[AuditEntry]:
         return self.audit.entries(limit=limit, offset=offset)

@@ -17,9 +17,13 @@ Where a deleted row's bytes could survive, and what reaches them:
   next forget or when the engine closes.
 - **Free pages**: `compact` (VACUUM) rebuilds the file without free pages, for a smaller file.
 
-What this cannot reach is outside the file: copies the user made (exports, backups: a restore of an older
-snapshot brings a forgotten memory back), and blocks an SSD or a copy-on-write file system keeps after
-SQLite overwrote them. docs/security.md says so.
+- **The store a restore replaced** (`memory.db.before-restore-<time>`, kept for `backup.KEEP_ASIDE_DAYS`
+  days so that the restore can be undone): a forget cannot reach inside it (it may be under a key since
+  rotated away), so `after_forget` deletes it.
+
+What this cannot reach is outside the profile's stores: copies the user made (exports, backups: a restore
+of an older snapshot brings a forgotten memory back), and blocks an SSD or a copy-on-write file system keeps
+after SQLite overwrote them. docs/security.md says so.
 """
 
 from __future__ import annotations
@@ -65,7 +69,11 @@ def checkpoint(store: Store) -> bool:
 
 
 def after_forget(store: Store) -> bool:
-    """Called after a forget committed: the log's older copies of the changed pages go."""
+    """Called after a forget committed: the log's older copies of the changed pages go, and so do the
+    stores restores replaced (they hold what was forgotten)."""
+    from . import backup
+
+    backup.drop_aside(store.path.parent)
     return checkpoint(store)
 
 

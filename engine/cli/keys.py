@@ -120,8 +120,14 @@ def backup(p: argparse.ArgumentParser) -> Handler:
             existed = Engine.store_exists(session.home)
             snap, aside, opens = Engine.restore_snapshot(session.home, a.snapshot, actor="cli")
             if existed:
+                from ..backup import kept_aside_note
+
                 out = {"restored": snap.name, "previous_store_kept_at": str(aside) if aside else None}
-                msg = f"Restored {snap.name}." + (f" The store it replaced is kept at {aside}." if aside else "")
+                msg = f"Restored {snap.name}."
+                if aside:
+                    note, until = kept_aside_note(aside)
+                    out["previous_store_kept_until"] = until
+                    msg += f" {note}"
             else:
                 out = {"restored": snap.name, "opens_here": opens}
                 msg = f"Restored {snap.name}." + ("" if opens else " Open it with `personal-llm unlock "
