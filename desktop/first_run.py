@@ -60,44 +60,88 @@ def lines(info: EngineInfo, health: HealthReport | None) -> list[tuple[str, str]
 
 
 class FirstRunCard(QFrame):
+    """The welcome card over every page. In a window shorter than FULL_FROM it is one line ('2 of 3 work;
+    1 needs a look') with Details, so the page below keeps its room; the details are shown whole, never in a
+    small scroll box (a window too short for them scrolls the page)."""
+
     dismissed = Signal()
+    FULL_FROM = 820  # px of window height: the report is shown whole from here
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("Card")
-        title = QLabel("<b>Welcome to Personal LLM</b> — here is what works on this computer:")
-        title.setWordWrap(True)
+        self.title = QLabel()
+        self.title.setWordWrap(True)
         self.body = QLabel()
         self.body.setWordWrap(True)
         self.body.setTextFormat(Qt.TextFormat.RichText)
         self.body.setOpenExternalLinks(True)
         self.body.setTextInteractionFlags(Qt.TextInteractionFlag.TextBrowserInteraction)
+        self.details = button("Details")
+        self.details.setCheckable(True)
+        self.details.toggled.connect(lambda _on: self.fit_height(self._window_height))
         close = button("Got it")
         close.clicked.connect(self._dismiss)
         head = QHBoxLayout()
-        head.addWidget(title, 1)
-        head.addWidget(close)
+        head.addWidget(self.title, 1)
+        head.addWidget(self.details, 0, Qt.AlignmentFlag.AlignTop)
+        head.addWidget(close, 0, Qt.AlignmentFlag.AlignTop)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(16, 12, 16, 12)
         layout.addLayout(head)
-        self.scroll = scroller(self.body, across=False)  # a small window keeps most of its height for the page below
-        layout.addWidget(self.scroll)
+        layout.addWidget(self.body)
+        self._lines: list[tuple[str, str]] = []
+        self._window_height = 10_000
         self.was_dismissed = False
         self.hide()
 
+    @property
+    def compact(self) -> bool:
+        return self.body.isHidden()
+
     def fit_height(self, window_height: int) -> None:
-        """At most about a quarter of the window (the rest scrolls inside the card)."""
-        self.scroll.setMaximumHeight(max(48, window_height // 4 - 40))
-        self.body.adjustSize()
-        self.scroll.setMinimumHeight(min(self.body.sizeHint().height(), self.scroll.maximumHeight()))
+        """The whole report in a tall window or when Details is on; one line of summary otherwise."""
+        self._window_height = window_height
+        full = window_height >= self.FULL_FROM
+        self.details.setVisible(not full)
+        self.body.setVisible(full or self.details.isChecked())
+        self.details.setText("Hide details" if self.details.isChecked() else "Details")
+        self._set_title()
+        self._hold_body()
+
+    def _hold_body(self) -> None:
+        """The report keeps the height its lines need at the card's width (the window's page layout does not
+        ask labels for it, and would squeeze them): a short window scrolls the page instead."""
+        margins = self.layout().contentsMargins()
+        width = self.width() - margins.left() - margins.right()
+        self.body.setMinimumHeight(self.body.heightForWidth(width) if self.body.isVisible() and width > 0 else 0)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        if event.oldSize().width() != event.size().width():
+            self._hold_body()
+
+    def _set_title(self) -> None:
+        title = "<b>Welcome to Personal LLM</b> — "
+        if not self.compact:
+            self.title.setText(title + "here is what works on this computer:")
+            return
+        works = sum(mark == OK for mark, _ in self._lines)
+        missing = sum(mark == MISSING for mark, _ in self._lines)
+        summary = f"{works} of {len(self._lines)} things work here"
+        if missing:
+            summary += f"; {missing} need{'s' if missing == 1 else ''} a look"
+        self.title.setText(title + summary + ".")
 
     def show_report(self, info: EngineInfo, health: HealthReport | None) -> None:
         rows = []
-        for mark, sentence in lines(info, health):
+        self._lines = lines(info, health)
+        for mark, sentence in self._lines:
             color = {"✓": "#10B981", "✗": "#DC2626"}.get(mark, "#9DA0AA")
             text = formatting.message_html(sentence)
             rows.append(f"<tr><td style='color:{color}; padding-right:8px'><b>{mark}</b></td><td>{text}</td></tr>")
         self.body.setText("<table cellspacing='4'>" + "".join(rows) + "</table>")
+        self._set_title()
         self.show()
 
     def _dismiss(self) -> None:

@@ -142,3 +142,38 @@ def test_search_in_memories_offers_the_documents_passages_read_by_ocr(qtbot, des
                     and "heron meadow 42" in (viewer.highlighted() or "").lower(), timeout=10_000)
     browser.search.setText("")
     qtbot.waitUntil(lambda: not passages.isVisibleTo(browser), timeout=5000)
+
+
+def test_the_welcome_card_leaves_the_documents_list_its_room(qtbot, qasync_loop, profile_home, lexical_embedder,
+                                                           tmp_path: Path):
+    from .conftest import make_desktop
+
+    app = make_desktop(qtbot, profile_home, lexical_embedder)
+    try:
+        window = app.window
+        card = window.first_run
+        qtbot.waitUntil(lambda: card.isVisible() and "ready" in card.body.text(), timeout=20_000)
+        note = tmp_path / "garden.md"
+        note.write_text("# Garden\n\nSow the beans in March.", encoding="utf-8")
+        engine_of(app).ingest([note])
+        window.build_pages()
+        docs = window.documents
+        for size in ((1080, 700), (662, 420)):  # the default window, and the one at scale 2 on 1440x900
+            window.resize(*size)
+            window.show()
+            window.show_page("documents")
+            qtbot.waitUntil(lambda: docs.list.topLevelItemCount() == 1, timeout=20_000)
+            qtbot.wait(150)
+            row = docs.list.sizeHintForRow(0) if hasattr(docs.list, "sizeHintForRow") else 24
+            assert docs.list.viewport().height() >= 3 * row, (size, docs.list.viewport().height(), row)
+            assert card.compact and card.details.isVisible()
+        card.details.click()  # the whole report, not a three-line scroll box
+        qtbot.wait(100)
+        assert not card.compact and card.body.height() >= card.body.heightForWidth(card.body.width()) - 2
+        assert "Hide details" == card.details.text()
+        window.resize(1440, 900)
+        card.details.click()
+        qtbot.wait(100)
+        assert not card.compact and not card.details.isVisible()  # a tall window shows it all anyway
+    finally:
+        app.quit()
