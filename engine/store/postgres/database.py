@@ -29,6 +29,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ...errors import NotFound, StoreTooNew, StoreUnavailable, UserError
+from ..seam import register
 from . import migrations
 from .migrations import APP, OWNER, SCHEMA, USER_TABLES, Space
 
@@ -299,3 +300,7 @@ class Database:
             con.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(OWNER)))
             con.execute("DELETE FROM users WHERE id = %s", (user_id,))
             return gone
+
+
+# calls of the row modules (engine/store/__init__.py) on a psycopg connection come to this backend
+register(__package__ or "engine.store.postgres", psycopg.Connection, Database, errors=(psycopg.Error,))
