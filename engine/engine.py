@@ -33,7 +33,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import backup, erasure, heap, keyops
+from . import backup, erasure, heap, keyops, partials
 from .audit import AuditLog
 from .backfill import Backfill
 from .cipher import is_encrypted
@@ -181,6 +181,7 @@ class Engine:
             store.optimize()  # planner statistics, where missing or stale
             erasure.prepare(store)
             backup.drop_aside(home, expired_only=True)  # a restore's replaced store is kept for a week only
+            partials.clean_after_crash(home)  # what an export killed midway left (engine/partials.py)
             settings = settings or load_settings(home)
             eng = cls(store, profile, settings, home, actor=actor, embedder=embedder)
             store.after_write = eng.fts.after_write

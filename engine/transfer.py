@@ -8,6 +8,8 @@ Times are ISO 8601 in UTC.
 
 With a passphrase the JSONL is encrypted (engine/cipher.py: scrypt and AES-256-GCM segments).
 
+An export is written where no one sees it until it is whole (engine/partials.py).
+
 Import merges: a record whose uid is already there, or a memory with the same content, kind and project
 (and, for an event, the same time), is skipped, so importing twice adds nothing. A plain JSONL of
 `{"text", "kind", "at", "project"}` objects (memories from other tools) is accepted too. Every file is read
@@ -20,7 +22,7 @@ import contextlib
 import json
 import logging
 import os
-import tempfile
+import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -41,6 +43,7 @@ from .cipher import (
 )
 from .context import Changes, Context
 from .errors import UserError
+from .partials import PART_MARK, clean_partials, name_unnamed, note_in_progress, open_part
 from .records import RECORDS, HeaderRecord, PlainMemory, to_iso, to_ts
 from .store import transfer as rows
 
@@ -203,8 +206,11 @@ class Transfer:
             raise UserError(f"{path} is a folder; give a file name for the export.")
         if not path.parent.is_dir():
             raise UserError(f"The folder {path.parent} does not exist.")
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+        clean_partials(path.parent)
+        tmp = path.with_name(f".{path.name}.{PART_MARK}-{os.getpid()}-{secrets.token_hex(4)}.part")
+        note = note_in_progress(self.ctx.home, tmp)
         try:
+            fd, named = open_part(tmp)
             with os.fdopen(fd, "wb") as raw:
                 enc = EncryptingWriter(raw, encrypt_passphrase) if encrypt_passphrase is not None else None
                 counts = self._write_export(enc.write if enc is not None else raw.write, progress)
@@ -212,11 +218,17 @@ class Transfer:
                     enc.finish()
                 raw.flush()
                 os.fsync(raw.fileno())
+                if not named:  # give the unnamed file its partial name, then its own, now that it is whole
+                    name_unnamed(raw.fileno(), tmp)
             os.replace(tmp, path)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
+        finally:
+            if note is not None:
+                with contextlib.suppress(OSError):
+                    note.unlink()
         with contextlib.suppress(OSError):  # make the rename durable
             dfd = os.open(path.parent, os.O_RDONLY)
             try:
