@@ -14,6 +14,8 @@ from .store import database_errors
 
 log = logging.getLogger(__name__)
 
+RETRY_SECONDS = 30.0  # how often a model served by another program (Ollama) that failed is asked again
+
 
 class Backfill:
     """One daemon thread per open store; `wake()` after a write that left rows without vectors."""
@@ -36,11 +38,15 @@ class Backfill:
         stop = self._stop = threading.Event()  # a fresh one: a stopped backfill can start again (a new model)
 
         def run() -> None:
-            try:
-                self.space.embedder.load()
-                self.space.ensure()  # a new model's space is stamped now, so its rows show as waiting
-            except EmbeddingUnavailable:
-                return
+            while True:
+                try:
+                    self.space.embedder.load()
+                    self.space.ensure()  # a new model's space is stamped now, so its rows show as waiting
+                    break
+                except EmbeddingUnavailable:
+                    # a model served by another program (Ollama) may come up later: ask again now and then
+                    if not self.space.embedder.retries or stop.wait(RETRY_SECONDS):
+                        return
             self.space.warm()  # the vector mirrors, before the first recall needs them
             if resume is not None:
                 try:
@@ -54,6 +60,8 @@ class Backfill:
                 if not self.paused:
                     try:
                         self.space.embed_pending(cancel=stop)
+                    except EmbeddingUnavailable as e:  # Ollama went away: the rows wait, recall matches words
+                        log.info("background embedding paused: %s", type(e).__name__)
                     except Exception:
                         log.exception("background embedding failed")
                 if not stop.is_set():

@@ -125,6 +125,8 @@ class Embedder:
     `runtime` replaces engine.onnx_minilm.load_runtime (same arguments) for the default model.
     """
 
+    retries = False  # a model that failed to load stays failed; one served by another program is asked again
+
     def __init__(self, model: str = DEFAULT_MODEL, *, runtime: Callable[..., Any] | None = None):
         self.model_name = model
         self._model = None  # what load() returns: the ONNX or numpy runtime, or a SentenceTransformer
@@ -344,13 +346,20 @@ def is_model_folder(path: Path) -> bool:
 
 def resolve_model_choice(value: str) -> str:
     """The `embedding_model` setting for what a user typed: the bundled model (its name, or "default"),
-    "none" (words only), or a local sentence-transformers folder (stored as an absolute path). Raises a
-    UserError that says what is wrong: not a model folder, or the `models` extra missing."""
+    "none" (words only), `ollama:NAME` (a model of the user's Ollama, engine/ollama_embeddings.py), or a
+    local sentence-transformers folder (stored as an absolute path). Raises a UserError that says what is
+    wrong: not a model folder, or the `models` extra missing."""
     value = value.strip()
     if value.lower() in ("", "default", DEFAULT_MODEL.lower()):
         return DEFAULT_MODEL
     if value.lower() == "none":
         return "none"
+    if value.lower().startswith("ollama:"):
+        name = value[len("ollama:"):].strip()
+        if not name or any(ch.isspace() for ch in name):
+            raise UserError(f"'{value}' does not name an Ollama model; write it as ollama:NAME, for example "
+                            "ollama:nomic-embed-text.")
+        return f"ollama:{name}"
     path = Path(value).expanduser().resolve()
     if not is_model_folder(path):
         raise UserError(

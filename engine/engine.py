@@ -39,7 +39,8 @@ from .backfill import Backfill
 from .cipher import is_encrypted
 from .config import STORE_FILE, LLMSettings, Settings, home_dir, load_settings, save_settings
 from .context import ChangeFeed, Changes, Context
-from .embeddings import Embedder, NoEmbedder, resolve_model_choice
+from .embedders import make_embedder
+from .embeddings import Embedder, resolve_model_choice
 from .errors import EngineError, UserError
 from .feed import OutsideWrites, StoreChanges
 from .fts_merge import FtsMerger
@@ -86,7 +87,7 @@ class Engine:
     def __init__(self, store: Store, profile: Profile, settings: Settings, home: Path, *, actor: str = "sdk",
                  embedder: Embedder | None = None):
         if embedder is None:
-            embedder = NoEmbedder() if settings.embedding_model == "none" else Embedder(settings.embedding_model)
+            embedder = make_embedder(settings.embedding_model, settings.llm)
         self.store = store
         self.profile = profile
         self.home = home
@@ -296,12 +297,18 @@ class Engine:
         if changed_model:
             self.switch_embedding_model(settings.embedding_model)
 
+    @staticmethod
+    def check_embedding_model(choice: str, settings: Settings) -> None:
+        """Load the model an `embedding_model` setting names, as these settings would reach it (an Ollama model:
+        Ollama answers and has it); EmbeddingUnavailable says why it cannot."""
+        make_embedder(choice, settings.llm).load()
+
     def switch_embedding_model(self, model: str) -> None:
         """Use another embedding model from now on; when the background runs, it re-embeds every row (recall
         matches words for rows still waiting). The setting itself is saved by apply_settings."""
         running = self.backfill.running
         self.backfill.stop()
-        self.space.switch(NoEmbedder() if model == "none" else Embedder(model))
+        self.space.switch(make_embedder(model, self.ctx.settings.llm))
         if running:
             self.start_background()
 

@@ -398,7 +398,15 @@ class OllamaTestServer(_ScriptedServer):
 
     Chats with a model that is not installed get Ollama's 404 `model "x" not found, try pulling it
     first`. `options.num_predict` truncates the answer (done_reason "length"); `format` must be "json"
-    or a JSON schema object, as in Ollama. Embeddings are deterministic unit vectors of `embedding_dim`.
+    or a JSON schema object, as in Ollama.
+
+    /api/embed takes `input` as a string or a list of strings and answers `embeddings`, one list of floats
+    per input (none for an empty list), unit length, `embedding_dim` long. A vector is the input's words
+    hashed into the dimensions (texts sharing words are close, as with a real model, deterministically).
+    An input longer than `context_length` tokens (a token here: a word) is cut to its first tokens with
+    `truncate` true (the default), and refused with Ollama's 400 `input length exceeds maximum context
+    length` when it is false. A model not installed gets the 404 chat gets; an input that is not text, 400.
+    `embed_down` makes /api/embed answer 500 as a crashed runner does (the rest keeps working).
     """
 
     def __init__(
@@ -407,8 +415,11 @@ class OllamaTestServer(_ScriptedServer):
         models: Iterable[str] = ("llama3.2",),
         reply_fn: ReplyFn = echo_reply,
         embedding_dim: int = 8,
+        context_length: int = 2048,
     ) -> None:
         self.embedding_dim = embedding_dim
+        self.context_length = context_length
+        self.embed_down = False
         super().__init__(models=models, reply_fn=reply_fn)
 
     def __enter__(self) -> OllamaTestServer:
@@ -600,26 +611,54 @@ class OllamaTestServer(_ScriptedServer):
             "eval_duration": eval_count * 1_000_000,
         }
 
+    @property
+    def embed_requests(self) -> list[dict[str, Any]]:
+        """JSON bodies of the /api/embed requests, oldest first."""
+        return [r.body for r in self.requests if r.path == "/api/embed"]
+
     def _embed(self, handler: _Handler, body: dict[str, Any]) -> None:
         model = self._check_model(handler, body)
         if model is None:
             return
-        inputs = body.get("input", "")
-        texts = [inputs] if isinstance(inputs, str) else [str(t) for t in inputs]
+        inputs = body.get("input", [])
+        if isinstance(inputs, str):
+            texts = [inputs]
+        elif isinstance(inputs, list) and all(isinstance(t, str) for t in inputs):
+            texts = list(inputs)
+        else:
+            self._error(handler, 400, "invalid input type")
+            return
+        if self.embed_down:
+            self._error(handler, 500, self._default_error(500))
+            return
+        truncate = body.get("truncate", True)
+        kept = []
+        for text in texts:
+            tokens = text.split()
+            if len(tokens) > self.context_length:
+                if truncate is False:
+                    self._error(handler, 400, "input length exceeds maximum context length")
+                    return
+                tokens = tokens[: self.context_length]
+            kept.append(tokens)
         handler.send_json(
             200,
             {
                 "model": model,
-                "embeddings": [self._vector(t) for t in texts],
+                "embeddings": [self._vector(tokens) for tokens in kept],
                 "total_duration": 1_000_000,
                 "load_duration": 100_000,
-                "prompt_eval_count": sum(max(1, len(t) // 4) for t in texts),
+                "prompt_eval_count": sum(max(1, len(tokens)) for tokens in kept),
             },
         )
 
-    def _vector(self, text: str) -> list[float]:
-        seed = hashlib.sha256(text.encode()).digest()
-        raw = [(seed[i % len(seed)] - 127.5) / 127.5 for i in range(self.embedding_dim)]
+    def _vector(self, tokens: list[str]) -> list[float]:
+        raw = [0.0] * self.embedding_dim
+        for token in tokens or [""]:
+            word = "".join(ch for ch in token.lower() if ch.isalnum())
+            digest = hashlib.sha256(word.encode()).digest()
+            raw[int.from_bytes(digest[:4], "big") % self.embedding_dim] += 1.0 if digest[4] & 1 else -1.0
+            raw[int.from_bytes(digest[5:9], "big") % self.embedding_dim] += 0.5
         norm = math.sqrt(sum(x * x for x in raw)) or 1.0
         return [x / norm for x in raw]
 

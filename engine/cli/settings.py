@@ -1,6 +1,7 @@
 """`personal-llm config`: show or change the language model, embedding model, backup and OCR settings.
 
-`config set embedding.model NAME|PATH` saves the choice and re-embeds the store with it at once, with a
+`config set embedding.model NAME|PATH|ollama:NAME` saves the choice and re-embeds the store with it at once
+(an Ollama model is first asked for a vector: a server that is down or lacks it changes nothing), with a
 progress line (Ctrl-C leaves the rest to the background: the app, the API server or the next `config
 set`); recall matches words for rows still waiting. `--later` only saves the choice."""
 
@@ -77,7 +78,15 @@ def config(p: argparse.ArgumentParser) -> Handler:
             settings.ocr.enabled = _switch(a.key, a.value)
             session.save_settings(settings)
         elif a.action == "set" and a.key == "embedding.model":
-            settings.embedding_model = resolve_model_choice(a.value)
+            choice = resolve_model_choice(a.value)
+            if choice.startswith("ollama:") and not a.later:  # a model in a server that may be down or lack it
+                from ..engine import Engine
+
+                try:
+                    Engine.check_embedding_model(choice, settings)
+                except UserError as e:
+                    raise UserError(f"{e} Nothing was changed (add --later to save the choice anyway).") from None
+            settings.embedding_model = choice
             session.save_settings(settings)
             if not a.later and settings.embedding_model != "none":  # none: words only, nothing to embed
                 _reembed(session)
