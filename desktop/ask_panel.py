@@ -197,7 +197,14 @@ class AskPanel(QWidget):
             self.agent_picker.setItemData(self.agent_picker.count() - 1, a.description, Qt.ItemDataRole.ToolTipRole)
         self.agent_picker.setCurrentIndex(max(self.agent_picker.findData(current), 0))
 
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt override: agents added meanwhile (settings.json) appear
+        super().showEvent(event)
+        if self.bridge.info is not None:
+            self.bridge.list_agents(self._set_agents)
+
     def _agent_toggled(self, on: bool) -> None:
+        if on and self.bridge.info is not None:
+            self.bridge.list_agents(self._set_agents)
         self.agent_picker.setVisible(on)
         self.question.setPlaceholderText("Give an agent a task…" if on else "Ask your memory a question…")
         self.ask_button.setText("Run" if on else "Ask")

@@ -200,11 +200,54 @@ class MainWindow(QMainWindow):
             self.first_run.fit_height(self.height())
 
     def _build_menu(self) -> None:
-        """File → Import… (ChatGPT, Claude, Obsidian)."""
+        """File: capture, add documents, import and export, back up, quit. The keys shown beside an entry are
+        the window's own shortcuts (named after a tab, so they are not registered twice)."""
         file_menu = self.menuBar().addMenu("&File")
+        file_menu.setToolTipsVisible(True)
+        self.capture_action = file_menu.addAction("Quick &capture…\tCtrl+N")
+        self.capture_action.triggered.connect(self.capture_requested.emit)
+        file_menu.addSeparator()
+        self.add_files_action = file_menu.addAction("&Add files…")
+        self.add_files_action.triggered.connect(lambda: self._documents()._browse())
+        self.add_folder_action = file_menu.addAction("Add a &folder…")
+        self.add_folder_action.triggered.connect(lambda: self._documents()._browse_folder())
+        file_menu.addSeparator()
         self.import_action = file_menu.addAction("&Import…")
         self.import_action.setToolTip("Import your history: a ChatGPT or Claude export, or an Obsidian vault")
         self.import_action.triggered.connect(self.open_import)
+        self.restore_export_action = file_menu.addAction("Import an e&xport…")
+        self.restore_export_action.setToolTip("Merge in a file exported from Personal LLM (nothing is added twice)")
+        self.restore_export_action.triggered.connect(lambda: self._sections().transfer.open_import())
+        self.export_action = file_menu.addAction("&Export…")
+        self.export_action.setToolTip("Everything you stored, in one file (encrypted with a passphrase)")
+        self.export_action.triggered.connect(lambda: self._sections().transfer.open_export())
+        file_menu.addSeparator()
+        self.backup_action = file_menu.addAction("&Back up now")
+        self.backup_action.setToolTip("An encrypted snapshot in the backup folder (Settings → Backups)")
+        self.backup_action.triggered.connect(self.back_up_now)
+        self.settings_action = file_menu.addAction("&Settings")
+        self.settings_action.triggered.connect(lambda: self.show_page("settings"))
+        file_menu.addSeparator()
+        self.quit_action = file_menu.addAction("&Quit\tCtrl+Q")
+        self.quit_action.triggered.connect(self.quit_requested.emit)
+
+    def _documents(self) -> Any:
+        self.build_pages()
+        return self.documents
+
+    def _sections(self) -> Any:
+        self.build_pages()
+        return self.settings.sections
+
+    def back_up_now(self) -> None:
+        """File → Back up now: the snapshot Settings → Backups takes, said in the status bar."""
+        box = self._sections().backups
+        if box.scheduler.running:
+            self.status.post("A backup is being made already.")
+            return
+        self.status.post("Backing up…", 30)
+        box.scheduler.run(failed=lambda message: self.status.post(f"The backup failed: {message}", 10),
+                          done=lambda snap: self.status.post(f"Backed up ({formatting.size(snap.bytes)})."))
 
     def open_import(self) -> None:
         from .import_dialog import ImportDialog

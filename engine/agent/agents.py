@@ -29,7 +29,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from ..ask import Source, cited
-from ..config import AgentSettings, MemoryScope, Permission
+from ..config import SETTINGS_FILE, AgentSettings, MemoryScope, Permission, load_settings
 from ..context import Context
 from ..errors import Cancelled, NotFound, UserError
 from ..graph import Graph
@@ -151,11 +151,35 @@ class Agents:
         self.language = language
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
+        self._stamp: tuple[int, int] | None = None  # made on first use: the file may have changed since the open
 
     # -- configurations ----------------------------------------------------------------------------
+    def _settings_stamp(self) -> tuple[int, int] | None:
+        try:
+            st = (self.ctx.home / SETTINGS_FILE).stat()
+        except OSError:
+            return None
+        return st.st_mtime_ns, st.st_size
+
+    def _follow_saved_settings(self) -> None:
+        """An agent added by another program (`personal-llm agent add`, an edit of settings.json) while this
+        engine runs (the app, a server) is used from now on, as after a restart."""
+        stamp = self._settings_stamp()
+        if stamp == self._stamp:
+            return
+        self._stamp = stamp
+        try:
+            saved = load_settings(self.ctx.home).agents
+        except UserError:  # half written or broken: keep what works; the next change is read again
+            return
+        if saved != self.ctx.settings.agents:
+            self.ctx.settings = self.ctx.settings.model_copy(update={"agents": saved})
+            log.info("agent settings changed on disk: %d of the person's own", len(saved.agents))
+
 
     def configs(self) -> list[AgentSettings]:
         """The built-in agents, then the person's (one with a built-in's name replaces it)."""
+        self._follow_saved_settings()
         own = {a.name.casefold(): a for a in self.ctx.settings.agents.agents}
         out = [own.pop(a.name.casefold(), a) for a in BUILTIN_AGENTS]
         return out + list(own.values())
