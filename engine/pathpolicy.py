@@ -12,8 +12,8 @@ of the API is a program that holds the token; it may ask the server to ingest fi
   profiles, and files such as ``.env``, ``.netrc`` or ``id_rsa`` wherever they are;
 - **never through a hard link** to a file in one of those places: a regular file with more than one link
   is compared, by ``(st_dev, st_ino)``, with the files of the protected places (an index of them is built
-  when the first such file is met, and kept for :data:`LINK_INDEX_SECONDS`; a file with one link costs one
-  ``stat``). A resolved path cannot show a hard link: both names are the file.
+  when the first such file is met, and kept for :data:`LINK_INDEX_SECONDS` unless a protected place's
+  own folder changed; a file with one link costs one ``stat``). A resolved path cannot show a hard link: both names are the file.
 
 Everything else goes through the upload form (the client sends the bytes). A refused path named in a
 request is a 403 for the whole request; a refused file met while walking an allowed folder is a
@@ -26,6 +26,7 @@ import fnmatch
 import logging
 import os
 import stat
+import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -53,8 +54,9 @@ SECRET_NAMES = (
     "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*", "credentials", "credentials.*", "*.kdbx",
 )
 
-LINK_INDEX_SECONDS = 5.0
-"""How long the index of the protected places' files is trusted before it is built again."""
+LINK_INDEX_SECONDS = 30.0
+"""How long the index of the protected places' files is trusted before it is built again (shared by every
+policy with the same places: a server builds it once for many requests)."""
 MAX_PROTECTED_FILES = 200_000
 """Past this many files in the protected places, a file with more than one link is refused unchecked."""
 
@@ -92,6 +94,17 @@ def keyring_files() -> list[Path]:
         if isinstance(file_path, str) and file_path:
             out.append(Path(file_path))
     return out
+
+
+_INDEXES: dict[tuple[tuple[Path, str], ...], tuple[float, tuple[int, ...], dict[tuple[int, int], str]]] = {}
+_INDEX_LOCK = threading.Lock()
+
+
+def _changed_at(path: Path) -> int:
+    try:
+        return os.stat(path, follow_symlinks=False).st_mtime_ns
+    except OSError:
+        return 0
 
 
 def _index(places: Iterable[tuple[Path, str]]) -> dict[tuple[int, int], str]:
@@ -140,8 +153,6 @@ class PathPolicy:
         denied += [(_real(home / d), f"~/{d}") for d in SECRET_DIRS]
         denied += [(_real(p), _show(p)) for p in extra_denied]
         self.denied = denied
-        self._inodes: dict[tuple[int, int], str] | None = None  # (st_dev, st_ino) of protected files -> label
-        self._inodes_at = 0.0
 
     @classmethod
     def for_engine(cls, eng: Any) -> PathPolicy:
@@ -193,11 +204,15 @@ class PathPolicy:
         return f"{_show(path)} is a hard link to a file in {label}, which the API never reads"
 
     def _protected_inodes(self) -> dict[tuple[int, int], str] | None:
-        now = time.monotonic()
-        if self._inodes is None or now - self._inodes_at > LINK_INDEX_SECONDS:
-            self._inodes = _index(self.denied)
-            self._inodes_at = time.monotonic()
-        return self._inodes if len(self._inodes) <= MAX_PROTECTED_FILES else None
+        places = tuple(self.denied)
+        tops = tuple(_changed_at(p) for p, _ in places)  # a file added to ~/.ssh, say, is seen at once
+        with _INDEX_LOCK:
+            built = _INDEXES.get(places)
+            if built is None or built[1] != tops or time.monotonic() - built[0] > LINK_INDEX_SECONDS:
+                built = (time.monotonic(), tops, _index(places))
+                _INDEXES.clear()  # one set of places per process in practice; never more than one kept
+                _INDEXES[places] = built
+        return built[2] if len(built[2]) <= MAX_PROTECTED_FILES else None
 
     def __call__(self, path: Path) -> str | None:
         if (why := self.secret(path)) is not None:

@@ -92,6 +92,13 @@ def test_the_api_refuses_hard_links_to_protected_files(api: Live, tmp_path: Path
     assert not any(s[:40] in h["text"] for h in hits for s in secrets_of(files))
     assert leaked(api.eng, files) == []
 
+    # a key made after the index of the protected places was built (by the walk above) is seen at once
+    new_key = home / ".ssh" / "id_ed25519"
+    new_key.write_text(PRIVATE_KEY.replace("quokka", "wombat"), encoding="utf-8")
+    os.link(new_key, docs / "later.txt")
+    r = api.client.post("/ingest", json={"paths": [str(docs / "later.txt")]})
+    assert r.status_code == 403 and "hard link to a file in ~/.ssh" in r.json()["detail"], r.text
+
     # imports: a ChatGPT export named in the request, an Obsidian vault walked
     export = tmp_path / "docs" / "conversations.json"
     os.link(files["the keychain file"], export)
