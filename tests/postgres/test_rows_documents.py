@@ -4,11 +4,13 @@ functions with the same meaning, on a real PostgreSQL, each user seeing only the
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import psycopg
 import pytest
 
+from engine import store
 from engine.store.postgres import documents as rows
 from engine.store.postgres.database import Database
 from tests.postgres.rows import memory, put_vector, two_users, unit
@@ -233,3 +235,83 @@ def test_another_users_documents_are_out_of_reach(pg_db: Database):
         assert rows.chunk_texts(con, doc) == [(chunks[0], "Alice's secret")]
         assert list(rows.kept_vectors(con, doc)) == ["ch_doc_alice_0"]
         assert len(rows.derived_memories(con, doc)) == 1 and rows.count_given_up(con) == 1
+
+
+def scenario(con) -> list:
+    """Document calls through the storage interface, and a document's forget as the documents part runs
+    it (engine/ingest.py `delete_document_rows`), with answers to read afterwards; ids read as uids."""
+    d, out = store.documents, []
+
+    def plain(row):
+        return None if row is None else tuple(json.loads(v) if isinstance(v, str) and v[:1] == "{" else v
+                                              for v in row)
+
+    doc = d.insert(con, uid="doc_trip", path="/notes/Trip.md", title="Trip.md", mime="text/markdown", chash="dh",
+                   size=120, mtime=5.0, project=None, status="pending", chunks=3, now=10.0, meta=META)
+    chunks = d.insert_chunks(con, doc, [(f"chk_trip_{i}", doc, i, t, f"ch{i}", f"p{i}", i or None, "Day 1", 4)
+                                        for i, t in enumerate(["Porto bridge.", "Lisbon tram.", "River dinner."])])
+    chunk_uid = dict(zip(chunks, ["chk_trip_0", "chk_trip_1", "chk_trip_2"], strict=True))
+    doc_uid = {doc: "doc_trip"}
+    out.append(plain(d.by_path(con, "/notes/Trip.md"))[1:])
+    out.append([plain(r)[1:] for r in d.pending(con)])
+    d.count_attempt(con, doc, 3)
+    out.append((plain(d.by_path(con, "/notes/Trip.md"))[5], d.progress(con, doc), d.is_pending(con, doc)))
+    out.append([(chunk_uid[i], t, h, doc_uid[p]) for i, t, h, p in d.unembedded_chunks(con, [doc], 2)])
+    out.append((len(d.make_ready(con, doc, 20.0) or []), d.make_ready(con, doc, 21.0), d.progress(con, doc)))
+    out.append(([plain(r) for r in d.ready(con)], plain(d.ready_by_uid(con, "doc_trip"))))
+    out.append((d.passages(con, "doc_trip", 1, 5), d.chunk_by_uid(con, "chk_trip_0"), d.chunk_by_uid(con, "x")))
+    out.append([t for _, t in d.chunk_texts(con, doc)])
+    out.append([(doc_uid[i], u, p, n) for i, u, p, n in d.ready_with_content(con, "dh")])
+    other = d.insert(con, uid="doc_b", path="/notes/B.md", title="B", mime="text/plain", chash="bh", size=1,
+                     mtime=1.0, project="work", status="failed", chunks=0, now=30.0, meta='{"failed": "unreadable"}')
+    d.insert(con, uid="doc_paste", path=None, title="Pasted", mime="text/plain", chash="ph", size=1, mtime=None,
+             project=None, status="ready", chunks=0, now=31.0, meta="{}")
+    out.append(([plain(r) for r in d.under(con, "/notes")], d.count_under(con, "/notes"), d.under(con, "/note")))
+    out.append((plain(d.by_content(con, "ph"))[1:], plain(d.by_content(con, "ph", "Pasted"))[1:],
+                d.by_content(con, "ph", "Other"), d.by_content(con, "dh")))
+    out.append(([plain(r) for r in d.given_up(con)], d.given_up(con, "home", any_project=False),
+                d.count_given_up(con), d.is_pending(con, other, or_failed=True)))
+    d.move(con, doc, "/archive/Trip-2024.md", 7.0, 40.0)
+    d.rewrite(con, other, title="B2", mime="text/csv", chash="b2", size=2, mtime=2.0, status="pending", chunks=0,
+              now=41.0, meta="{}")
+    d.mark_given_up(con, other, '{"failed": "too big"}', 42.0)
+    out.append(([plain(r) for r in d.ready(con)], [plain(r) for r in d.given_up(con, "work", any_project=False)]))
+
+    # the forget: a memory made from it, edges from its chunk and from that memory, answers citing both
+    event = store.memories.insert(con, uid="mem_event", kind="episodic", text="Ingested Trip.md", chash="eh",
+                                  importance=0.3, now=20.0, event_at=None, project=None, source="activity",
+                                  meta=None, conversation_id=None, document_id=doc, done=True, dedup_pending=False)
+    d.set_project(con, doc, "travel")
+    out.append((d.project_of(con, doc), store.memories.by_id(con, event).project, d.uid_of(con, doc)))
+    g = store.graph
+    porto, bridge, tram = (g.add_node(con, n, n.lower(), None, 1.0) for n in ("Porto", "Bridge", "Tram"))
+    g.add_edge(con, porto, "has", bridge, "chunks", chunks[0], 1.0)
+    g.add_edge(con, porto, "has", tram, "memories", event, 1.0)
+    conv = store.conversations.start(con, "cnv_trip", "Trip", None, 1.0, 1.0)
+    store.conversations.add_exchange(con, conv, "Bridge?", 2.0, "Porto's.", 3.0, {"sources": ["chk_trip_0"]})
+    store.conversations.add_exchange(con, conv, "When?", 4.0, "In May.", 5.0, {"sources": ["mem_other"]})
+    mem_ids = d.derived_memories(con, doc)
+    mem_uids, mem_edges = store.memories.delete(con, set(mem_ids))
+    gone, edges, ends = d.delete_contents(con, doc, keep_document=False)
+    answers = store.memories.scrub_transcripts(con, [u for _, u in gone])
+    nodes = store.memories.drop_orphan_nodes(con, ends)
+    out.append((mem_uids, mem_edges, [u for _, u in gone], edges, len(ends), answers, nodes))
+    out.append((d.row_id(con, "doc_trip"), d.chunk_by_uid(con, "chk_trip_0"), d.chunk_texts(con, doc),
+                g.node_id(con, "porto") is not None, g.node_id(con, "bridge"), g.edges_touching(con, [porto], None),
+                store.conversations.last_messages(con, conv, 10)))
+    return out
+
+
+def test_the_same_calls_give_the_same_answers_on_both_backends(profile_home: Path, pg_db: Database):
+    from engine import Engine
+    from engine.embeddings import NoEmbedder
+
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng, eng.store.write() as con:
+        on_sqlite = scenario(con)
+    alice, _ = two_users(pg_db)
+    with pg_db.transaction(alice) as con:
+        on_postgres = scenario(con)
+    assert on_postgres == on_sqlite
+    assert on_sqlite[-2] == (["mem_event"], 1, ["chk_trip_0", "chk_trip_1", "chk_trip_2"], 1, 2, 1, 2)
+    assert on_sqlite[-1] == (None, None, [], False, None, [], [("user", "Bridge?"), ("user", "When?"),
+                                                             ("assistant", "In May.")])

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from psycopg import Connection, sql
 
+from . import tallies
+
 _READ_TABLES = ("memories", "chunks")  # the tables whose rows are read for triples
 
 
@@ -16,16 +18,8 @@ def _table(table: str) -> sql.Identifier:
 
 
 def pending_extraction(con: Connection) -> int:
-    """Memories and chunks not read for triples yet: memories not archived and chunks of ready documents
-    (from the counts the triggers keep, less the chunks of the few documents being ingested or given up)."""
-    row = con.execute(
-        "SELECT (SELECT coalesce(sum(n), 0) FROM tallies "
-        "        WHERE (starts_with(name, 'm:') AND split_part(name, ':', 3) = '0' AND split_part(name, ':', 5) = '0') "
-        "        OR starts_with(name, 'c:0:')) "
-        "- (SELECT count(*) FROM documents d JOIN chunks c ON c.user_id = d.user_id AND c.document_id = d.id "
-        "   WHERE d.status IN ('pending', 'failed') AND NOT c.extracted)"
-    ).fetchone()
-    return int(row[0]) if row else 0
+    """Memories and chunks not read for triples yet (from the tallies: the same cost at any size)."""
+    return tallies.read(con).pending_extraction()
 
 
 def unread(con: Connection, limit: int | None) -> list[tuple[int, int, str, str, str]]:
