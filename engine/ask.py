@@ -38,7 +38,7 @@ from typing import cast
 from pydantic import BaseModel, Field
 
 from .context import Context
-from .errors import Cancelled, UserError
+from .errors import Cancelled, DiskFull, StoreReadOnly, UserError
 from .graph import Graph
 from .language import LanguageModel
 from .llm import LLMError, LLMModelMissing, LLMUnavailable, Message
@@ -242,9 +242,12 @@ class Answers:
         else:
             sources = [Source.from_hit(n, h) for n, h in enumerate(hits, start=1)]
             result = self._answer(question, project, sources, history, uid, emit, verify, cancel)
-        self._save_exchange(conversation, uid, project, question, asked_at, result, verify, len(history))
-        if result.model is not None and result.grounded:  # a source the answer cites is used; one it doesn't, isn't
-            self.memories.mark_used([s.id for s in result.sources if s.n in cited(result.answer)], how="cited")
+        try:  # a full or read-only disk: answered all the same, neither kept nor counted as a use
+            self._save_exchange(conversation, uid, project, question, asked_at, result, verify, len(history))
+            if result.model is not None and result.grounded:  # a source the answer cites is used; one it doesn't, isn't
+                self.memories.mark_used([s.id for s in result.sources if s.n in cited(result.answer)], how="cited")
+        except (DiskFull, StoreReadOnly) as e:
+            log.info("ask: the exchange was not kept (%s)", type(e).__name__)
         log.info("ask: %d sources, grounded=%s, model=%s, %.2fs", len(result.sources), result.grounded,
                  result.model is not None, time.time() - asked_at)
         return result

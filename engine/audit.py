@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
+from .errors import DiskFull, StoreReadOnly
 from .models import AuditEntry, AuditRun
 from .store import Connection, Store
 from .store import audit as rows
+
+log = logging.getLogger(__name__)
 
 
 class AuditLog:
@@ -22,8 +26,16 @@ class AuditLog:
         """Record a write. `detail` holds ids, counts and flags only — never memory text. Without `con`
         the entry is written in a transaction of its own."""
         if con is None:
-            with self.store.write() as own:
-                self.record(action, target, detail, con=own, actor=actor)
+            # an entry of its own follows what was done (an export, a backup, a change already committed): a
+            # store that can't be written now (opened read-only, or the disk just filled) does not undo that
+            if self.store.read_only is not None:
+                log.info("not in the audit log (the store is read-only): %s", action)
+                return
+            try:
+                with self.store.write() as own:
+                    self.record(action, target, detail, con=own, actor=actor)
+            except (DiskFull, StoreReadOnly) as e:
+                log.warning("not in the audit log (%s): %s", type(e).__name__, action)
             return
         rows.insert(con, time.time(), actor or self.actor, action, target, detail or {})
 

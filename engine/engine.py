@@ -41,7 +41,7 @@ from .config import STORE_FILE, LLMSettings, Settings, home_dir, load_settings, 
 from .context import ChangeFeed, Changes, Context
 from .embedders import make_embedder
 from .embeddings import Embedder, resolve_model_choice
-from .errors import EngineError, UserError
+from .errors import DiskFull, EngineError, UserError
 from .feed import OutsideWrites, StoreChanges
 from .fts_merge import FtsMerger
 from .graph import ExtractionReport, Graph, GraphView
@@ -66,7 +66,7 @@ from .recall import Retriever
 from .space import Mutation, VectorSpace
 from .store.sqlite import db, state, stats, tallies
 from .store.sqlite.db import Connection, Store
-from .store.sqlite.migrations import SCHEMA_VERSION, migrate
+from .store.sqlite.migrations import SCHEMA_VERSION, is_current, migrate
 from .unlock import open_store
 
 if TYPE_CHECKING:  # engine/agent is imported when an agent is first used: a CLI remember never pays for it
@@ -79,6 +79,14 @@ if TYPE_CHECKING:  # engine/agent is imported when an agent is first used: a CLI
     from .ingest import Allow, Document, Documents, IngestProgress, IngestResult, Passage
     from .transfer import ExportResult, ImportResult, Progress, Transfer
     from .watch import ScanReport, Watch, WatchedFolder, WatchRemoved, WatchStatus
+
+
+def _check_readable(store: Store) -> None:
+    """A store opened read-only is used as it is: refused when it needs a migration (which writes)."""
+    if not is_current(store.con):
+        assert store.read_only is not None
+        raise type(store.read_only)(f"{store.read_only} (This version must update the store first, which "
+                                    "writes to it.)")
 
 
 class Engine:
@@ -178,17 +186,23 @@ class Engine:
         opened = open_store(home, create=create, passphrase=passphrase, interactive=interactive)
         store, profile = opened.store, opened.profile
         try:
-            migrate(store.con)
-            store.optimize()  # planner statistics, where missing or stale
-            erasure.prepare(store)
+            if store.read_only is not None:
+                _check_readable(store)
+            else:
+                migrate(store.con)
+                store.optimize()  # planner statistics, where missing or stale
+                erasure.prepare(store)
             backup.drop_aside(home, expired_only=True)  # a restore's replaced store is kept for a week only
             partials.clean_after_crash(home)  # what an export killed midway left (engine/partials.py)
             settings = settings or load_settings(home)
             eng = cls(store, profile, settings, home, actor=actor, embedder=embedder)
-            store.after_write = eng.fts.after_write
-            eng.fts.check()  # an index left in many segments (a big import) starts merging now
             eng._in_use, eng._data_key = opened.in_use, opened.data_key
             eng.recovery_key, eng.notices = opened.recovery_key, list(opened.notices)
+            if store.read_only is not None:
+                eng.notices.append(eng.read_only_note() or "")
+            else:
+                store.after_write = eng.fts.after_write
+                eng.fts.check()  # an index left in many segments (a big import) starts merging now
             if opened.created:
                 eng.audit.record("create_store", None, {"key_source": profile.key_source})
             if opened.notices:
@@ -198,6 +212,23 @@ class Engine:
             opened.in_use.release()
             raise
         return eng
+
+    @property
+    def read_only(self) -> bool:
+        """True when the store could only be opened for reading (a full or read-only disk): reads, export and
+        backup to another disk work; every change is refused with the reason."""
+        return self.store.read_only is not None
+
+    def read_only_note(self) -> str | None:
+        """For people: why the store is open read-only and what still works (None when it is not)."""
+        reason = self.store.read_only
+        if reason is None:
+            return None
+        why = ("the disk holding it is full" if isinstance(reason, DiskFull)
+               else "the disk or folder holding it is read-only")
+        return (f"Your memory store is open read-only because {why}: you can recall, read, export and back up "
+                "(to another disk); nothing can be changed, and nothing is indexed, until "
+                + ("some space is freed." if isinstance(reason, DiskFull) else "it can be written again."))
 
     @staticmethod
     def explain(e: BaseException) -> EngineError | None:
@@ -327,6 +358,8 @@ class Engine:
         """The work of a process that stays open (the app, `serve`, MCP): the duplicate index held in the
         writer's cache, documents read in helper processes (engine/parse_worker.py), the model loaded, the
         vector mirrors loaded, waiting rows embedded."""
+        if self.read_only:  # nothing to embed into, nothing to resume: reads only
+            return
         self.memories.keep_index_cached()
         self.documents.readers.use_helpers()  # document readers' libraries stay out of this process
         heap.map_large_blocks()  # an embedding batch's buffers are given back when freed (engine/heap.py)
@@ -485,7 +518,8 @@ class Engine:
 
     def start_watching(self) -> None:
         """Watch the folders in a background thread while the engine is open (one process per profile)."""
-        self.watch.start()
+        if not self.read_only:
+            self.watch.start()
 
     def stop_watching(self) -> None:
         self.watch.stop()
@@ -634,7 +668,7 @@ class Engine:
     def stats(self) -> Stats:
         with self.store.read() as con:  # one snapshot, every count from one read of the tallies
             counts = tallies.read(con)
-            notes = (self.space.notes() + self.consolidation.notes(counts)
+            notes = ([n for n in [self.read_only_note()] if n] + self.space.notes() + self.consolidation.notes(counts)
                      + self.documents.notes(counts.tally("d:failed")))
             return stats.collect(con, counts, where=str(self.store.path), model=self.ctx.settings.embedding_model,
                                  embedding_ready=self.space.embedder.ready, notes=notes)
@@ -755,5 +789,8 @@ class Engine:
         tok = keychain_token(self.profile, self.home)
         if tok is not None:
             return tok
+        kept = state.get(self.store.con, "api_token")
+        if kept is not None:  # read first: a read-only store can still say it
+            return kept
         with self.store.write() as con:
             return state.get_or_set(con, "api_token", lambda: secrets.token_urlsafe(32))

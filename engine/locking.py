@@ -15,6 +15,7 @@ Two lock files live in the profile folder (both empty, 0600):
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 import time
@@ -97,6 +98,20 @@ def _open_lock(path: Path) -> IO[bytes]:
     return os.fdopen(fd, "r+b", buffering=0)
 
 
+def _open_lock_or_existing(path: Path) -> IO[bytes] | None:
+    """The lock file; on a read-only or full disk, opened for reading if it is there (a lock needs no write
+    access), else None."""
+    try:
+        return _open_lock(path)
+    except OSError as e:
+        if e.errno not in (errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES):
+            raise
+    try:
+        return os.fdopen(os.open(path, os.O_RDONLY), "rb", buffering=0)
+    except OSError:
+        return None
+
+
 if os.name == "posix":
     import fcntl
 
@@ -136,7 +151,10 @@ else:  # Windows: msvcrt byte-range locks (exclusive only)
 def creation_lock(home: Path, timeout: float = CREATE_WAIT_S) -> Iterator[None]:
     """Exclusive: one process at a time creates (or repairs) this profile's key, profile and store."""
     private_dir(home)
-    f = _open_lock(home / CREATE_LOCK)
+    f = _open_lock_or_existing(home / CREATE_LOCK)
+    if f is None:  # a read-only or full disk without the lock file: nothing can be made there anyway
+        yield
+        return
     try:
         deadline = time.monotonic() + timeout
         while not _lock(f, shared=False, wait=False):
@@ -157,8 +175,9 @@ class InUse:
     """A shared hold on the store for an open engine's lifetime (see the module docstring)."""
 
     def __init__(self, home: Path):
-        self._f: IO[bytes] | None = _open_lock(home / IN_USE_LOCK)
-        _lock(self._f, shared=True, wait=True)
+        self._f = _open_lock_or_existing(home / IN_USE_LOCK)  # none: reading needs no lock file of its own
+        if self._f is not None:
+            _lock(self._f, shared=True, wait=True)
 
     def release(self) -> None:
         if self._f is not None:
@@ -170,7 +189,9 @@ class InUse:
     @contextlib.contextmanager
     def exclusive(self, what: str) -> Iterator[None]:
         """Upgrade to exclusive for `what`, or refuse at once when another program holds the store."""
-        assert self._f is not None
+        if self._f is None:
+            raise StoreLocked(f"The lock file of your memory store can't be made (the disk is full or read-only), "
+                              f"so {what} can't run now. Nothing was changed.")
         if not _lock(self._f, shared=False, wait=False):
             raise StoreLocked(
                 f"Another program (the app, a server or another command) has your memory store open; close it "
@@ -219,3 +240,4 @@ class SoleHolder:
             self.release()
             return False
         return True
+

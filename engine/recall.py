@@ -17,7 +17,7 @@ import numpy as np
 from . import ranking, timecues
 from .context import Context
 from .embeddings import EmbeddingUnavailable
-from .errors import UserError
+from .errors import DiskFull, StoreReadOnly, UserError
 from .graph import Graph
 from .memories import Memories
 from .memory_rules import IMPORTANCE_BY_SOURCE, parse_time
@@ -189,8 +189,11 @@ class Retriever:
         if not self.space.ensure():
             return None
         try:
-            if rows.anything_unembedded(self.ctx.con) and self.space.embedder.ready:
-                self.space.embed_pending(limit=512)
+            if self.ctx.store.read_only is None and rows.anything_unembedded(self.ctx.con) and self.space.embedder.ready:
+                try:
+                    self.space.embed_pending(limit=512)
+                except (DiskFull, StoreReadOnly) as e:  # a recall still answers from what is embedded
+                    log.info("rows waiting for vectors not embedded now: %s", type(e).__name__)
             return self.space.embedder.encode_one(query)
         except EmbeddingUnavailable:
             return None

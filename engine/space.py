@@ -132,9 +132,14 @@ class VectorSpace:
                 space = self.embedder.space
             except EmbeddingUnavailable:
                 return False
+            current = (space.provider, space.model, space.dimension, space.version)
+            if self.store.read_only is not None:  # used as it is: vectors of this space, else words only
+                row = space_rows.stamp(self.store.con)
+                if row is None or tuple(row) != current:
+                    return False
+                return self._indexes(space.dimension)
             with self.store.write() as con:
                 row = space_rows.stamp(con)
-                current = (space.provider, space.model, space.dimension, space.version)
                 if row is None or tuple(row) != current:
                     space_rows.restamp(con, current)
                     if row is not None:
@@ -143,11 +148,14 @@ class VectorSpace:
                         log.info("embedding space changed; vectors will be rebuilt from rows")
                 else:
                     vectors.create_tables(con, space.dimension)  # idempotent: heals a missing trigger
-            self.index = {t: vectors.VectorIndex(t, space.dimension, mirror=self.mirror, store=self.store)
-                          for t in TABLES}
-            for ix in self.index.values():  # loading one mirror starts the others beside it
-                ix.siblings = [o for o in self.index.values() if o is not ix]
-            self._checked = True
+            return self._indexes(space.dimension)
+
+    def _indexes(self, dimension: int) -> bool:
+        """The vector indexes of the stamped space (under the lock); True."""
+        self.index = {t: vectors.VectorIndex(t, dimension, mirror=self.mirror, store=self.store) for t in TABLES}
+        for ix in self.index.values():  # loading one mirror starts the others beside it
+            ix.siblings = [o for o in self.index.values() if o is not ix]
+        self._checked = True
         return True
 
     def stop(self) -> None:

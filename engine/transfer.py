@@ -236,8 +236,7 @@ class Transfer:
             finally:
                 os.close(dfd)
         size = path.stat().st_size
-        with self.ctx.store.write() as con:
-            self.ctx.audit.record("export", None, {"counts": counts, "encrypted": encrypt_passphrase is not None}, con=con)
+        self.ctx.audit.record("export", None, {"counts": counts, "encrypted": encrypt_passphrase is not None})
         log.info("exported %s records (%d bytes, encrypted=%s)", sum(counts.values()), size,
                  encrypt_passphrase is not None)
         return ExportResult(path=str(path), encrypted=encrypt_passphrase is not None, bytes=size, counts=counts)

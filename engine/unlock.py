@@ -23,7 +23,7 @@ from typing import Any
 
 from . import recovery
 from .config import PROFILE_FILE, STORE_FILE
-from .errors import KeyMissing, NotFound, WrongKey
+from .errors import DiskFull, EngineError, KeyMissing, NotFound, StoreReadOnly, WrongKey
 from .keys import (
     SERVICE,
     KeySource,
@@ -41,7 +41,7 @@ from .keys import (
 )
 from .locking import InUse, creation_lock, precreate, private_dir, secure_profile
 from .store.sqlite import maintenance
-from .store.sqlite.db import Store
+from .store.sqlite.db import Store, read_only_folder
 from .store.sqlite.migrations import migrate
 
 log = logging.getLogger(__name__)
@@ -212,7 +212,7 @@ def _open_existing(home: Path, path: Path, profile: Profile, in_use: InUse, pass
     last: WrongKey | None = None
     for label, key in cands:
         try:
-            store = Store(path, pragma_of(key))
+            store = _store(path, pragma_of(key))
         except WrongKey as e:
             last = e
             continue
@@ -230,6 +230,26 @@ def _open_existing(home: Path, path: Path, profile: Profile, in_use: InUse, pass
             return repaired
     assert last is not None
     raise last
+
+
+def _store(path: Path, pragma: str) -> Store:
+    """The store opened for reading and writing or, when the disk is full or read-only (SQLite can't make
+    its -shm there, or can't write at all), opened read-only: the user can still recall and export their
+    memory. A wrong key is a wrong key either way."""
+    try:
+        if (refused := read_only_folder(path)) is not None:  # SQLite may read it as it is; nothing is written
+            raise refused
+        return Store(path, pragma)
+    except (DiskFull, StoreReadOnly) as e:
+        reason = e
+    try:
+        store = Store(path, pragma, read_only=reason)
+    except (WrongKey, KeyMissing):
+        raise
+    except EngineError:
+        raise reason from None
+    log.info("store opened read-only: %s", type(reason).__name__)
+    return store
 
 
 def settle_rotation(home: Path, opened: Opened, label: str, cands: list[tuple[str, bytes | str]]) -> None:

@@ -9,6 +9,7 @@ covers every case everywhere.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -195,3 +196,84 @@ def test_a_read_only_store_is_not_called_a_wrong_key(small_disk: Path, tmp_path:
         assert "does not open" not in r.stderr and "Traceback" not in r.stderr
     r = _cli(home, "remember", "A new fact.", tmp=tmp_path)
     assert r.returncode == 1 and "read-only" in r.stderr
+
+
+# ---------------------------------------------------------------------------------------------------
+# reading and rescuing the memory when nothing can be written
+# ---------------------------------------------------------------------------------------------------
+LEFT_IN_THE_LOG = """
+import os, sys
+from engine import Engine
+eng = Engine.open(actor="cli")
+eng.remember(sys.argv[1])
+os._exit(0)  # killed, in effect: the write-ahead log and its -shm stay, not checkpointed into the file
+"""
+
+
+def _profile_with_memories(home: Path, tmp: Path, *, killed: bool) -> None:
+    """Two memories, closed cleanly (no -wal or -shm left); with `killed`, a third in the write-ahead log of
+    a process that ended without closing."""
+    home.mkdir()
+    for text in ("The boiler was serviced in March.", "Our cat is called Marmalade."):
+        assert _cli(home, "remember", text, tmp=tmp).returncode == 0
+    assert not (home / "memory.db-shm").exists()
+    if killed:
+        env = {**os.environ, "PERSONAL_LLM_HOME": str(home), "PYTHONPATH": str(ROOT)}
+        subprocess.run([sys.executable, "-c", LEFT_IN_THE_LOG, "The spare key is under the blue pot."], env=env,
+                       check=True, timeout=120, cwd=tmp)
+        assert (home / "memory.db-wal").stat().st_size > 0
+
+
+def _reads_and_rescues(home: Path, tmp: Path, why: str | None, *, killed: bool) -> None:
+    """What must work with nothing writable: recall (by meaning; a memory only in the log), stats, the token,
+    an export and a backup to another disk. `why`: the note that the store is open read-only (when it
+    could not be opened otherwise)."""
+    r = _cli(home, "recall", "which pet do we have", "--json", tmp=tmp)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)[0]["text"] == "Our cat is called Marmalade."
+    assert "Traceback" not in r.stderr
+    if why:
+        assert f"open read-only because the disk {why}" in r.stderr
+    if killed:
+        r = _cli(home, "recall", "spare key", "--json", tmp=tmp)
+        assert r.returncode == 0 and "blue pot" in json.loads(r.stdout)[0]["text"], r.stderr
+    stats = _cli(home, "stats", "--json", tmp=tmp)
+    assert stats.returncode == 0 and json.loads(stats.stdout)["memories"] == 2 + killed, stats.stderr
+    assert any("read-only" in n for n in json.loads(stats.stdout)["notes"]) == bool(why)
+    assert _cli(home, "token", tmp=tmp).returncode == 0
+    out = tmp / "rescue"
+    out.mkdir()
+    r = _cli(home, "export", str(out / "memory.jsonl"), tmp=tmp)
+    assert r.returncode == 0, r.stderr
+    assert "Marmalade" in (out / "memory.jsonl").read_text(encoding="utf-8")
+    env = {**os.environ, "PERSONAL_LLM_HOME": str(home), "PYTHONPATH": str(ROOT), "PERSONAL_LLM_BACKUP_DIR": str(out)}
+    r = subprocess.run([sys.executable, "-m", "engine.cli", "backup", "now"], capture_output=True, text=True,
+                       env=env, timeout=120, cwd=tmp)
+    assert r.returncode == 0, r.stderr
+    assert list(out.glob("memory-*"))
+
+
+@pytest.mark.parametrize("killed", [False, True], ids=["closed", "killed-writer"])
+def test_a_full_disk_still_recalls_exports_and_backs_up_elsewhere(small_disk: Path, tmp_path: Path, killed: bool):
+    home = small_disk / "profile"
+    _profile_with_memories(home, tmp_path, killed=killed)
+    _fill(small_disk)
+    _reads_and_rescues(home, tmp_path, None if killed else "holding it is full", killed=killed)  # killed: -shm left
+    r = _cli(home, "remember", "A new fact.", tmp=tmp_path)
+    assert r.returncode == 1 and "is full" in r.stderr and "Traceback" not in r.stderr
+
+    (small_disk / "filler").unlink()  # space again: writable again, and nothing was lost
+    assert _cli(home, "remember", "A fact after the disk was freed.", tmp=tmp_path).returncode == 0
+    stats = json.loads(_cli(home, "stats", "--json", tmp=tmp_path).stdout)
+    assert stats["memories"] == 3 + killed and not any("read-only" in n for n in stats["notes"])
+
+
+@pytest.mark.parametrize("killed", [False, True], ids=["closed", "killed-writer"])
+def test_a_read_only_profile_still_recalls_exports_and_backs_up_elsewhere(small_disk: Path, tmp_path: Path,
+                                                                          killed: bool):
+    home = small_disk / "profile"
+    _profile_with_memories(home, tmp_path, killed=killed)
+    assert subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], capture_output=True).returncode == 0
+    _reads_and_rescues(home, tmp_path, "or folder holding it is read-only", killed=killed)
+    r = _cli(home, "remember", "A new fact.", tmp=tmp_path)
+    assert r.returncode == 1 and "read-only" in r.stderr and "Traceback" not in r.stderr

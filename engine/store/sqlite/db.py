@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sized
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import sqlcipher3
 import sqlite_vec
@@ -130,6 +131,14 @@ def _coded(e: BaseException, code: int) -> Exception:
     return stand_in
 
 
+def read_only_folder(path: Path) -> StoreReadOnly | None:
+    """The error for a store whose folder or disk can't be written (checked before opening it), else None."""
+    if not _read_only_folder(path):
+        return None
+    error = explain(_coded(DatabaseError("read-only"), SQLITE_READONLY), path)
+    return error if isinstance(error, StoreReadOnly) else None
+
+
 def _read_only_folder(path: Path) -> bool:
     """True when the store's folder exists but can't be written (a read-only disk, or no permission)."""
     folder = path if path.is_dir() else path.parent
@@ -226,14 +235,16 @@ def _cipher_order(path: Path, key_pragma: str) -> list[tuple[str, ...]]:
     return order
 
 
-def connect(path: Path, key_pragma: str, cipher: tuple[str, ...] | None = None) -> Connection:
+def connect(path: Path, key_pragma: str, cipher: tuple[str, ...] | None = None, *,
+            read_only: bool = False) -> Connection:
     """Open (or create) the store and prove the key with one read. Never logs the key. `cipher`: the page
     settings to use (a new copy of a store takes its store's, `cipher_of`); by default each of
-    CIPHERS is tried (see `_cipher_order`)."""
+    CIPHERS is tried (see `_cipher_order`). `read_only`: open it for reading only, writing nothing beside it
+    (see `Store`)."""
     order = [cipher] if cipher is not None else _cipher_order(path, key_pragma)
     for i, settings in enumerate(order):
         try:
-            con = _connect(path, key_pragma, settings)
+            con = _connect_read_only(path, key_pragma, settings) if read_only else _connect(path, key_pragma, settings)
         except WrongKey:
             if i == len(order) - 1:
                 raise
@@ -273,9 +284,25 @@ def padded(values: Iterable[Any]) -> list[Any]:
     return out + out[-1:] * (_in_list_length(len(out)) - len(out))
 
 
-def _connect(path: Path, key_pragma: str, cipher: tuple[str, ...]) -> Connection:
+def _connect_read_only(path: Path, key_pragma: str, cipher: tuple[str, ...]) -> Connection:
+    """The store opened for reading only, writing nothing beside it. First with `readonly_shm`: SQLite uses
+    the -shm file without writing it or, when that file can't be used (a full or read-only disk), reads the
+    write-ahead log into memory. When there is no -shm and none can be made (a read-only disk) and no log
+    to read, as `immutable`: nothing can change the file meanwhile, and there is nothing else to read."""
+    uri = f"file:{quote(str(path.resolve()))}?mode=ro"
     try:
-        con = sqlcipher3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+        return _connect(path, key_pragma, cipher, uri + "&readonly_shm=1")
+    except (StoreReadOnly, StoreUnavailable, DiskFull):
+        wal = path.with_name(path.name + "-wal")
+        if wal.exists() and wal.stat().st_size > 0:
+            raise
+        return _connect(path, key_pragma, cipher, uri + "&immutable=1")
+
+
+def _connect(path: Path, key_pragma: str, cipher: tuple[str, ...], uri: str | None = None) -> Connection:
+    try:
+        con = sqlcipher3.connect(uri or str(path), uri=uri is not None,
+                                 timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
                                  check_same_thread=False, factory=MappedConnection,
                                  cached_statements=CACHED_STATEMENTS)
     except DatabaseError as e:
@@ -298,7 +325,8 @@ def _connect(path: Path, key_pragma: str, cipher: tuple[str, ...]) -> Connection
         con.cipher = cipher
         con.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         con.execute("PRAGMA secure_delete = ON")  # deleted cells and freed pages are zeroed (engine.erasure)
-        con.execute("PRAGMA journal_mode = WAL")
+        if uri is None:
+            con.execute("PRAGMA journal_mode = WAL")
         con.execute("PRAGMA synchronous = NORMAL")
         con.execute("PRAGMA foreign_keys = ON")
         con.execute("PRAGMA temp_store = MEMORY")
@@ -328,11 +356,18 @@ class Store:
     every write read its pages again (at 1M memories those were often on disk, docs/performance.md). What a
     write reads stays cached from one write to the next, whichever thread makes it; `keep_cached` names
     pages the writer should hold even before a write needs them, read again after another connection's
-    commit emptied its cache."""
+    commit emptied its cache.
 
-    def __init__(self, path: Path, key_pragma: str):
+    Opened `read_only` (when a full or read-only disk refused the normal open, engine/unlock.py), its
+    connections read through `_read_only_uri`: recall, listing, export and backup to another disk work,
+    and every write raises the error that made it read-only."""
+
+    def __init__(self, path: Path, key_pragma: str, *, read_only: EngineError | None = None):
         self.path = path
         self._key_pragma = key_pragma
+        # why the store could only be opened for reading (a full or read-only disk), or None: reads work,
+        # each write raises this error again, and nothing is written beside the file
+        self.read_only = read_only
         self._local = threading.local()
         self._small = threading.local()
         self._all: list[tuple[threading.Thread, Connection]] = []
@@ -368,6 +403,8 @@ class Store:
         statements do not depend on it (they have plans that are right without statistics,
         tests/integration/test_query_plans.py); it keeps the others' choices good. Skipped when another
         program is writing (statistics are a hint, never worth a wait)."""
+        if self.read_only is not None:
+            return
         with self.write_lock:
             self._optimize(self.writer)
 
@@ -388,7 +425,7 @@ class Store:
     def connect(self) -> Connection:
         """A new connection to the store that is not this thread's (the caller closes it): a thread reading in
         the background, a save with its own busy timeout, a re-key."""
-        return connect(self.path, self._key_pragma, self.cipher)
+        return connect(self.path, self._key_pragma, self.cipher, read_only=self.read_only is not None)
 
     @property
     def con(self) -> Connection:
@@ -446,6 +483,8 @@ class Store:
         """One transaction on the writer, under the process-wide write lock; rolled back on any error. A
         write inside another on the same thread joins it. `busy_ms`: how long to wait for another program's
         write (BUSY_TIMEOUT_MS by default; work in the background gives way sooner)."""
+        if self.read_only is not None:
+            raise type(self.read_only)(str(self.read_only))
         with self.write_lock:
             con = self.writer
             if con.in_transaction:  # nested: join the outer transaction

@@ -527,6 +527,11 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
+def is_current(con: Connection) -> bool:
+    """True when the store is at SCHEMA_VERSION (a store opened read-only is used only then)."""
+    return bool(con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION)
+
+
 def migrate(con: Connection) -> int:
     """Bring the store up to SCHEMA_VERSION; refuse one made by a newer version. Returns migrations applied."""
     current = con.execute("PRAGMA user_version").fetchone()[0]
