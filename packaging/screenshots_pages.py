@@ -1,4 +1,5 @@
-"""Screenshots of the Graph and Conflicts pages, the Settings sections and the recovery and export dialogs,
+"""Screenshots of the Graph and Conflicts pages, the Settings sections and the recovery, export and document
+dialogs,
 at 800×600, at 1440×900 and at QT_SCALE_FACTOR=2 on a 1440×900 screen (a 720×450 window, 1440×900 pixels):
 
     .venv/bin/python packaging/screenshots_pages.py [--out docs/screenshots] [--platform offscreen|xvfb]
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -85,6 +87,9 @@ def shoot(scale: int, out: Path) -> list[Path]:
             settings.embedding_model = "none"
             settings.tray_notice_shown = True
             settings.llm.host = server.url
+            with socket.socket() as probe:  # the HTTP API, turned on below, on a free port
+                probe.bind(("127.0.0.1", 0))
+                settings.api_port = probe.getsockname()[1]
             eng.apply_settings(settings)
             first_key = eng.recovery_key
             for text, days, _ in MEMORIES:
@@ -99,7 +104,11 @@ def shoot(scale: int, out: Path) -> list[Path]:
             time.sleep(0.01)
         w = desktop.window
         w.build_pages()
-        pump(app, desktop)
+        notes = Path(tmp) / "Notes from the allotment and the garden" / "Seed catalogues and sowing plans"
+        notes.mkdir(parents=True)
+        (notes / "beans.md").write_text("Sow the broad beans in March along the south fence.", encoding="utf-8")
+        w.settings.folders.add_folder(str(notes), "garden")
+        pump(app, desktop, 1.0)
 
         def grab(widget: Any, name: str) -> None:
             path = out / f"{name}.png"
@@ -128,11 +137,19 @@ def shoot(scale: int, out: Path) -> list[Path]:
             pump(app, desktop, 0.6)
             sections = w.settings.sections
             scroll = w.settings.layout().itemAt(0).widget()
-            for box, name in ((sections.appearance, "settings-recovery-backups"), (sections.transfer, "settings-api")):
+            if not sections.api.enabled.isChecked():  # the API on, as its banner then says where it runs
+                sections.api.enabled.setChecked(True)
+                deadline = time.monotonic() + 30
+                while "Running at" not in sections.api.state.text and time.monotonic() < deadline:
+                    pump(app, desktop, 0.2)
+            desktop.bridge.set_paused(True)  # the status bar's pause sign, in the first of these
+            for box, name in ((w.settings.key_warning.parentWidget(), "settings-data-folders"),
+                              (sections.appearance, "settings-recovery-backups"), (sections.transfer, "settings-api")):
                 scroll.ensureWidgetVisible(box, 0, 0)
                 scroll.verticalScrollBar().setValue(box.mapTo(scroll.widget(), box.rect().topLeft()).y() - 8)
                 pump(app, desktop, 0.3)
                 grab(w, f"{name}-{suffix}")
+                desktop.bridge.set_paused(False)
             # Dialogs, at their own size over the window
             dialog = desktop.recovery_dialog
             if dialog is None:
@@ -161,6 +178,14 @@ def shoot(scale: int, out: Path) -> list[Path]:
             pump(app, desktop, 0.6)
             grab(export, f"dialog-export-{suffix}")
             export.close()
+            # the document reader (a watched folder's note), titled with the document
+            w.show_page("documents")
+            pump(app, desktop, 0.6)
+            if w.documents.list.topLevelItemCount():
+                w.documents.view_document(w.documents.list.topLevelItem(0).data(0, 256))
+                pump(app, desktop, 0.6)
+                grab(w.documents.viewer, f"dialog-document-{suffix}")
+                w.documents.viewer.hide()
             if scale == 1 and width == 1440:
                 theme.set_mode("dark")
                 w.show_page("graph")

@@ -136,7 +136,8 @@ def main(argv: list[str]) -> int:
     box.hide()  # a real user keeps it first; not part of the pages
     eng = desktop.bridge._engine.result()  # seed through the engine, as another program would
     for text, kind, project in MEMORIES:
-        eng.remember(text, kind=kind, project=project, embed="none")
+        # the events have a date, as the editor shows it (When)
+        eng.remember(text, kind=kind, project=project, embed="none", at="2026-03-14" if kind == "episodic" else None)
     note = args.home / "Garden plan.md"
     note.write_text(NOTE, encoding="utf-8")
     eng.ingest([note])
@@ -157,13 +158,18 @@ def main(argv: list[str]) -> int:
         "pages": {},
         "recovery_key": recovery,
     }
-    pages = ["memories", "memory-editor", "ask", "documents", "activity", "settings"]
+    pages = ["memories", "memory-editor", "memories-search", "ask", "documents", "activity", "settings"]
     for page in pages:
-        if page == "memory-editor":
+        if page == "memories-search":  # a search that a document's passage answers too
+            window.show_page("memories")
+            window.memories.search.setText("broad beans")
+            settle(app, 0.8)
+        elif page == "memory-editor":
             window.show_page("memories")
             settle(app, 0.1)
             browser = window.memories
-            browser.select(browser.visible_ids()[0])
+            ids = browser.visible_ids()  # an event: its When holds a date
+            browser.select(next((u for u in ids if browser._rows[u].kind == "episodic"), ids[0]))
             browser.open_drawer()
         else:
             window.show_page(page)
@@ -174,6 +180,8 @@ def main(argv: list[str]) -> int:
             save_shot(window, window, args.shots, f"{page}-{args.tag}.png" if args.tag else f"{page}.png")
         if page == "memory-editor":
             window.memories.close_drawer()
+        if page == "memories-search":
+            window.memories.search.setText("")
     print(json.dumps(report))
     sys.stdout.flush()
     desktop.quit()
