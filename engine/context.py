@@ -55,7 +55,7 @@ class Context:
 
     store: Store
     settings: Settings
-    profile: Profile
+    profile: Profile | None  # a desktop profile's keys; None for a user of a server
     home: Path
     actor: str
     space: VectorSpace

@@ -31,7 +31,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from . import backup, erasure, heap, keyops, partials
 from .audit import AuditLog
@@ -64,8 +64,8 @@ from .models import (
 )
 from .recall import Retriever
 from .space import Mutation, VectorSpace
-from .store.sqlite import db, state, stats, tallies
-from .store.sqlite.db import Connection, Store
+from .store import Connection, Store, state, stats, tallies
+from .store.sqlite import db
 from .store.sqlite.migrations import SCHEMA_VERSION, is_current, migrate
 from .unlock import open_store
 
@@ -77,6 +77,8 @@ if TYPE_CHECKING:  # engine/agent is imported when an agent is first used: a CLI
     from .consolidation import ConflictPair, Consolidation, ConsolidationReport, Resolution
     from .imports import ImportReport, Imports
     from .ingest import Allow, Document, Documents, IngestProgress, IngestResult, Passage
+    from .keyops import OpenStore
+    from .store.postgres.database import Database
     from .transfer import ExportResult, ImportResult, Progress, Transfer
     from .watch import ScanReport, Watch, WatchedFolder, WatchRemoved, WatchStatus
 
@@ -92,7 +94,7 @@ def _check_readable(store: Store) -> None:
 class Engine:
     """An open memory store. Use `Engine.open()`; close it (or use `with`) when done."""
 
-    def __init__(self, store: Store, profile: Profile, settings: Settings, home: Path, *, actor: str = "sdk",
+    def __init__(self, store: Store, profile: Profile | None, settings: Settings, home: Path, *, actor: str = "sdk",
                  embedder: Embedder | None = None):
         if embedder is None:
             embedder = make_embedder(settings.embedding_model, settings.llm)
@@ -173,6 +175,27 @@ class Engine:
     # ------------------------------------------------------------------------------------------------
     # opening
     # ------------------------------------------------------------------------------------------------
+    @classmethod
+    def for_user(cls, db: Database, user_id: int, user_name: str, *, home: Path, settings: Settings,
+                 actor: str = "api", embedder: Embedder | None = None) -> Engine:
+        """One user's memory on a server's PostgreSQL database (docs/server.md): the same parts on the
+        PostgreSQL backend, every statement under row-level security for this user. `home` holds the
+        server's settings (the language model); the database holds everything else."""
+        from .store.postgres.store import PgStore
+
+        # the seam's Store is typed as the SQLite backend's (engine/store/__init__.py); PgStore has what the
+        # parts use of it
+        store = cast(Store, PgStore(db, user_id, user_name))
+        return cls(store, None, settings, home, actor=actor, embedder=embedder)
+
+    def _file(self) -> OpenStore:
+        """This engine as a desktop profile's encrypted file, for the verbs of its key and backups; refused for
+        a user of a server (whose keys, backups and disk are the operator's: docs/server.md)."""
+        if self.profile is None:
+            raise UserError("This memory is on a server: its backups and keys are the server operator's "
+                            "(docs/server.md).")
+        return cast("OpenStore", self)
+
     @classmethod
     def open(cls, home: Path | str | None = None, *, actor: str = "sdk", create: bool = True,
              settings: Settings | None = None, embedder: Embedder | None = None,
@@ -290,8 +313,8 @@ class Engine:
 
     @property
     def key_source(self) -> str:
-        """Where the store's key lives: keychain | passphrase."""
-        return self.profile.key_source
+        """Where the store's key lives: keychain | passphrase (server: a user's rows on a server's database)."""
+        return self.profile.key_source if self.profile is not None else "server"
 
     @property
     def embedder(self) -> Embedder:
@@ -428,7 +451,8 @@ class Engine:
     def forget(self, uid: str) -> ForgetResult:
         """Delete a memory or a document and everything derived from it, in one transaction."""
         result = self.documents.forget(uid) if uid.startswith("doc_") else self.memories.forget(uid)
-        erasure.after_forget(self.store)  # the log's older copies of the changed pages go (engine/erasure.py)
+        if self.profile is not None:  # the desktop file: the log's older copies of the changed pages go
+            erasure.after_forget(self.store)  # (engine/erasure.py; on a server, docs/server.md says what a forget reaches)
         return result
 
     def list_memories(self, *, kind: str | None = None, project: str | None = None, archived: bool | None = False,
@@ -683,29 +707,31 @@ class Engine:
 
     def compact(self) -> dict[str, int]:
         """Rebuild the file without free pages (VACUUM); sizes before and after, in bytes."""
-        result = erasure.compact(self.store)
+        result = erasure.compact(self._file().store)
         self.audit.record("compact", None, result)
         return result
 
     def change_passphrase(self, new: str) -> str:
-        return keyops.change_passphrase(self, new)
+        return keyops.change_passphrase(self._file(), new)
 
     def rotate_key(self, *, passphrase: str | None = None) -> str | None:
         """Re-encrypt the store with a new data key; a new recovery key when one had to be made."""
-        return keyops.rotate(self, passphrase=passphrase)
+        return keyops.rotate(self._file(), passphrase=passphrase)
 
     def show_recovery_key(self) -> tuple[str, bool]:
         """(the recovery key, whether it was made just now)."""
-        return keyops.show_recovery(self)
+        return keyops.show_recovery(self._file())
 
     @property
     def has_passphrase(self) -> bool:
         """True when a passphrase opens this store (its only key, or one more way besides the keychain)."""
+        if self.profile is None:
+            return False
         return self.profile.key_source == "passphrase" or bool((self.profile.raw.get("wraps") or {}).get("passphrase"))
 
     def passphrase_opens(self, phrase: str) -> bool:
         """True when `phrase` is this store's passphrase (re-authentication before a secret is shown)."""
-        return keyops.passphrase_opens(self, phrase)
+        return keyops.passphrase_opens(self._file(), phrase)
 
     @staticmethod
     def project_problem(name: str) -> str | None:
@@ -731,7 +757,7 @@ class Engine:
             return False
 
     def backup_now(self, progress: Progress | None = None) -> backup.Snapshot:
-        return backup.backup_now(self, self.backup_folder(), progress)
+        return backup.backup_now(self._file(), self.backup_folder(), progress)
 
     def backup_folder(self) -> Path:
         """Where snapshots go: $PERSONAL_LLM_BACKUP_DIR, else settings.backup.folder, else backups/."""
@@ -786,7 +812,7 @@ class Engine:
 
     def api_token(self) -> str:
         """The HTTP API's bearer token: in the keychain beside the key, else inside the encrypted store."""
-        tok = keychain_token(self.profile, self.home)
+        tok = keychain_token(self.profile, self.home) if self.profile is not None else None
         if tok is not None:
             return tok
         kept = state.get(self.store.con, "api_token")

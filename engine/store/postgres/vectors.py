@@ -1,0 +1,236 @@
+"""Vectors on PostgreSQL: pgvector columns (`memory_vectors`, `memory_windows`, `chunk_vectors`) with HNSW
+(cosine) indexes, made for the server's embedding space by `server init` (migrations.ensure_space).
+
+A search asks the HNSW index for a wide set of candidates under the filter (`CANDIDATES` times k, at least
+`MIN_CANDIDATES`; pgvector 0.8's iterative scan keeps looking while the filter drops rows), then rescores them
+exactly: the cosine is computed from the stored vectors in numpy, and a memory with windows gets the best of
+its own and its windows' cosines, as on SQLite. So the top k equals exact search whenever the true top k are
+among the candidates (bench/scale.py --backend postgres measures recall@10 against exact). Without an index
+(an empty table) PostgreSQL scans, which is exact.
+
+There is no in-process mirror on a server: many processes and users share the database, and PostgreSQL keeps
+what is read often in its buffer cache. The epoch and log of the SQLite backend, which let other processes'
+mirrors catch up, have nothing to do here.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from ...embeddings import Windows
+from ..types import Filter, Stopped  # noqa: F401  (Stopped: what a SQLite mirror's load raises; never here)
+
+log = logging.getLogger(__name__)
+
+CANDIDATES = 4  # candidates asked of the HNSW index, times k
+MIN_CANDIDATES = 40
+EF_SEARCH = 100  # hnsw.ef_search: the index's own candidate list (pgvector's default is 40)
+_TABLES = {"memories": ("memory_vectors", "memory_id"), "chunks": ("chunk_vectors", "chunk_id")}
+
+
+def _literal(v: np.ndarray) -> str:
+    """A vector as pgvector reads it from text: '[0.1,0.2,…]'."""
+    return "[" + ",".join(repr(float(x)) for x in np.asarray(v, dtype=np.float32)) + "]"
+
+
+def _parse(text: str) -> np.ndarray:
+    return np.array(text.strip("[]").split(","), dtype=np.float32)
+
+
+def read_epoch(con: Any) -> int:
+    return 0
+
+
+def bump_epoch(con: Any) -> int:
+    return 0
+
+
+def has_log(con: Any) -> bool:
+    return False
+
+
+def log_changes(con: Any, epoch: int, memories: set[int], chunks: set[int]) -> None:
+    """Nothing to log: no process keeps a mirror to catch up."""
+
+
+def create_tables(con: Any, dim: int) -> None:
+    """The vector columns are the server's (made by `server init` for its embedding space); nothing to do for
+    a user."""
+
+
+def put(con: Any, table: str, ids: list[int], vecs: np.ndarray, windows: list[Windows | None] | None = None) -> None:
+    """Store (replace) the vectors of these rows; for memories, also their window vectors (None: none)."""
+    delete(con, table, ids)
+    name, key = _TABLES[table]
+    with con.cursor() as cur:
+        cur.executemany(f"INSERT INTO {name}({key}, embedding) VALUES (%s, %s::vector)",
+                        [(int(i), _literal(v)) for i, v in zip(ids, vecs, strict=True)])
+        rows = [(int(rid), int(start), int(end), _literal(v))
+                for rid, wins in zip(ids, windows or [], strict=False) if wins is not None
+                for v, (start, end) in zip(wins.vectors, wins.spans, strict=True)]
+        if rows:
+            cur.executemany('INSERT INTO memory_windows(memory_id, start, "end", embedding) VALUES (%s, %s, %s, %s::vector)',
+                            rows)
+
+
+def delete(con: Any, table: str, ids: list[int]) -> None:
+    """Drop the vectors (and a memory's windows) of these rows; the rows stay."""
+    name, key = _TABLES[table]
+    con.execute(f"DELETE FROM {name} WHERE {key} = ANY(%s)", (list(map(int, ids)),))
+    if table == "memories":
+        con.execute("DELETE FROM memory_windows WHERE memory_id = ANY(%s)", (list(map(int, ids)),))
+
+
+def read_vectors(con: Any, table: str, ids: list[int]) -> dict[int, np.ndarray]:
+    """The stored vectors of these rows: id -> vector (rows without one are left out)."""
+    name, key = _TABLES[table]
+    rows = con.execute(f"SELECT {key}, embedding::text FROM {name} WHERE {key} = ANY(%s)", (list(map(int, ids)),))
+    return {int(rid): _parse(text) for rid, text in rows.fetchall()}
+
+
+def read_windows(con: Any, ids: list[int]) -> dict[int, np.ndarray]:
+    """Window vectors of these memories, only those that have any: id -> (n, dim) matrix, in window order."""
+    out: dict[int, list[np.ndarray]] = {}
+    for rid, text in con.execute("SELECT memory_id, embedding::text FROM memory_windows WHERE memory_id = ANY(%s) "
+                                 "ORDER BY memory_id, id", (list(map(int, ids)),)).fetchall():
+        out.setdefault(int(rid), []).append(_parse(text))
+    return {rid: np.stack(v) for rid, v in out.items()}
+
+
+def _filter_sql(table: str, f: Filter) -> tuple[str, list[Any]]:
+    """(join and conditions, their values) for rows of `table` under the filter (as the SQLite mirror's mask)."""
+    args: list[Any] = []
+    if table == "chunks":
+        where = ["d.status = 'ready'"]
+        if f.kinds is not None and "chunk" not in f.kinds:
+            where.append("false")
+        if f.projects is not None:
+            named = [p for p in f.projects if p is not None]
+            cond = "d.project = ANY(%s)"
+            args.append(named)
+            if None in f.projects:
+                cond = f"({cond} OR d.project IS NULL)"
+            where.append(cond)
+        if f.since is not None:
+            where.append("d.created_at >= %s")
+            args.append(f.since)
+        if f.until is not None:
+            where.append("d.created_at <= %s")
+            args.append(f.until)
+        join = "JOIN chunks c ON c.user_id = v.user_id AND c.id = v.chunk_id " \
+               "JOIN documents d ON d.user_id = c.user_id AND d.id = c.document_id"
+        return join + " WHERE " + " AND ".join(where), args
+    where = []
+    if f.kinds is not None:
+        kinds = [k for k in f.kinds if k != "chunk"]
+        cond = "(m.kind = ANY(%s) AND m.source != 'activity')"
+        args.append(kinds)
+        if f.activity and "episodic" in f.kinds:
+            cond = f"({cond} OR m.source = 'activity')"
+        where.append(cond)
+    elif not f.activity:
+        where.append("m.source != 'activity'")
+    if f.projects is not None:
+        named = [p for p in f.projects if p is not None]
+        cond = "m.project = ANY(%s)"
+        args.append(named)
+        if None in f.projects:
+            cond = f"({cond} OR m.project IS NULL)"
+        where.append(cond)
+    if not f.include_archived:
+        where.append("NOT m.archived")
+    if f.since is not None:
+        where.append("coalesce(m.event_at, m.created_at) >= %s")
+        args.append(f.since)
+    if f.until is not None:
+        where.append("coalesce(m.event_at, m.created_at) <= %s")
+        args.append(f.until)
+    join = "JOIN memories m ON m.user_id = v.user_id AND m.id = v.{key}"
+    return join + (" WHERE " + " AND ".join(where) if where else ""), args
+
+
+def _with_windows(cosine: float, windows: np.ndarray | None, q: np.ndarray) -> float:
+    return cosine if windows is None or len(windows) == 0 else max(cosine, float(np.max(windows @ q)))
+
+
+class VectorIndex:
+    """Cosine search over one table's pgvector column (see the module doc): the same methods the parts use of
+    the SQLite backend's index."""
+
+    def __init__(self, table: str, dim: int, *, mirror: bool = True, store: Any = None) -> None:
+        self.table = table
+        self.dim = dim
+        self.store = store
+        self.siblings: list[VectorIndex] = []
+
+    def _candidates(self, con: Any, q: np.ndarray, n: int, f: Filter, *, windows: bool) -> list[int]:
+        name, key = _TABLES[self.table]
+        join, args = _filter_sql(self.table, f)
+        literal = _literal(q)
+        con.execute("SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', "
+                    "'relaxed_order', true)", (str(max(EF_SEARCH, n)),))
+        ids = [int(r[0]) for r in con.execute(
+            f"SELECT v.{key} FROM {name} v {join.format(key=key)} ORDER BY v.embedding <=> %s::vector LIMIT %s",
+            (*args, literal, n)).fetchall()]
+        if self.table == "memories" and windows:
+            wjoin = join.format(key="memory_id")
+            near = [int(r[0]) for r in con.execute(
+                f"SELECT v.memory_id FROM memory_windows v {wjoin} ORDER BY v.embedding <=> %s::vector LIMIT %s",
+                (*args, literal, n)).fetchall()]
+            ids += [i for i in dict.fromkeys(near) if i not in set(ids)]
+        return ids
+
+    def cosines(self, con: Any, ids: list[int], q: np.ndarray) -> dict[int, float]:
+        """Exact cosine to q for these rows (those without a vector are left out); a memory with windows gets
+        the best of its own and its windows'."""
+        q = np.asarray(q, dtype=np.float32)
+        vecs = read_vectors(con, self.table, ids)
+        windows = read_windows(con, list(vecs)) if vecs and self.table == "memories" else {}
+        return {rid: _with_windows(float(v @ q), windows.get(rid), q) for rid, v in vecs.items()}
+
+    def search(self, con: Any, q: np.ndarray, k: int, f: Filter, *, windows: bool = True) -> list[tuple[int, float]]:
+        """[(row id, cosine)] best first: the top k of the HNSW candidates, rescored exactly."""
+        q = np.asarray(q, dtype=np.float32)
+        if k <= 0:
+            return []
+        ids = self._candidates(con, q, max(MIN_CANDIDATES, CANDIDATES * k), f, windows=windows)
+        if not ids:
+            return []
+        if windows:
+            scored = self.cosines(con, ids, q)
+        else:
+            scored = {rid: float(v @ q) for rid, v in read_vectors(con, self.table, ids).items()}
+        return sorted(scored.items(), key=lambda x: (-x[1], x[0]))[:k]
+
+    def near(self, con: Any, q: np.ndarray, threshold: float, f: Filter) -> list[tuple[int, float]]:
+        """[(row id, cosine)] of the rows at least `threshold` close to q, whole texts only, best first."""
+        return [(i, c) for i, c in self.search(con, q, 2, f, windows=False) if c >= threshold]
+
+    def best_window(self, con: Any, rid: int, q: np.ndarray) -> tuple[int, int] | None:
+        """(start, end) in memory rid's text of its window that matches q better than the whole text, if any."""
+        q = np.asarray(q, dtype=np.float32)
+        whole = read_vectors(con, self.table, [rid]).get(rid)
+        if whole is None:
+            return None
+        rows = con.execute('SELECT start, "end", embedding::text FROM memory_windows WHERE memory_id = %s ORDER BY id',
+                           (int(rid),)).fetchall()
+        if not rows:
+            return None
+        scores = [float(_parse(r[2]) @ q) for r in rows]
+        best = int(np.argmax(scores))
+        return (int(rows[best][0]), int(rows[best][1])) if scores[best] > float(whole @ q) else None
+
+    def after_write(self, con: Any, epoch_before: int, epoch_after: int, ids: set[int], deleted: set[int]) -> None:
+        """Nothing follows a write: the database is the index."""
+
+    def warm(self, con: Any) -> None:
+        """Nothing to load."""
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Nothing runs in the background."""
+
+    def invalidate(self) -> None:
+        """Nothing is cached."""
