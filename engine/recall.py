@@ -30,6 +30,10 @@ from .terms import asks_about_activity, focus, named_speakers, speaker, terms, w
 log = logging.getLogger(__name__)
 
 
+# A question naming a day (or a few, at most this long) takes that day's memories closest in meaning.
+DAY_WINDOW_SECONDS = 3 * 86_400
+
+
 class Retriever:
     """Hybrid recall over memories and document chunks."""
 
@@ -206,7 +210,7 @@ class Retriever:
         if cue is None or cue.since is None or cue.until is None or qvec is None or "memories" not in self.space.index:
             return {}
         since, until = cue.since, cue.until
-        if until - since > retrieval.WINDOW_MAX_SECONDS:
+        if until - since > DAY_WINDOW_SECONDS:
             return {}
         ids = retrieval.in_window(con, f, since, until)
         cos = self.space.index["memories"].cosines(con, ids, qvec) if ids else {}

@@ -59,6 +59,9 @@ class Rows:
     def __getattr__(self, attr: str) -> Callable[..., Any]:
         if attr.startswith("_"):
             raise AttributeError(attr)
+        if attr.isupper():  # a constant: a backend's own, or the engine's (engine/store/types.py)
+            raise AttributeError(f"store.{self._name}.{attr}: the interface has functions only; a value both "
+                                 "backends share belongs in engine/store/types.py")
         modules, module_of = self._modules, self._module
 
         def call(*args: Any, **kwargs: Any) -> Any:

@@ -26,6 +26,36 @@ def _public_functions(module_name: str) -> dict[str, inspect.Signature]:
             and getattr(f, "__module__", None) == module.__name__}
 
 
+def _interface_uses() -> list[tuple[str, str, bool]]:
+    """(row module, attribute, called) of every use a part makes of the interface (`rows.by_uid(…)`)."""
+    found: list[tuple[str, str, bool]] = []
+    for path in (ROOT / "engine").rglob("*.py"):
+        if "store" in path.relative_to(ROOT / "engine").parts:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        aliases = {a.asname or a.name: a.name for n in ast.walk(tree)
+                   if isinstance(n, ast.ImportFrom) and n.level and n.module == "store"
+                   for a in n.names if a.name in ROW_MODULES}
+        called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+        found += [(aliases[n.value.id], n.attr, id(n) in called) for n in ast.walk(tree)
+                  if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in aliases
+                  and not isinstance(getattr(n, "ctx", None), ast.Store)]
+    return found
+
+
+def test_a_part_reads_no_constant_through_the_interface() -> None:
+    """A value read through the interface would be a dispatching function, not the backend's value: what a
+    part uses of it are functions (called, or handed on to be called) and, in annotations, types."""
+    uses = _interface_uses()
+    assert any(called for _, _, called in uses) and any(not called for _, _, called in uses)
+    assert sorted({f"{m}.{a}" for m, a, called in uses if not called and a.isupper()}) == []
+
+
+def test_a_constant_is_not_read_through_the_interface() -> None:
+    with pytest.raises(AttributeError, match="functions only"):
+        store.retrieval.WINDOW_READ  # noqa: B018
+
+
 def _calls_through_the_interface() -> set[tuple[str, str]]:
     """(row module, function) of every call a part makes through the interface (`rows.by_uid(…)`)."""
     found: set[tuple[str, str]] = set()

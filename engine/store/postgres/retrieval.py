@@ -303,7 +303,6 @@ def activity_events(con: Any, f: Filter, cue: Any, limit: int) -> list[tuple[int
 
 
 WINDOW_READ = 500
-WINDOW_MAX_SECONDS = 3 * 86_400
 
 
 def in_window(con: Any, f: Filter, since: float, until: float, limit: int = WINDOW_READ) -> list[int]:

@@ -436,7 +436,6 @@ def activity_events(con: Connection, f: Filter, cue, limit: int) -> list[tuple[i
 
 # A question naming a day (or a few): that many memories of then, at most, are read for their cosine.
 WINDOW_READ = 500
-WINDOW_MAX_SECONDS = 3 * 86_400
 
 
 def in_window(con: Connection, f: Filter, since: float, until: float, limit: int = WINDOW_READ) -> list[int]:
