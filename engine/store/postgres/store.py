@@ -59,6 +59,7 @@ class PgStore:
         self.user_id = user_id
         self.path = f"{db.where} (user {user_name})"  # shown to people: never the URL's password
         self.after_write: Callable[[], None] | None = None
+        self.read_only: Exception | None = None  # why writes are refused (a SQLite file on a full disk); never here
         self._local = threading.local()
         self._reader = Reader(self)
 
