@@ -279,6 +279,7 @@ class Engine:
             self.watch.stop()
         if "documents" in self._made:
             self.documents.readers.close()
+            self.documents.owner.release()
         if self._agents is not None:
             self._agents.close()
         self.space.stop()  # first: a load of the vector mirrors the backfill waits for stops
@@ -692,10 +693,12 @@ class Engine:
     def stats(self) -> Stats:
         with self.store.read() as con:  # one snapshot, every count from one read of the tallies
             counts = tallies.read(con)
+            interrupted = len(self.documents.interrupted()) if counts.tally("d:pending") else 0
             notes = ([n for n in [self.read_only_note()] if n] + self.space.notes() + self.consolidation.notes(counts)
-                     + self.documents.notes(counts.tally("d:failed")))
-            return stats.collect(con, counts, where=str(self.store.path), model=self.ctx.settings.embedding_model,
-                                 embedding_ready=self.space.embedder.ready, notes=notes)
+                     + self.documents.notes(counts.tally("d:failed"), interrupted))
+            collected = stats.collect(con, counts, where=str(self.store.path), model=self.ctx.settings.embedding_model,
+                                      embedding_ready=self.space.embedder.ready, notes=notes)
+            return collected.model_copy(update={"documents_interrupted": interrupted})
 
     # ------------------------------------------------------------------------------------------------
     # keys, erasure and backups (engine/keyops.py, engine/erasure.py, engine/backup.py)

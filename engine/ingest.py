@@ -25,9 +25,12 @@ How a file becomes a document, and what the rules are:
   the model is much faster on full batches), then the status flips to ``ready`` in a second
   transaction that also records the ingest as an episodic memory ("Ingested report.pdf (42 chunks)",
   tied to the document so it goes when the document goes). Recall, stats and ``list_documents`` see only
-  ``ready`` documents, so a crash never shows half a document. A ``pending`` document is finished by the
-  next ingest of the same file, or by :meth:`Documents.resume_pending_documents` (for the app to call
-  after opening the store). Without an embedding model the document is ``ready`` at once and its
+  ``ready`` documents, so a crash never shows half a document. A ``pending`` document carries its
+  owner (``meta.owner``: the engine indexing it, which holds a lock of its own, engine/locking.py
+  ``IngestOwner``); once that lock is free the ingest was interrupted, and the document is finished by
+  the next ingest of the same file, or by :meth:`Documents.resume_pending_documents` (the app and
+  ``serve`` call it after opening the store, ``personal-llm ingest`` before its files); until then stats
+  names it. A document another engine is indexing now is left to it. Without an embedding model the document is ``ready`` at once and its
   chunks are embedded later by the background backfill.
 - **Limits and giving up.** A document that would cost too much to read (engine/limits.py: a zip bomb,
   deep XML, too much text, more than ``limits.MAX_CHUNKS`` chunks) is ``failed`` before anything is
@@ -77,6 +80,7 @@ from .chunking import ChunkDraft, TooManyChunks, chunk_document, make_token_coun
 from .context import Changes, Context
 from .embeddings import EmbeddingUnavailable
 from .errors import NotFound, UserError
+from .locking import IngestOwner
 from .memories import Memories
 from .memory_rules import check_project, new_uid
 from .models import ForgetResult, iso
@@ -431,6 +435,7 @@ class Documents:
         self.space = ctx.space
         self.memories = memories
         self.readers = Readers()  # in place, or in helper processes (Engine.start_background)
+        self.owner = IngestOwner(ctx.home)  # marks the pending documents this engine is indexing
 
     def ingest(self, paths: Sequence[str | Path], *, project: str | None = None,
                progress: Callable[[IngestProgress], None] | None = None,
@@ -453,6 +458,12 @@ class Documents:
         project = check_project(project)
         max_bytes = int((self.ctx.settings.max_file_mb if max_mb is None else max_mb) * _MB)
         files = scan(paths, allow, pictures=self.ctx.settings.ocr.enabled)
+        with self.owner.busy():
+            return self._ingest_files(files, project, max_bytes, retry_failed, progress, cancel)
+
+    def _ingest_files(self, files: list[_Found], project: str | None, max_bytes: int, retry_failed: bool,
+                      progress: Callable[[IngestProgress], None] | None,
+                      cancel: threading.Event | None) -> list[IngestResult]:
         tracker = _Progress(progress, len(files), sum(f.size for f in files))
         tracker.scanned()
         results: list[IngestResult | None] = [None] * len(files)
@@ -524,6 +535,11 @@ class Documents:
     def _ingest_unfiled(self, key_title: str | None, name: str, chash: str, size: int, project: str | None,
                         parse: Callable[[], ParsedDocument]) -> IngestResult:
         """Ingest a document without a path: unchanged when the same content (and key title) is stored."""
+        with self.owner.busy():
+            return self._ingest_unfiled_now(key_title, name, chash, size, project, parse)
+
+    def _ingest_unfiled_now(self, key_title: str | None, name: str, chash: str, size: int, project: str | None,
+                            parse: Callable[[], ParsedDocument]) -> IngestResult:
         existing = rows.by_content(self.ctx.con, chash, key_title)
         given_up = existing is not None and existing[2] == "failed"
         if existing is not None and not given_up:
@@ -552,16 +568,28 @@ class Documents:
         self._embed_ingest_memories(int(results[0].status == "added"))
         return results[0]
 
-    def resume_pending_documents(self, *, cancel: threading.Event | None = None) -> list[IngestResult]:
-        """Finish documents a crash left half-ingested (embed what is missing, then mark them ready).
+    def interrupted(self) -> list[tuple]:
+        """The pending rows (rows.pending) whose indexing was interrupted: their process ended (killed, a
+        crash) before they were ready. Those another open engine is indexing now are not among them."""
+        out = []
+        for row in rows.pending(self.ctx.con):
+            owner = json.loads(row[5] or "{}").get("owner")
+            if not self.owner.alive(owner if isinstance(owner, str) else None):
+                out.append(row)
+        return out
 
-        For the app to call after opening the store (off the UI thread). Cancelling leaves the rest pending.
-        """
+    def resume_pending_documents(self, *, cancel: threading.Event | None = None) -> list[IngestResult]:
+        """Finish documents an interrupted ingest left half-indexed (embed what is missing, then mark them
+        ready): the app and `serve` call it after opening the store (off the UI thread), `personal-llm
+        ingest` before its own files. Documents another program is indexing now are left to it.
+        Cancelling leaves the rest pending."""
         queue: list[_Pending] = []
         given_up: list[IngestResult] = []
-        for doc_id, uid, path, title, size, meta, chunks in rows.pending(self.ctx.con):
+        gone: set[str] = set()
+        for doc_id, uid, path, title, size, meta, chunks in self.interrupted():
             name = Path(path).name if path else title
-            attempts = int(json.loads(meta or "{}").get("attempts", 1))
+            fields = json.loads(meta or "{}")
+            attempts, previous = int(fields.get("attempts", 1)), fields.get("owner")
             if chunks > limits.MAX_CHUNKS:
                 reason = str(limits.too_many_chunks(name))
             elif attempts >= limits.MAX_RESUME_ATTEMPTS:
@@ -569,14 +597,20 @@ class Documents:
                           "while indexing it). Add it again to retry, or forget it.")
             else:
                 with self.ctx.store.write() as con:  # counted before the work, so a crash during it counts too
-                    rows.count_attempt(con, doc_id, attempts + 1)
+                    if not rows.claim(con, doc_id, attempts + 1, self.owner.hold(), previous):
+                        continue  # another program took it over first
+                if isinstance(previous, str):
+                    gone.add(previous)
                 queue.append(self._pending(len(queue), doc_id, uid, name, path, _action(meta), size))
                 continue
             self._give_up(doc_id, uid, reason, "too_many_chunks" if chunks > limits.MAX_CHUNKS else "interrupted")
             given_up.append(IngestResult(path=path, document_id=uid, status="failed", error=reason))
+        for token in gone:
+            self.owner.forget(token)
         results: list[IngestResult | None] = [None] * len(queue)
         try:
-            self._drain(queue, results, _Progress(None, len(queue), 0), cancel, full_batches_only=False)
+            with self.owner.busy():
+                self._drain(queue, results, _Progress(None, len(queue), 0), cancel, full_batches_only=False)
         except _Cancelled:
             pass
         done = [r for r in results if r is not None]
@@ -594,12 +628,18 @@ class Documents:
         return [_document(r) for r in rows.ready(self.ctx.con, scope, any_project=project is None)]
 
     @staticmethod
-    def notes(failed: int) -> list[str]:
-        """Lines for stats: the documents that could not be ingested (`failed` of them)."""
-        if not failed:
-            return []
-        return [f"{failed} document{'s' if failed != 1 else ''} could not be ingested (`personal-llm documents "
-                "--failed` says why); add the file again to retry, or forget it"]
+    def notes(failed: int, interrupted: int = 0) -> list[str]:
+        """Lines for stats: the documents that could not be ingested (`failed` of them) and those an
+        interrupted ingest left half-indexed."""
+        out = []
+        if interrupted:
+            out.append(f"{interrupted} document{'s were' if interrupted != 1 else ' was'} left half-indexed by an "
+                       "ingest that was interrupted (not searchable yet); the next `personal-llm ingest`, or the "
+                       "app or `personal-llm serve` when it starts, finishes them")
+        if failed:
+            out.append(f"{failed} document{'s' if failed != 1 else ''} could not be ingested (`personal-llm "
+                       "documents --failed` says why); add the file again to retry, or forget it")
+        return out
 
     def count_failed(self) -> int:
         return rows.count_given_up(self.ctx.con)
@@ -732,7 +772,8 @@ class Documents:
         embedding = self.space.ensure()
         status = "pending" if embedding else "ready"
         now = time.time()
-        meta = json.dumps({**parsed.meta, "action": action, "attempts": 1} if embedding else parsed.meta)
+        meta = json.dumps({**parsed.meta, "action": action, "attempts": 1, "owner": self.owner.hold()} if embedding
+                          else parsed.meta)
         with self.ctx.mutation() as (con, touched):
             kept = rows.kept_vectors(con, doc_id) if embedding and doc_id is not None else {}
             if doc_id is None:

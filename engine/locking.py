@@ -17,7 +17,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import secrets
 import stat
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -241,3 +243,83 @@ class SoleHolder:
             return False
         return True
 
+
+INGESTING_DIR = "ingesting"
+
+
+class IngestOwner:
+    """Marks the documents this engine is indexing as its own: an exclusive lock on a file of its own,
+    `ingesting/<token>.lock`, held from its first pending document until it closes. A pending document
+    whose owner's lock is free (the process was killed) was interrupted; one whose lock is held is being
+    indexed now and is left alone (`owner_alive`)."""
+
+    def __init__(self, home: Path):
+        self._home = home
+        self.token = secrets.token_hex(8)
+        self._holder: SoleHolder | None = None
+        self._busy = 0  # ingests of this engine running now (its own pending documents are theirs meanwhile)
+        self._busy_lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def busy(self) -> Iterator[None]:
+        """While an ingest of this engine runs: its pending documents are being indexed, not interrupted."""
+        with self._busy_lock:
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._busy_lock:
+                self._busy -= 1
+
+    def hold(self) -> str:
+        """Take the lock (once); the token to write on the documents."""
+        if self._holder is None:
+            private_dir(self._home / INGESTING_DIR)
+            holder = SoleHolder(self._home / INGESTING_DIR / f"{self.token}.lock")
+            holder.try_acquire()  # a new name: nobody else holds it
+            self._holder = holder
+        return self.token
+
+    def release(self) -> None:
+        if self._holder is not None:
+            with contextlib.suppress(OSError):
+                (self._home / INGESTING_DIR / f"{self.token}.lock").unlink()
+            self._holder.release()
+            self._holder = None
+
+    def alive(self, token: str | None) -> bool:
+        """True when the owner `token` is this engine or still holds its lock. None (documents written by
+        versions before owners) and a missing or free lock: interrupted."""
+        if token is None or not re_token(token):
+            return False
+        if token == self.token:  # ours: being indexed while one of our ingests runs, else left by one that raised
+            return self._busy > 0
+        return owner_alive(self._home / INGESTING_DIR / f"{token}.lock")
+
+    def forget(self, token: str) -> None:
+        """Remove the lock file of an owner that is gone (its documents were taken over)."""
+        if re_token(token) and token != self.token and not self.alive(token):
+            with contextlib.suppress(OSError):
+                (self._home / INGESTING_DIR / f"{token}.lock").unlink()
+
+
+def re_token(token: str) -> bool:
+    return len(token) == 16 and all(c in "0123456789abcdef" for c in token)
+
+
+def owner_alive(path: Path) -> bool:
+    """True when another open file holds an exclusive lock on `path` (a live owner)."""
+    try:
+        f = os.fdopen(os.open(path, os.O_RDWR), "r+b", buffering=0)
+    except FileNotFoundError:
+        return False
+    except OSError:  # a read-only disk: a lock needs no write access
+        try:
+            f = os.fdopen(os.open(path, os.O_RDONLY), "rb", buffering=0)
+        except OSError:
+            return False
+    with f:
+        if not _lock(f, shared=False, wait=False):
+            return True
+        _unlock(f)
+        return False

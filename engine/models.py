@@ -93,6 +93,8 @@ class Stats(BaseModel):
     documents: int
     documents_failed: int = Field(default=0, description="Documents that could not be ingested and are not retried "
                                                          "on their own (`personal-llm documents --failed`)")
+    documents_interrupted: int = Field(default=0, description="Documents an interrupted ingest left half-indexed "
+                                                              "(not searchable yet): the next ingest finishes them")
     chunks: int
     nodes: int
     edges: int

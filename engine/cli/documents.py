@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UserError
-from .base import Command, Handler, Session, add_json, console, escape, print_json
+from .base import Command, Handler, Session, add_json, console, counted, escape, print_json
 
 if TYPE_CHECKING:
     from ..ingest import IngestProgress, IngestResult
@@ -90,6 +90,19 @@ def _print_results(results: list[IngestResult]) -> None:
     c.print(", ".join(f"{n} {s}" for s, n in counts.items() if n) or "No files found.")
 
 
+def _resume(resumed: list[IngestResult]) -> None:
+    """Say on stderr what was finished (or given up) of the documents an interrupted ingest had left."""
+    done = [r for r in resumed if r.status != "failed"]
+    failed = len(resumed) - len(done)
+    if done:
+        print(f"note: finished {counted(len(done), 'documents')} an interrupted ingest had left half-indexed: "
+              + ", ".join(Path(r.path).name if r.path else "(text)" for r in done[:5])
+              + (", …" if len(done) > 5 else ""), file=sys.stderr)
+    if failed:
+        print(f"note: gave up {counted(failed, 'documents')} interrupted too often (`personal-llm documents --failed`)",
+              file=sys.stderr)
+
+
 def ingest(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("paths", nargs="+", metavar="PATH", help="files or folders (folders are read recursively)")
     p.add_argument("--project", help="keep these documents within this project")
@@ -101,6 +114,7 @@ def ingest(p: argparse.ArgumentParser) -> Handler:
             raise UserError("--max-mb must be a positive number of megabytes.")
         cancel = threading.Event()
         with session.open_engine() as eng, progress_bar() as progress, ctrl_c_cancels(cancel):
+            _resume(eng.resume_pending_documents(cancel=cancel))  # what an interrupted ingest left half-indexed
             results = eng.ingest(a.paths, project=a.project, progress=progress, cancel=cancel, max_mb=a.max_mb)
         if a.json:
             print_json(results)

@@ -28,7 +28,8 @@ def stats(p: argparse.ArgumentParser) -> Handler:
         t.add_row("archived", str(s.archived))
         t.add_row("conflicts", str(s.conflicts))
         t.add_row("documents", f"{s.documents}  ({counted(s.chunks, 'chunks')})"
-                               + (f", {s.documents_failed} failed" if s.documents_failed else ""))
+                               + (f", {s.documents_failed} failed" if s.documents_failed else "")
+                               + (f", {s.documents_interrupted} half-indexed" if s.documents_interrupted else ""))
         t.add_row("graph", f"{counted(s.nodes, 'nodes')}, {counted(s.edges, 'edges')}")
         t.add_row("embedding model", f"{s.embedding_model}" + (f" ({s.embedding_dimension} dims)"
                                                               if s.embedding_dimension else ""))

@@ -99,3 +99,54 @@ def test_an_obsidian_import_shows_its_progress_on_a_terminal(profile_home: Path,
     shown = out.decode("utf-8", "replace")
     assert "indexing Long note.md" in shown and "chunks)" in shown, shown[-2000:]  # as `ingest` shows it
     assert "Imported 1 note and attachments" in shown
+
+
+def _pending_documents(home: Path) -> int:
+    from engine import Engine
+    from engine.embeddings import NoEmbedder
+
+    with Engine.open(home, embedder=NoEmbedder()) as eng:
+        return int(eng.con.execute("SELECT count(*) FROM documents WHERE status = 'pending'").fetchone()[0])
+
+
+def test_a_killed_ingest_is_named_by_stats_and_finished_by_the_next_ingest(profile_home: Path, tmp_path: Path):
+    """kill -9 of `personal-llm ingest` while it indexes: `stats` names the documents it left half-indexed
+    (every door reads the same stats), and the next `personal-llm ingest` finishes them."""
+    import signal
+    import time
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for n in range(6):
+        paragraphs = [f"Paragraph {i} of report {n}: the quarterly figures for region {i % 7} rose again."
+                      for i in range(400)]
+        (docs / f"report-{n}.md").write_text(f"# Report {n}\n\n" + "\n\n".join(paragraphs), encoding="utf-8")
+    (docs / "report-3.md").write_text("# The boat\n\nThe dinghy is moored at the north jetty, ring 14.\n\n"
+                                      + (docs / "report-3.md").read_text(encoding="utf-8"), encoding="utf-8")
+    assert run("stats").returncode == 0  # the store exists before the ingest starts
+    proc = subprocess.Popen([CLI, "ingest", str(docs)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 240
+        while _pending_documents(profile_home) < 2:
+            assert proc.poll() is None and time.monotonic() < deadline, "the ingest ended before it could be killed"
+            time.sleep(0.2)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    left = _pending_documents(profile_home)
+    assert left >= 2
+
+    stats = json.loads(run("stats", "--json").stdout)
+    assert stats["documents_interrupted"] == left
+    assert any(f"{left} documents were left half-indexed" in n and "personal-llm ingest" in n for n in stats["notes"])
+
+    (tmp_path / "later.txt").write_text("The spare key is under the blue pot.", encoding="utf-8")
+    p = run("ingest", str(tmp_path / "later.txt"), "--json")
+    assert p.returncode == 0, p.stderr
+    assert f"note: finished {left} documents an interrupted ingest had left half-indexed" in p.stderr
+    assert _pending_documents(profile_home) == 0
+    stats = json.loads(run("stats", "--json").stdout)
+    assert stats["documents_interrupted"] == 0 and not any("half-indexed" in n for n in stats["notes"])
+    run("ingest", str(docs))  # the files it never reached
+    hits = json.loads(run("recall", "where is the dinghy moored", "--json").stdout)
+    assert "north jetty" in hits[0]["text"]

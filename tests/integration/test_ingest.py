@@ -460,3 +460,31 @@ def test_an_unchanged_file_ingested_again_with_a_project_goes_into_it(eng: Engin
     assert upload.status == "added"  # an upload is a document of its own (no path)
     assert eng.ingest_upload(path.read_bytes(), "budget.md", project="office").status == "unchanged"
     assert {d.project for d in eng.list_documents()} == {"work", "office"}
+
+
+def test_a_document_another_engine_is_indexing_is_left_to_it(eng: Engine, profile_home: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch):
+    """The app or `serve` starting (its resume) while a CLI ingest indexes: the other engine's pending
+    document is neither resumed nor named as interrupted; it is once its engine is gone."""
+    path = tmp_path / "slow.md"
+    path.write_text("The slow fact: the kayak hangs in the garage.\n\n" + prose("boats", 6), encoding="utf-8")
+    embedding, release = threading.Event(), threading.Event()
+    encode = eng.embedder.encode
+
+    def slow(texts, **kw):
+        embedding.set()
+        assert release.wait(120)
+        return encode(texts, **kw)
+
+    monkeypatch.setattr(eng.embedder, "encode", slow)
+    worker = threading.Thread(target=lambda: eng.ingest([path]))
+    worker.start()
+    try:
+        assert embedding.wait(120)
+        with Engine.open(profile_home, embedder=NoEmbedder()) as other:  # another program, as it starts
+            assert other.resume_pending_documents() == []
+            assert other.stats().documents_interrupted == 0
+    finally:
+        release.set()
+        worker.join(120)
+    assert [d.title for d in eng.list_documents()] == ["slow.md"]

@@ -46,6 +46,16 @@ def count_attempt(con: Connection, doc_id: int, attempts: int) -> None:
                 (attempts, doc_id))
 
 
+def claim(con: Connection, doc_id: int, attempts: int, owner: str, previous: str | None) -> bool:
+    """Take over a pending document whose owner (meta.owner) was `previous`, counting an attempt; False when
+    it is no longer pending or another process took it first."""
+    return bool(con.execute(
+        "UPDATE documents SET meta = meta || jsonb_build_object('attempts', %s::integer, 'owner', %s::text) "
+        "WHERE id = %s AND status = 'pending' AND (meta->>'owner') IS NOT DISTINCT FROM %s",
+        (attempts, owner, doc_id, previous),
+    ).rowcount)
+
+
 def mark_given_up(con: Connection, doc_id: int, meta: str, now: float) -> None:
     """A document that will not be retried on its own: status 'failed', no chunks, meta.failed says why."""
     con.execute("UPDATE documents SET status = 'failed', chunk_count = 0, meta = %s::jsonb, updated_at = %s "

@@ -44,6 +44,15 @@ def count_attempt(con: Connection, doc_id: int, attempts: int) -> None:
     con.execute("UPDATE documents SET meta = json_set(meta, '$.attempts', ?) WHERE id = ?", (attempts, doc_id))
 
 
+def claim(con: Connection, doc_id: int, attempts: int, owner: str, previous: str | None) -> bool:
+    """Take over a pending document whose owner (meta.owner) was `previous`, counting an attempt; False when
+    it is no longer pending or another process took it first."""
+    return bool(con.execute(
+        "UPDATE documents SET meta = json_set(meta, '$.attempts', ?, '$.owner', ?) WHERE id = ? "
+        "AND status = 'pending' AND json_extract(meta, '$.owner') IS ?", (attempts, owner, doc_id, previous),
+    ).rowcount)
+
+
 def mark_given_up(con: Connection, doc_id: int, meta: str, now: float) -> None:
     """A document that will not be retried on its own: status 'failed', no chunks, meta.failed says why."""
     con.execute("UPDATE documents SET status = 'failed', chunk_count = 0, meta = ?, updated_at = ? WHERE id = ?",
