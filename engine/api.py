@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import hmac
 import json
@@ -288,12 +289,27 @@ class _BodyTooLarge(Exception):
     pass
 
 
+CURRENT_ENGINE: contextvars.ContextVar[Any] = contextvars.ContextVar("personal_llm_engine")
+
+
+class UserEngine:
+    """The engine of the request's user, on a server of many (`create_app(authenticate=…)`): the routes use it
+    as they use a desktop profile's one engine; the API guard sets it from the request's token."""
+
+    profile = None  # a server's user has no desktop profile (paths on the server are never read for them)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(CURRENT_ENGINE.get(), name)
+
+
 class ApiGuard:
     """Bearer token, body-size limit, access log (no query strings) and the last-resort error handler."""
 
-    def __init__(self, app: ASGIApp, *, token: str, max_body_bytes: int):
+    def __init__(self, app: ASGIApp, *, token: str | None, max_body_bytes: int,
+                 authenticate: Callable[[str], Any] | None = None):
         self.app = app
-        self.token = token.encode("utf-8")
+        self.token = token.encode("utf-8") if token else None
+        self.authenticate = authenticate  # a server's: a token -> its user's engine (None: no such user)
         self.max_body = max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -323,7 +339,10 @@ class ApiGuard:
     async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"]
         public = path in PUBLIC_PATHS or path.startswith(DOCS_ASSETS)
-        if not public and not self._authorized(scope):
+        user = None
+        if not public and self.authenticate is not None:
+            user = await asyncio.get_running_loop().run_in_executor(None, self.authenticate, self._bearer(scope))
+        if not public and (user is None if self.authenticate is not None else not self._authorized(scope)):
             await _drain(scope, receive)
             await _send_json(send, 401, {"detail": "Missing or wrong API token. Send 'Authorization: Bearer "
                                                    "<token>'; `personal-llm token` prints it."},
@@ -340,12 +359,19 @@ class ApiGuard:
             await _drain(scope, receive)
             await self._too_large(send)
             return
+        if user is not None:
+            CURRENT_ENGINE.set(user)  # the request's user, for the routes (UserEngine)
         await self.app(scope, self._replay(body, receive), send)
 
-    def _authorized(self, scope: Scope) -> bool:
+    @staticmethod
+    def _bearer(scope: Scope) -> str:
         value = _header(scope, b"authorization") or ""
         scheme, _, given = value.partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode("utf-8"), self.token)
+        return given.strip() if scheme.lower() == "bearer" else ""
+
+    def _authorized(self, scope: Scope) -> bool:
+        given = self._bearer(scope)
+        return self.token is not None and bool(given) and hmac.compare_digest(given.encode("utf-8"), self.token)
 
     async def _too_large(self, send: Send) -> None:
         mb = self.max_body / (1024 * 1024)
@@ -466,10 +492,14 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 # ---------------------------------------------------------------------------------------------------
 # the app
 # ---------------------------------------------------------------------------------------------------
-def create_app(engine: Any, token: str, allowed_origins: list[str] | None = None, *,
-               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, workers: int = WORKERS) -> FastAPI:
-    """The HTTP API over one open engine. The caller owns the engine (and closes it)."""
-    if not token:
+def create_app(engine: Any, token: str | None, allowed_origins: list[str] | None = None, *,
+               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, workers: int = WORKERS,
+               authenticate: Callable[[str], Any] | None = None, loopback: bool = True) -> FastAPI:
+    """The HTTP API over one open engine (with its `token`), or, on a server of many users, over the engine
+    `authenticate(token)` gives each request (`engine` is then a UserEngine). The caller owns the engines (and
+    closes them). `loopback`: answer only requests addressed to localhost (a server elsewhere answers its
+    own name, with TLS)."""
+    if not token and authenticate is None:
         raise ValueError("the API needs a token")
     pools = {"read": ThreadPoolExecutor(max_workers=workers, thread_name_prefix="api-read"),
              "write": ThreadPoolExecutor(max_workers=WRITE_WORKERS, thread_name_prefix="api-write"),
@@ -518,12 +548,14 @@ def create_app(engine: Any, token: str, allowed_origins: list[str] | None = None
     _install_error_handlers(app)
     _add_routes(app, engine, call)
     _add_docs(app)
-    app.add_middleware(ApiGuard, token=token, max_body_bytes=max_body_bytes)  # type: ignore[arg-type]
+    app.add_middleware(ApiGuard, token=token, max_body_bytes=max_body_bytes,  # type: ignore[arg-type]
+                       authenticate=authenticate)
     if allowed_origins:
         app.add_middleware(CORSMiddleware, allow_origins=list(allowed_origins),  # type: ignore[arg-type]
                            allow_methods=["GET", "POST", "PATCH", "DELETE"],
                            allow_headers=["Authorization", "Content-Type"], max_age=600)
-    app.add_middleware(HostGuard)  # type: ignore[arg-type]
+    if loopback:
+        app.add_middleware(HostGuard)  # type: ignore[arg-type]
     return app
 
 
@@ -715,6 +747,8 @@ def _add_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
             result = await call(eng.ingest_text, body.text, body.title or "Untitled", project=body.project,
                                 pool="long")
             return [result]
+        if eng.profile is None:  # a server's files are not its users' to read
+            raise PathRefused("This server reads no paths of its own: upload the file (POST /ingest/upload).")
         policy = PathPolicy.for_engine(eng)
         policy.check_request(body.paths)  # 403 for a path named outside the policy; inside a walk: failed results
         return await call(eng.ingest, [Path(p) for p in body.paths], project=body.project, allow=policy, pool="long")
@@ -741,6 +775,9 @@ def _add_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
     @app.post("/import/{source}", response_model=ImportReport, tags=["documents"],
               summary="Import a ChatGPT or Claude export, or an Obsidian vault, from under the folders you allowed")
     async def import_source(source: Literal["chatgpt", "claude", "obsidian"], body: ImportRequest) -> ImportReport:
+        if eng.profile is None:
+            raise PathRefused("This server reads no paths of its own: an import names a file on the server's disk, "
+                              "which it does not read for its users.")
         policy = PathPolicy.for_engine(eng)
         policy.check_request([body.path])
         if source == "obsidian":

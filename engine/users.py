@@ -12,8 +12,10 @@ import secrets
 from dataclasses import dataclass
 
 from .embeddings import Embedder
+from .errors import UserError
 from .models import iso
-from .store.postgres.database import Database, InitResult, UserRow
+from .store.postgres.database import Database, InitResult, UserRow, checked_url
+from .store.postgres.migrations import SCHEMA_VERSION
 
 TOKEN_PREFIX = "pllm_"  # says what a token is for when one turns up in a file or a paste
 
@@ -74,3 +76,18 @@ def authenticate(db: Database, token: str) -> int | None:
     if not token.startswith(TOKEN_PREFIX):
         return None
     return db.token_user(token_hash(token))
+
+
+def open_database(url: str) -> Database:
+    """The database at `url` for serving its users: refused with a clear message when its schema is missing or
+    not this version's (`personal-llm server init` makes or upgrades it). The caller closes it."""
+    db = Database(checked_url(url))
+    try:
+        version = db.schema_version()
+        if version != SCHEMA_VERSION:
+            raise UserError(f"The database {db.where} is not set up for this version of Personal LLM (schema "
+                            f"{version}, this version needs {SCHEMA_VERSION}): run `personal-llm server init`.")
+    except BaseException:
+        db.close()
+        raise
+    return db

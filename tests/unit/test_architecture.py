@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 FACE = "engine"  # engine/__init__.py: the package face
 FACADE = "engine.engine"
-ENTRY_POINTS = ("engine.cli", "engine.api", "engine.mcp", "engine.selftest")  # and their submodules
+ENTRY_POINTS = ("engine.cli", "engine.api", "engine.mcp", "engine.selftest", "engine.server")  # and their submodules
 STORAGE = ("engine.store",)  # the seam: the interface and its backends
 BACKENDS = ("engine.store.sqlite", "engine.store.postgres")
 # A store as a whole names its backend: the desktop profile's one encrypted file (open, unlock, keys,

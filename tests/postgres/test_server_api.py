@@ -1,0 +1,90 @@
+"""`personal-llm serve --database URL`: the HTTP API of a real server process for the users of a real
+PostgreSQL database, each request acting as its token's user."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from engine import users
+
+
+def _start(args: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "serve", *args, "--json"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    text = ""
+    while True:  # the announcement: one JSON object, printed as it is printed (over a few lines)
+        line = proc.stdout.readline()
+        if not line:
+            proc.wait(10)
+            raise AssertionError(f"the server did not start: {proc.stderr.read() if proc.stderr else ''}")
+        text += line
+        try:
+            return proc, json.loads(text)["url"]
+        except json.JSONDecodeError:
+            continue
+
+
+@pytest.fixture
+def server(pg_url: str, tmp_path: Path) -> Iterator[tuple[str, str, str, str]]:
+    alice, bob = users.add(pg_url, "alice"), users.add(pg_url, "bob")
+    env = {**os.environ, "PERSONAL_LLM_HOME": str(tmp_path / "server-home")}
+    proc, url = _start(["--database", pg_url, "--port", "0"], env)
+    try:
+        yield url, alice, bob, pg_url
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_each_request_acts_as_its_tokens_user(server):
+    url, alice, bob, _ = server
+    a = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {alice}"}, timeout=60)
+    b = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {bob}"}, timeout=60)
+    r = a.post("/memory/remember", json={"text": "The boiler's service code is 4471, on the sticker inside the door."})
+    assert r.status_code == 200, r.text
+    uid = r.json()["id"]
+    b.post("/memory/remember", json={"text": "Bob's bicycle lock combination is written in the blue notebook."})
+
+    hits = a.get("/memory/recall", params={"q": "boiler service code"}).json()
+    assert [h["id"] for h in hits][:1] == [uid]
+    assert b.get("/memory/recall", params={"q": "boiler service code"}).json() == []
+    assert b.get(f"/memory/{uid}").status_code == 404
+    assert b.delete(f"/memory/{uid}").status_code == 404
+    assert a.get("/stats").json()["memories"] == 1 and b.get("/stats").json()["memories"] == 1
+
+    assert a.delete(f"/memory/{uid}").status_code == 200
+    assert a.get("/stats").json()["memories"] == 0
+
+
+def test_tokens_paths_and_listening(server, tmp_path: Path):
+    url, alice, _, pg_url = server
+    assert httpx.get(f"{url}/stats").status_code == 401
+    assert httpx.get(f"{url}/stats", headers={"Authorization": "Bearer pllm_not-a-token"}).status_code == 401
+    secret = tmp_path / "server-file.txt"
+    secret.write_text("a file on the server's disk")
+    r = httpx.post(f"{url}/ingest", json={"paths": [str(secret)]}, headers={"Authorization": f"Bearer {alice}"})
+    assert r.status_code == 403 and "upload" in r.json()["detail"]
+
+    users.remove(pg_url, "alice", forget=False)
+    deadline = time.monotonic() + 30
+    while httpx.get(f"{url}/stats", headers={"Authorization": f"Bearer {alice}"}).status_code != 401:
+        assert time.monotonic() < deadline, "a removed user's token still works"
+        time.sleep(1)
+
+
+def test_listening_beyond_loopback_needs_tls(pg_url: str, tmp_path: Path):
+    env = {**os.environ, "PERSONAL_LLM_HOME": str(tmp_path / "home")}
+    done = subprocess.run([sys.executable, "-m", "engine.cli", "serve", "--database", pg_url, "--host", "0.0.0.0",
+                           "--port", "0"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert "--tls-cert" in done.stderr and "Traceback" not in done.stderr
