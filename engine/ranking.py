@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Set
 from typing import TypeVar
 
 K = TypeVar("K", bound=Hashable)  # a candidate's key, e.g. (table, row id)
@@ -43,6 +43,9 @@ MIN_COS_SPREAD = 0.3
 ABSOLUTE_MARGIN = 0.1
 # Conversation context: a turn inherits this share of its best neighbour's relevance (offset -> weight).
 NEIGHBOUR_WEIGHTS = {1: 0.4, 2: 0.25}
+# A turn right after a question ("Do you still go hiking?" -> "Yes, every Sunday") inherits this share of the
+# question's relevance instead: it often means nothing without it.
+ANSWER_WEIGHT = 0.7
 # Knowledge graph: a memory linked to an entity named in the question gains up to this much, in order and in
 # absolute relevance (modest: the graph is extracted by a language model, and a link says "about that
 # entity", not "answers the question"; alone it stays below relevance.ANSWER_FLOOR).
@@ -105,14 +108,17 @@ def min_max(values: Mapping[K, float], min_spread: float = 0.0) -> dict[K, float
 
 
 def with_context(scores: Mapping[K, float], neighbours: Mapping[K, Mapping[int, K]],
-                 weights: Mapping[int, float] = NEIGHBOUR_WEIGHTS) -> dict[K, float]:
+                 weights: Mapping[int, float] = NEIGHBOUR_WEIGHTS, asks: Set[K] = frozenset()) -> dict[K, float]:
     """Each score plus the best weighted score among its neighbours (offset -> key, offsets +-1, +-2):
-    a reply like "Yes, last week!" inherits part of the relevance of the question it answers."""
+    a reply like "Yes, last week!" inherits part of the relevance of the question it answers, and
+    ANSWER_WEIGHT of it when the turn before it is a question (`asks`)."""
     out = dict(scores)
     for key, near in neighbours.items():
         best = 0.0
         for off, other in near.items():
             w = weights.get(abs(off), 0.0)
+            if off == -1 and other in asks:
+                w = max(w, ANSWER_WEIGHT)
             if w and other in scores:
                 best = max(best, w * scores[other])
         if best:
@@ -127,7 +133,7 @@ def graph_strength(ranked: list) -> dict:
 
 def hybrid_similarity(keys: list[K], lex_ratio: Mapping[K, float], cosine: Mapping[K, float], *,
                       neighbours: Mapping[K, Mapping[int, K]] | None = None,
-                      graph: Mapping[K, float] | None = None,
+                      graph: Mapping[K, float] | None = None, asks: Set[K] = frozenset(),
                       use_lexical: bool = True, use_dense: bool = True) -> dict[K, float]:
     """Similarity in [0, 1] for each candidate key.
 
@@ -151,8 +157,8 @@ def hybrid_similarity(keys: list[K], lex_ratio: Mapping[K, float], cosine: Mappi
     if graph:  # linked to an entity the question names: a hit, though not enough to answer from on its own
         absolute = {k: min(1.0, v + W_GRAPH * graph.get(k, 0.0)) for k, v in absolute.items()}
     if neighbours:
-        rel = with_context(rel, neighbours)
-        absolute_ctx = with_context(absolute, neighbours)
+        rel = with_context(rel, neighbours, asks=asks)
+        absolute_ctx = with_context(absolute, neighbours, asks=asks)
     else:
         absolute_ctx = absolute
     best_rel = max(rel.values()) or 1.0

@@ -114,8 +114,10 @@ class Retriever:
             if qvec is not None:
                 missing = [key for key in keys if key not in cos]
                 cos.update(self._fill_cosine(con, missing, qvec))
+            # turns that ask: the turn after one answers it
+            asks = {("m", i) for i in rows.asking(con, list({near[-1][1] for near in nb.values() if -1 in near}))}
             sims = ranking.hybrid_similarity(
-                keys, lex, cos, neighbours=nb, graph=graph,
+                keys, lex, cos, neighbours=nb, graph=graph, asks=asks,
                 use_lexical=bool(terms(query)), use_dense=qvec is not None,
             )
             if f.activity:  # "what did I add today?": the app's own events of that time answer it

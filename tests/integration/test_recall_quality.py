@@ -153,3 +153,18 @@ def test_a_question_naming_a_day_finds_what_was_said_that_day(eng):
                           project="chat", at=datetime(2024, 1, 23, 8, 0), embed="sync").id
     top = [h.id for h in eng.recall("What did Kevin do on 23.01.2024?", k=10, project="chat")]
     assert answer in top
+
+
+def test_an_answer_turn_is_found_through_its_question(eng):
+    """"Yes, every Sunday" says nothing about hiking; the question before it does."""
+    turns = []
+    for i in range(12):  # Sam's other questions and Lee's other answers, on other days
+        turns += [("Sam", f"Did you watch the match on channel {i} last night?"),
+                  ("Lee", f"No, I was out walking the dog around block {i}.")]
+    turns += [("Sam", "Do you still go hiking in the mountains?"), ("Lee", "Yes, every Sunday with my brother.")]
+    ids = _talk(eng, turns)
+    top = [h.id for h in eng.recall("Who goes hiking every week?", k=3, project="chat")]
+    assert top[0] == ids[-1], top
+    hits = eng.recall("How often does someone go hiking?", k=3, project="chat")
+    reply = next(h for h in hits if h.id == ids[-1])
+    assert relevance.answerable([reply])  # relevant enough to answer from, through its question

@@ -55,6 +55,17 @@ def test_context_adds_the_best_weighted_neighbour():
     assert out["q"] == pytest.approx(1.0 + ranking.NEIGHBOUR_WEIGHTS[1] * 0.1)
 
 
+def test_an_answer_inherits_more_of_the_question_it_follows():
+    scores = {"q": 1.0, "a": 0.1, "next": 0.1}
+    near = {"a": {-1: "q"}, "q": {1: "a"}, "next": {-1: "a"}}
+    out = ranking.with_context(scores, near, asks={"q"})
+    assert out["a"] == pytest.approx(0.1 + ranking.ANSWER_WEIGHT)
+    assert ranking.ANSWER_WEIGHT > ranking.NEIGHBOUR_WEIGHTS[1]
+    # only the turn right after the question; the question itself gains as before
+    assert out["q"] == pytest.approx(1.0 + ranking.NEIGHBOUR_WEIGHTS[1] * 0.1)
+    assert out["next"] == pytest.approx(0.1 + ranking.NEIGHBOUR_WEIGHTS[1] * 0.1)
+
+
 def test_rrf_scales_rank_one_everywhere_to_one():
     fused = ranking.rrf([["a", "b"], ["a", "c"]])
     assert fused["a"] == pytest.approx(1.0)

@@ -31,6 +31,14 @@ def turn_heads(con: Connection, ids: list[int]) -> list[tuple[int, str]]:
                        padded(ids)).fetchall()
 
 
+def asking(con: Connection, ids: list[int]) -> list[int]:
+    """Those of these memory rows whose text asks something (holds a question mark)."""
+    if not ids:
+        return []
+    return [r[0] for r in con.execute(
+        f"SELECT id FROM memories WHERE id IN ({marks(ids)}) AND instr(text, '?') > 0", padded(ids))]
+
+
 def chunk_rows(con: Connection, ids: list[int]) -> list[tuple]:
     """(id, uid, text, project, created_at, document uid, title, path, locator) of chunks by row id."""
     return con.execute(
