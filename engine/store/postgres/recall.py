@@ -30,6 +30,14 @@ def turn_heads(con: Any, ids: list[int]) -> list[tuple[int, str]]:
         (list(map(int, ids)),)).fetchall()]
 
 
+def asking(con: Any, ids: list[int]) -> list[int]:
+    """Those of these memory rows whose text asks something (holds a question mark)."""
+    if not ids:
+        return []
+    return [int(r[0]) for r in con.execute(
+        "SELECT id FROM memories WHERE id = ANY(%s) AND strpos(text, '?') > 0", (list(map(int, ids)),)).fetchall()]
+
+
 def chunk_rows(con: Any, ids: list[int]) -> list[tuple]:
     """(id, uid, text, project, created_at, document uid, title, path, locator) of chunks by row id."""
     return con.execute(
