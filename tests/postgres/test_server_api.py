@@ -62,6 +62,12 @@ def test_each_request_acts_as_its_tokens_user(server):
     assert b.delete(f"/memory/{uid}").status_code == 404
     assert a.get("/stats").json()["memories"] == 1 and b.get("/stats").json()["memories"] == 1
 
+    r = a.patch(f"/memory/{uid}", json={"text": "The boiler's service code changed to 5582 after the repair."})
+    assert r.status_code == 200, r.text
+    assert b.patch(f"/memory/{uid}", json={"text": "Bob was here."}).status_code == 404
+    hits = a.get("/memory/recall", params={"q": "boiler code after the repair"}).json()
+    assert hits[0]["id"] == uid and "5582" in hits[0]["text"]
+
     assert a.delete(f"/memory/{uid}").status_code == 200
     assert a.get("/stats").json()["memories"] == 0
 

@@ -2,7 +2,8 @@
 configuration, and its GIN index) in the role FTS5 plays on SQLite, ranked by the same BM25.
 
 A search finds the rows whose tsvector matches any of the query's terms (the GIN index), takes the best
-LEXICAL_FIRST of them by `ts_rank_cd` (cover density: cheap, computed from the tsvector alone), and scores those
+LEXICAL_FIRST of them by `ts_rank` normalised by length (the better of PostgreSQL's two rankings for an OR of
+a question's words: docs/server.md), and scores those
 by BM25 exactly as FTS5's bm25() does (k1 = 1.2, b = 0.75), from each row's term counts and length (read from
 its tsvector) and each term's document frequency (counted through the GIN index, cached per process like
 SQLite's). So the scores mean what they mean on SQLite: BM25 / the plan's IDF sum is the same absolute measure
@@ -227,7 +228,7 @@ def _lexical(con: Any, fts: str, ts: list[str], limit: int, join: str, where: li
     rows = con.execute(
         f"SELECT {alias}.id, {alias}.tsv::text FROM {_TABLE[fts]} {alias} {join} WHERE {alias}.tsv @@ {q}"
         + "".join(" AND " + w for w in where)
-        + f" ORDER BY ts_rank_cd({alias}.tsv, {q}) DESC, {alias}.id LIMIT %s",
+        + f" ORDER BY ts_rank({alias}.tsv, {q}, 1) DESC, {alias}.id LIMIT %s",
         [*qargs, *args, *qargs, max(LEXICAL_FIRST, 4 * limit)]).fetchall()
     cache = cache or DocFreqs()
     n = indexed_rows(con, fts)
