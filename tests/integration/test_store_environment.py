@@ -23,6 +23,7 @@ import sqlcipher3
 
 from engine import Engine
 from engine.errors import DiskFull, StoreCorrupt, StoreLocked, StoreReadOnly, StoreUnavailable
+from engine.store import seam
 from engine.store.sqlite.db import explain
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,6 +67,9 @@ class _Failing:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._con, name)
+
+
+seam.register("engine.store.sqlite", _Failing)  # its calls go where the connection's would
 
 
 @pytest.fixture
