@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from ..models import Kind, Memory, iso
+from ..models import KINDS, Kind, Memory, Stats, iso
 
 ACTIVITY_SOURCE = "activity"  # the app's own events ("Ingested X"), stored as episodic memories of this source
 
@@ -39,6 +39,13 @@ class MemoryTally:
     unembedded: bool
     n: int
 
+    @classmethod
+    def named(cls, name: str, n: int) -> MemoryTally:
+        """The tally of the row named 'm:<kind>:<archived>:<activity>:<extracted>:<processed>:<unembedded>'."""
+        _, kind, *flags = name.split(":")
+        archived, activity, extracted, processed, unembedded = (f == "1" for f in flags)
+        return cls(kind, archived, activity, extracted, processed, unembedded, int(n))
+
 
 @dataclass(frozen=True)
 class Tallies:
@@ -52,6 +59,44 @@ class Tallies:
     held: int  # chunks of documents being ingested or given up (not counted as a ready document's)
     held_unextracted: int  # of those, not read for triples yet
     given_up_unembedded: int  # chunks of given-up documents without a vector (nothing embeds them)
+
+    @classmethod
+    def from_rows(cls, rows: list[tuple[str, int]], held: int, held_unextracted: int,
+                  given_up_unembedded: int) -> Tallies:
+        """From the rows (name, n) of the tallies table and the three counts of documents held back."""
+        memories, chunks, named = [], {}, {}
+        for name, n in rows:
+            if name.startswith("m:"):
+                memories.append(MemoryTally.named(name, n))
+            elif name.startswith("c:"):
+                chunks[name] = int(n)
+            else:
+                named[name] = int(n)
+        return cls(tuple(memories), chunks, named, int(held), int(held_unextracted), int(given_up_unembedded))
+
+    def stats(self, *, where: str, schema_version: int, conflicts: int, space: tuple | None, model: str,
+              embedding_ready: bool, notes: list[str]) -> Stats:
+        """The store in numbers: these counts, the conflicting pairs, and the embedding space (model,
+        dimension; None before the first vector: the configured `model` is shown)."""
+        by_kind = {k: 0 for k in KINDS}
+        memories = activity = archived = 0
+        for t in self.memories:
+            if t.archived:
+                archived += t.n
+            elif t.activity:
+                activity += t.n
+            else:
+                memories += t.n
+                by_kind[t.kind] = by_kind.get(t.kind, 0) + t.n
+        return Stats(
+            store=where, schema_version=schema_version, memories=memories, activity=activity, by_kind=by_kind,
+            archived=archived, conflicts=conflicts, documents=self.tally("d:ready"),
+            documents_failed=self.tally("d:failed"), chunks=self.chunk_count(), nodes=self.tally("nodes"),
+            edges=self.tally("edges"), pending_embeddings=self.unembedded(),
+            pending_extraction=self.pending_extraction(), pending_rollup=self.waiting()[0],
+            embedding_model=space[0] if space else model, embedding_dimension=space[1] if space else None,
+            embedding_ready=embedding_ready, notes=notes,
+        )
 
     def tally(self, name: str) -> int:
         return self.named.get(name, 0)

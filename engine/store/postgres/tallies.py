@@ -10,26 +10,13 @@ from ..types import MemoryTally, Tallies
 Connection = psycopg.Connection
 
 
-def _memory_tally(name: str, n: int) -> MemoryTally:
-    _, kind, *flags = name.split(":")
-    archived, activity, extracted, processed, unembedded = (f == "1" for f in flags)
-    return MemoryTally(kind, archived, activity, extracted, processed, unembedded, int(n))
-
-
 def memory_tallies(con: Connection) -> list[MemoryTally]:
-    return [_memory_tally(name, n) for name, n in
+    return [MemoryTally.named(name, n) for name, n in
             con.execute("SELECT name, n FROM tallies WHERE starts_with(name, 'm:') AND n <> 0").fetchall()]
 
 
 def read(con: Connection) -> Tallies:
-    memories, chunks, named = [], {}, {}
-    for name, n in con.execute("SELECT name, n FROM tallies WHERE n <> 0").fetchall():
-        if name.startswith("m:"):
-            memories.append(_memory_tally(name, n))
-        elif name.startswith("c:"):
-            chunks[name] = int(n)
-        else:
-            named[name] = int(n)
+    rows = con.execute("SELECT name, n FROM tallies WHERE n <> 0").fetchall()
     # documents being ingested or given up are few: counted by the documents' status index
     row = con.execute(
         "SELECT count(*), count(*) FILTER (WHERE NOT c.extracted), "
@@ -37,7 +24,7 @@ def read(con: Connection) -> Tallies:
         "FROM documents d JOIN chunks c ON c.user_id = d.user_id AND c.document_id = d.id "
         "WHERE d.status IN ('pending', 'failed')").fetchone()
     held, unextracted, unembedded = row if row else (0, 0, 0)
-    return Tallies(tuple(memories), chunks, named, int(held), int(unextracted), int(unembedded))
+    return Tallies.from_rows(rows, held, unextracted, unembedded)
 
 
 def unembedded(con: Connection) -> int:

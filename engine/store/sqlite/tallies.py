@@ -6,34 +6,18 @@ from ..types import MemoryTally, Tallies
 from .db import Connection
 
 
-def _memory_tally(name: str, n: int) -> MemoryTally:
-    _, kind, *flags = name.split(":")
-    archived, activity, extracted, processed, unembedded = (f == "1" for f in flags)
-    return MemoryTally(kind, archived, activity, extracted, processed, unembedded, int(n))
-
-
 def memory_tallies(con: Connection) -> list[MemoryTally]:
-    return [_memory_tally(name, n) for name, n in
+    return [MemoryTally.named(name, n) for name, n in
             con.execute("SELECT name, n FROM tallies WHERE name >= 'm:' AND name < 'm;' AND n != 0").fetchall()]
 
 
-
-
-
 def read(con: Connection) -> Tallies:
-    memories, chunks, named = [], {}, {}
-    for name, n in con.execute("SELECT name, n FROM tallies WHERE n != 0").fetchall():
-        if name.startswith("m:"):
-            memories.append(_memory_tally(name, n))
-        elif name.startswith("c:"):
-            chunks[name] = int(n)
-        else:
-            named[name] = int(n)
+    rows = con.execute("SELECT name, n FROM tallies WHERE n != 0").fetchall()
     # documents being ingested or given up are few: counted by the documents' status index
     held, unextracted, unembedded = con.execute(
         "SELECT count(*), total(c.extracted = 0), total(d.status = 'failed' AND c.embedded_hash IS NULL) "
         "FROM documents d JOIN chunks c ON c.document_id = d.id WHERE d.status IN ('pending', 'failed')").fetchone()
-    return Tallies(tuple(memories), chunks, named, int(held), int(unextracted), int(unembedded))
+    return Tallies.from_rows(rows, held, unextracted, unembedded)
 
 
 def unembedded(con: Connection) -> int:
