@@ -3,8 +3,9 @@
 One server per test process (each xdist worker starts its own): initdb into a temporary folder, then
 `postgres` listening on a Unix socket only (no TCP port to collide with another worker's), durability off
 (fsync, full pages: a crash of a test server loses nothing anyone keeps). PostgreSQL refuses to run as
-root, so as root the server runs as `nobody` in a folder of its own; the tests still connect as the
-`postgres` superuser, through the socket (trust authentication: nothing listens on the network).
+root, so as root the server runs as `nobody` in a folder of its own (from a copy of the installation when
+a folder above it, such as /root, is closed to others); the tests still connect as the `postgres`
+superuser, through the socket (trust authentication: nothing listens on the network).
 
 The wheel's own PostgresServer class is not used: as root it adds a system user with `useradd` and widens
 the permissions of every folder above its binaries and data, and it keeps a lock file and an exit hook of
@@ -13,6 +14,7 @@ its own; here a server is a folder and a process, stopped by `stop()`.
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import os
 import pwd
@@ -45,6 +47,30 @@ def binaries() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
 
 
+_copies: dict[Path, Path] = {}
+
+
+def reachable(bin: Path, as_user: dict[str, Any]) -> Path:
+    """The programs' folder as `nobody` can run them: where they are installed, or (when a folder above it,
+    such as /root, is closed to others) a copy of the installation in a temporary folder, made once per
+    process and removed at its exit."""
+    try:
+        subprocess.run([str(bin / "postgres"), "--version"], check=True, capture_output=True, timeout=60, **as_user)
+        return bin
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    if bin not in _copies:
+        home = Path(tempfile.mkdtemp(prefix="pllm-pginstall-"))
+        home.chmod(0o755)
+        package, site = bin.parent.parent, bin.parent.parent.parent
+        shutil.copytree(package / "pginstall", home / package.name / "pginstall", symlinks=True)
+        for libs in site.glob("pgserver*.libs"):  # the wheel's shared libraries: $ORIGIN/../../../ of the programs
+            shutil.copytree(libs, home / libs.name, symlinks=True)
+        atexit.register(shutil.rmtree, home, True)
+        _copies[bin] = home / package.name / "pginstall" / "bin"
+    return _copies[bin]
+
+
 def _die_with_parent() -> None:
     """In the server's process before it starts (Linux): a test run that is killed takes its server along
     (SIGQUIT: PostgreSQL's immediate shutdown)."""
@@ -69,6 +95,7 @@ class LocalServer:
             nobody = pwd.getpwnam("nobody")
             os.chown(self.root, nobody.pw_uid, nobody.pw_gid)
             self._as = {"user": nobody.pw_uid, "group": nobody.pw_gid, "extra_groups": []}
+            self.bin = reachable(self.bin, self._as)
         self.process: subprocess.Popen | None = None
 
     def start(self) -> LocalServer:
