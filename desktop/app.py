@@ -290,6 +290,9 @@ class DesktopApp(QObject):
                         "passphrase.\nChoose one (if you forget it, the recovery key shown next opens your memory):")
             if first is None:
                 return None
+            if problem := self.bridge.passphrase_problem(first):
+                QMessageBox.warning(self.window, "Choose a longer passphrase", problem)
+                continue
             second = ask("Type the same passphrase again:")
             if second is None:
                 return None

@@ -153,6 +153,8 @@ class Bridge(QObject):
 
     def open(self, passphrase: str | None = None) -> None:
         """Open (or create) the store on the writer thread; `opened` or `open_failed` follows."""
+        if self._closing:  # the app quit while the recovery key was being checked
+            return
         self._passphrase = passphrase  # kept in memory for the API server this app may start (serve_env)
         self._engine = self._writer.submit(self._open, passphrase)
         self._engine.add_done_callback(self._after_open)
@@ -180,6 +182,8 @@ class Bridge(QObject):
         return eng
 
     def _after_open(self, future: Future[Engine]) -> None:
+        if future.cancelled():  # the app quit before the store was opened
+            return
         error = future.exception()
         if error is not None:
             from engine import KeyMissing, WrongKey
@@ -282,9 +286,12 @@ class Bridge(QObject):
         self._readers.shutdown(wait=True, cancel_futures=True)
         if self._engine is not None:
             def close_engine() -> None:
-                assert self._engine is not None
-                if self._engine.exception() is None:
-                    self._engine.result().close()
+                engine = self._engine
+                assert engine is not None
+                if engine.cancel() or engine.cancelled():  # an open queued behind this close never starts
+                    return
+                if engine.exception() is None:
+                    engine.result().close()
 
             self._writer.submit(close_engine).result(timeout)
         self._writer.shutdown(wait=True)
@@ -669,6 +676,8 @@ class Bridge(QObject):
         def finished(future: Future[Engine]) -> None:
             with self._lock:
                 self._in_flight -= 1
+            if future.cancelled():  # the app quit first
+                return
             error = future.exception()
             self._after_open(future)  # `opened` (or `open_failed`) for the store as it now is
             if error is None and self._restored is not None:
@@ -718,6 +727,13 @@ class Bridge(QObject):
             self.open(passphrase=new_passphrase or None)
 
         self._writer.submit(run).add_done_callback(finished)
+
+    @staticmethod
+    def passphrase_problem(phrase: str) -> str:
+        """Why `phrase` cannot be a new passphrase, for people; '' when it can (the engine's rule)."""
+        from engine import Engine
+
+        return Engine.passphrase_problem(phrase)
 
     def keychain_available(self) -> bool:
         from engine import Engine

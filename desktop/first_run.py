@@ -184,7 +184,7 @@ class RecoveryKeyDialog(QDialog):
         self.copy_button = button("Copy")
         self.copy_button.clicked.connect(self.copy)
         self.save_button = button("Save to a file…")
-        self.save_button.clicked.connect(self.save)
+        self.save_button.clicked.connect(lambda: self.save())  # not clicked(bool) as the path
         self.print_button = button("Print…")
         self.print_button.clicked.connect(self.print_key)
         actions = QHBoxLayout()

@@ -8,7 +8,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QDialog, QFormLayout, QHBoxLayout, QLabel, QLineEdit, QVBoxLayout, QWidget
 
 from .bridge import Bridge
-from .widgets import Banner, button, muted
+from .widgets import Banner, button, grow_to_fit, muted
 
 
 def _password_field(placeholder: str = "") -> QLineEdit:
@@ -16,6 +16,24 @@ def _password_field(placeholder: str = "") -> QLineEdit:
     field.setEchoMode(QLineEdit.EchoMode.Password)
     field.setPlaceholderText(placeholder)
     return field
+
+
+def _length_hint(bridge: Bridge, field: QLineEdit) -> QLabel:
+    """A line under a new passphrase: the rule first, then how the typed one measures up."""
+    hint = muted(PASSPHRASE_RULE)
+
+    def typed(text: str) -> None:
+        problem = bridge.passphrase_problem(text) if text else ""
+        hint.setText(f"Too short: {len(text)} of at least {MIN_CHARS} characters." if problem else
+                     "Long enough. A few unrelated words are stronger than one word with symbols." if text
+                     else PASSPHRASE_RULE)
+
+    field.textChanged.connect(typed)
+    return hint
+
+
+MIN_CHARS = 8  # the engine's rule (Bridge.passphrase_problem says why one is refused)
+PASSPHRASE_RULE = f"At least {MIN_CHARS} characters; a few unrelated words are strong and easy to remember."
 
 
 class OpenWithRecoveryDialog(QDialog):
@@ -38,7 +56,6 @@ class OpenWithRecoveryDialog(QDialog):
         why.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.key = QLineEdit()
         self.key.setPlaceholderText("XXXX-XXXX-XXXX-XXXX-XXXX-XXXX-XXXX-XXXX")
-        self.key.returnPressed.connect(self.submit)
         self.new_passphrase = _password_field("a new passphrase")
         self.again = _password_field("the same again")
         form = QFormLayout()
@@ -47,6 +64,7 @@ class OpenWithRecoveryDialog(QDialog):
             form.addRow(muted("There is no keychain on this computer, so choose a passphrase to open your memory "
                               "with from now on."))
             form.addRow("New passphrase", self.new_passphrase)
+            form.addRow("", _length_hint(bridge, self.new_passphrase))
             form.addRow("Again", self.again)
         self.error = Banner()
         self.open_button = button("Open with recovery key", primary=True)
@@ -68,6 +86,7 @@ class OpenWithRecoveryDialog(QDialog):
         layout.addWidget(self.error)
         layout.addLayout(buttons)
         self.setMinimumWidth(480)
+        grow_to_fit(self)
 
     def submit(self) -> None:
         key = self.key.text().strip()
@@ -79,6 +98,9 @@ class OpenWithRecoveryDialog(QDialog):
             phrase = self.new_passphrase.text()
             if not phrase:
                 self.error.set("Choose a passphrase.", "error")
+                return
+            if problem := self.bridge.passphrase_problem(phrase):
+                self.error.set(problem, "error")
                 return
             if phrase != self.again.text():
                 self.error.set("The two passphrases differ.", "error")
@@ -118,6 +140,7 @@ class PassphraseDialog(QDialog):
         if has_passphrase:
             form.addRow("Current passphrase", self.current)
         form.addRow("New passphrase", self.new)
+        form.addRow("", _length_hint(bridge, self.new))
         form.addRow("Again", self.again)
         self.message = Banner()
         self.ok = button("Change passphrase" if has_passphrase else "Set passphrase", primary=True)
@@ -139,11 +162,15 @@ class PassphraseDialog(QDialog):
         layout.addWidget(self.message)
         layout.addLayout(buttons)
         self.setMinimumWidth(420)
+        grow_to_fit(self)
 
     def submit(self) -> None:
         new = self.new.text()
         if not new:
             self.message.set("Choose a new passphrase.", "error")
+            return
+        if problem := self.bridge.passphrase_problem(new):
+            self.message.set(problem, "error")
             return
         if new != self.again.text():
             self.message.set("The two new passphrases differ.", "error")
@@ -179,7 +206,6 @@ class ReauthDialog(QDialog):
         self.bridge = bridge
         self.setWindowTitle("Confirm it is you")
         self.phrase = _password_field()
-        self.phrase.returnPressed.connect(self.submit)
         self.message = Banner()
         self.ok = button("Show recovery key", primary=True)
         self.ok.clicked.connect(self.submit)
@@ -197,6 +223,8 @@ class ReauthDialog(QDialog):
         layout.addLayout(form)
         layout.addWidget(self.message)
         layout.addLayout(buttons)
+        self.setMinimumWidth(380)
+        grow_to_fit(self)
 
     def submit(self) -> None:
         self.ok.setEnabled(False)

@@ -39,7 +39,7 @@ from .api_server import ApiServer
 from .bridge import Bridge, EngineInfo
 from .first_run import RecoveryKeyDialog
 from .recovery_dialogs import PassphraseDialog, ReauthDialog
-from .widgets import Banner, button, muted
+from .widgets import Banner, button, grow_to_fit, muted
 
 SCHEDULES = (("Every day", "daily"), ("Every week", "weekly"), ("Only when I click “Back up now”", "off"))
 CHECK_EVERY_MS = 30 * 60 * 1000  # how often the app looks whether a scheduled snapshot is due
@@ -218,6 +218,7 @@ class _FileDialog(QDialog):
         self.layout_.addWidget(self.result)
         self.layout_.addLayout(buttons)
         self.setMinimumWidth(500)
+        grow_to_fit(self)
 
     def _choose(self) -> None:
         raise NotImplementedError
@@ -507,7 +508,7 @@ class BackupBox(QGroupBox):
         self.folder_note = Note()
         self.choose = button("Choose…")
         self.choose.setToolTip("Another disk or a synced folder keeps your memory safe from this disk failing")
-        self.choose.clicked.connect(self.choose_folder)
+        self.choose.clicked.connect(lambda: self.choose_folder())  # not clicked(bool) as the path
         self.open_folder = button("Open")
         self.open_folder.clicked.connect(self._open_folder)
         folder_row = QHBoxLayout()
@@ -664,7 +665,7 @@ class RestoreDialog(QDialog):
         self.message = Banner()
         self.restore_button = button("Restore", primary=True)
         self.restore_button.setEnabled(False)
-        self.restore_button.clicked.connect(self.restore)
+        self.restore_button.clicked.connect(lambda: self.restore())  # asks first (not clicked(bool))
         cancel = button("Close")
         cancel.clicked.connect(self.reject)
         self.list.currentItemChanged.connect(lambda item, _p: self.restore_button.setEnabled(item is not None))
@@ -682,6 +683,7 @@ class RestoreDialog(QDialog):
         layout.addWidget(self.message)
         layout.addLayout(buttons)
         self.setMinimumSize(460, 320)
+        grow_to_fit(self)
         bridge.snapshots(self._listed)
 
     def _listed(self, snaps: list[Any]) -> None:

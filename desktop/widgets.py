@@ -1,10 +1,12 @@
-"""Small shared widgets: page header, empty state, banner, undo bar; refilling an editable combo box."""
+"""Small shared widgets: page header, empty state, banner, undo bar; refilling an editable combo box; dialogs
+that grow to fit what they show."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QObject, QSize, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QComboBox,
+    QDialog,
     QFrame,
     QHBoxLayout,
     QLabel,
@@ -42,9 +44,13 @@ def scroller(widget: QWidget | None = None, *, across: bool = True) -> QScrollAr
 
 
 def button(text: str, *, primary: bool = False, danger: bool = False, shortcut: str | None = None) -> QPushButton:
+    """A push button. In a dialog, Enter runs the primary one (wherever the focus is) and never another:
+    no button becomes the default just by being first or focused."""
     b = QPushButton(text)
+    b.setAutoDefault(False)
     if primary:
         b.setProperty("primary", True)
+        b.setDefault(True)
     if danger:
         b.setProperty("danger", True)
     if shortcut:
@@ -164,3 +170,45 @@ class UndoBar(QFrame):
         self.label.setText(text)
         self.show()
         self._timer.start(int(seconds * 1000))
+
+
+class _GrowToFit(QObject):
+    """See `grow_to_fit`."""
+
+    def __init__(self, dialog: QDialog) -> None:
+        super().__init__(dialog)
+        self.dialog = dialog
+        self._pending = False
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt API)
+        if watched is self.dialog and event.type() in (QEvent.Type.LayoutRequest, QEvent.Type.Show) \
+                and not self._pending:
+            self._pending = True
+            QTimer.singleShot(0, self.fit)  # once the layout has taken in what changed
+        return False
+
+    def needed_height(self) -> int:
+        layout = self.dialog.layout()
+        if layout is None:
+            return 0
+        layout.activate()
+        if layout.hasHeightForWidth():
+            return layout.totalHeightForWidth(self.dialog.width())
+        return layout.totalSizeHint().height()
+
+    def fit(self) -> None:
+        self._pending = False
+        need = self.needed_height()
+        screen = self.dialog.screen()
+        if screen is not None:
+            need = min(need, screen.availableGeometry().height() - 48)  # its title bar stays on the screen
+        self.dialog.setMinimumHeight(need)
+        if self.dialog.height() < need:
+            self.dialog.resize(self.dialog.width(), need)
+
+
+def grow_to_fit(dialog: QDialog) -> None:
+    """Make `dialog` grow when what it shows grows (a progress bar, an error appearing), so that its fields
+    keep their height. Without this, a dialog with a minimum width and wrapped text gets no minimum height
+    from its layout, and Qt squeezes the line edits to a few pixels instead."""
+    dialog.installEventFilter(_GrowToFit(dialog))

@@ -45,7 +45,7 @@ from .errors import DiskFull, EngineError, UserError
 from .feed import OutsideWrites, StoreChanges
 from .fts_merge import FtsMerger
 from .graph import ExtractionReport, Graph, GraphView
-from .keys import Profile, keychain_token, keychain_usable, read_profile
+from .keys import Profile, keychain_token, keychain_usable, passphrase_problem, read_profile
 from .language import LanguageModel
 from .llm import Health, LLMRouter
 from .locking import InUse
@@ -745,6 +745,11 @@ class Engine:
         except UserError as e:
             return str(e)
         return None
+
+    @staticmethod
+    def passphrase_problem(phrase: str) -> str:
+        """Why `phrase` cannot be a new passphrase (too short), for people; '' when it can."""
+        return passphrase_problem(phrase)
 
     @staticmethod
     def keychain_available() -> bool:

@@ -27,6 +27,7 @@ from .keys import (
     _keyring_set,
     keychain_usable,
     own_keychain_id,
+    passphrase_problem,
     pragma_for,
     pragma_for_passphrase,
     read_profile,
@@ -57,6 +58,8 @@ def unlock_with_recovery(home: Path, recovery_key: str, *, new_passphrase: str |
     """Open the store with its recovery key and make it open normally again on this machine: a new keychain
     entry, or (no keychain, or `new_passphrase` given) a new passphrase. Returns what was done."""
     rk = recovery.parse_recovery_key(recovery_key)
+    if new_passphrase is not None and (problem := passphrase_problem(new_passphrase)):
+        raise UserError(problem)
     path = home / STORE_FILE
     if not store_exists(path):
         raise UserError(f"There is no memory store at {path}; copy the folder with memory.db and profile.json "
@@ -161,8 +164,8 @@ def show_recovery(eng: OpenStore) -> tuple[str, bool]:
 def change_passphrase(eng: OpenStore, new: str) -> str:
     """Set (or change) the passphrase that opens this store. The data key is rewrapped; the file is not
     rewritten. A store whose key *is* its passphrase (made before wrapped keys) is re-keyed once instead."""
-    if not new:
-        raise UserError("An empty passphrase cannot protect the store.")
+    if problem := passphrase_problem(new):
+        raise UserError(problem + " Nothing was changed.")
     if eng._data_key is None:
         rotate(eng, passphrase=new)
         return "The store now has a data key wrapped by your new passphrase (it was re-keyed once)."

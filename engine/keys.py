@@ -28,6 +28,17 @@ log = logging.getLogger(__name__)
 
 SERVICE = "personal-llm"
 PASSPHRASE_ENV = "PERSONAL_LLM_PASSPHRASE"
+MIN_PASSPHRASE_CHARS = 8  # a new passphrase (one that opens an existing store is never refused)
+
+
+def passphrase_problem(phrase: str) -> str:
+    """Why `phrase` cannot be a new passphrase, for people; '' when it can."""
+    if not phrase:
+        return "An empty passphrase cannot protect the store."
+    if len(phrase) < MIN_PASSPHRASE_CHARS:
+        return (f"A passphrase needs at least {MIN_PASSPHRASE_CHARS} characters (this one has {len(phrase)}); "
+                "a few unrelated words are strong and easy to remember.")
+    return ""
 KeySource = Literal["keychain", "passphrase"]
 
 
@@ -206,6 +217,8 @@ def _passphrase(confirm: bool, interactive: bool = True) -> str:
     first = getpass.getpass("Passphrase for your memory store: ")
     if confirm and getpass.getpass("Repeat the passphrase: ") != first:
         raise UserError("The two passphrases differ; nothing was created.")
+    if confirm and (problem := passphrase_problem(first)):
+        raise UserError(problem + " Nothing was created.")
     if not first:
         raise UserError("An empty passphrase cannot protect the store.")
     return first

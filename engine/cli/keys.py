@@ -9,7 +9,7 @@ import sys
 import time
 
 from ..errors import KeyMissing, UserError
-from ..keys import PASSPHRASE_ENV, keychain_usable
+from ..keys import PASSPHRASE_ENV, keychain_usable, passphrase_problem
 from .base import Command, Handler, Session, add_json, console, print_json
 
 NEW_PASSPHRASE_ENV = "PERSONAL_LLM_NEW_PASSPHRASE"
@@ -19,6 +19,8 @@ def new_passphrase(required: bool = True) -> str | None:
     """A new passphrase: $PERSONAL_LLM_NEW_PASSPHRASE, else typed twice in a terminal."""
     env = os.environ.get(NEW_PASSPHRASE_ENV)
     if env:
+        if problem := passphrase_problem(env):
+            raise UserError(f"{NEW_PASSPHRASE_ENV}: {problem} Nothing was changed.")
         return env
     if not sys.stdin or not sys.stdin.isatty():
         if not required:
@@ -27,8 +29,8 @@ def new_passphrase(required: bool = True) -> str | None:
     first = getpass.getpass("New passphrase: ")
     if getpass.getpass("Repeat the new passphrase: ") != first:
         raise UserError("The two passphrases differ; nothing was changed.")
-    if not first:
-        raise UserError("An empty passphrase cannot protect the store.")
+    if problem := passphrase_problem(first):
+        raise UserError(problem + " Nothing was changed.")
     return first
 
 
