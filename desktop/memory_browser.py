@@ -459,9 +459,10 @@ class MemoryBrowser(QWidget):
         ids = self._selected_ids()
         row = self._rows.get(ids[0]) if len(ids) == 1 else None
         editing = self.editor.row
+        same = row is not None and editing is not None and row.id == editing.id  # a refresh re-selected it
         if editing is not None and self.editor.is_dirty():
-            if row is not None and row.id == editing.id:
-                self._current = row  # the same memory again (a refresh): keep what the user is typing
+            if same:
+                self._current = row  # keep what the user is typing
                 return
             self.save_edit()  # another row, or none: what was typed is saved, never thrown away
         self._current = row
@@ -470,8 +471,9 @@ class MemoryBrowser(QWidget):
             self._open_timer.stop()
             self.drawer.hide()
         else:
-            self.editor.load(row, can_resolve=True)
-            self._open_timer.start()
+            self.editor.load(row, can_resolve=True)  # the store's newest values
+            if not same:  # opening it may count as a use; the same one shown again after a refresh never does
+                self._open_timer.start()
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         if (watched is self.tree and event.type() == QEvent.Type.KeyPress
@@ -637,8 +639,10 @@ class MemoryEditor(QWidget):
         layout.addWidget(self.stack)
         self.row: Row | None = None
         self._loaded_at = ""
+        self._loaded_importance = 0.0  # as the box shows it (rounded): only a change of that is an edit
         self._before_save: Row | None = None
         self._before_save_at = ""
+        self._before_save_importance = 0.0
         self.clear()
 
     def set_projects(self, projects: list[str]) -> None:
@@ -653,6 +657,7 @@ class MemoryEditor(QWidget):
         self._loaded_at = self.at.text().strip()
         self.archived.setChecked(row.archived)
         self.importance.setValue(row.importance)
+        self._loaded_importance = self.importance.value()
         self.meta.setText(f"Created {formatting.when(row.created_at)}")
         self.meta.setToolTip(row.id)
         self.conflict.set(row.conflict or (f"This disagrees with {row.conflict_with}." if row.conflict_with else ""),
@@ -676,6 +681,7 @@ class MemoryEditor(QWidget):
         if self._before_save is not None and self.row is not None and self._before_save.id == self.row.id:
             self.row = self._before_save  # not saved: the fields count as unsaved changes again
             self._loaded_at = self._before_save_at
+            self._loaded_importance = self._before_save_importance
         self._set_feedback(message, error=True)
 
     def is_dirty(self) -> bool:
@@ -699,7 +705,7 @@ class MemoryEditor(QWidget):
             fields["project"] = self.project.currentText().strip() or None
         if self.archived.isChecked() != row.archived:
             fields["archived"] = self.archived.isChecked()
-        if abs(self.importance.value() - row.importance) > 0.004:
+        if self.importance.value() != self._loaded_importance:  # not the stored value: the box rounds it
             fields["importance"] = round(self.importance.value(), 2)
         at = self.at.text().strip()
         if at != self._loaded_at:
@@ -720,11 +726,13 @@ class MemoryEditor(QWidget):
 
         fields = self.changes(strict=False) or {}
         self._before_save, self._before_save_at = self.row, self._loaded_at
+        self._before_save_importance = self._loaded_importance
         self.row = replace(self.row, text=fields.get("text", self.row.text), kind=fields.get("kind", self.row.kind),
                            project=fields.get("project", self.row.project),
                            archived=fields.get("archived", self.row.archived),
                            importance=fields.get("importance", self.row.importance))
         self._loaded_at = self.at.text().strip()
+        self._loaded_importance = self.importance.value()
 
     def _date_picked(self, picked: Any) -> None:
         self.at.setText(picked.toString("yyyy-MM-dd"))
