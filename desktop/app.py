@@ -163,6 +163,7 @@ class DesktopApp(QObject):
         b, w = self.bridge, self.window
         b.opened.connect(self._opened)
         b.open_failed.connect(self._open_failed)
+        b.settings_changed.connect(self._settings_saved)  # by this app, or in settings.json by another program
         b.model_state_changed.connect(self._model_state)
         b.answer_failed.connect(lambda _message: self.recheck_health())
         w.quit_requested.connect(self.quit)
@@ -186,7 +187,6 @@ class DesktopApp(QObject):
 
     def _wire_pages(self) -> None:
         self.window.settings.hotkey_changed.connect(self._start_hotkey)
-        self.window.settings.saved.connect(self._settings_saved)
         if self.hotkey is not None:
             self.window.settings.set_hotkey_status(self.hotkey.status)
 
@@ -344,9 +344,7 @@ class DesktopApp(QObject):
         self.tray.notify("Personal LLM is still running",
                          (f"Press {hotkey} to capture a memory. " if hotkey else "")
                          + "Use the tray icon to open it again or to quit.")
-        settings = (self.bridge.info or self._info).settings.model_copy(deep=True)  # the newest saved
-        settings.tray_notice_shown = True
-        self.bridge.save_settings(settings, self._settings_saved)
+        self.bridge.update_settings({"tray_notice_shown": True})
 
 
 def quit_on_signals(desktop: DesktopApp) -> Any:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,6 +104,7 @@ class Bridge(QObject):
     paused_changed = Signal(bool)
     closed = Signal()
     outside_changed = Signal(object)  # engine.Changes written by another program (CLI, API, MCP)
+    settings_changed = Signal(object)  # Settings, as saved now: by this app, or in settings.json by another program
 
     POLL_MS = 700  # how often the store is asked whether another program wrote to it (one PRAGMA when not)
 
@@ -229,11 +230,15 @@ class Bridge(QObject):
 
         def run() -> None:
             try:
-                found = engine_future.result().changes_since(token)
+                eng = engine_future.result()
+                found = eng.changes_since(token)
+                settings = eng.reload_settings()  # settings.json changed by another program (one stat when not)
             except Exception:
                 log.debug("change poll failed", exc_info=True)
                 self._relay.delivered.emit(lambda _v: setattr(self, "_polling", False), None)
                 return
+            if settings is not None:
+                self._relay.delivered.emit(self._settings_saved(None), settings)
             self._relay.delivered.emit(self._polled, found)
 
         try:
@@ -579,13 +584,6 @@ class Bridge(QObject):
     # ------------------------------------------------------------------------------------------------
     # settings
     # ------------------------------------------------------------------------------------------------
-    def save_settings(self, settings: Settings, done: Done | None = None, failed: Failed | None = None) -> None:
-        def save(e: Engine) -> Settings:
-            e.apply_settings(settings.model_copy(deep=True))  # saved, and the next question uses it
-            return settings
-
-        self.write(save, self._settings_saved(done), failed)
-
 
     # ------------------------------------------------------------------------------------------------
     # the knowledge graph
@@ -785,26 +783,30 @@ class Bridge(QObject):
 
 
     def _settings_saved(self, done: Done | None) -> Callable[[Settings], None]:
-        """After a save: the engine info the pages read carries the saved settings, then `done` gets them."""
+        """After a save (or settings.json changed by another program): the engine info the pages read carries
+        the saved settings, `settings_changed` tells the pages, then `done` gets them."""
         def saved(value: Settings) -> None:
             if self._info is not None:
                 from dataclasses import replace
 
                 self._info = replace(self._info, settings=value.model_copy(deep=True))
+            self.settings_changed.emit(value.model_copy(deep=True))
             if done:
                 done(value)
 
         return saved
 
-    def update_settings(self, change: Callable[[Settings], None], done: Done | None = None,
+    def update_settings(self, change: Callable[[Settings], None] | Mapping[str, Any], done: Done | None = None,
                         failed: Failed | None = None) -> None:
-        """Change some settings and save them, starting from the ones in use (so a change made meanwhile by
-        another page is kept). `done` gets the saved settings."""
+        """Change some settings and save only those: a function that changes a copy of the settings in use, or
+        {"llm.model": …} (dotted names). Every other setting stays as it is in settings.json now, whoever
+        changed it (another page, the CLI, an edit of the file). `done` gets the settings as saved."""
         def save(e: Engine) -> Settings:
+            if isinstance(change, Mapping):
+                return e.update_settings(change)
             settings = e.settings.model_copy(deep=True)
             change(settings)
-            e.apply_settings(settings)
-            return settings.model_copy(deep=True)
+            return e.apply_settings(settings)
 
         self.write(save, self._settings_saved(done), failed)
 

@@ -1,6 +1,7 @@
 """More of Settings: appearance (light, dark, system), export and import, the HTTP API and MCP for other
 programs, backups (folder, schedule, last snapshot, back up now, restore) and recovery (the recovery key,
-the passphrase). Each section saves its own settings as they change (`Bridge.update_settings`).
+the passphrase). Each section saves its own settings as they change (`Bridge.update_settings`: only the
+setting changed, every other one stays as it is in settings.json).
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ class SettingsSections(QObject):
         self.recovery = RecoveryBox(self)
         self.boxes: list[QGroupBox] = [self.appearance, self.recovery, self.backups, self.transfer, self.api]
         bridge.opened.connect(self._opened)
+        bridge.settings_changed.connect(self._followed)
 
     def save(self, change: Callable[[Any], None], done: Callable[[Any], None] | None = None) -> None:
         """Change and save settings; the Settings page's copy follows so its own Save keeps the change."""
@@ -116,6 +118,14 @@ class SettingsSections(QObject):
     def _opened(self, info: EngineInfo) -> None:
         for box in self.boxes:
             box.load(info)  # type: ignore[attr-defined]
+
+    def _followed(self, _settings: Any) -> None:
+        """Saved settings changed (here, or in settings.json by another program): the theme and the backup
+        schedule show them. (Bridge.info carries the new settings already.)"""
+        info = self.bridge.info
+        if info is not None:
+            self.appearance.load(info)
+            self.backups.load(info)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ then the sections of desktop/settings_sections.py (appearance, recovery, backups
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, QUrl, Signal
@@ -204,8 +205,10 @@ class SettingsView(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(scroll)
 
-        self._settings: Any = None
+        self._settings: Any = None  # the settings as saved, that the fields show unless the user changed them
+        self._autostart_shown = False
         bridge.opened.connect(self.load)
+        bridge.settings_changed.connect(self.follow)  # saved by another page, or in the file by another program
         bridge.model_state_changed.connect(self.set_model_state)
         self.setEnabled(False)
 
@@ -214,19 +217,11 @@ class SettingsView(QWidget):
         self.setEnabled(True)
         s = info.settings
         self._settings = s
-        self.provider.setCurrentIndex(max(self.provider.findData(s.llm.provider), 0))
-        self.host.setText(s.llm.host or "")
-        self._show_default_host()
-        self.model.setCurrentText(s.llm.model)
-        self.hotkey.set_shortcut(s.hotkey)
+        self._show(s, FIELDS)
         self.hotkey_problem.set("")
-        known = self.embedding_model.findData(s.embedding_model)
-        if known >= 0:
-            self.embedding_model.setCurrentIndex(known)
-        else:
-            self.embedding_model.setEditText(s.embedding_model)
         self._embedding_poll.start()
-        self.autostart.setChecked(autostart.is_enabled())
+        self._autostart_shown = autostart.is_enabled()
+        self.autostart.setChecked(self._autostart_shown)
         self.location.setText(str(info.store))
         if info.key_source == "keychain" and info.key_backend_secure:
             self.encryption.setText(f"Encrypted (SQLCipher, AES-256). The key is kept in {info.key_backend}.")
@@ -255,9 +250,61 @@ class SettingsView(QWidget):
         else:
             self.host.setPlaceholderText("http://127.0.0.1:11434 (default)")
 
-    def _synced(self, settings: Any) -> None:
-        """A section saved a change: keep it when this page's own Save writes the settings again."""
+    def _show(self, s: Any, keys: Iterable[str]) -> None:
+        """Put these saved settings into their fields."""
+        keys = set(keys)
+        if "llm.provider" in keys:
+            self.provider.setCurrentIndex(max(self.provider.findData(s.llm.provider), 0))
+        if "llm.host" in keys:
+            self.host.setText(s.llm.host or "")
+            self._show_default_host()
+        if "llm.model" in keys:
+            self.model.setCurrentText(s.llm.model)
+        if "hotkey" in keys:
+            self.hotkey.set_shortcut(s.hotkey)
+        if "embedding_model" in keys:
+            known = self.embedding_model.findData(s.embedding_model)
+            if known >= 0:
+                self.embedding_model.setCurrentIndex(known)
+            else:
+                self.embedding_model.setEditText(s.embedding_model)
+
+    def _page_values(self) -> dict[str, Any]:
+        """What the fields say, by setting name (an empty model or shortcut field keeps the saved one)."""
+        s = self._settings
+        typed = self.embedding_model.currentText().strip()
+        known = self.embedding_model.findText(typed)
+        return {"llm.provider": self.provider.currentData(), "llm.host": self.host.text().strip() or None,
+                "llm.model": self.model.currentText().strip() or s.llm.model,
+                "hotkey": self.hotkey.shortcut() or s.hotkey,
+                "embedding_model": self.embedding_model.itemData(known) if known >= 0 else (typed or s.embedding_model)}
+
+    def page_changes(self) -> dict[str, Any]:
+        """What the user changed on this page, as dotted setting names: all that its Save writes."""
+        if self._settings is None:
+            return {}
+        saved = saved_values(self._settings)
+        changes = {k: v for k, v in self._page_values().items() if v != saved[k]}
+        if self.autostart.isChecked() != self._autostart_shown:
+            changes["autostart"] = self.autostart.isChecked()
+        return changes
+
+    def follow(self, settings: Any) -> None:
+        """The settings as saved now (by another page, or in settings.json by the CLI or an editor): the fields
+        show them, except those the user has changed here and not saved yet."""
+        if self._settings is None:
+            return
+        edited = self.page_changes()
+        before, after = saved_values(self._settings), saved_values(settings)
         self._settings = settings
+        moved = [k for k in FIELDS if after[k] != before[k] and k not in edited]
+        self._show(settings, moved)
+        if "hotkey" in moved:
+            self.hotkey_changed.emit(settings.hotkey)
+
+    def _synced(self, settings: Any) -> None:
+        """A section saved a change (Bridge.settings_changed brings it too)."""
+        self.follow(settings)
 
     def set_model_state(self, state: str, detail: str) -> None:
         self.embedding.setText(detail)
@@ -271,19 +318,14 @@ class SettingsView(QWidget):
         self.hotkey_status.set(status.message, tone)
 
     def current_settings(self) -> Any:
+        """The saved settings with what this page shows: what Test connection tries."""
         if self._settings is None:
             return None
-        # the newest saved settings (the app saves some itself, e.g. that the tray notice was shown)
-        base = self.bridge.info.settings if self.bridge.info is not None else self._settings
-        s = base.model_copy(deep=True)
-        s.llm.provider = self.provider.currentData()
-        s.llm.host = self.host.text().strip() or None
-        s.llm.model = self.model.currentText().strip() or s.llm.model
-        s.hotkey = self.hotkey.shortcut() or s.hotkey
+        s = self._settings.model_copy(deep=True)
+        values = self._page_values()
+        s.llm.provider, s.llm.host, s.llm.model = values["llm.provider"], values["llm.host"], values["llm.model"]
+        s.hotkey, s.embedding_model = values["hotkey"], values["embedding_model"]
         s.autostart = self.autostart.isChecked()
-        typed = self.embedding_model.currentText().strip()
-        known = self.embedding_model.findText(typed)
-        s.embedding_model = self.embedding_model.itemData(known) if known >= 0 else (typed or s.embedding_model)
         return s
 
     def tidy_up(self) -> None:
@@ -309,30 +351,36 @@ class SettingsView(QWidget):
         self.bridge.test_connection(s.llm, self._tested)
 
     def save(self) -> None:
-        s = self.current_settings()
-        if s is None:
+        """Save what the user changed on this page, and only that: every other setting stays as it is in
+        settings.json (changed meanwhile by another page, the CLI or an editor, it is kept)."""
+        if self._settings is None:
             return
+        changes = self.page_changes()
         old_hotkey = self._settings.hotkey
         self.hotkey_problem.set("")  # what was refused was never recorded; the saved shortcut is valid
-        if s.autostart != autostart.is_enabled():
+        if "autostart" in changes and changes["autostart"] != autostart.is_enabled():
             try:
-                autostart.set_enabled(s.autostart)
+                autostart.set_enabled(changes["autostart"])
             except OSError as e:
                 self.test_result.set(f"Could not change start at login: {e.strerror or e}", "error")
-                s.autostart = autostart.is_enabled()
-                self.autostart.setChecked(s.autostart)
+                changes.pop("autostart")
+                self.autostart.setChecked(autostart.is_enabled())
+        self._autostart_shown = self.autostart.isChecked()
+        if not changes:
+            self.feedback.setText("Nothing to save ✓")
+            return
         self.feedback.setText("Saving…")
 
         def done(saved: Any) -> None:
-            self._settings = saved
+            self.follow(saved)
             self.feedback.setText("Saved ✓")
             self.saved.emit(saved)
             self.bridge.embedding_status(lambda status: self.set_model_state(*status))  # a new model's state
             if saved.hotkey != old_hotkey:
                 self.hotkey_changed.emit(saved.hotkey)
 
-        self.bridge.save_settings(s, done, lambda message: (self.feedback.setText(""),
-                                                              self.test_result.set(message, "error")))
+        self.bridge.update_settings(changes, done, lambda message: (self.feedback.setText(""),
+                                                                    self.test_result.set(message, "error")))
 
     # ------------------------------------------------------------------------------------------------
     def _tested(self, health: Any) -> None:
@@ -351,6 +399,14 @@ class SettingsView(QWidget):
     def _open_folder(self) -> None:
         if self.bridge.info is not None:
             QDesktopServices.openUrl(QUrl.fromLocalFile(str(self.bridge.info.home)))
+
+
+FIELDS = ("llm.provider", "llm.host", "llm.model", "hotkey", "embedding_model")  # the settings this page shows
+
+
+def saved_values(s: Any) -> dict[str, Any]:
+    return {"llm.provider": s.llm.provider, "llm.host": s.llm.host, "llm.model": s.llm.model, "hotkey": s.hotkey,
+            "embedding_model": s.embedding_model}
 
 
 def describe_consolidation(report: Any) -> str:

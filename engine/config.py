@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
 from .errors import UserError
+from .locking import settings_lock
 from .paths import APP_NAME as APP_NAME
 from .paths import HOME_ENV as HOME_ENV
 from .paths import PROFILE_FILE as PROFILE_FILE
@@ -123,5 +125,61 @@ def load_settings(home: Path | None = None) -> Settings:
         raise UserError(f"The settings file {path} is not valid ({type(e).__name__}); fix or delete it.") from e
 
 
+def settings_stamp(home: Path | None = None) -> tuple[int, int, int] | None:
+    """Changes whenever settings.json is written (each save replaces the file); None when there is none."""
+    try:
+        st = ((home or home_dir()) / SETTINGS_FILE).stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
 def save_settings(settings: Settings, home: Path | None = None) -> None:
     write_atomic((home or home_dir()) / SETTINGS_FILE, settings.model_dump_json(indent=2))
+
+
+def settings_changes(before: Settings, after: Settings) -> dict[str, Any]:
+    """What `after` changed of `before`, as dotted names (`llm.model`, `ocr.enabled`, `theme`) to values;
+    lists and the agents' section count as one value each."""
+    out: dict[str, Any] = {}
+
+    def walk(a: BaseModel, b: BaseModel, prefix: str) -> None:
+        for name in type(a).model_fields:
+            x, y = getattr(a, name), getattr(b, name)
+            if isinstance(x, BaseModel) and isinstance(y, BaseModel) and name != "agents":
+                walk(x, y, f"{prefix}{name}.")
+            elif x != y:
+                out[prefix + name] = y.model_copy(deep=True) if isinstance(y, BaseModel) else y
+
+    walk(before, after, "")
+    return out
+
+
+def with_changes(settings: Settings, changes: Mapping[str, Any]) -> Settings:
+    """`settings` with `changes` (as settings_changes gives them) applied, validated; the original is kept."""
+    data = settings.model_dump()
+    for key, value in changes.items():
+        *path, field = key.split(".")
+        at = data
+        for part in path:
+            at = at[part]
+        if field not in at:
+            raise UserError(f"There is no setting called {key}.")
+        at[field] = value.model_dump() if isinstance(value, BaseModel) else value
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as e:
+        problem = e.errors()[0]
+        where = ".".join(str(p) for p in problem["loc"])
+        raise UserError(f"The setting {where} cannot be {problem.get('input')!r}: {problem['msg']}.") from None
+
+
+def update_settings(changes: Mapping[str, Any], home: Path | None = None) -> Settings:
+    """Change only these settings in settings.json, keeping everything else as it is in the file now (another
+    program may have changed other settings since this one read them). Returns the settings as saved."""
+    home = home or home_dir()
+    with settings_lock(home):
+        saved = with_changes(load_settings(home), changes)
+        if changes:
+            save_settings(saved, home)
+        return saved

@@ -26,9 +26,10 @@ dependencies. The methods below are one-line delegations (verbs that span parts 
 
 from __future__ import annotations
 
+import logging
 import secrets
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -37,7 +38,16 @@ from . import backup, erasure, heap, keyops, partials
 from .audit import AuditLog
 from .backfill import Backfill
 from .cipher import is_encrypted
-from .config import STORE_FILE, LLMSettings, Settings, home_dir, load_settings, save_settings
+from .config import (
+    STORE_FILE,
+    LLMSettings,
+    Settings,
+    home_dir,
+    load_settings,
+    settings_changes,
+    settings_stamp,
+    update_settings,
+)
 from .context import ChangeFeed, Changes, Context
 from .embedders import make_embedder
 from .embeddings import Embedder, resolve_model_choice
@@ -68,6 +78,8 @@ from .store import Connection, Store, state, stats, tallies
 from .store.sqlite import db
 from .store.sqlite.migrations import SCHEMA_VERSION, is_current, migrate
 from .unlock import open_store
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # engine/agent is imported when an agent is first used: a CLI remember never pays for it
     from .agent import AgentInfo, AgentRun, Agents, AgentStep, ConfirmRequest
@@ -125,6 +137,8 @@ class Engine:
         self._made_lock = threading.RLock()
         self._agents: Agents | None = None
         self._agents_lock = threading.Lock()
+        self._settings_stamp = settings_stamp(home)  # settings.json as this engine last read or wrote it
+        self._settings_lock = threading.Lock()
 
     def _part(self, name: str, make: Callable[[], Any]) -> Any:
         part = self._made.get(name)
@@ -340,16 +354,48 @@ class Engine:
         """`with eng.mutation() as (con, touched):` — one transaction; the vector mirror follows it."""
         return self.ctx.mutation()
 
-    def apply_settings(self, settings: Settings) -> None:
-        """Save new settings and use them from now on (the language model is reconnected)."""
-        changed_model = settings.embedding_model != self.ctx.settings.embedding_model
-        if changed_model:  # a clear error for a folder that is no model, or a missing `models` extra
-            settings.embedding_model = resolve_model_choice(settings.embedding_model)
-            changed_model = settings.embedding_model != self.ctx.settings.embedding_model
-        save_settings(settings, self.home)
+    def apply_settings(self, settings: Settings) -> Settings:
+        """Save what `settings` changed of the settings in use, and use them from now on (update_settings)."""
+        return self.update_settings(settings_changes(self.ctx.settings, settings))
+
+    def update_settings(self, changes: Mapping[str, Any]) -> Settings:
+        """Change these settings (dotted names, as `config.settings_changes` gives them: {"llm.model": …}) in
+        settings.json, keeping every other setting as it is in the file now — another program (the CLI, a
+        server, the app) may have changed it meanwhile — and use the result from now on. Returns it."""
+        changes = dict(changes)
+        if "embedding_model" in changes:  # a clear error for a folder that is no model, or a missing extra
+            changes["embedding_model"] = resolve_model_choice(changes["embedding_model"])
+        with self._settings_lock:
+            saved = update_settings(changes, self.home)
+            self._settings_stamp = settings_stamp(self.home)
+            self._use_settings(saved)
+        return saved.model_copy(deep=True)
+
+    def reload_settings(self) -> Settings | None:
+        """Follow settings.json when another program changed it since this engine last read or wrote it: the
+        new settings are used from now on and returned; None when nothing changed (one stat)."""
+        if settings_stamp(self.home) == self._settings_stamp:
+            return None
+        with self._settings_lock:
+            stamp = settings_stamp(self.home)
+            if stamp == self._settings_stamp:
+                return None
+            try:
+                saved = load_settings(self.home)
+            except UserError:  # half-edited by hand: keep what works; the next change is read again
+                log.warning("settings.json changed but cannot be read; keeping the settings in use")
+                self._settings_stamp = stamp
+                return None
+            self._settings_stamp = stamp
+            self._use_settings(saved)
+        return saved.model_copy(deep=True)
+
+    def _use_settings(self, settings: Settings) -> None:
+        before = self.ctx.settings
         self.ctx.settings = settings
-        self.language.reset()
-        if changed_model:
+        if settings.llm != before.llm:
+            self.language.reset()  # the next question reconnects
+        if settings.embedding_model != before.embedding_model:
             self.switch_embedding_model(settings.embedding_model)
 
     @staticmethod

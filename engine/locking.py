@@ -1,7 +1,7 @@
 """File locks on the profile folder, and the private permissions of everything in it (folders 0700, files
 0600: `private_dir`, `private_file`, and `secure_profile`, which tightens the whole profile when it opens).
 
-Two lock files live in the profile folder (both empty, 0600):
+Three lock files live in the profile folder (all empty, 0600):
 
 - `.create.lock`, held exclusively while one process creates the key, `profile.json` and the store, so
   that processes started at once (the app at login, a CLI command, an agent) never make two stores or a
@@ -10,6 +10,8 @@ Two lock files live in the profile folder (both empty, 0600):
   waiting) by the operations that replace the file's key or the file itself (`key rotate`, a restore),
   which therefore refuse to run while another program has the store open. (POSIX only; on Windows the
   exclusive check is skipped and the user is told to close other programs.)
+- `.settings.lock`, held exclusively while one program reads, changes and writes `settings.json`, so that
+  the app, a CLI command and a server changing different settings at once all keep their changes.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from .errors import StoreLocked
 
 CREATE_LOCK = ".create.lock"
 IN_USE_LOCK = ".in-use.lock"
+SETTINGS_LOCK = ".settings.lock"
 FILE_MODE = 0o600
 DIR_MODE = 0o700
 CREATE_WAIT_S = 120.0
@@ -165,6 +168,25 @@ def creation_lock(home: Path, timeout: float = CREATE_WAIT_S) -> Iterator[None]:
                     "Another program has been creating your memory store for a long time; try again in a moment."
                 )
             time.sleep(0.02)
+        try:
+            yield
+        finally:
+            _unlock(f)
+    finally:
+        f.close()
+
+
+@contextlib.contextmanager
+def settings_lock(home: Path, timeout: float = 30.0) -> Iterator[None]:
+    """Exclusive: one read-modify-write of settings.json at a time, across programs and threads."""
+    private_dir(home)
+    f = _open_lock(home / SETTINGS_LOCK)
+    try:
+        deadline = time.monotonic() + timeout
+        while not _lock(f, shared=False, wait=False):
+            if time.monotonic() > deadline:
+                raise StoreLocked("Another program has been changing the settings for a long time; try again.")
+            time.sleep(0.01)
         try:
             yield
         finally:

@@ -70,15 +70,22 @@ def session() -> Session:
     """What commands get: the engine (opened when a command asks for it) and the settings."""
     home = home_dir()
 
+    loaded: list[Settings] = []
+
     def load() -> Settings:
         from ..config import load_settings
 
-        return load_settings(home)
+        settings = load_settings(home)
+        loaded.append(settings.model_copy(deep=True))
+        return settings
 
     def save(s: Settings) -> None:
-        from ..config import save_settings
+        """Only what the command changed of the settings it read: a change another program made meanwhile
+        (the app, a server) is kept."""
+        from ..config import load_settings, settings_changes, update_settings
 
-        save_settings(s, home)
+        base = loaded[-1] if loaded else load_settings(home)
+        loaded.append(update_settings(settings_changes(base, s), home))
 
     shown: list[str] = []
 

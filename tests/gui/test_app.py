@@ -229,11 +229,9 @@ def test_saving_settings_keeps_the_welcome_card_away_and_the_tray_notice_seen(qt
     wait_idle(qtbot, desktop)
     qtbot.waitUntil(lambda: window.first_run.isVisible(), timeout=5000)  # a first run shows it
     window.first_run._dismiss()
-    info = desktop.bridge.info
-    seen = info.settings.model_copy(deep=True)
-    seen.tray_notice_shown = True  # as the app saves it after the first close to the tray
-    desktop.bridge.save_settings(seen)
+    desktop.bridge.update_settings({"tray_notice_shown": True})  # as the app saves it after the first close
     wait_idle(qtbot, desktop)
+    window.settings.model.setCurrentText("mistral")
     window.settings.save()
     qtbot.waitUntil(lambda: window.settings.feedback.text() == "Saved ✓", timeout=5000)
     wait_idle(qtbot, desktop)

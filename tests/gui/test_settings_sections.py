@@ -100,7 +100,6 @@ def test_the_api_toggle_starts_a_server_that_wants_the_token_and_stops_it(qtbot,
     settings.embedding_model = "none"  # the server's own engine: no model to load
     settings.api_port = 0  # any free port
     eng.apply_settings(settings)
-    desktop.bridge.save_settings(settings)
     box = sections(desktop).api
     box._port = 0
     qtbot.waitUntil(lambda: len(box.token.text()) > 20)
