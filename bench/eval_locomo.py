@@ -64,6 +64,9 @@ def realtalk_samples(path: Path) -> list[dict]:
     out = []
     for f in files:
         chat = json.loads(f.read_text(encoding="utf-8"))
+        if not (isinstance(chat, dict) and isinstance(chat.get("qa"), list)
+                and any(re.fullmatch(r"session_\d+", k) for k in chat)):
+            raise ValueError(f"{f.name} is not a REALTALK chat (session_N turns and qa)")
         conv: dict = {}
         for key, turns in chat.items():
             if re.fullmatch(r"session_\d+", key) and isinstance(turns, list):
@@ -141,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
         if realtalk:
             data = realtalk_samples(path)
     except (OSError, ValueError, TypeError) as e:
+        if "REALTALK" in str(e):
+            ap.error(f"{args.path} is not a LoCoMo-format file (a list of samples, each with 'conversation' and 'qa') "
+                     f"nor REALTALK chats: {e}")
         ap.error(f"cannot read {args.path} ({type(e).__name__}: {e})")
     args.categories = REALTALK_CATEGORIES if realtalk else CATEGORIES
     if not (isinstance(data, list) and data and all(isinstance(d, dict) and isinstance(d.get("conversation"), dict)

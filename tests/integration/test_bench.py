@@ -149,3 +149,29 @@ def test_scale_bench_times_each_flat_operation_in_turn_with_a_baseline_store(tmp
         assert op in table and table[op].count("x)") == 2, table.get(op)
     assert "recall / floor (median)" in table and "recall@10 vs exact" in table
     assert not (tmp_path / "home").exists() or not any((tmp_path / "home").rglob("memory.db"))  # nothing kept
+
+
+def test_eval_locomo_reads_realtalk_chats(tmp_path: Path):
+    """A REALTALK chat: turns timed each at their own time, categories 1-3, evidence ids written loosely."""
+    chat = {
+        "name": {"speaker_1": "Ana", "speaker_2": "Ben"},
+        "session_1": [
+            {"clean_text": "My cat Miso turned three today!", "speaker": "Ana", "date_time": "29.12.2023, 22:42:04",
+             "dia_id": "D1:1", "img_file": [], "img_url": []},
+            {"clean_text": "Happy birthday Miso! I'm training for a marathon.", "speaker": "Ben",
+             "date_time": "29.12.2023, 22:45:00", "dia_id": "D1:2", "img_file": [], "img_url": []},
+        ],
+        "session_1_date_time": "29.12.2023, 22:42:04",
+        "qa": [{"question": "What is the name of Ana's cat?", "answer": "Miso", "evidence": ["D 1:1."], "category": 1},
+               {"question": "What is Ben training for?", "answer": "a marathon", "evidence": ["D1:2"], "category": 3}],
+    }
+    folder = tmp_path / "realtalk"
+    folder.mkdir()
+    (folder / "Chat_1_Ana_Ben.json").write_text(json.dumps(chat))
+    out = tmp_path / "r.json"
+    proc = run_bench("eval_locomo.py", str(folder), "--out", str(out), tmp=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "REALTALK evidence recall" in proc.stdout and "3 inference" in proc.stdout
+    by_q = {q["question"]: q for q in json.loads(out.read_text())["questions"]}
+    assert by_q["What is the name of Ana's cat?"]["gold"] == ["D1:1"]
+    assert by_q["What is the name of Ana's cat?"]["ours@5"] == 1.0
