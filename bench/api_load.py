@@ -12,6 +12,11 @@ HttpClient) and, for each condition (idle, then with two CPU-bound loop processe
 - a conversation: CONVERSATIONS requests of TURNS episodic turns each through POST /memory/batch (one
   transaction, one batch embed), and the same turns one by one through POST /memory/remember: turns
   stored per second both ways; every turn is then counted in the store (stored once each).
+
+--facts: facts from conversations on, as with a language model configured: the server's language model is the
+test Ollama server (tests/ollama_server.py, in this process), answering every extraction request at once with one
+fact per turn, so the cost measured is the extraction's own (its thread, its writes, the facts' embeddings)
+beside the store of the turns, not a model's. The number of facts written is printed.
 """
 
 from __future__ import annotations
@@ -129,8 +134,21 @@ def main() -> int:
     ap.add_argument("--turns", type=int, default=20, help="turns per conversation request")
     ap.add_argument("--conversations", type=int, default=15)
     ap.add_argument("--busy", type=int, default=2, help="CPU-bound loop processes in the busy condition")
+    ap.add_argument("--facts", action="store_true", help="facts from conversations on, against the test Ollama server")
     a = ap.parse_args()
     home, _, tmp = prepare_home(None, "api-load")
+    model = None
+    if a.facts:
+        from tests.ollama_server import OllamaTestServer, echo_reply, turn_facts
+
+        def reply(request: dict) -> object:
+            system = request["messages"][0]["content"] if request.get("messages") else ""
+            if system.startswith("You read the turns of a conversation"):
+                return turn_facts(request, lambda text: f"Someone said that {text.split('] ', 1)[-1]}")
+            return echo_reply(request)
+
+        model = OllamaTestServer(models=["llama3.2"], reply_fn=reply)  # type: ignore[arg-type]
+        os.environ["OLLAMA_HOST"] = model.url
     rows = []
     convo = []
     try:
@@ -161,8 +179,14 @@ def main() -> int:
                 convo.append([cond, f"{c['batch']:.1f}", f"{c['single']:.1f}", f"{c['unique']}/{c['sent']}"])
                 print(f"{cond}: {done} requests, {len(r['errors'])} errors; conversation {c['batch']:.1f} turns/s "
                       f"batched, {c['single']:.1f} one by one", flush=True)
+            if model is not None:
+                facts = client.client.get("/stats").json()["by_kind"].get("fact", 0)
+                asked = sum(1 for b in model.chat_requests if b["messages"][0]["content"].startswith("You read"))
+                print(f"facts from conversations: {asked} extraction requests, {facts} facts in the store", flush=True)
     finally:
         cleanup(tmp)
+        if model is not None:
+            model.close()
     print()
     print(f"{a.threads} client threads (remember or recall at random) + a CLI writer, {a.seconds:.0f} s each, "
           f"{a.items:,} items; busy = {a.busy} CPU-bound loop processes")

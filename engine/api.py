@@ -847,7 +847,8 @@ def _add_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
         return await call(eng.update, id, pool="write", **body.changes())
 
     @app.delete("/memory/{id}", response_model=ForgetResult, tags=["memory"],
-                summary="Forget a memory (mem_…) or a document (doc_…) and everything derived from it",
+                summary="Forget a memory (mem_…), a document (doc_…) or a conversation (cnv_…) and everything "
+                        "derived from it",
                 responses={404: {"model": ErrorBody, "description": "No such memory or document"}})
     async def forget(id: str) -> ForgetResult:
         return await call(eng.forget, id, pool="write")

@@ -41,6 +41,11 @@ class BackupSettings(BaseModel):
     schedule: Literal["daily", "weekly", "off"] = "daily"  # how often the app takes a snapshot while it runs
 
 
+class FactsSettings(BaseModel):
+    # Facts from conversations as they are stored (engine/extraction.py), when a language model is configured.
+    enabled: bool = True
+
+
 class OcrSettings(BaseModel):
     # Read scanned PDF pages and image files (png, jpg, tiff, webp) with the offline OCR engine (engine/ocr.py).
     enabled: bool = True
@@ -99,6 +104,7 @@ class Settings(BaseModel):
     max_file_mb: float = 50.0
     ingest: IngestSettings = Field(default_factory=IngestSettings)
     ocr: OcrSettings = Field(default_factory=OcrSettings)
+    facts: FactsSettings = Field(default_factory=FactsSettings)
     vector_cache: bool = True  # keep an in-memory mirror of the vectors for exact, fast search
     api_port: int = 8765
     api_allowed_origins: list[str] = Field(default_factory=list)

@@ -16,6 +16,11 @@
   Editing or forgetting an event deletes the facts summarised from it at once (they may repeat its old
   words) and puts their other events back in the queue, to be summarised again. A window is hashed over
   its events' ids and contents, so a window whose events were edited is summarised again.
+- Facts from conversations (`extract_facts`, run in the background by engine/extraction.py as turns are
+  stored): the same queue, windows and transactions as the roll-up, from a single waiting turn on, but
+  each fact names the turns it comes from, and only those are its `derivations`: forgetting one of them
+  (or the conversation) forgets the fact in the same transaction. A fact naming no turn of the window is
+  derived from all of them.
 
 Without a language model, decay and archive run and the rest waits (the report says so).
 """
@@ -66,6 +71,18 @@ class ContradictionVerdict(BaseModel):
 
 class RollupFacts(BaseModel):
     facts: list[str] = Field(default_factory=list)
+
+
+class TurnFact(BaseModel):
+    fact: str
+    turns: list[int] = Field(default_factory=list)
+
+
+class TurnFacts(BaseModel):
+    facts: list[TurnFact] = Field(default_factory=list)
+
+
+FACTS_MAX_BATCH = 20  # turns per extraction request
 
 
 class RollupReport(BaseModel):
@@ -356,11 +373,22 @@ class Consolidation:
                 scopes.setdefault(f"project:{project or ''}", (None, project))
         return scopes
 
+    def extract_facts(self, cancel: threading.Event | None = None, now: float | None = None) -> RollupReport:
+        """Facts from the conversation turns waiting, each derived from the turns it names (see the module
+        doc). Without a language model that answers, nothing happens (the report's note says why)."""
+        router, why = self.language.ready()
+        if router is None:
+            return RollupReport(note=f"Facts from conversations wait for a language model. {why}")
+        return self._rollup(router, time.time() if now is None else now, cancel, min_batch=1,
+                            max_batch=FACTS_MAX_BATCH, by_turn=True)
+
     def _rollup(self, router: LLMRouter, now: float, cancel: threading.Event | None,
-                min_batch: int = ROLLUP_MIN_BATCH, max_batch: int = ROLLUP_MAX_BATCH) -> RollupReport:
+                min_batch: int = ROLLUP_MIN_BATCH, max_batch: int = ROLLUP_MAX_BATCH,
+                by_turn: bool = False) -> RollupReport:
         report = RollupReport()
         con = self.ctx.con
-        system = Message(role="system", content=prompt("rollup"))
+        system = Message(role="system", content=prompt("facts" if by_turn else "rollup"))
+        what = "Facts from conversations" if by_turn else "Roll-up"
         for scope, (conv_id, project) in self._rollup_scopes(con).items():
             mark = rows.watermark(con, scope)
             interrupted = rows.interrupted(con, scope, mark)
@@ -377,21 +405,23 @@ class Consolidation:
                 source_hash = _window_hash(scope, window)
                 if not rows.window_done(con, source_hash):
                     try:
-                        facts = self._summarise(router, system, ids)
+                        facts = (self._turn_facts if by_turn else self._summarise)(router, system, ids)
                     except LLMBadOutput:
-                        report.note = "Roll-up: the language model's summary did not fit; it is tried again next time."
+                        report.note = (f"{what}: the language model's answer did not fit; it is tried again next "
+                                       "time.")
                         break
                     except LLMError as e:
-                        report.note = f"Roll-up stopped: {e}"
+                        report.note = f"{what} stopped: {e}"
                         return report
-                    report.facts += self._write_rollup(scope, conv_id, project, ids, source_hash, facts, now)
+                    report.facts += self._write_rollup(scope, conv_id, project, ids, source_hash, facts, now,
+                                                       "extract_facts" if by_turn else "rollup")
                     report.windows += 1
                     report.empty += not facts
                 self._mark_rolled_up(scope, ids, ids[-1], now)
                 report.sources += len(ids)
         return report
 
-    def _summarise(self, router: LLMRouter, system: Message, ids: list[int]) -> list[str]:
+    def _summarise(self, router: LLMRouter, system: Message, ids: list[int]) -> list[tuple[str, list[int]]]:
         events = "\n".join(f"{i}. [{iso(at)[:16].replace('T', ' ')}] {text}"
                            for i, (text, at) in enumerate(rows.events(self.ctx.con, ids), 1))
         answer = router.complete([system, Message(role="user", content=untrusted(events))], schema=RollupFacts)
@@ -400,23 +430,39 @@ class Consolidation:
             fact = " ".join(fact.split())
             if fact and not _SUMMARY_NONE.match(fact) and len(fact) <= MAX_FACT_CHARS:
                 facts.setdefault(fact)
-        return list(facts)[:MAX_ROLLUP_FACTS]
+        return [(fact, ids) for fact in list(facts)[:MAX_ROLLUP_FACTS]]
+
+    def _turn_facts(self, router: LLMRouter, system: Message, ids: list[int]) -> list[tuple[str, list[int]]]:
+        """Facts the model reads in these turns, each with the ids of the turns it names (all of them when it
+        names none of these)."""
+        turns = rows.turns(self.ctx.con, ids)
+        listing = "\n".join(f"{n}. [{iso(at)[:16].replace('T', ' ')}] {text}"
+                            for n, (_rid, text, at) in enumerate(turns, 1))
+        answer = router.complete([system, Message(role="user", content=untrusted(listing))], schema=TurnFacts)
+        facts: dict[str, set[int]] = {}
+        for item in cast(TurnFacts, answer.parsed).facts:
+            fact = " ".join(item.fact.split())
+            if not fact or _SUMMARY_NONE.match(fact) or len(fact) > MAX_FACT_CHARS:
+                continue
+            named = {turns[n - 1][0] for n in item.turns if 1 <= n <= len(turns)}
+            facts.setdefault(fact, set()).update(named or ids)
+        return [(fact, sorted(sources)) for fact, sources in list(facts.items())[:MAX_ROLLUP_FACTS]]
 
     def _write_rollup(self, scope: str, conv_id: int | None, project: str | None, ids: list[int],
-                      source_hash: str, facts: list[str], now: float) -> int:
+                      source_hash: str, facts: list[tuple[str, list[int]]], now: float, action: str = "rollup") -> int:
         """Facts, their derivations and the rollups row: one transaction. Returns the facts written."""
         written: list[str] = []
         with self.ctx.mutation() as (con, _):
-            for text in facts:
+            for text, sources in facts:
                 result = self.memories.remember(text, kind="fact", project=project, source="rollup",
                                        conversation_id=conv_id, embed="background")
                 rid, source = memory_rows.row_of(con, result.id)
                 if result.merged and source != "rollup":
                     continue  # already known on its own: not derived from these events alone
-                rows.derive(con, rid, ids)
+                rows.derive(con, rid, sources)
                 written.append(result.id)
             rows.add_rollup(con, scope, source_hash, len(written), now, ids[-1])
-            self.ctx.audit.record("rollup", None, {"scope": scope.split(":", 1)[0], "sources": len(ids), "facts": written},
+            self.ctx.audit.record(action, None, {"scope": scope.split(":", 1)[0], "sources": len(ids), "facts": written},
                        con=con, actor="consolidation")
         return len(written)
 

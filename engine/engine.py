@@ -52,6 +52,7 @@ from .context import ChangeFeed, Changes, Context
 from .embedders import make_embedder
 from .embeddings import Embedder, resolve_model_choice
 from .errors import DiskFull, EngineError, UserError
+from .extraction import FactExtraction
 from .feed import OutsideWrites, StoreChanges
 from .fts_merge import FtsMerger
 from .graph import ExtractionReport, Graph, GraphView
@@ -135,6 +136,7 @@ class Engine:
         # so that a CLI recall or remember does not import them (docs/performance.md, "A short command")
         self._made: dict[str, Any] = {}
         self._made_lock = threading.RLock()
+        self.extraction = FactExtraction(self.ctx, lambda: self.consolidation)  # its thread: start_background
         self._agents: Agents | None = None
         self._agents_lock = threading.Lock()
         self._settings_stamp = settings_stamp(home)  # settings.json as this engine last read or wrote it
@@ -296,6 +298,7 @@ class Engine:
             self.documents.owner.release()
         if self._agents is not None:
             self._agents.close()
+        self.extraction.stop()
         self.space.stop()  # first: a load of the vector mirrors the backfill waits for stops
         self.backfill.stop()
         self.fts.stop()
@@ -434,11 +437,13 @@ class Engine:
         self.documents.readers.use_helpers()  # document readers' libraries stay out of this process
         heap.map_large_blocks()  # an embedding batch's buffers are given back when freed (engine/heap.py)
         self.backfill.start(resume=lambda cancel: self.documents.resume_pending_documents(cancel=cancel))
+        self.extraction.start()  # facts from conversations as they are stored (engine/extraction.py)
 
     def wake_background(self) -> None:
         self.backfill.wake()
 
     def stop_background(self) -> None:
+        self.extraction.stop()
         self.backfill.stop()
 
     @property
@@ -497,7 +502,8 @@ class Engine:
 
     def forget(self, uid: str) -> ForgetResult:
         """Delete a memory or a document and everything derived from it, in one transaction."""
-        result = self.documents.forget(uid) if uid.startswith("doc_") else self.memories.forget(uid)
+        result = (self.documents.forget(uid) if uid.startswith("doc_") else self.memories.forget_conversation(uid)
+                  if uid.startswith("cnv_") else self.memories.forget(uid))
         if self.profile is not None:  # the desktop file: the log's older copies of the changed pages go
             erasure.after_forget(self.store)  # (engine/erasure.py; on a server, docs/server.md says what a forget reaches)
         return result

@@ -408,7 +408,8 @@ def create_server(eng: Any, pool: ThreadPoolExecutor | None = None) -> MCPServer
 
     @server.tool(annotations=ToolAnnotations(title="Forget (delete for good)", read_only_hint=False,
                                             destructive_hint=True, idempotent_hint=True, open_world_hint=False))
-    async def forget(id: Annotated[str, Field(description="The memory (mem_…) or document (doc_…) id")],
+    async def forget(id: Annotated[str, Field(description="The memory (mem_…), document (doc_…) or conversation "
+                                                          "(cnv_…) id")],
                      confirm: Annotated[str, Field(description='The same id again, or "forget", once the user '
                                                                "agreed to delete it")]) -> Annotated[CallToolResult, ForgetResult]:
         """Delete a memory (mem_…) or document (doc_…) and everything derived from it, permanently. Only

@@ -36,6 +36,7 @@ from .memory_rules import (
 from .models import ForgetResult, Memory, RememberResult
 from .space import Touched
 from .store import Connection, tallies, vectors
+from .store import conversations as conversation_rows
 from .store import memories as rows
 from .store.types import ACTIVITY_SOURCE, Filter, MemoryRow, to_memory
 
@@ -352,6 +353,19 @@ class Memories:
             self.ctx.audit.record("forget", uid, removed, con=con)
         self.ctx.changes.emit(Changes("forget", memories=set(removed.pop("_uids", [uid])), graph=True))
         return ForgetResult(id=uid, type="memory", removed=removed)
+
+    def forget_conversation(self, uid: str) -> ForgetResult:
+        """Delete a conversation (cnv_…): its transcript, its turns and every fact read from them, in one
+        transaction."""
+        with self.ctx.mutation() as (con, touched):
+            conversation = conversation_rows.row_id(con, uid)
+            ids = conversation_rows.memory_ids(con, conversation)
+            removed: dict[str, Any] = self.delete_memories(con, ids, touched) if ids else {"memories": 0}
+            removed["messages"] = conversation_rows.delete(con, conversation)
+            gone: list[str] = removed.pop("_uids", [])
+            self.ctx.audit.record("forget_conversation", uid, removed, con=con)
+        self.ctx.changes.emit(Changes("forget", memories=set(gone), graph=True))
+        return ForgetResult(id=uid, type="conversation", removed=removed)
 
     def delete_memories(self, con: Connection, ids: list[int], touched: Touched) -> dict[str, Any]:
         """Delete memories plus every fact summarised from any of them (it may repeat what is deleted);

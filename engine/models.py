@@ -78,7 +78,7 @@ class Hit(BaseModel):
 
 class ForgetResult(BaseModel):
     id: str
-    type: Literal["memory", "document"]
+    type: Literal["memory", "document", "conversation"]
     removed: dict[str, int] = Field(default_factory=dict)
 
 

@@ -32,7 +32,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 __all__ = [
-    "OllamaTestServer", "OpenAITestServer", "RecordedRequest", "Reply", "echo_reply", "offered_tools", "split_tokens",
+    "OllamaTestServer", "OpenAITestServer", "RecordedRequest", "Reply", "echo_reply", "numbered_turns", "offered_tools",
+    "split_tokens", "turn_facts",
 ]
 
 _TOKEN = re.compile(r"\s*\S+|\s+")
@@ -105,6 +106,25 @@ def echo_reply(request: dict[str, Any]) -> str:
     """The default answer: repeat the last user message."""
     users = [m.get("content", "") for m in request.get("messages") or [] if m.get("role") == "user"]
     return f"You said: {users[-1]}" if users else "Hello."
+
+
+_TURN = re.compile(r"^(\d+)\. \[[^\]]*\] (.*)$")
+
+
+def numbered_turns(request: dict[str, Any]) -> list[tuple[int, str]]:
+    """The numbered turns of a fact-extraction request (its last user message: `N. [date] text` lines
+    inside <untrusted_content>), as (number, text)."""
+    users = [m.get("content", "") for m in request.get("messages") or [] if m.get("role") == "user"]
+    return [(int(m.group(1)), m.group(2)) for line in (users[-1] if users else "").splitlines()
+            if (m := _TURN.match(line.strip()))]
+
+
+def turn_facts(request: dict[str, Any], fact: Callable[[str], str | None]) -> Reply:
+    """An answer to the fact-extraction prompt, as a model asked for `{"facts": [{"fact", "turns"}]}` with
+    a JSON schema gives it: `fact(turn text)` says what a turn states (None: nothing durable), and each
+    fact names the turn it comes from."""
+    facts = [{"fact": said, "turns": [n]} for n, text in numbered_turns(request) if (said := fact(text))]
+    return Reply(json={"facts": facts})
 
 
 def offered_tools(request: dict[str, Any]) -> list[str]:

@@ -157,7 +157,7 @@ def used(p: argparse.ArgumentParser) -> Handler:
 
 
 def forget(p: argparse.ArgumentParser) -> Handler:
-    p.add_argument("id", help="a memory id (mem_…) or a document id (doc_…)")
+    p.add_argument("id", help="a memory id (mem_…), a document id (doc_…) or a conversation id (cnv_…)")
     add_json(p)
 
     def run(a: argparse.Namespace, session: Session) -> int:

@@ -1,4 +1,4 @@
-"""`personal-llm config`: show or change the language model, embedding model, backup and OCR settings.
+"""`personal-llm config`: show or change the language model, embedding model, backup, OCR and facts settings.
 
 `config set embedding.model NAME|PATH|ollama:NAME` saves the choice and re-embeds the store with it at once
 (an Ollama model is first asked for a vector: a server that is down or lacks it changes nothing), with a
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ..config import Settings
 
 CONFIG_KEYS = ("llm.provider", "llm.host", "llm.model", "llm.timeout", "backup.folder", "backup.schedule",
-               "ocr.enabled", "embedding.model")
+               "ocr.enabled", "facts.enabled", "embedding.model")
 _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 
 
@@ -76,6 +76,9 @@ def config(p: argparse.ArgumentParser) -> Handler:
             session.save_settings(settings)
         elif a.action == "set" and a.key == "ocr.enabled":
             settings.ocr.enabled = _switch(a.key, a.value)
+            session.save_settings(settings)
+        elif a.action == "set" and a.key == "facts.enabled":
+            settings.facts.enabled = _switch(a.key, a.value)
             session.save_settings(settings)
         elif a.action == "set" and a.key == "embedding.model":
             choice = resolve_model_choice(a.value)

@@ -200,6 +200,13 @@ def events(con: Connection, ids: list[int]) -> list[tuple[str, float]]:
         "ORDER BY coalesce(event_at, created_at), id", padded(ids)).fetchall()
 
 
+def turns(con: Connection, ids: list[int]) -> list[tuple[int, str, float]]:
+    """(id, text, when) of these events in time order."""
+    return con.execute(
+        f"SELECT id, text, coalesce(event_at, created_at) FROM memories WHERE id IN ({marks(ids)}) "
+        "ORDER BY coalesce(event_at, created_at), id", padded(ids)).fetchall()
+
+
 def derive(con: Connection, fact: int, sources: list[int]) -> None:
     con.executemany("INSERT OR IGNORE INTO derivations(derived_id, source_id) VALUES (?, ?)",
                     [(fact, sid) for sid in sources])

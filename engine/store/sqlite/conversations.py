@@ -16,6 +16,18 @@ def row_id(con: Connection, uid: str) -> int:
     return int(row[0])
 
 
+def memory_ids(con: Connection, conversation: int) -> list[int]:
+    """The memories of a conversation: its imported turns and the facts read from them."""
+    return [r[0] for r in con.execute("SELECT id FROM memories WHERE conversation_id = ?", (conversation,))]
+
+
+def delete(con: Connection, conversation: int) -> int:
+    """Delete a conversation and its transcript (its messages go by cascade); the number of messages."""
+    messages = con.execute("SELECT count(*) FROM messages WHERE conversation_id = ?", (conversation,)).fetchone()[0]
+    con.execute("DELETE FROM conversations WHERE id = ?", (conversation,))
+    return int(messages)
+
+
 def last_messages(con: Connection, conversation: int, n: int) -> list[tuple[str, str]]:
     """(role, content) of the conversation's last n messages, oldest first."""
     rows = con.execute(
