@@ -53,7 +53,8 @@ class FactExtraction:
 
     def enabled(self) -> bool:
         settings = self.ctx.settings
-        return bool(settings.facts.enabled) and settings.llm.provider != "none"
+        # a server's database (no profile) has no roll-up rows yet (docs/server.md): there the turns wait
+        return bool(settings.facts.enabled) and settings.llm.provider != "none" and self.ctx.profile is not None
 
     def start(self) -> None:
         if self._thread is not None:
