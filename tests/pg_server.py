@@ -99,9 +99,13 @@ class LocalServer:
         self.process: subprocess.Popen | None = None
 
     def start(self) -> LocalServer:
-        subprocess.run([str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust",
-                        "--encoding=UTF8", "--locale=C", "--no-sync"],
-                       check=True, capture_output=True, cwd=self.root, timeout=120, **self._as)
+        try:
+            subprocess.run([str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust",
+                            "--encoding=UTF8", "--locale=C", "--no-sync"],
+                           check=True, capture_output=True, cwd=self.root, timeout=120, **self._as)
+        except BaseException:
+            self.stop()  # the folder goes
+            raise
         options = [arg for s in SETTINGS for arg in ("-c", s)]
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
