@@ -68,7 +68,7 @@ class Rows:
             module = modules.get(type(args[0])) if args else None
             if module is None:  # a first call with this type, or the handle passed by keyword
                 handle = args[0] if args and backend_of(args[0]) else kwargs.get("con", kwargs.get("store"))
-                module = module_of(handle)
+                module = module_of(handle if handle is not None or not args else args[0])
             return getattr(module, attr)(*args, **kwargs)
 
         call.__name__ = call.__qualname__ = f"{self._name}.{attr}"

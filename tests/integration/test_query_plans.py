@@ -12,6 +12,7 @@ import pytest
 from engine import Engine
 from engine.embeddings import NoEmbedder
 from engine.space import Touched
+from engine.store import seam
 from engine.store.sqlite import db, tallies, vectors
 from engine.store.sqlite import documents as document_rows
 from engine.store.sqlite import graph as graph_rows
@@ -37,6 +38,8 @@ class Recording:
             self.statements.append((sql, seq[0]))
         return self.con.executemany(sql, seq)
 
+
+seam.register("engine.store.sqlite", Recording)  # the storage interface sends its calls where the connection's go
 
 def plans_of(con, fn, *args) -> list[str]:
     """The query plan of every statement `fn(con, *args)` runs (one line per statement)."""
