@@ -417,9 +417,10 @@ def test_a_stored_mirror_loads_ahead_of_the_first_search(profile_home):
 OTHER_PROCESS = """
 import sys
 import numpy as np
-from engine import Engine, vectors
+from engine import Engine
+from engine.store.sqlite import vectors
 from engine.embeddings import NoEmbedder
-from engine.storage import memories as memory_rows
+from engine.store.sqlite import memories as memory_rows
 
 dim, gone = int(sys.argv[1]), int(sys.argv[2])
 q = np.frombuffer(bytes.fromhex(sys.argv[3]), dtype=np.float32)
@@ -459,7 +460,8 @@ def test_another_process_writing_after_the_stored_mirror_is_caught_up(profile_ho
 SHORT_LIVED = """
 import time
 
-from engine import Engine, vectors
+from engine import Engine
+from engine.store.sqlite import vectors
 from engine.embeddings import NoEmbedder
 from tests.integration.test_stored_mirror import _fill, _wire
 
@@ -629,7 +631,8 @@ def test_a_first_search_reads_the_stored_blocks_as_it_goes_and_answers_exactly(p
 CLOSE_WHILE_LOADING = """
 import time
 
-from engine import Engine, vectors
+from engine import Engine
+from engine.store.sqlite import vectors
 from engine.embeddings import NoEmbedder
 from tests.integration.test_stored_mirror import _stored, _wire
 
