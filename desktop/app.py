@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 from .first_run import RecoveryKeyDialog
 from .hotkey import GlobalHotkey, HotkeyStatus
 from .main_window import MainWindow
+from .pending_deletes import UNDO_SECONDS
 from .profile import profile_home, saved_theme
 from .quick_capture import QuickCapture
 from .recovery_dialogs import OpenWithRecoveryDialog
@@ -61,7 +62,7 @@ class DesktopApp(QObject):
 
     quitted = Signal(int)
 
-    def __init__(self, home: Path, *, single: SingleInstance | None = None, hidden: bool = False, embedder: Any = None, undo_seconds: float = 5.0,
+    def __init__(self, home: Path, *, single: SingleInstance | None = None, hidden: bool = False, embedder: Any = None, undo_seconds: float = UNDO_SECONDS,
                  use_tray: bool = True, use_hotkey: bool = True, start_background: bool = True) -> None:
         super().__init__()
         self.home = home

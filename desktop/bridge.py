@@ -394,6 +394,15 @@ class Bridge(QObject):
         self.read(lambda e: e.list_memories(kind=kind, project=project, archived=archived,
                                             conflicts_only=conflicts_only, limit=limit), done)
 
+    def memory_page(self, done: Done, *, kind: str | None = None, project: str | None = None,
+                    archived: bool | None = False, conflicts_only: bool = False, limit: int = 200,
+                    after: str | None = None, since: float | None = None, with_total: bool = True,
+                    failed: Failed | None = None) -> None:
+        """done(engine MemoryPage): a page of the listing, newest first, with its total and where to go on."""
+        self.read(lambda e: e.memory_page(kind=kind, project=project, archived=archived,
+                                          conflicts_only=conflicts_only, limit=limit, after=after, since=since,
+                                          with_total=with_total), done, failed)
+
     def recall(self, query: str, done: Done, *, k: int = 50, project: str | None = None, kind: str | None = None,
                since: float | None = None, include_archived: bool = False, include_chunks: bool = False,
                failed: Failed | None = None) -> None:

@@ -41,7 +41,7 @@ from PySide6.QtWidgets import (
 
 from . import formatting, theme
 from .bridge import Bridge
-from .pending_deletes import PendingDeletes
+from .pending_deletes import UNDO_SECONDS, PendingDeletes
 from .widgets import EmptyState, UndoBar, button, muted, page_title, scroller
 
 WIDE = 1000  # from this width on, the sources sit beside the drawing instead of below it
@@ -286,7 +286,7 @@ class GraphView(QWidget):
     memory_opened = Signal(str)
     status_posted = Signal(str)
 
-    def __init__(self, bridge: Bridge, undo_seconds: float = 5.0, parent: QWidget | None = None) -> None:
+    def __init__(self, bridge: Bridge, undo_seconds: float = UNDO_SECONDS, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.bridge = bridge
         self.pending = PendingDeletes(undo_seconds, self)

@@ -35,6 +35,7 @@ from .documents_view import DocumentsView
 from .first_run import FirstRunCard
 from .graph_view import GraphView
 from .memory_browser import MemoryBrowser
+from .pending_deletes import UNDO_SECONDS
 from .settings_view import SettingsView
 from .status_bar import StatusBar
 from .widgets import scroller
@@ -59,7 +60,7 @@ class MainWindow(QMainWindow):
     pages_built = Signal()
     projects_loaded = Signal(list)  # the projects, each time they are read again (the quick-capture box follows)
 
-    def __init__(self, bridge: Bridge, *, undo_seconds: float = 5.0, state_file: Path | None = None,
+    def __init__(self, bridge: Bridge, *, undo_seconds: float = UNDO_SECONDS, state_file: Path | None = None,
                  parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.bridge = bridge

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, cast
 
 from PySide6.QtCore import QEvent, QObject, QSize, Qt, QTimer, Signal
@@ -36,11 +37,16 @@ from PySide6.QtWidgets import (
 from . import formatting, icons, theme
 from .bridge import Bridge
 from .passage_hits import PassageHits
-from .pending_deletes import PendingDeletes
+from .pending_deletes import UNDO_SECONDS, PendingDeletes
 from .widgets import Banner, EmptyState, UndoBar, button, muted, page_title, refill_editable, scroller
 
 SEARCH_DEBOUNCE_MS = 180
 OPENED_AFTER_MS = 1500
+LIST_PAGE = 200  # memories read at a time; the next page as the user scrolls near the end
+FETCH_WHEN_ROWS_LEFT = 40  # ... this many rows before it
+REFRESH_AT_MOST = 5000  # rows read again when the store changes (deeper, the list starts again from the top)
+SEARCH_PAGE = 100  # search results at a time (the best first); more when scrolled to their end
+SEARCH_MAX = 1000
 TIME_FILTERS = (("Any time", None), ("Today", 1), ("Past 7 days", 7), ("Past 30 days", 30), ("Past year", 365))
 SHOW_FILTERS = (("Active", "active"), ("Archived", "archived"), ("Conflicts", "conflicts"), ("All", "all"))
 KIND_FILTERS = (("All kinds", None), ("Facts", "fact"), ("Events", "episodic"), ("How-tos", "procedural"))
@@ -76,7 +82,7 @@ class MemoryBrowser(QWidget):
     count_changed = Signal(int)
     status_posted = Signal(str)
 
-    def __init__(self, bridge: Bridge, undo_seconds: float = 5.0, parent: QWidget | None = None) -> None:
+    def __init__(self, bridge: Bridge, undo_seconds: float = UNDO_SECONDS, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.bridge = bridge
         self.pending = PendingDeletes(undo_seconds, self)
@@ -86,6 +92,13 @@ class MemoryBrowser(QWidget):
         self._reveal: str | None = None
         self._current: Row | None = None
         self._loaded = False
+        # the list is read a page at a time, the next one as the user scrolls near its end (any size of store)
+        self._total = 0  # how many the listing (or, searching, the store under these filters) holds
+        self._next: str | None = None  # where the next page starts; None: the last page is shown
+        self._fetching = False
+        self._listing_key: tuple[Any, ...] | None = None  # the filters of the rows shown
+        self._search_k = SEARCH_PAGE
+        self._searching = ""
 
         self.search = SearchField()
         self.search.setPlaceholderText("Search your memories…  (Ctrl+F)")
@@ -133,6 +146,8 @@ class MemoryBrowser(QWidget):
         self._open_timer = QTimer(self, singleShot=True, interval=OPENED_AFTER_MS)
         self._open_timer.timeout.connect(self._opened)
         self.tree.installEventFilter(self)  # Ctrl+C copies the selected memories (the view's own copy: one cell)
+        self.tree.verticalScrollBar().valueChanged.connect(lambda _v: self._maybe_fetch_more())
+        self.tree.verticalScrollBar().rangeChanged.connect(lambda _lo, _hi: self._maybe_fetch_more())
         self.empty = EmptyState()
         self.list_stack = QStackedWidget()
         self.list_stack.addWidget(self.tree)
@@ -248,7 +263,10 @@ class MemoryBrowser(QWidget):
         self.project.setMinimumWidth(min(self.project.sizeHint().width(), 220))
         self.editor.set_projects(projects)
 
-    def refresh(self) -> None:
+    def refresh(self, search_k: int | None = None) -> None:
+        """Read the list again (a filter changed, or the store did): as many rows as are shown now (at least a
+        page, at most REFRESH_AT_MOST), so the place the user scrolled to stays. `search_k`: that many search
+        results."""
         if self.bridge.info is None:
             return
         self._generation += 1
@@ -259,22 +277,78 @@ class MemoryBrowser(QWidget):
         days = self.period.currentData()
         since = time.time() - days * 86400 if days else None
         show = self.show_filter.currentData()
+        archived = {"active": False, "archived": True, "conflicts": None, "all": None}[show]
+        key = (query, kind, project, days, show)
+        shown = min(self.tree.topLevelItemCount(), REFRESH_AT_MOST) if key == self._listing_key else 0
+        self._listing_key = key
 
         def done(items: list[Any]) -> None:
             if generation != self._generation:
                 return  # a newer search is on its way
             rows = [Row.of(i) for i in items]
             rows = [r for r in rows if self._wanted(r, show, since, project)]
+            self._next, self._fetching = None, False
+            self._searching = query
             self._populate(rows, query)
 
+        def counted(page: Any) -> None:
+            if generation == self._generation:
+                self._total = page.total
+                self._show_count()
+
         if query:
-            self.bridge.recall(query, done, k=100, project=project or None, kind=kind, since=since,
+            self._search_k = search_k or max(SEARCH_PAGE, shown)
+            self.bridge.recall(query, done, k=self._search_k, project=project or None, kind=kind, since=since,
                                include_archived=show in ("archived", "all", "conflicts"),
                                failed=self._search_failed)
+            self.bridge.memory_page(counted, kind=kind, project=project, archived=archived,
+                                    conflicts_only=show == "conflicts", limit=1, since=since)
         else:
-            archived = {"active": False, "archived": True, "conflicts": None, "all": None}[show]
-            self.bridge.list_memories(done, kind=kind, project=project, archived=archived,
-                                      conflicts_only=show == "conflicts", limit=1000)
+            def paged(page: Any) -> None:
+                if generation != self._generation:
+                    return
+                self._total, self._next, self._searching = page.total, page.next, ""
+                rows = [r for r in (Row.of(m) for m in page.memories) if self._wanted(r, show, since, project)]
+                self._populate(rows, query)
+
+            self.bridge.memory_page(paged, kind=kind, project=project, archived=archived,
+                                    conflicts_only=show == "conflicts", limit=max(LIST_PAGE, shown), since=since)
+
+    def _maybe_fetch_more(self) -> None:
+        """Near the end of the rows shown (or when they do not fill the view): the next page."""
+        if self._fetching or self.bridge.info is None or not self._loaded:
+            return
+        bar = self.tree.verticalScrollBar()
+        if bar.maximum() - bar.value() > FETCH_WHEN_ROWS_LEFT * max(1, bar.singleStep()):
+            return
+        if self._searching:
+            if self.tree.topLevelItemCount() >= self._search_k and self._search_k < SEARCH_MAX:
+                self._fetching = True  # until the deeper search is shown
+                self.refresh(search_k=self._search_k + SEARCH_PAGE)  # the same search, more of its results
+            return
+        if self._next is None:
+            return
+        self._fetching = True
+        generation = self._generation
+        kind, project, days, show = self.kind.currentData(), self.project.currentData(), \
+            self.period.currentData(), self.show_filter.currentData()
+        since = time.time() - days * 86400 if days else None
+        archived = {"active": False, "archived": True, "conflicts": None, "all": None}[show]
+
+        def more(page: Any) -> None:
+            self._fetching = False
+            if generation != self._generation:
+                return
+            self._next = page.next
+            self._append([r for r in (Row.of(m) for m in page.memories) if self._wanted(r, show, since, project)])
+
+        def failed(message: str) -> None:
+            self._fetching = False
+            self.banner.set(message, "error")
+
+        self.bridge.memory_page(more, kind=kind, project=project, archived=archived,
+                                conflicts_only=show == "conflicts", limit=LIST_PAGE, after=self._next,
+                                since=since, with_total=False, failed=failed)
 
     def delete_selected(self) -> None:
         rows = [self._rows[uid] for uid in self._selected_ids() if uid in self._rows]
@@ -390,17 +464,14 @@ class MemoryBrowser(QWidget):
                 return False
         return True
 
-    def _populate(self, rows: list[Row], query: str) -> None:
-        self._loaded = True
-        selected = self._reveal or (self._current.id if self._current else None)
-        self.tree.blockSignals(True)
-        self.tree.clear()
-        self._rows = {r.id: r for r in rows}
+    def _items(self, rows: list[Row]) -> list[QTreeWidgetItem]:
         warn = QColor("#D97706")
+        now = datetime.now().astimezone()  # once a page: asking for the local time zone is most of a row's cost
+        items = []
         for r in rows:
             shown = "…" + formatting.one_line(r.passage) if r.passage else formatting.one_line(r.text)
             item = QTreeWidgetItem([shown, formatting.kind_label(r.kind), r.project or "",
-                                    formatting.when(r.when)])
+                                    formatting.when(r.when, now)])
             item.setData(0, Qt.ItemDataRole.UserRole, r.id)
             item.setToolTip(0, r.conflict or (r.passage or r.text)[:1000])
             if r.conflict_with:
@@ -410,10 +481,40 @@ class MemoryBrowser(QWidget):
                 item.setText(1, "Archived")
                 item.setForeground(0, theme.muted_color())
                 item.setForeground(1, theme.muted_color())
-            self.tree.addTopLevelItem(item)
+            items.append(item)
+        return items
+
+    def _append(self, rows: list[Row]) -> None:
+        rows = [r for r in rows if r.id not in self._rows]
+        self._rows.update((r.id, r) for r in rows)
+        self.tree.addTopLevelItems(self._items(rows))
+        self._show_count()
+
+    def _show_count(self) -> None:
+        """'3,009 memories', or while not all are shown '200 of 3,009 memories'; searching, '100 best matches
+        of 3,009 memories'. Memories waiting out their undo are not counted (they are not in the rows)."""
+        shown = self.tree.topLevelItemCount()
+        total = max(shown, self._total - sum(1 for uid in self.pending.uids if uid not in self._rows))
+        if self._searching:
+            text = (f"{formatting.plural(shown, 'best match').replace('matchs', 'matches')} of "
+                    f"{formatting.plural(total, 'memory').replace('memorys', 'memories')}")
+        elif shown < total:
+            text = f"{shown:,} of {formatting.plural(total, 'memory').replace('memorys', 'memories')}"
+        else:
+            text = formatting.plural(shown, "memory").replace("memorys", "memories")
+        self.count.setText(text)
+        self.count.setToolTip("Scroll down for more." if shown < total and not self._searching else "")
+        self.count_changed.emit(total)
+
+    def _populate(self, rows: list[Row], query: str) -> None:
+        self._loaded = True
+        selected = self._reveal or (self._current.id if self._current else None)
+        self.tree.blockSignals(True)
+        self.tree.clear()
+        self._rows = {r.id: r for r in rows}
+        self.tree.addTopLevelItems(self._items(rows))
         self.tree.blockSignals(False)
-        self.count.setText(formatting.plural(len(rows), "memory").replace("memorys", "memories"))
-        self.count_changed.emit(len(rows))
+        self._show_count()
         if rows:
             self.list_stack.setCurrentWidget(self.tree)
         elif query:
@@ -446,6 +547,7 @@ class MemoryBrowser(QWidget):
                 self.tree.takeTopLevelItem(i)
         for uid in uids:
             self._rows.pop(uid, None)
+        self._show_count()
         if self._current and self._current.id in uids:
             self._current = None
             self.editor.clear()

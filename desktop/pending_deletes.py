@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+UNDO_SECONDS = 12.0  # long enough to notice and reach Undo on a busy machine
+
 
 class PendingDeletes(QObject):
     expired = Signal(str)  # uid: forget it now
     changed = Signal()
 
-    def __init__(self, seconds: float = 5.0, parent: QObject | None = None) -> None:
+    def __init__(self, seconds: float = UNDO_SECONDS, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.seconds = seconds
         self._timers: dict[str, QTimer] = {}

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from .errors import Cancelled, EngineError, KeyMissing, NotFound, UserError, WrongKey
     from .logs import setup_logging
     from .memories import Remembered
-    from .models import ForgetResult, HealthReport, Hit, Memory, RememberResult, Stats
+    from .models import ForgetResult, HealthReport, Hit, Memory, MemoryPage, RememberResult, Stats
     from .parsers import SUPPORTED_EXTENSIONS
     from .version import __version__
 
@@ -34,7 +34,7 @@ _WHERE = {
     "UserError": "errors", "WrongKey": "errors",
     "setup_logging": "logs",
     "Remembered": "memories",
-    "ForgetResult": "models", "HealthReport": "models", "Hit": "models", "Memory": "models",
+    "ForgetResult": "models", "HealthReport": "models", "Hit": "models", "Memory": "models", "MemoryPage": "models",
     "RememberResult": "models", "Stats": "models",
     "SUPPORTED_EXTENSIONS": "parsers",
     "__version__": "version",
@@ -59,6 +59,6 @@ def __dir__() -> list[str]:
 __all__ = [
     "AgentInfo", "AgentRun", "AgentStep", "ConfirmRequest",
     "AskFailed", "AskResult", "Source", "Cancelled", "Changes", "Engine", "EngineError", "ForgetResult", "HealthReport",
-    "Hit", "KeyMissing", "Memory", "NotFound", "RememberResult", "Remembered", "Settings", "Stats", "UserError", "WrongKey", "__version__", "log_dir", "setup_logging",
+    "Hit", "KeyMissing", "Memory", "MemoryPage", "NotFound", "RememberResult", "Remembered", "Settings", "Stats", "UserError", "WrongKey", "__version__", "log_dir", "setup_logging",
     "SUPPORTED_EXTENSIONS",
 ]

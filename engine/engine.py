@@ -69,6 +69,7 @@ from .models import (
     HealthReport,
     Hit,
     Memory,
+    MemoryPage,
     RememberResult,
     Stats,
     StoreDiagnostics,
@@ -514,6 +515,14 @@ class Engine:
         return self.memories.list_memories(kind=kind, project=project, archived=archived,
                                            conflicts_only=conflicts_only, activity=activity, limit=limit,
                                            offset=offset)
+
+    def memory_page(self, *, kind: str | None = None, project: str | None = None, archived: bool | None = False,
+                    conflicts_only: bool = False, activity: bool | None = False, limit: int = 200,
+                    after: str | None = None, since: float | None = None, with_total: bool = True) -> MemoryPage:
+        """list_memories a page at a time, with the listing's total (unless not `with_total`): hand a page's
+        `next` back as `after`; `since` (epoch seconds) keeps the newer ones only."""
+        return self.memories.page(kind=kind, project=project, archived=archived, conflicts_only=conflicts_only,
+                                  activity=activity, limit=limit, after=after, since=since, with_total=with_total)
 
     USE_KINDS = Memories.USE_KINDS
 

@@ -33,7 +33,7 @@ from .memory_rules import (
     parse_time,
     says_the_same,
 )
-from .models import ForgetResult, Memory, RememberResult
+from .models import ForgetResult, Memory, MemoryPage, RememberResult
 from .space import Touched
 from .store import Connection, tallies, vectors
 from .store import conversations as conversation_rows
@@ -398,6 +398,34 @@ class Memories:
         return [to_memory(r) for r in rows.listing(
             self.ctx.con, kind=check_kind(kind) if kind else None, project=project, archived=archived,
             conflicts_only=conflicts_only, activity=activity, limit=limit, offset=offset)]
+
+    def page(self, *, kind: str | None = None, project: str | None = None, archived: bool | None = False,
+             conflicts_only: bool = False, activity: bool | None = False, limit: int = 200,
+             after: str | None = None, since: float | None = None, with_total: bool = True) -> MemoryPage:
+        """A page of list_memories and the listing's total; `after` is the `next` of the page before. Each page
+        costs the same wherever it is in the listing (no rows are skipped by counting). `since`: only memories
+        of that moment (epoch seconds) or later. Without `with_total` the total is not counted (None): a
+        page after the first, whose total the caller has."""
+        if limit < 1:
+            raise UserError("A page of memories needs a limit of at least 1.")
+        key: tuple[float, int] | None = None
+        if after:
+            try:
+                when, _, rid = after.partition(":")
+                key = (float(when), int(rid))
+            except ValueError:
+                raise UserError(f"'{after}' is not a place in the list of memories (use a page's next).") from None
+        filters: dict[str, Any] = {"kind": check_kind(kind) if kind else None, "project": project,
+                                   "archived": archived, "conflicts_only": conflicts_only, "activity": activity,
+                                   "since": since}
+        with self.ctx.store.read() as con:  # the page and the count from one snapshot
+            found = rows.listing(con, **filters, limit=limit + 1, offset=0, after=key)
+            total = rows.listing_count(con, **filters) if with_total else None
+        more = len(found) > limit
+        found = found[:limit]
+        last = found[-1] if found and more else None
+        nxt = f"{last.event_at if last.event_at is not None else last.created_at!r}:{last.id}" if last else None
+        return MemoryPage(memories=[to_memory(r) for r in found], total=total, next=nxt)
 
     def projects(self) -> list[str]:
         return rows.projects(self.ctx.con)

@@ -108,6 +108,15 @@ class Stats(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
+class MemoryPage(BaseModel):
+    """One page of the memories listing, newest first, and how many the listing holds in all. `next` goes on
+    after this page (hand it back as `after`); None on the last page. `total` is None when it was not asked for."""
+
+    memories: list[Memory]
+    total: int | None
+    next: str | None = None
+
+
 class AuditEntry(BaseModel):
     id: int
     at: str

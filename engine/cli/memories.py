@@ -114,17 +114,19 @@ def list_memories(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("--activity", action="store_true",
                    help="list the app's own events instead (\"Ingested report.pdf (42 chunks)\")")
     p.add_argument("-n", "--limit", type=int, default=50)
+    p.add_argument("--after", metavar="PLACE", help="go on after a page (the place the page before ends with)")
     add_json(p)
 
     def run(a: argparse.Namespace, session: Session) -> int:
         with session.open_engine() as eng:
-            mems = eng.list_memories(kind=a.kind, project=a.project, archived=a.archived, activity=a.activity,
-                                     limit=a.limit)
+            page = eng.memory_page(kind=a.kind, project=a.project, archived=a.archived,
+                                   activity=a.activity, limit=a.limit, after=a.after)
+        mems = page.memories
         if a.json:
             print_json(mems)
             return 0
         if not mems:
-            console().print("No memories yet.")
+            console().print("No memories yet." if not a.after else "No more memories.")
             return 0
         from rich.table import Table
 
@@ -136,6 +138,8 @@ def list_memories(p: argparse.ArgumentParser) -> Handler:
             t.add_row(m.id, m.kind, (m.at or m.created_at or "")[:10], escape(short(m.text, 160)) + (
                 f"\n[dim]project: {escape(m.project)}[/dim]" if m.project else ""))
         console().print(t)
+        if page.next is not None:
+            console().print(f"[dim]{len(mems):,} of {page.total:,}; the next ones: --after {page.next}[/dim]")
         return 0
 
     return run

@@ -188,9 +188,8 @@ def scrub_transcripts(con: Connection, uids: list[str]) -> int:
                        (list(uids),)).rowcount
 
 
-def listing(con: Connection, *, kind: str | None, project: str | None, archived: bool | None,
-            conflicts_only: bool, activity: bool | None, limit: int, offset: int) -> list[MemoryRow]:
-    """Memories newest first; `activity`: only the app's own events (True), all but them (False), or all."""
+def _where(kind: str | None, project: str | None, archived: bool | None, conflicts_only: bool,
+           activity: bool | None, since: float | None = None) -> tuple[list[str], list[Any]]:
     where: list[str] = []
     args: list[Any] = []
     if activity is not None:
@@ -207,11 +206,37 @@ def listing(con: Connection, *, kind: str | None, project: str | None, archived:
         args.append(bool(archived))
     if conflicts_only:
         where.append("conflict_with IS NOT NULL")
+    if since is not None:
+        where.append("coalesce(event_at, created_at) >= %s")
+        args.append(since)
+    return where, args
+
+
+def listing(con: Connection, *, kind: str | None, project: str | None, archived: bool | None,
+            conflicts_only: bool, activity: bool | None, limit: int, offset: int,
+            after: tuple[float, int] | None = None, since: float | None = None) -> list[MemoryRow]:
+    """Memories newest first; `activity`: only the app's own events (True), all but them (False), or all.
+    `after` (the listing_key of the last row of the page before) goes on from there without counting the rows
+    before it, as `offset` does. `since`: only memories of that moment (epoch seconds) or later."""
+    where, args = _where(kind, project, archived, conflicts_only, activity, since)
+    if after is not None:
+        where.append("(coalesce(event_at, created_at), id) < (%s, %s)")
+        args.extend(after)
     query = f"SELECT {COLS} FROM memories"
     if where:
         query += " WHERE " + " AND ".join(where)
     query += " ORDER BY coalesce(event_at, created_at) DESC, id DESC LIMIT %s OFFSET %s"
     return [MemoryRow._make(r) for r in con.execute(query, [*args, limit, offset]).fetchall()]
+
+
+def listing_count(con: Connection, *, kind: str | None, project: str | None, archived: bool | None,
+                  conflicts_only: bool, activity: bool | None, since: float | None = None) -> int:
+    """How many memories `listing` goes through with these filters."""
+    where, args = _where(kind, project, archived, conflicts_only, activity, since)
+    query = "SELECT count(*) FROM memories" + (" WHERE " + " AND ".join(where) if where else "")
+    row = con.execute(query, args).fetchone()
+    return int(row[0]) if row else 0
+
 
 
 def projects(con: Connection) -> list[str]:

@@ -195,9 +195,8 @@ def scrub_transcripts(con: Connection, uids: list[str]) -> int:
     return len(doomed)
 
 
-def listing(con: Connection, *, kind: str | None, project: str | None, archived: bool | None,
-            conflicts_only: bool, activity: bool | None, limit: int, offset: int) -> list[MemoryRow]:
-    """Memories newest first; `activity`: only the app's own events (True), all but them (False), or all."""
+def _where(kind: str | None, project: str | None, archived: bool | None, conflicts_only: bool,
+           activity: bool | None, since: float | None = None) -> tuple[list[str], list[Any]]:
     where: list[str] = []
     args: list[Any] = []
     if activity is not None:
@@ -214,11 +213,36 @@ def listing(con: Connection, *, kind: str | None, project: str | None, archived:
         args.append(int(archived))
     if conflicts_only:
         where.append("conflict_with IS NOT NULL")
-    sql = f"SELECT {COLS} FROM memories"
+    if since is not None:
+        where.append("coalesce(event_at, created_at) >= ?")
+        args.append(since)
+    return where, args
+
+
+def listing(con: Connection, *, kind: str | None, project: str | None, archived: bool | None,
+            conflicts_only: bool, activity: bool | None, limit: int, offset: int,
+            after: tuple[float, int] | None = None, since: float | None = None) -> list[MemoryRow]:
+    """Memories newest first; `activity`: only the app's own events (True), all but them (False), or all.
+    `after` (the listing_key of the last row of the page before) goes on from there without counting the rows
+    before it, as `offset` does. `since`: only memories of that moment (epoch seconds) or later."""
+    where, args = _where(kind, project, archived, conflicts_only, activity, since)
+    if after is not None:
+        where.append("(coalesce(event_at, created_at), id) < (?, ?)")
+        args.extend(after)
+    query = f"SELECT {COLS} FROM memories"
     if where:
-        sql += " WHERE " + " AND ".join(where)
-    sql += " ORDER BY coalesce(event_at, created_at) DESC, id DESC LIMIT ? OFFSET ?"
-    return [MemoryRow._make(r) for r in con.execute(sql, [*args, limit, offset]).fetchall()]
+        query += " WHERE " + " AND ".join(where)
+    query += " ORDER BY coalesce(event_at, created_at) DESC, id DESC LIMIT ? OFFSET ?"
+    return [MemoryRow._make(r) for r in con.execute(query, [*args, limit, offset]).fetchall()]
+
+
+def listing_count(con: Connection, *, kind: str | None, project: str | None, archived: bool | None,
+                  conflicts_only: bool, activity: bool | None, since: float | None = None) -> int:
+    """How many memories `listing` goes through with these filters."""
+    where, args = _where(kind, project, archived, conflicts_only, activity, since)
+    query = "SELECT count(*) FROM memories" + (" WHERE " + " AND ".join(where) if where else "")
+    return int(con.execute(query, args).fetchone()[0])
+
 
 
 def projects(con: Connection) -> list[str]:
