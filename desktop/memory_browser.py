@@ -510,7 +510,7 @@ class MemoryBrowser(QWidget):
         self._loaded = True
         selected = self._reveal or (self._current.id if self._current else None)
         self.tree.blockSignals(True)
-        self.tree.clear()
+        self.tree.model().removeRows(0, self.tree.topLevelItemCount())  # clear() takes 20 s for 100,000 rows
         self._rows = {r.id: r for r in rows}
         self.tree.addTopLevelItems(self._items(rows))
         self.tree.blockSignals(False)
