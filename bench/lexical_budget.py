@@ -5,7 +5,7 @@
 DIR is a store kept by `bench/scale.py --dir DIR --keep` (grown to 1M items, say; the budget cannot fire below
 ~100k rows). Questions: `--questions` like the scale bench's (made-up sentences of its Zipf vocabulary) and as
 many naming two of its words that are in 2,000-20,000 memories (costly for FTS5 to rank, kept by pruning).
-Each question is asked with the budget (`retrieval.LEXICAL_BUDGET`) and with every kept term searched by FTS5,
+Each question is asked with the budget (`engine.store.types.LEXICAL_BUDGET`) and with every kept term searched by FTS5,
 one right after the other, `--rounds` times: medians, p90 and worst of each, and how many top-10s are the same.
 The fill's vectors are random, so a different top 10 says nothing about relevance (the evaluations do).
 """
@@ -39,13 +39,14 @@ def main() -> int:
     os.environ["PYTHON_KEYRING_BACKEND"] = "keyrings.alt.file.PlaintextKeyring"
     os.environ["XDG_DATA_HOME"] = str(base / "xdg-data")
     from engine import Engine
+    from engine.store import types as store_types
     from engine.store.sqlite import retrieval
 
     eng = Engine.open(base / "profile", actor="sdk")
     try:
         eng.embedder.load()
         eng.space.ensure()
-        budget = retrieval.LEXICAL_BUDGET
+        budget = store_types.LEXICAL_BUDGET
         rows = retrieval.indexed_rows(eng.con, "memories_fts")
         dfs = {w: retrieval._doc_freq(eng.con, "memories_fts", w) for w in dict.fromkeys([*VOCAB[:400], *COMMON])}
         mid = [w for w, d in dfs.items() if retrieval.PRUNE_MIN_DF < d <= 20_000]
@@ -63,13 +64,13 @@ def main() -> int:
             for q in qs:
                 tops = []
                 for name, b in zip(times, (None, budget), strict=True):
-                    retrieval.LEXICAL_BUDGET = b if b is not None else 10**15
+                    store_types.LEXICAL_BUDGET = b if b is not None else 10**15
                     t0 = time.perf_counter()
                     hits = eng.recall(q)
                     times[name].append(time.perf_counter() - t0)
                     tops.append([h.id for h in hits])
                 same += tops[0] == tops[1]
-        retrieval.LEXICAL_BUDGET = budget
+        store_types.LEXICAL_BUDGET = budget
     finally:
         eng.close()
     print(fmt_table(["recall, ms", "median", "p90", "worst"],

@@ -24,7 +24,8 @@ from .memory_rules import IMPORTANCE_BY_SOURCE, parse_time
 from .models import KINDS, Hit, iso
 from .store import Connection, retrieval
 from .store import recall as rows
-from .store.types import LEXICAL_BUDGET, Filter, LexicalPlan
+from .store import types as store_types
+from .store.types import Filter, LexicalPlan
 from .terms import asks_about_activity, focus, named_speakers, speaker, terms, with_speaker
 
 log = logging.getLogger(__name__)
@@ -154,7 +155,7 @@ class Retriever:
             if not wanted or (t == "c" and f.kinds is not None and "chunk" not in f.kinds):
                 continue
             plans[t] = plan = retrieval.plan(con, self._FTS[t], query, cache, f.projects,
-                                             LEXICAL_BUDGET if bounded else None, drop if t == "m" else ())
+                                             store_types.LEXICAL_BUDGET if bounded else None, drop if t == "m" else ())
             if plan.terms:
                 found.update({(t, i): s for i, s in search(con, plan.terms, n, f)})
         return found, plans

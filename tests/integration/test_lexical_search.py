@@ -10,6 +10,7 @@ import pytest
 
 from engine import Engine
 from engine.embeddings import NoEmbedder
+from engine.store import types as store_types
 from engine.store.sqlite import documents as doc_rows
 from engine.store.sqlite import memories as memory_rows
 from engine.store.sqlite import retrieval
@@ -164,7 +165,7 @@ def test_recall_scores_a_term_past_the_budget_on_its_candidates_as_fts5_would(en
     seen: list[str] = []
 
     def run(budget: int, q: str):
-        monkeypatch.setattr(retrieval, "LEXICAL_BUDGET", budget)
+        monkeypatch.setattr(store_types, "LEXICAL_BUDGET", budget)
         seen.clear()
         eng.con.set_trace_callback(seen.append)
         try:
