@@ -22,16 +22,21 @@ def _start(args: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, str]
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     text = ""
-    while True:  # the announcement: one JSON object, printed as it is printed (over a few lines)
-        line = proc.stdout.readline()
-        if not line:
-            proc.wait(10)
-            raise AssertionError(f"the server did not start: {proc.stderr.read() if proc.stderr else ''}")
-        text += line
-        try:
-            return proc, json.loads(text)["url"]
-        except json.JSONDecodeError:
-            continue
+    try:
+        while True:  # the announcement: one JSON object, printed as it is printed (over a few lines)
+            line = proc.stdout.readline()
+            if not line:
+                proc.wait(10)
+                raise AssertionError(f"the server did not start: {proc.stderr.read() if proc.stderr else ''}")
+            text += line
+            try:
+                return proc, json.loads(text)["url"]
+            except json.JSONDecodeError:
+                continue
+    except BaseException:
+        proc.kill()  # never left running behind a failed start
+        proc.wait(10)
+        raise
 
 
 @pytest.fixture
