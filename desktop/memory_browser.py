@@ -503,6 +503,7 @@ class MemoryBrowser(QWidget):
         else:
             text = formatting.plural(shown, "memory").replace("memorys", "memories")
         self.count.setText(text)
+        self.count.setMinimumWidth(self.count.sizeHint().width())  # the filters give way, never the count
         self.count.setToolTip("Scroll down for more." if shown < total and not self._searching else "")
         self.count_changed.emit(total)
 

@@ -17,7 +17,7 @@ import PySide6.QtCore
 import shibokensupport.feature as feature
 original = feature._mod_uses_pyside
 import desktop  # applies the work-around
-import desktop.app, desktop.profile, engine.db, json as json_module
+import desktop.app, desktop.profile, engine.store.sqlite.db, json as json_module
 folder = Path(sys.argv[1])
 sys.path.insert(0, str(folder))
 (folder / "uses_qt.py").write_text("import PySide6.QtCore\nX = 1\n", encoding="utf-8")
@@ -29,8 +29,8 @@ print(json.dumps({
     "new_in_linecache": sorted(set(linecache.cache) - before),
     "recorded": [feature.pyside_feature_dict.get("uses_qt"), feature.pyside_feature_dict.get("plain")],
     "same": [original(m) == feature._mod_uses_pyside(m) for m in
-             (desktop.app, desktop.profile, engine.db, json_module, plain, uses_qt, PySide6.QtCore)],
-    "answers": [feature._mod_uses_pyside(m) for m in (desktop.app, engine.db, uses_qt, plain, PySide6.QtCore)],
+             (desktop.app, desktop.profile, engine.store.sqlite.db, json_module, plain, uses_qt, PySide6.QtCore)],
+    "answers": [feature._mod_uses_pyside(m) for m in (desktop.app, engine.store.sqlite.db, uses_qt, plain, PySide6.QtCore)],
 }))
 """
 
