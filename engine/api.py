@@ -68,6 +68,8 @@ MAX_MEMORY_CHARS = MAX_TEXT_CHARS  # the engine's own limit, checked here as a 4
 WORKERS = 4  # reads at once
 WRITE_WORKERS = 2  # writes being prepared (embedded) at once; they commit one at a time
 LONG_WORKERS = 2  # ingests and answers at once
+MCP_WORKERS = 4  # MCP tool calls (over HTTP at MCP_PATH) at once
+MCP_PATH = "/mcp"
 MAX_BATCH = 1000  # memories in one POST /memory/batch
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 # Schema pages carry no user data; the Swagger UI has an "Authorize" button for the token. Its scripts and
@@ -292,6 +294,9 @@ class _BodyTooLarge(Exception):
 CURRENT_ENGINE: contextvars.ContextVar[Any] = contextvars.ContextVar("personal_llm_engine")
 
 
+SCOPE_USER = "personal_llm.engine"  # the ASGI scope's key for the request's user's engine (a server's)
+
+
 class UserEngine:
     """The engine of the request's user, on a server of many (`create_app(authenticate=…)`): the routes use it
     as they use a desktop profile's one engine; the API guard sets it from the request's token."""
@@ -361,6 +366,7 @@ class ApiGuard:
             return
         if user is not None:
             CURRENT_ENGINE.set(user)  # the request's user, for the routes (UserEngine)
+            scope[SCOPE_USER] = user  # and for MCP's messages, which carry their request (mcp.create_server)
         await self.app(scope, self._replay(body, receive), send)
 
     @staticmethod
@@ -492,6 +498,29 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 # ---------------------------------------------------------------------------------------------------
 # the app
 # ---------------------------------------------------------------------------------------------------
+def _bind_user(request: Any) -> bool:
+    """Make the user of the HTTP request that carried an MCP message the one its tools act as."""
+    user = request.scope.get(SCOPE_USER) if request is not None else None
+    if user is None:
+        return False
+    CURRENT_ENGINE.set(user)
+    return True
+
+
+def _mcp_manager(engine: Any, pool: ThreadPoolExecutor, *, many_users: bool) -> Any:
+    """The MCP server's tools over streamable HTTP (the same tools as `personal-llm mcp`), for MCP_PATH.
+    Stateless: every POST stands alone and is answered with JSON, so no session outlives its request and
+    each message acts as the user of the token that came with it. The Host check is HostGuard's."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    from .mcp import create_server
+
+    server = create_server(engine, pool, bind_user=_bind_user if many_users else None)
+    server.streamable_http_app(stateless_http=True, json_response=True, streamable_http_path=MCP_PATH,
+                               transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
+    return server.session_manager  # its app is not used: the route below hands requests to the manager
+
+
 def create_app(engine: Any, token: str | None, allowed_origins: list[str] | None = None, *,
                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, workers: int = WORKERS,
                authenticate: Callable[[str], Any] | None = None, loopback: bool = True) -> FastAPI:
@@ -503,12 +532,15 @@ def create_app(engine: Any, token: str | None, allowed_origins: list[str] | None
         raise ValueError("the API needs a token")
     pools = {"read": ThreadPoolExecutor(max_workers=workers, thread_name_prefix="api-read"),
              "write": ThreadPoolExecutor(max_workers=WRITE_WORKERS, thread_name_prefix="api-write"),
-             "long": ThreadPoolExecutor(max_workers=LONG_WORKERS, thread_name_prefix="api-long")}
+             "long": ThreadPoolExecutor(max_workers=LONG_WORKERS, thread_name_prefix="api-long"),
+             "mcp": ThreadPoolExecutor(max_workers=MCP_WORKERS, thread_name_prefix="api-mcp")}
+    mcp_manager = _mcp_manager(engine, pools["mcp"], many_users=authenticate is not None)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
         try:
-            yield
+            async with mcp_manager.run():
+                yield
         finally:
             for pool in pools.values():
                 pool.shutdown(wait=True, cancel_futures=True)
@@ -548,6 +580,10 @@ def create_app(engine: Any, token: str | None, allowed_origins: list[str] | None
     _install_error_handlers(app)
     _add_routes(app, engine, call)
     _add_docs(app)
+    from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+    from starlette.routing import Route
+
+    app.router.routes.append(Route(MCP_PATH, StreamableHTTPASGIApp(mcp_manager), include_in_schema=False))
     app.add_middleware(ApiGuard, token=token, max_body_bytes=max_body_bytes,  # type: ignore[arg-type]
                        authenticate=authenticate)
     if allowed_origins:

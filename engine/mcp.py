@@ -1,6 +1,8 @@
 """The MCP server: other AI assistants use the user's memory through a few tools and a stats resource.
 
-`personal-llm mcp` (or `python -m engine.mcp`) speaks MCP over stdio with the official SDK. Tools:
+`personal-llm mcp` (or `python -m engine.mcp`) speaks MCP over stdio with the official SDK; the HTTP API
+serves the same tools over streamable HTTP at `/mcp` (engine/api.py), each request with its bearer token,
+on a server of many users as that token's user. Tools:
 `remember`, `recall`, `mark_used`, `ask`, `watched_folders` (read-only: the folders kept indexed and
 their status), and `forget` — destructive (annotated so clients ask the user) and refused
 unless its `confirm` argument repeats the id or says "forget". Resources: `memory://stats`.
@@ -12,6 +14,7 @@ Nothing here logs memory text: tool failures are returned to the client, and onl
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
 import os
@@ -24,7 +27,7 @@ from typing import IO, Annotated, Any, Literal
 
 import anyio
 from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError, UnexpectedToolError
 from mcp.server.stdio import stdio_server
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
@@ -267,13 +270,28 @@ def _claimed_stdio() -> Iterator[tuple[IO[str], IO[str]]]:
             os.close(fd)
 
 
+NO_USER = "This request carries no user's token (Authorization: Bearer <token>)."
+
+
+def _http_request(context: Any) -> Any:
+    """The HTTP request that carried this message (None on stdio, or outside a request)."""
+    try:
+        return context.request_context.request if context is not None else None
+    except ValueError:
+        return None
+
+
 class _StdioServer(MCPServer):
     """MCPServer whose stdio transport answers the requests already read when stdin ends (the SDK's
-    answers them "Connection closed")."""
+    answers them "Connection closed"). Over HTTP on a server of many users, `bind_user` makes each message's
+    user (the token of the request that carried it) the one the tools act as, before any tool runs."""
 
     drain_seconds = DRAIN_SECONDS
+    bind_user: Callable[[Any], bool] | None = None
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        if self.bind_user is not None and not self.bind_user(_http_request(context)):
+            return _refusal(NO_USER)
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as e:
@@ -281,6 +299,11 @@ class _StdioServer(MCPServer):
             if isinstance(e, UnexpectedToolError) or not isinstance(cause, ValidationError):
                 raise
             raise ToolError(_bad_arguments(name, cause)) from cause  # still logged by field names only
+
+    async def read_resource(self, uri: Any, context: Any = None) -> Any:
+        if self.bind_user is not None and not self.bind_user(_http_request(context)):
+            raise ResourceError(NO_USER)
+        return await super().read_resource(uri, context)
 
     async def run_stdio_async(self) -> None:
         flight = _InFlight()
@@ -335,21 +358,31 @@ def _dump(obj: Any) -> dict[str, Any]:
     return obj.model_dump(mode="json") if isinstance(obj, BaseModel) else dict(obj)
 
 
-def create_server(eng: Any, pool: ThreadPoolExecutor | None = None) -> MCPServer:
-    """An MCP server over one open engine (the caller owns and closes the engine and the pool).
+def create_server(eng: Any, pool: ThreadPoolExecutor | None = None, *,
+                  bind_user: Callable[[Any], bool] | None = None) -> MCPServer:
+    """An MCP server over one open engine (the caller owns and closes the engine and the pool), or, on a
+    server of many users, over the engine of each message's user: `eng` then reads the current user's
+    engine (api.UserEngine), and `bind_user(http_request)` sets it from the request that carried the message
+    (False: the request has no user, and the call is refused).
 
     Engine calls run on `pool`: a few long-lived threads, so each keeps its one store connection (the
-    SDK's own worker threads come and go, and every new thread would open another connection).
+    SDK's own worker threads come and go, and every new thread would open another connection). They run in
+    a copy of the calling task's context, so they act as its user.
     """
     from .version import __version__
 
     workers = pool or ThreadPoolExecutor(max_workers=2, thread_name_prefix="mcp-engine")
 
-    async def off(name: str, fn: Callable[[], BaseModel]) -> CallToolResult:
-        return await asyncio.get_running_loop().run_in_executor(workers, _guarded, name, fn)
+    async def run_off(fn: Callable[..., Any], *args: Any) -> Any:
+        context = contextvars.copy_context()
+        return await asyncio.get_running_loop().run_in_executor(workers, context.run, fn, *args)
 
-    server: MCPServer = _StdioServer(SERVER_NAME, title="Personal LLM memory", instructions=INSTRUCTIONS,
-                                  version=__version__, log_level="WARNING")
+    async def off(name: str, fn: Callable[[], BaseModel]) -> CallToolResult:
+        return await run_off(_guarded, name, fn)
+
+    server = _StdioServer(SERVER_NAME, title="Personal LLM memory", instructions=INSTRUCTIONS,
+                          version=__version__, log_level="WARNING")
+    server.bind_user = bind_user
 
     @server.tool(annotations=ToolAnnotations(title="Remember", read_only_hint=False, destructive_hint=False,
                                             idempotent_hint=True, open_world_hint=False))
@@ -415,8 +448,7 @@ def create_server(eng: Any, pool: ThreadPoolExecutor | None = None) -> MCPServer
         """Delete a memory (mem_…) or document (doc_…) and everything derived from it, permanently. Only
         when the user asked for it: `confirm` must repeat the id or be the word "forget"."""
         if confirm.strip() not in (id, "forget"):
-            await asyncio.get_running_loop().run_in_executor(
-                workers, _audit, eng, "mcp_forget_refused", id, {"reason": "not confirmed"})
+            await run_off(_audit, eng, "mcp_forget_refused", id, {"reason": "not confirmed"})
             return _refusal('Not deleted: set confirm to the id being forgotten (or "forget") once the user '
                             "has agreed.")
         return await off("forget", lambda: eng.forget(id))
@@ -431,7 +463,7 @@ def create_server(eng: Any, pool: ThreadPoolExecutor | None = None) -> MCPServer
     @server.resource("memory://stats", name="stats", title="Memory statistics", mime_type="application/json",
                      description="Counts by kind, documents, chunks, graph size and the embedding model")
     async def stats() -> str:
-        result = await asyncio.get_running_loop().run_in_executor(workers, eng.stats)
+        result = await run_off(lambda: eng.stats())
         return str(result.model_dump_json(indent=2))
 
     return server

@@ -125,6 +125,34 @@ def test_foreign_host_is_refused(live: Live):
         assert live.client.get("/stats", headers={"Host": host}).status_code == 200, host
 
 
+def test_mcp_over_http_needs_the_token_and_a_loopback_host(live: Live):
+    """The desktop's API serves the MCP tools at /mcp too (the SDK's streamable-HTTP client), under the same
+    rules as every route: the bearer token, a loopback Host."""
+    import anyio
+    import httpx2
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    async def main() -> None:
+        client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {live.token}"}, timeout=60)
+        async with streamable_http_client(f"{live.url}/mcp", http_client=client) as (r, w), \
+                ClientSession(r, w) as session:
+            await session.initialize()
+            assert "recall" in {t.name for t in (await session.list_tools()).tools}
+            kept = await session.call_tool("remember", {"text": "The piano tuner comes on the first Monday."})
+            assert not kept.is_error and kept.structured_content
+            hits = await session.call_tool("recall", {"query": "when does the piano tuner come"})
+            assert hits.structured_content and hits.structured_content["hits"][0]["id"] == kept.structured_content["id"]
+
+    anyio.run(main)
+    assert live.eng.stats().memories == 1
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    accept = {"Accept": "application/json, text/event-stream"}
+    with httpx.Client(base_url=live.url, timeout=30) as anon:
+        assert anon.post("/mcp", json=hello, headers=accept).status_code == 401
+    assert live.client.post("/mcp", json=hello, headers={**accept, "Host": "evil.example"}).status_code == 403
+
+
 def test_host_check_unit_cases():
     assert host_is_loopback("localhost:1") and host_is_loopback("[::1]:8765") and host_is_loopback("127.0.0.1")
     assert not host_is_loopback(None) and not host_is_loopback("[::1]x") and not host_is_loopback("10.0.0.1")

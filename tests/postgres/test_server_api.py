@@ -3,52 +3,22 @@ PostgreSQL database, each request acting as its token's user."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
 from engine import users
-
-
-def _start(args: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "serve", *args, "--json"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    text = ""
-    try:
-        while True:  # the announcement: one JSON object, printed as it is printed (over a few lines)
-            line = proc.stdout.readline()
-            if not line:
-                proc.wait(10)
-                raise AssertionError(f"the server did not start: {proc.stderr.read() if proc.stderr else ''}")
-            text += line
-            try:
-                return proc, json.loads(text)["url"]
-            except json.JSONDecodeError:
-                continue
-    except BaseException:
-        proc.kill()  # never left running behind a failed start
-        proc.wait(10)
-        raise
+from tests.postgres.serving import Served
 
 
 @pytest.fixture
-def server(pg_url: str, tmp_path: Path) -> Iterator[tuple[str, str, str, str]]:
-    alice, bob = users.add(pg_url, "alice"), users.add(pg_url, "bob")
-    env = {**os.environ, "PERSONAL_LLM_HOME": str(tmp_path / "server-home")}
-    proc, url = _start(["--database", pg_url, "--port", "0"], env)
-    try:
-        yield url, alice, bob, pg_url
-    finally:
-        proc.terminate()
-        proc.wait(30)
+def server(served: Served) -> tuple[str, str, str, str]:
+    return served.url, served.alice, served.bob, served.pg_url
 
 
 def test_each_request_acts_as_its_tokens_user(server):
