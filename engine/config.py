@@ -6,7 +6,7 @@ import json
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, cast
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -138,6 +138,36 @@ def settings_stamp(home: Path | None = None) -> tuple[int, int, int] | None:
     except OSError:
         return None
     return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+_Section = TypeVar("_Section", bound=BaseModel)
+
+
+class SavedSection:
+    """One section of settings.json (`llm`, `agents`) as another program saves it while this one runs (the
+    CLI's `config set`, the app, an edit by hand): `changed(current)` looks at the file (one stat) and gives
+    the section saved there when the file changed since the last look and that section differs from
+    `current`, else None. A half-written or broken file is skipped; it is read again at its next change."""
+
+    def __init__(self, home: Path, name: str, *, seen: bool = True):
+        self.home = home
+        self.name = name
+        self._stamp = settings_stamp(home) if seen else None  # not `seen`: the first look reads the file
+
+    def seen(self) -> None:
+        """The file as it is now is in use (this process saved it)."""
+        self._stamp = settings_stamp(self.home)
+
+    def changed(self, current: _Section) -> _Section | None:
+        stamp = settings_stamp(self.home)
+        if stamp == self._stamp:
+            return None
+        self._stamp = stamp
+        try:
+            saved = getattr(load_settings(self.home), self.name)
+        except UserError:  # half written or broken: keep what works
+            return None
+        return None if saved == current else cast(_Section, saved)
 
 
 def save_settings(settings: Settings, home: Path | None = None) -> None:

@@ -137,7 +137,7 @@ class Engine:
         # so that a CLI recall or remember does not import them (docs/performance.md, "A short command")
         self._made: dict[str, Any] = {}
         self._made_lock = threading.RLock()
-        self.extraction = FactExtraction(self.ctx, lambda: self.consolidation)  # its thread: start_background
+        self.extraction = FactExtraction(self.ctx, self.language, lambda: self.consolidation)  # its thread: start_background
         self._agents: Agents | None = None
         self._agents_lock = threading.Lock()
         self._settings_stamp = settings_stamp(home)  # settings.json as this engine last read or wrote it

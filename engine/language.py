@@ -6,9 +6,8 @@ from __future__ import annotations
 import logging
 import threading
 
-from .config import SETTINGS_FILE, LLMSettings, load_settings
+from .config import LLMSettings, SavedSection
 from .context import Context
-from .errors import UserError
 from .llm import Health, LLMConfig, LLMRouter
 
 log = logging.getLogger(__name__)
@@ -19,32 +18,26 @@ class LanguageModel:
         self.ctx = ctx
         self._router: LLMRouter | None = None
         self._lock = threading.Lock()  # one per engine: two open stores don't wait on each other
-        self._stamp = self._settings_stamp()
-
-    def _settings_stamp(self) -> tuple[int, int] | None:
-        try:
-            st = (self.ctx.home / SETTINGS_FILE).stat()
-        except OSError:
-            return None
-        return st.st_mtime_ns, st.st_size
+        self._saved = SavedSection(ctx.home, "llm")
 
     def _follow_saved_settings(self) -> None:
         """Another program (`personal-llm config set llm.…`, the app) saved other language-model settings
         while this engine runs (a server, the app): use them from now on, as a restart would."""
-        stamp = self._settings_stamp()
-        if stamp == self._stamp:
+        saved = self._saved.changed(self.ctx.settings.llm)
+        if saved is None:
             return
-        self._stamp = stamp
-        try:
-            saved = load_settings(self.ctx.home).llm
-        except UserError:  # half written or broken: keep what works; the next change is read again
-            return
-        if saved != self.ctx.settings.llm:
-            self.ctx.settings = self.ctx.settings.model_copy(update={"llm": saved})
-            if self._router is not None:
-                self._router.close()
-                self._router = None
-            log.info("language model settings changed on disk: reconnecting")
+        self.ctx.settings = self.ctx.settings.model_copy(update={"llm": saved})
+        if self._router is not None:
+            self._router.close()
+            self._router = None
+        log.info("language model settings changed on disk: reconnecting")
+
+    def settings(self) -> LLMSettings:
+        """The language-model settings in use (those another program saved meanwhile included), without
+        building the router."""
+        with self._lock:
+            self._follow_saved_settings()
+            return self.ctx.settings.llm
 
     @property
     def router(self) -> LLMRouter:
@@ -60,7 +53,7 @@ class LanguageModel:
         """Drop the router (after `settings.llm` changed, or on close); the next use builds a new one."""
         with self._lock:
             router, self._router = self._router, None
-            self._stamp = self._settings_stamp()  # saved by this engine: already in use
+            self._saved.seen()  # saved by this engine: already in use
         if router is not None:
             router.close()
 

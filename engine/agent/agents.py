@@ -29,7 +29,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from ..ask import Source, cited
-from ..config import SETTINGS_FILE, AgentSettings, MemoryScope, Permission, load_settings
+from ..config import AgentSettings, MemoryScope, Permission, SavedSection
 from ..context import Context
 from ..errors import Cancelled, NotFound, UserError
 from ..graph import Graph
@@ -151,31 +151,16 @@ class Agents:
         self.language = language
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
-        self._stamp: tuple[int, int] | None = None  # made on first use: the file may have changed since the open
+        self._saved = SavedSection(ctx.home, "agents", seen=False)  # the file may have changed since the open
 
     # -- configurations ----------------------------------------------------------------------------
-    def _settings_stamp(self) -> tuple[int, int] | None:
-        try:
-            st = (self.ctx.home / SETTINGS_FILE).stat()
-        except OSError:
-            return None
-        return st.st_mtime_ns, st.st_size
-
     def _follow_saved_settings(self) -> None:
         """An agent added by another program (`personal-llm agent add`, an edit of settings.json) while this
         engine runs (the app, a server) is used from now on, as after a restart."""
-        stamp = self._settings_stamp()
-        if stamp == self._stamp:
-            return
-        self._stamp = stamp
-        try:
-            saved = load_settings(self.ctx.home).agents
-        except UserError:  # half written or broken: keep what works; the next change is read again
-            return
-        if saved != self.ctx.settings.agents:
+        saved = self._saved.changed(self.ctx.settings.agents)
+        if saved is not None:
             self.ctx.settings = self.ctx.settings.model_copy(update={"agents": saved})
             log.info("agent settings changed on disk: %d of the person's own", len(saved.agents))
-
 
     def configs(self) -> list[AgentSettings]:
         """The built-in agents, then the person's (one with a built-in's name replaces it)."""

@@ -24,7 +24,7 @@ TURNS = [
 FACTS = {TURNS[0]: "Alice adopted a cat called Miso.", TURNS[2]: "Alice started learning the cello in September."}
 
 
-def extraction(request: dict[str, Any]) -> str | Reply:
+def extraction_reply(request: dict[str, Any]) -> str | Reply:
     system = next((m["content"] for m in request["messages"] if m["role"] == "system"), "")
     if system.startswith("You read the turns of a conversation"):
         return turn_facts(request, FACTS.get)
@@ -33,7 +33,7 @@ def extraction(request: dict[str, Any]) -> str | Reply:
 
 @pytest.fixture
 def server():
-    with OllamaTestServer(models=["llama3.2"], reply_fn=extraction) as s:
+    with OllamaTestServer(models=["llama3.2"], reply_fn=extraction_reply) as s:
         yield s
 
 
@@ -102,6 +102,37 @@ def test_turns_wait_for_a_model_and_the_setting_turns_it_off(profile_home: Path,
     with Engine.open(profile_home, settings=settings_for(server), embedder=embedder) as eng:
         eng.start_background()
         assert set(wait_for(lambda: (f := facts_of(eng)) and len(f) == 2 and f)) == set(FACTS.values())
+
+
+def test_a_look_asks_the_model_only_when_turns_wait_and_a_silent_model_less_and_less_often(
+        profile_home: Path, embedder, monkeypatch: pytest.MonkeyPatch):
+    from engine import extraction, llm
+
+    monkeypatch.setattr(extraction, "QUIET_SECONDS", 0.2)
+    monkeypatch.setattr(extraction, "IDLE_SECONDS", 0.3)  # a look this often even when nothing is stored
+    monkeypatch.setattr(extraction, "RETRY_SECONDS", 1.5)
+    monkeypatch.setattr(llm, "HEALTH_FAILED_TTL", 0.0)  # the router's own cache: each check asks the server
+
+    def health_checks() -> int:
+        return sum(r.path == "/api/tags" for r in server.requests)
+
+    with OllamaTestServer(models=[], reply_fn=extraction_reply) as server, \
+            Engine.open(profile_home, settings=settings_for(server), embedder=embedder) as eng:
+        boiler = eng.remember("The boiler was serviced in May.").id  # a fact: nothing for the extraction to read
+        eng.start_background()
+        time.sleep(1.5)  # several looks
+        assert server.requests == [] and eng.extraction.asked == 0  # no turn waits: the model is not asked
+        eng.remember_many([Remembered(t, kind="episodic") for t in TURNS])
+        wait_for(lambda: health_checks() == 1)  # turns wait: asked once; it has no such model
+        time.sleep(1.0)  # looks within the wait that follows
+        assert health_checks() == 1 and list(facts_of(eng).values()) == [boiler]
+        wait_for(lambda: health_checks() == 2)  # asked again after RETRY_SECONDS
+        time.sleep(2.0)
+        assert health_checks() == 2  # then after twice as long
+        server.set_models(["llama3.2"])  # the model is pulled meanwhile
+        read = wait_for(lambda: (f := facts_of(eng)) and len(f) == 3 and f)
+        assert set(read) - {"The boiler was serviced in May."} == set(FACTS.values())
+        assert health_checks() == 3
 
 
 def test_a_model_that_fails_loses_no_turn(profile_home: Path, embedder, server: OllamaTestServer):
