@@ -3,7 +3,7 @@ on a store of the first size timed in turn with it (ratios), and recall next to 
 same run.
 
     python bench/scale.py [--sizes 1000 10000 100000 1000000] [--ops 60] [--queries 30] [--dir DIR [--keep]]
-                          [--reopens 3] [--fill-only]
+                          [--reopens 3] [--fill-only] [--backend sqlite postgres] [--pg-index after|during]
 
 With --keep, a profile already in DIR (from an earlier run with --dir DIR --keep) is grown from where it
 is instead of being made again, and kept afterwards: filling a million items takes a long while.
@@ -35,6 +35,14 @@ At each size, through the engine facade with the real embedding model:
   loads the mirrors (both timed);
 - whole CLI processes on the store: `personal-llm recall` (start, open, model, first recall, exit) next to
   `personal-llm stats` (start and open only), wall time and peak resident size.
+
+--backend postgres (alone, or beside sqlite in one run, `--backend sqlite postgres`): the same synthetic fill
+for one user of a PostgreSQL 18 + pgvector database (a real server from tests/pg_server.py, run durable:
+fsync and synchronous commits on), loaded through COPY in transactions of 100,000 rows with the HNSW
+indexes built after the fill (`--pg-index during`: kept and filled row by row, to compare); at each size,
+through that user's engine (Engine.for_user, the server's): recall end to end, the vector search and its
+recall@10 against exact numpy top-10, remember (with its vector), get, forget (a memory just made, and one of
+the fill's), and the sizes of the HNSW indexes. With both backends a table puts them side by side.
 
 On a virtual machine the first use of memory the machine has not touched since it booted (or has handed
 back to its host) can cost far more than later uses (~2 ms per MB on the 2-core VM of docs/performance.md):
@@ -439,13 +447,30 @@ def main() -> int:
     ap.add_argument("--reopens", type=int, default=3, choices=range(1, len(FIRST_QUESTIONS) + 1),
                     help="times the store is reopened for the first recall from the stored mirror (median)")
     ap.add_argument("--fill-only", action="store_true", help="fill to the largest size and stop")
+    ap.add_argument("--backend", nargs="+", choices=("sqlite", "postgres"), default=["sqlite"],
+                    help="the stores measured, in this order (postgres: see above)")
+    ap.add_argument("--pg-sweep", action="store_true",
+                    help="postgres: also measure the vector search with other candidates and ef_search settings")
+    ap.add_argument("--pg-index", choices=("after", "during"), default="after",
+                    help="postgres: build the HNSW indexes after each fill, or keep them during it")
     a = ap.parse_args()
+    if a.keep and not a.dir:
+        ap.error("--keep needs --dir")
+    if "postgres" in a.backend and (a.keep or a.fill_only):
+        ap.error("--keep and --fill-only are for the sqlite backend")
+    done: dict[str, dict[int, dict]] = {}
+    for backend in a.backend:
+        done[backend] = run_postgres(a) if backend == "postgres" else run_sqlite(a)
+    if len(done) > 1:
+        side_by_side(done)
+    return 0
+
+
+def run_sqlite(a) -> dict[int, dict]:
     from engine import Engine
     from engine.store.sqlite import vectors
 
     min_rows = vectors.STORED_MIN_ROWS
-    if a.keep and not a.dir:
-        ap.error("--keep needs --dir")
     base = Path(a.dir).resolve() if a.dir else Path(tempfile.mkdtemp(prefix="pllm-scale-"))
     if base.exists() and not a.keep:
         shutil.rmtree(base)
@@ -471,7 +496,7 @@ def main() -> int:
         if a.fill_only:
             took = fill.grow(max(a.sizes))
             print(f"filled to {fill.count:,} in {took:.0f}s", flush=True)
-            return 0
+            return {}
         for n in a.sizes:
             if n < fill.count:
                 print(f"size {n:,}: skipped (the kept profile holds {fill.count:,})", flush=True)
@@ -513,6 +538,7 @@ def main() -> int:
             r["first recalls (stored)"] = firsts
             r["second recalls (stored)"] = seconds
             r["cli"] = cli_times(base / "profile", a.reopens)
+            r["fill s"] = took
             results[n] = r
             print(f"  open {opened * 1000:.0f} ms, first recall {first * 1000:.0f} ms ({how}); mirror stored "
                   f"{'in' if stored else 'NOT, after'} {saved:.1f}s (longest write {longest * 1000:.0f} ms); open {opened2 * 1000:.0f} ms, first recall "
@@ -529,7 +555,7 @@ def main() -> int:
             shutil.rmtree(base, ignore_errors=True)
     if results:
         report(results, a.sizes[0])
-    return 0
+    return results
 
 
 def report(results: dict[int, dict], baseline_size: int) -> None:
@@ -584,6 +610,189 @@ def report(results: dict[int, dict], baseline_size: int) -> None:
           "measured one and timed in turn with it, operation by operation (its medians, ms, at each size: "
           + "; ".join(f"{n:,}: " + ", ".join(f"{percentile(results[n]['baseline'][op], 0.5) * 1000:.3g}" for op in flat)
                       for n in sizes) + f"). The other rows: to the first size measured ({first:,}).")
+
+
+# -- PostgreSQL (--backend postgres) ----------------------------------------------------------------------
+
+
+def pg_measure(eng, fill, ops: int, queries: int, rng: random.Random,
+               sweep: list[tuple[int, int]] | None = None) -> dict:
+    """At one size, through the user's engine: the vector search against exact numpy top-10 (recall@10, as
+    `measure` does), recall end to end, remember (with its vector), get, forget (just made, and of the fill)."""
+    from engine.store.types import Filter
+
+    res: dict = {}
+    ids, code, mat = fill.matrix()
+    nrng = np.random.default_rng(7)
+    probes = list(unit_vectors(nrng, queries // 2))
+    for p in nrng.integers(0, len(mat), queries - queries // 2):
+        v = mat[p] + 0.5 * unit_vectors(nrng, 1)[0] / np.sqrt(2)
+        probes.append(v / np.linalg.norm(v))
+    exact, np_t = [], []
+    for q in probes:
+        q = q.astype(np.float32)
+        with one_blas_thread():
+            t0 = time.perf_counter()
+            s = mat @ q
+            top = np.argpartition(-s, 10)[:10]
+            np_t.append(time.perf_counter() - t0)
+        exact.append({(int(code[i]), int(ids[i])) for i in top})
+    res["numpy top-10"] = np_t
+
+    def vector_search() -> tuple[list[float], float, float]:
+        """(times, recall@10 of the random probes, of the probes near a stored vector)."""
+        times, found = [], []
+        for q, want in zip(probes, exact, strict=True):
+            q = q.astype(np.float32)
+            t0 = time.perf_counter()
+            with eng.store.read() as con:
+                hm = eng.space.index["memories"].search(con, q, 10, Filter(activity=True))
+                hc = eng.space.index["chunks"].search(con, q, 10, Filter(activity=True))
+            times.append(time.perf_counter() - t0)
+            ours = sorted([(s_, 0, i) for i, s_ in hm] + [(s_, 1, i) for i, s_ in hc], reverse=True)[:10]
+            found.append(len(want & {(c, i) for _, c, i in ours}) / 10)
+        half = queries // 2
+        return times, float(np.mean(found[:half])), float(np.mean(found[half:]))
+
+    res["vector search"], rand, near = vector_search()
+    res["recall@10"], res["recall@10 (random, near)"] = (rand + near) / 2, (rand, near)
+    if sweep:  # the same probes with other search settings (engine/store/postgres/vectors.py)
+        from engine.store.postgres import vectors as pgv
+
+        kept = pgv.CANDIDATES, pgv.EF_SEARCH
+        res["sweep"] = []
+        try:
+            for cand, ef in sweep:
+                pgv.CANDIDATES, pgv.EF_SEARCH = cand, ef
+                times, rand, near = vector_search()
+                res["sweep"].append((cand, ef, percentile(times, 0.5), (rand + near) / 2, rand, near))
+                print(f"    candidates {cand}x k, ef_search {ef}: vector search p50 {percentile(times, 0.5) * 1000:.1f} ms, "
+                      f"recall@10 {(rand + near) / 2:.3f} (random probes {rand:.3f}, near a stored vector {near:.3f})",
+                      flush=True)
+        finally:
+            pgv.CANDIDATES, pgv.EF_SEARCH = kept
+
+    qs = [sentence(rng).replace(".", "?") for _ in range(queries)]
+    eng.recall(qs[0])  # warm
+    rec = []
+    for q in qs:
+        t0 = time.perf_counter()
+        eng.recall(q)
+        rec.append(time.perf_counter() - t0)
+    res["recall"] = rec
+
+    def timed(name: str, fn, n: int) -> None:
+        res[name] = []
+        for i in range(n):
+            t0 = time.perf_counter()
+            fn(i)
+            res[name].append(time.perf_counter() - t0)
+
+    made: list[str] = []
+    timed("remember (vector)", lambda i: made.append(eng.remember(f"{sentence(rng)} ({rng.random()})", embed="sync").id),
+          ops)
+    timed("get", lambda i: eng.get(made[i]), ops)
+    timed("forget", lambda i: eng.forget(made[i]), ops)
+    mem = np.concatenate(fill.ids["memories"])
+    old = [int(x) for x in mem[np.random.default_rng(len(mem)).choice(len(mem), min(ops, len(mem)), replace=False)]]
+    with eng.store.read() as con:
+        uids = dict(con.execute("SELECT id, uid FROM memories WHERE id = ANY(%s)", (old,)).fetchall())
+    timed("forget (an old memory)", lambda i: eng.forget(uids[old[i]]), len(old))
+    fill.drop("memories", set(old))
+    return res
+
+
+SWEEP = [(4, 100), (4, 200), (10, 400), (20, 400), (40, 800), (100, 1000)]  # (candidates x k, hnsw.ef_search)
+
+
+def run_postgres(a) -> dict[int, dict]:
+    """The sizes on a PostgreSQL database (see the module doc); prints a table, returns the results."""
+    from bench._pg import PgFill, make_database, sizes, start_server
+    from engine import Engine
+    from engine.config import Settings
+    from engine.embeddings import Embedder
+    from engine.store.postgres.database import Database
+    from engine.users import make_token, token_hash
+
+    server = start_server()
+    home = Path(tempfile.mkdtemp(prefix="pllm-scale-pg-"))
+    results: dict[int, dict] = {}
+    try:
+        url = make_database(server)
+        print(f"postgres: a PostgreSQL 18 + pgvector server in {server.root} (durable commits)", flush=True)
+        with Database(url) as db:
+            user = db.add_user("bench", token_hash(make_token()))
+            embedder = Embedder()
+            embedder.load()
+            fill = PgFill(url, user, index=a.pg_index)
+            rng = random.Random(3)
+            for n in a.sizes:
+                took = fill.grow(n)
+                print(f"size {n:,}: filled in {took:.0f}s (rows {fill.last['rows s']:.0f}s, HNSW indexes "
+                      f"{fill.last['index s']:.0f}s)", flush=True)
+                eng = Engine.for_user(db, user, "bench", home=home, settings=Settings(), embedder=embedder)
+                eng.space.ensure()
+                try:
+                    r = pg_measure(eng, fill, a.ops, a.queries, rng, SWEEP if a.pg_sweep else None)
+                finally:
+                    eng.close()
+                r.update({"fill s": took, "fill rows s": fill.last["rows s"], "index s": fill.last["index s"],
+                          "bytes": sizes(url)})
+                results[n] = r
+                print(f"  recall p50 {percentile(r['recall'], 0.5) * 1000:.1f} ms, recall@10 {r['recall@10']:.3f}, "
+                      f"remember p50 {percentile(r['remember (vector)'], 0.5) * 1000:.1f} ms, forget p50 "
+                      f"{percentile(r['forget'], 0.5) * 1000:.1f} ms (an old memory "
+                      f"{percentile(r['forget (an old memory)'], 0.5) * 1000:.1f}), HNSW indexes "
+                      f"{sum(v for k, v in r['bytes'].items() if k != 'database') / 2**20:.0f} MB, database "
+                      f"{r['bytes']['database'] / 2**20:.0f} MB", flush=True)
+    finally:
+        server.stop()
+        shutil.rmtree(home, ignore_errors=True)
+    if results:
+        pg_report(results, a.pg_index)
+    return results
+
+
+def pg_report(results: dict[int, dict], index: str) -> None:
+    sizes = sorted(results)
+    header = ["postgres: median / p95 ms"] + [f"{n:,}" for n in sizes]
+    rows = [[op] + [f"{percentile(results[n][op], 0.5) * 1000:.2f} / {percentile(results[n][op], 0.95) * 1000:.2f}"
+                    for n in sizes]
+            for op in ("recall", "vector search", "numpy top-10", "remember (vector)", "get", "forget",
+                       "forget (an old memory)")]
+    rows.append(["recall@10 vs exact"] + [f"{results[n]['recall@10']:.3f}" for n in sizes])
+    rows.append(["... of random probes / near a stored vector"] + [
+        "{:.3f} / {:.3f}".format(*results[n]["recall@10 (random, near)"]) for n in sizes])
+    rows.append(["fill: rows / HNSW build, s"] + [
+        f"{results[n]['fill rows s']:.0f} / {results[n]['index s']:.0f}" for n in sizes])
+    rows.append(["HNSW indexes, MB"] + [
+        f"{sum(v for k, v in results[n]['bytes'].items() if k != 'database') / 2**20:.0f}" for n in sizes])
+    rows.append(["database, MB"] + [f"{results[n]['bytes']['database'] / 2**20:.0f}" for n in sizes])
+    print()
+    print(fmt_table(header, rows))
+    print(f"\nOne user's rows, COPY in transactions of 100,000 rows, HNSW indexes built {index} the fill; the fill "
+          "grows from size to size (its time is that step's). numpy top-10: exact float32 search over the same "
+          "vectors held by this script, one BLAS thread.")
+
+
+def side_by_side(done: dict[str, dict[int, dict]]) -> None:
+    """recall, recall@10, remember and forget of each backend at each size, in one table."""
+    sizes = sorted(set().union(*(set(r) for r in done.values())))
+    header = ["median ms"] + [f"{b} {n:,}" for n in sizes for b in done]
+
+    def cell(b: str, n: int, key: str, fmt) -> str:
+        r = done[b].get(n)
+        return "-" if r is None or key not in r else fmt(r[key])
+
+    ms = lambda xs: f"{percentile(xs, 0.5) * 1000:.2f}"  # noqa: E731
+    rows = [[label] + [cell(b, n, key, ms) for n in sizes for b in done]
+            for label, key in (("recall", "recall"), ("vector search (memories + chunks, k=10)", "vector search"),
+                               ("remember (with its vector)", "remember (vector)"), ("get", "get"),
+                               ("forget (just made)", "forget"), ("forget (an old memory)", "forget (an old memory)"))]
+    rows.append(["recall@10 vs exact"] + [cell(b, n, "recall@10", lambda x: f"{x:.3f}") for n in sizes for b in done])
+    rows.append(["fill, s"] + [cell(b, n, "fill s", lambda x: f"{x:.0f}") for n in sizes for b in done])
+    print()
+    print(fmt_table(header, rows))
 
 
 if __name__ == "__main__":

@@ -81,9 +81,11 @@ def _die_with_parent() -> None:
 
 
 class LocalServer:
-    """A PostgreSQL server in a temporary folder; `url(db)` connects as the superuser `postgres`."""
+    """A PostgreSQL server in a temporary folder; `url(db)` connects as the superuser `postgres`. `settings`
+    (`name=value`, given to `postgres -c`): the tests' (no durability) by default; benchmarks give their own."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: tuple[str, ...] = SETTINGS) -> None:
+        self.settings = settings
         self.bin = binaries()
         # not under pytest's temporary folders: those are private to root, and the server may run as nobody
         self.root = Path(tempfile.mkdtemp(prefix="pllm-pg-"))
@@ -106,7 +108,7 @@ class LocalServer:
         except BaseException:
             self.stop()  # the folder goes
             raise
-        options = [arg for s in SETTINGS for arg in ("-c", s)]
+        options = [arg for s in self.settings for arg in ("-c", s)]
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
                 [str(self.bin / "postgres"), "-D", str(self.data), "-k", str(self.socket), *options],
