@@ -48,6 +48,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from . import runtime
 from .ask import AskResult
 from .errors import DiskFull, EngineError, NotFound, StoreLocked, StoreUnavailable, UserError
+from .graph import ExtractionReport, GraphView
 from .imports import ImportReport
 from .ingest import Document, IngestResult
 from .limits import MAX_HITS, MAX_PROJECT_CHARS, MAX_QUERY_CHARS
@@ -208,6 +209,12 @@ class ConfirmResult(BaseModel):
 class StopResult(BaseModel):
     run_id: str
     stopping: bool
+
+
+class Entity(BaseModel):
+    name: str
+    type: str | None = None
+    facts: int = Field(description="How many facts name it")
 
 
 class ErrorBody(BaseModel):
@@ -820,6 +827,40 @@ def _add_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
             return await call(eng.import_obsidian, Path(body.path), project=body.project, allow=policy)
         method = eng.import_chatgpt if source == "chatgpt" else eng.import_claude
         return await call(method, Path(body.path), project=body.project)
+
+    @app.post("/import/{source}/upload", response_model=ImportReport, tags=["documents"],
+              summary="Import a ChatGPT or Claude export whose bytes the client sends (multipart form: `file`, "
+                      "its zip or conversations.json; optional `project`)")
+    async def import_upload(source: Literal["chatgpt", "claude"],
+                            file: Annotated[UploadFile, File(description="The export's zip or conversations.json")],
+                            project: Annotated[str | None, Form(max_length=MAX_PROJECT_CHARS)] = None) -> ImportReport:
+        data = await file.read()
+        return await call(eng.import_chats_upload, source, data, file.filename or "", project=project, pool="long")
+
+    @app.get("/graph/entities", response_model=list[Entity], tags=["graph"],
+             summary="The best-connected entities of the knowledge graph, to start browsing from")
+    async def graph_entities(limit: Annotated[int, Query(ge=1, le=500)] = 30) -> list[Entity]:
+        found = await call(eng.graph_entities, limit)
+        return [Entity(name=name, type=kind, facts=facts) for name, kind, facts in found]
+
+    @app.get("/graph/neighbours", response_model=GraphView, tags=["graph"],
+             summary="An entity and what is within 1 or 2 hops of it, each fact with the ids it came from",
+             responses={404: {"model": ErrorBody, "description": "No such entity"}})
+    async def graph_neighbours(entity: Annotated[str, Query(min_length=1, max_length=MAX_QUERY_CHARS)],
+                               hops: Annotated[int, Query(ge=1, le=2)] = 1) -> GraphView:
+        return await call(eng.neighbours, entity, hops)
+
+    @app.get("/memory/{id}/graph", response_model=GraphView, tags=["graph"],
+             summary="The entities a memory is about and their neighbours",
+             responses={404: {"model": ErrorBody, "description": "No such memory"}})
+    async def graph_of_memory(id: str, hops: Annotated[int, Query(ge=1, le=2)] = 1) -> GraphView:
+        return await call(eng.graph_around_memory, id, hops)
+
+    @app.post("/graph/extract", response_model=ExtractionReport, tags=["graph"],
+              summary="Read facts (entity, relation, entity) from the memories and passages not read yet, with "
+                      "the language model")
+    async def graph_extract(limit: Annotated[int | None, Query(ge=1, le=10_000)] = None) -> ExtractionReport:
+        return await call(eng.extract_pending, limit, pool="long")
 
     @app.post("/ask", response_model=AskResult, tags=["ask"],
               summary="A grounded answer from memory, with numbered sources")

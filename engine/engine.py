@@ -32,7 +32,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from . import backup, erasure, heap, keyops, partials
 from .audit import AuditLog
@@ -742,6 +742,12 @@ class Engine:
                       cancel: threading.Event | None = None, embed: bool = True) -> ImportReport:
         return self.imports.import_chats("claude", path, project=project, progress=progress, cancel=cancel,
                                          embed=embed)
+
+    def import_chats_upload(self, source: Literal["chatgpt", "claude"], data: bytes, filename: str, *,
+                            project: str | None = None) -> ImportReport:
+        """Import a ChatGPT or Claude export whose bytes a client sent (its zip or conversations.json)."""
+        name = filename.replace("\\", "/").rsplit("/", 1)[-1] or "conversations.json"
+        return self.imports.import_chats(source, name, project=project, data=data)
 
     def import_obsidian(self, vault: Path | str, *, project: str | None = None,
                         progress: Callable[[IngestProgress], None] | None = None,

@@ -262,7 +262,8 @@ class Agents:
                             "Fix its settings (`personal-llm agent show` lists them).")
         run_id = run_id or new_run_id()
         env = ToolEnv(memories=self.memories, documents=self.documents, retrieval=self.retrieval, graph=self.graph,
-                      settings=self.ctx.settings, home=self.ctx.home, scope=scope, citations=Citations())
+                      settings=self.ctx.settings, home=self.ctx.home, scope=scope, citations=Citations(),
+                      own_disk=self.ctx.profile is not None)
         started = time.monotonic()
         actor = f"agent:{cfg.name}"
         self.ctx.audit.record("agent_run", run_id, {"phase": "start", "via": self.ctx.actor, "tools": len(tools),

@@ -67,6 +67,7 @@ class ToolEnv:
     home: Path
     scope: MemoryScope
     citations: Citations = field(default_factory=Citations)
+    own_disk: bool = True  # False for a user of a server: the server's files are not theirs to read
     now: Callable[[], datetime] = lambda: datetime.now().astimezone()
 
 
@@ -393,6 +394,8 @@ def _read_file_check(a: ReadFileInput, env: ToolEnv) -> str | None:
     path = Path(os.path.expanduser(a.path))
     if not path.is_absolute():
         return "the path must be absolute"
+    if not env.own_disk:
+        return "this memory is on a server, whose agents read no files of its disk (upload documents instead)"
     policy = _policy(env)
     if policy(path) is None:
         return None

@@ -19,6 +19,7 @@ order, each with ``uuid``, ``sender`` (``human`` or ``assistant``), ``created_at
 
 from __future__ import annotations
 
+import io
 import json
 import zipfile
 from dataclasses import dataclass, field
@@ -56,12 +57,14 @@ class ChatConversation:
     messages: list[ChatMessage] = field(default_factory=list)
 
 
-def load_export(path: Path, kind: str) -> Any:
-    """The parsed ``conversations.json``: the file itself, or the member of that name in a zip."""
+def load_export(path: Path, kind: str, data: bytes | None = None) -> Any:
+    """The parsed ``conversations.json``: the file itself, or the member of that name in a zip. With `data`,
+    the file's bytes as a client uploaded them (`path` then only names it)."""
     name = path.name
+    source: Path | io.BytesIO = path if data is None else io.BytesIO(data)
     try:
-        if zipfile.is_zipfile(path):
-            with zipfile.ZipFile(path) as z:
+        if zipfile.is_zipfile(source):
+            with zipfile.ZipFile(source) as z:
                 members = [i for i in z.infolist() if Path(i.filename).name == "conversations.json"]
                 if not members:
                     raise ExportError(f"{name} is not a {kind} export: it holds no conversations.json")
@@ -72,6 +75,9 @@ def load_export(path: Path, kind: str) -> Any:
                 with z.open(info) as f:
                     raw = f.read(MAX_EXPORT_BYTES + 1)
                 _check_size(name, len(raw))
+        elif data is not None:
+            _check_size(name, len(data))
+            raw = data
         else:
             _check_size(name, path.stat().st_size)
             raw = path.read_bytes()

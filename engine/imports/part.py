@@ -82,16 +82,18 @@ class Imports:
     # --- conversations ------------------------------------------------------------------------------
     def import_chats(self, source: Literal["chatgpt", "claude"], path: str | Path, *, project: str | None = None,
                      progress: Callable[[int, int], None] | None = None,
-                     cancel: threading.Event | None = None, embed: bool = True) -> ImportReport:
+                     cancel: threading.Event | None = None, embed: bool = True,
+                     data: bytes | None = None) -> ImportReport:
         """Import a ChatGPT or Claude export (its zip or its conversations.json). Raises ExportError for a
         file that is not such an export (nothing stored). ``progress(done, total)`` counts conversations;
         ``cancel`` stops between conversations (those done stay; importing again finishes the rest). With
         ``embed`` the new memories are embedded before returning when the model is available (else, and
-        without it, by the background backfill)."""
-        path = Path(path).expanduser()
+        without it, by the background backfill). With ``data``, the export's bytes as a client uploaded
+        them (``path`` then only names the file; nothing is read from or written to a disk)."""
+        path = Path(path) if data is not None else Path(path).expanduser()
         kind = SPEAKERS[source]
-        data = load_export(path, kind)
-        parsed = (parse_chatgpt if source == "chatgpt" else parse_claude)(data, path.name)
+        loaded = load_export(path, kind, data)
+        parsed = (parse_chatgpt if source == "chatgpt" else parse_claude)(loaded, path.name)
         project = check_project(project)
         report = ImportReport(source=source)
         for n, conv in enumerate(parsed, start=1):

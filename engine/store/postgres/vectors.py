@@ -62,11 +62,17 @@ def create_tables(con: Any, dim: int) -> None:
 
 
 def put(con: Any, table: str, ids: list[int], vecs: np.ndarray, windows: list[Windows | None] | None = None) -> None:
-    """Store (replace) the vectors of these rows; for memories, also their window vectors (None: none)."""
-    delete(con, table, ids)
+    """Store (replace) the vectors of these rows; for memories, also their window vectors (None: none).
+
+    Writers run at once here (not one at a time as in a SQLite file): the rows are locked first, so two
+    transactions storing vectors for the same rows (a request's own embedding and the background backfill)
+    take turns, the second replacing the first's instead of failing on its key or doubling the windows."""
     name, key = _TABLES[table]
+    con.execute(f"SELECT id FROM {table} WHERE id = ANY(%s) ORDER BY id FOR UPDATE", (list(map(int, ids)),))
+    delete(con, table, ids)
     with con.cursor() as cur:
-        cur.executemany(f"INSERT INTO {name}({key}, embedding) VALUES (%s, %s::vector)",
+        cur.executemany(f"INSERT INTO {name}({key}, embedding) VALUES (%s, %s::vector) "
+                        f"ON CONFLICT (user_id, {key}) DO UPDATE SET embedding = EXCLUDED.embedding",
                         [(int(i), _literal(v)) for i, v in zip(ids, vecs, strict=True)])
         rows = [(int(rid), int(start), int(end), _literal(v))
                 for rid, wins in zip(ids, windows or [], strict=False) if wins is not None
