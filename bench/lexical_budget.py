@@ -39,6 +39,7 @@ def main() -> int:
     os.environ["PYTHON_KEYRING_BACKEND"] = "keyrings.alt.file.PlaintextKeyring"
     os.environ["XDG_DATA_HOME"] = str(base / "xdg-data")
     from engine import Engine
+    from engine.store import lexical
     from engine.store import types as store_types
     from engine.store.sqlite import retrieval
 
@@ -49,8 +50,8 @@ def main() -> int:
         budget = store_types.LEXICAL_BUDGET
         rows = retrieval.indexed_rows(eng.con, "memories_fts")
         dfs = {w: retrieval._doc_freq(eng.con, "memories_fts", w) for w in dict.fromkeys([*VOCAB[:400], *COMMON])}
-        mid = [w for w, d in dfs.items() if retrieval.PRUNE_MIN_DF < d <= 20_000]
-        print(f"{rows:,} memories indexed; {len(mid)} words in {retrieval.PRUNE_MIN_DF:,}-20,000 of them", flush=True)
+        mid = [w for w, d in dfs.items() if lexical.PRUNE_MIN_DF < d <= 20_000]
+        print(f"{rows:,} memories indexed; {len(mid)} words in {lexical.PRUNE_MIN_DF:,}-20,000 of them", flush=True)
         if len(mid) < 2:
             print("too few common words: grow the store (bench/scale.py --sizes 1000000 --dir DIR --keep)")
             return 1

@@ -76,7 +76,7 @@ def rrf(ranked_lists: list[list], weights: list[float] | None = None, k: int = R
 def bm25_idf(n_docs: int, doc_freq: int) -> float:
     """FTS5's own IDF for a term (the weight bm25() gives one occurrence in an average-length row).
 
-    A cached frequency can exceed the row count after deletes (see retrieval.DocFreqs): it is clamped."""
+    A cached frequency can exceed the row count after deletes (see lexical.DocFreqs): it is clamped."""
     doc_freq = min(max(doc_freq, 0), max(n_docs, 0))
     return max(1e-6, math.log((n_docs - doc_freq + 0.5) / (doc_freq + 0.5)))
 

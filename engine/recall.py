@@ -1,6 +1,6 @@
 """Recall: the hybrid search pipeline (`engine.retrieval`).
 
-One query goes: BM25 over memories and document chunks (retrieval.plan leaves out terms too common to
+One query goes: BM25 over memories and document chunks (lexical.plan leaves out terms too common to
 help) and exact vector search → the knowledge graph's linked rows → the turns around a conversation turn
 as context → one calibrated similarity per candidate (ranking.hybrid_similarity) → the relevance floor →
 the engine's ranking formula (similarity, importance, recency) → hits, with the passage of a long memory
@@ -144,7 +144,7 @@ class Retriever:
                  bounded: bool, drop: set[str] | frozenset[str] = frozenset()
                  ) -> tuple[dict[tuple[str, int], float], dict[str, LexicalPlan]]:
         """({key: BM25 of the terms FTS5 searched}, {"m"/"c": the table's plan}). Terms very common in the
-        projects searched, or costly in a large table, are left out (retrieval.plan); `bounded` (there are
+        projects searched, or costly in a large table, are left out (lexical.plan); `bounded` (there are
         vectors to find candidates by): terms past the table's posting budget are scored later, on the
         candidates only (`_lexical_ratios`). Document frequencies come from a per-process cache, so no
         per-query work scans a common term's whole posting list."""

@@ -10,6 +10,7 @@ import pytest
 
 from engine import Engine
 from engine.embeddings import NoEmbedder
+from engine.store import lexical
 from engine.store import types as store_types
 from engine.store.sqlite import documents as doc_rows
 from engine.store.sqlite import memories as memory_rows
@@ -159,9 +160,9 @@ def test_recall_scores_a_term_past_the_budget_on_its_candidates_as_fts5_would(en
                      + (" and the shed roof" if i % 10 == 3 else ""), embed="now")
     for i in range(10):
         eng.remember(f"Meeting {i} with the bank about the mortgage rate", embed="now")
-    monkeypatch.setattr(retrieval, "PRUNE_MIN_DF", 5)  # "garden" (30 rows) is over it, "shed" (3) is not
-    monkeypatch.setattr(retrieval, "PRUNE_SHARE", 1.0)  # and neither is pruned: "garden" is in 75% of the rows
-    monkeypatch.setattr(retrieval, "SCOPE_SHARE", 1.0)
+    monkeypatch.setattr(lexical, "PRUNE_MIN_DF", 5)  # "garden" (30 rows) is over it, "shed" (3) is not
+    monkeypatch.setattr(lexical, "PRUNE_SHARE", 1.0)  # and neither is pruned: "garden" is in 75% of the rows
+    monkeypatch.setattr(lexical, "SCOPE_SHARE", 1.0)
     seen: list[str] = []
 
     def run(budget: int, q: str):

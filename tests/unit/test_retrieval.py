@@ -7,6 +7,7 @@ import sqlite3
 import pytest
 
 from engine import ranking
+from engine.store import lexical
 from engine.store.sqlite import retrieval
 
 
@@ -78,15 +79,15 @@ def test_plan_never_prunes_in_a_small_store(fts):
 
 
 def test_plan_prunes_for_cost_in_a_large_table(big_fts, monkeypatch):
-    monkeypatch.setattr(retrieval, "PRUNE_MIN_DF", 100)
-    monkeypatch.setattr(retrieval, "SCOPE_SHARE", 1.0)
+    monkeypatch.setattr(lexical, "PRUNE_MIN_DF", 100)
+    monkeypatch.setattr(lexical, "SCOPE_SHARE", 1.0)
     assert retrieval.plan(big_fts, "memories_fts", "alice kitten").terms == ["kitten"]  # type: ignore[arg-type]
 
 
 def test_plan_searches_the_rarest_terms_within_the_posting_budget_and_scores_the_rest_on_candidates(big_fts, monkeypatch):
-    monkeypatch.setattr(retrieval, "PRUNE_MIN_DF", 1)
-    monkeypatch.setattr(retrieval, "PRUNE_SHARE", 1.0)
-    monkeypatch.setattr(retrieval, "SCOPE_SHARE", 1.0)
+    monkeypatch.setattr(lexical, "PRUNE_MIN_DF", 1)
+    monkeypatch.setattr(lexical, "PRUNE_SHARE", 1.0)
+    monkeypatch.setattr(lexical, "SCOPE_SHARE", 1.0)
     q = "alice kitten sofa"  # in 400, 2 and 1 rows
     p = retrieval.plan(big_fts, "memories_fts", q, budget=10)  # type: ignore[arg-type]
     assert (p.terms, p.costly, p.pruned) == (["kitten", "sofa"], ["alice"], [])
@@ -94,12 +95,12 @@ def test_plan_searches_the_rarest_terms_within_the_posting_budget_and_scores_the
     assert p.dfs == {"alice": 400, "kitten": 2, "sofa": 1}
     assert retrieval.plan(big_fts, "memories_fts", q, budget=2).costly == ["alice", "kitten"]  # type: ignore[arg-type]  # in the question's order
     assert retrieval.plan(big_fts, "memories_fts", q).costly == []  # type: ignore[arg-type]  # no budget: all searched
-    monkeypatch.setattr(retrieval, "PRUNE_MIN_DF", 400)  # a term in at most PRUNE_MIN_DF rows is always searched
+    monkeypatch.setattr(lexical, "PRUNE_MIN_DF", 400)  # a term in at most PRUNE_MIN_DF rows is always searched
     assert retrieval.plan(big_fts, "memories_fts", q, budget=2).costly == []  # type: ignore[arg-type]
 
 
 def test_the_term_kept_when_nothing_else_occurs_is_costly_past_the_budget(big_fts, monkeypatch):
-    monkeypatch.setattr(retrieval, "PRUNE_MIN_DF", 100)
+    monkeypatch.setattr(lexical, "PRUNE_MIN_DF", 100)
     p = retrieval.plan(big_fts, "memories_fts", "Alice zebra?", budget=100)  # type: ignore[arg-type]
     assert (p.terms, p.costly) == (["zebra"], ["alice"])
     assert retrieval.plan(big_fts, "memories_fts", "Alice zebra?", budget=400).costly == []  # type: ignore[arg-type]

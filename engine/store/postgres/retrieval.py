@@ -18,20 +18,13 @@ import time
 from typing import Any
 
 from ... import ranking
-from ...terms import STOPWORDS, WORD, speaker, terms
+from ...terms import terms
+from .. import lexical
 from ..types import ACTIVITY_SOURCE, Filter, LexicalPlan
 
 TEXT_SEARCH = "english"
 _TABLE = {"memories_fts": "memories", "chunks_fts": "chunks"}
 LEXICAL_FIRST = 200
-BM25_K1 = 1.2
-BM25_B = 0.75
-DF_DRIFT = 0.02
-DF_MAX_AGE = 600.0
-PRUNE_SHARE = 0.02
-PRUNE_MIN_DF = 2000
-SCOPE_SHARE = 0.25
-SCOPE_MIN_DF = 20
 _LEXEME = re.compile(r"'((?:[^']|'')*)':([0-9A-D,]+)")
 
 
@@ -89,42 +82,25 @@ def _scope(fts: str, projects: frozenset) -> tuple[str, str, list[Any]]:
     return frm, cond, [named]
 
 
-class DocFreqs:
-    """Per-process cache of document frequencies (see DF_DRIFT, DF_MAX_AGE), as on SQLite."""
+class DocFreqs(lexical.DocFreqs):
+    """The cache of `lexical.DocFreqs`, counting through the GIN index."""
 
-    def __init__(self) -> None:
-        self._df: dict[tuple, tuple[int, int, float]] = {}
+    def indexed_rows(self, con: Any, fts: str) -> int:
+        return indexed_rows(con, fts)
 
-    def clear(self) -> None:
-        self._df.clear()
+    def count(self, con: Any, fts: str, term: str) -> int:
+        return _doc_freq(con, fts, term)
 
-    def _get(self, key: tuple, n: int, count: Any) -> int:
-        now = time.monotonic()
-        hit = self._df.get(key)
-        if hit is not None and abs(n - hit[1]) <= DF_DRIFT * hit[1] and now - hit[2] < DF_MAX_AGE:
-            return min(hit[0], n)
-        value = int(count())
-        if len(self._df) > 50_000:
-            self._df.clear()
-        self._df[key] = (value, n, now)
-        return value
-
-    def get(self, con: Any, fts: str, term: str, n: int, projects: frozenset | None = None) -> int:
-        if projects is None:
-            return self._get((fts, term), n, lambda: _doc_freq(con, fts, term))
+    def count_in(self, con: Any, fts: str, term: str, projects: frozenset) -> int:
         frm, cond, args = _scope(fts, projects)
         alias = "s" if fts == "memories_fts" else "t"
         q, qargs = _query([term])
+        return int(con.execute(f"SELECT count(*) FROM {frm} WHERE {alias}.tsv @@ {q} AND {cond}",
+                               [*qargs, *args]).fetchone()[0])
 
-        def count() -> int:
-            return con.execute(f"SELECT count(*) FROM {frm} WHERE {alias}.tsv @@ {q} AND {cond}",
-                               [*qargs, *args]).fetchone()[0]
-        return self._get((fts, term, projects), n, count)
-
-    def rows(self, con: Any, fts: str, n: int, projects: frozenset) -> int:
+    def count_rows(self, con: Any, fts: str, projects: frozenset) -> int:
         frm, cond, args = _scope(fts, projects)
-        return self._get((fts, None, projects), n,
-                         lambda: con.execute(f"SELECT count(*) FROM {frm} WHERE {cond}", args).fetchone()[0])
+        return int(con.execute(f"SELECT count(*) FROM {frm} WHERE {cond}", args).fetchone()[0])
 
 
 def doc_freqs(store: Any) -> DocFreqs:
@@ -134,38 +110,8 @@ def doc_freqs(store: Any) -> DocFreqs:
 
 def plan(con: Any, fts: str, query: str, cache: DocFreqs | None = None, projects: set | frozenset | None = None,
          budget: int | None = None, drop: set[str] | frozenset[str] | tuple = ()) -> LexicalPlan:
-    """The query's terms to search, very common ones dropped, and their IDF sum (the SQLite backend's rules:
-    engine/store/sqlite/retrieval.py `plan`)."""
-    ts = terms(query)
-    if drop and any(t not in drop for t in ts):
-        ts = [t for t in ts if t not in drop]
-    if not ts:
-        return LexicalPlan([], 0.0, [])
-    cache = cache if cache is not None else DocFreqs()
-    n = indexed_rows(con, fts)
-    dfs = {t: cache.get(con, fts, t, n) for t in ts}
-    common = {t for t in ts if dfs[t] > max(PRUNE_MIN_DF, PRUNE_SHARE * n)}
-    if projects is None:
-        common |= {t for t in ts if dfs[t] > max(SCOPE_MIN_DF, SCOPE_SHARE * n)}
-    else:
-        scope = frozenset(projects)
-        limit = max(SCOPE_MIN_DF, SCOPE_SHARE * cache.rows(con, fts, n, scope))
-        common |= {t for t in ts if t not in common and dfs[t] > limit and cache.get(con, fts, t, n, scope) > limit}
-    kept = [t for t in ts if t not in common]
-    if common and not any(dfs[t] for t in kept):
-        kept.append(min(common, key=lambda t: (dfs[t], ts.index(t))))
-        kept.sort(key=ts.index)
-    costly: list[str] = []
-    if budget is not None:
-        spent = 0
-        for t in sorted(kept, key=lambda t: (dfs[t], ts.index(t))):
-            if dfs[t] > PRUNE_MIN_DF and spent + dfs[t] > budget:
-                costly.append(t)
-            else:
-                spent += dfs[t]
-    searched = [t for t in kept if t not in costly]
-    return LexicalPlan(searched, sum(ranking.bm25_idf(n, dfs[t]) for t in kept), [t for t in ts if t not in kept],
-                       [t for t in kept if t in costly], {t: dfs[t] for t in kept})
+    """The query's terms to search in `fts` and their IDF sum (`lexical.plan`)."""
+    return lexical.plan(con, fts, query, cache if cache is not None else DocFreqs(), projects, budget, drop)
 
 
 def _stems(con: Any, ts: list[str]) -> dict[str, list[str]]:
@@ -194,7 +140,7 @@ _averages: dict[tuple[str, int], tuple[float, float]] = {}  # (table, rows) -> (
 def _mean_length(con: Any, fts: str, n: int) -> float:
     key = (fts, n // 100)
     hit = _averages.get(key)
-    if hit is not None and time.monotonic() - hit[1] < DF_MAX_AGE:
+    if hit is not None and time.monotonic() - hit[1] < lexical.DF_MAX_AGE:
         return hit[0]
     mean = _average_length(con, fts)
     _averages[key] = (mean, time.monotonic())
@@ -209,12 +155,11 @@ def _bm25(con: Any, fts: str, ts: list[str], rows: list[tuple[int, str]], dfs: d
     out: dict[int, float] = {}
     for rid, vector in rows:
         counts, length = _counts(vector)
-        norm = BM25_K1 * (1 - BM25_B + BM25_B * (length or mean) / mean)
         score = 0.0
         for t in ts:
             tf = max((counts.get(s, 0) for s in stems[t]), default=0)
             if tf:
-                score += ranking.bm25_idf(n, dfs.get(t, 0)) * tf * (BM25_K1 + 1) / (tf + norm)
+                score += lexical.bm25(ranking.bm25_idf(n, dfs.get(t, 0)), tf, length or mean, mean)
         if score > 0:
             out[rid] = score
     return out
@@ -317,93 +262,34 @@ def in_window(con: Any, f: Filter, since: float, until: float, limit: int = WIND
         + " ORDER BY coalesce(m.event_at, m.created_at), m.id LIMIT %s", [*args, since, until, limit]).fetchall()]
 
 
-CONTEXT_SECONDS = 6 * 3600
-
-
 def neighbours(con: Any, ids: list[int], f: Filter, reach: int = 2) -> dict[int, dict[int, int]]:
-    """For episodic memories among `ids`: {id: {offset: neighbour id}} for the memories stored just before
-    and after (offsets -reach..reach) in the same project and within CONTEXT_SECONDS (turns of one talk)."""
+    """For episodic memories among `ids`: {id: {offset: neighbour id}} for the turns of one talk around them
+    (`lexical.near_turns`). Neighbours must pass the filter too."""
     if not ids or (f.kinds is not None and "episodic" not in f.kinds):
         return {}
     where, args = _filter_sql(f, "m", time_col="coalesce(m.event_at, m.created_at)", kind_col=None,
                               archived_col="m.archived", source_col="m.source")
-    want = sorted({i + d for i in ids for d in range(-reach, reach + 1)})
     info = {int(r[0]): r[1:] for r in con.execute(
         "SELECT m.id, m.project, coalesce(m.event_at, m.created_at), m.conversation_id FROM memories m "
         "WHERE m.kind = 'episodic' AND m.id = ANY(%s)" + "".join(" AND " + w for w in where),
-        [want, *args]).fetchall()}
-    out: dict[int, dict[int, int]] = {}
-    for i in ids:
-        me = info.get(i)
-        if me is None:
-            continue
-        near = {}
-        for d in range(1, reach + 1):
-            for off in (-d, d):
-                other = info.get(i + off)
-                if other is None or other[0] != me[0] or abs((other[1] or 0) - (me[1] or 0)) > CONTEXT_SECONDS:
-                    continue
-                if me[2] is not None and other[2] is not None and me[2] != other[2]:
-                    continue
-                near[off] = i + off
-        if near:
-            out[i] = near
-    return out
-
-
-_YOU = frozenset({"you", "your", "yours", "yourself", "u", "ur"})
-_THIRD = frozenset({"he", "she", "him", "her", "his", "hers", "they", "them", "their"})
-ADDRESS_MIN_TURNS = 5
-ADDRESS_ONE_SIDE = 0.85
-ADDRESS_SAMPLE = 200
+        [lexical.near_ids(ids, reach), *args]).fetchall()}
+    return lexical.near_turns(ids, info, reach)
 
 
 def addressed_names(con: Any, query: str, f: Filter, cache: DocFreqs | None = None) -> dict[str, tuple[str, str | None]]:
-    """{name in the question (lowercased): (the speaker who uses it, the speaker so named or None)}: the SQLite
-    backend's rule (engine/store/sqlite/retrieval.py `addressed_names`) on PostgreSQL's full-text index."""
-    names = [w for w in dict.fromkeys(WORD.findall(query)[1:]) if w[0].isupper() and len(w) >= 3
-             and w.lower() not in STOPWORDS and not w.isupper()]
-    if not names or (f.kinds is not None and "episodic" not in f.kinds):
-        return {}
-    n_rows = indexed_rows(con, "memories_fts")
+    """{name in the question (lowercased): (the speaker who uses it, the speaker so named or None)}: the rule
+    of `lexical.addressed_names`, reading the turns through the full-text index."""
     where, args = _filter_sql(f, "m", time_col="coalesce(m.event_at, m.created_at)", kind_col=None,
                               archived_col="m.archived", source_col="m.source")
-    out: dict[str, tuple[str, str | None]] = {}
-    for name in names:
-        low = name.lower()
-        if cache is not None and cache.get(con, "memories_fts", low, n_rows) > PRUNE_MIN_DF:
-            continue
-        said: dict[str, list[tuple[int, str | None]]] = {}
-        you = third = n = 0
+
+    def naming(low: str, limit: int) -> list[tuple[int, str | None, str]]:
         q, qargs = _query([low])
-        for rid, project, text in con.execute(
-                f"SELECT m.id, m.project, m.text FROM memories m WHERE m.tsv @@ {q} AND m.kind = 'episodic'"
-                + "".join(" AND " + w for w in where) + " ORDER BY m.id LIMIT %s",
-                [*qargs, *args, ADDRESS_SAMPLE]).fetchall():
-            who = speaker(text)
-            if who is None:
-                continue
-            if who.split()[0] == low:
-                break
-            words = {w.lower() for w in WORD.findall(text)}
-            if low not in words:
-                continue
-            n += 1
-            said.setdefault(who, []).append((int(rid), project))
-            you += bool(words & _YOU)
-            third += bool(words & _THIRD)
-        else:
-            if n < ADDRESS_MIN_TURNS or you <= third:
-                continue
-            by = max(said, key=lambda w: len(said[w]))
-            if len(said[by]) < ADDRESS_ONE_SIDE * n:
-                continue
-            after = [(rid + 1, project) for rid, project in said[by]]
-            answers: dict[str, int] = {}
-            for rid, project, head in con.execute(
-                    "SELECT id, project, substr(text, 1, 64) FROM memories WHERE kind = 'episodic' AND id = ANY(%s)",
-                    ([r for r, _ in after],)).fetchall():
-                if (rid, project) in after and (who := speaker(head)) and who != by:
-                    answers[who] = answers.get(who, 0) + 1
-            out[low] = (by, max(answers, key=lambda w: answers[w]) if answers else None)
-    return out
+        return con.execute(f"SELECT m.id, m.project, m.text FROM memories m WHERE m.tsv @@ {q} AND m.kind = 'episodic'"
+                           + "".join(" AND " + w for w in where) + " ORDER BY m.id LIMIT %s",
+                           [*qargs, *args, limit]).fetchall()
+
+    def heads(ids: list[int]) -> list[tuple[int, str | None, str]]:
+        return con.execute("SELECT id, project, substr(text, 1, 64) FROM memories WHERE kind = 'episodic' "
+                           "AND id = ANY(%s)", (ids,)).fetchall()
+
+    return lexical.addressed_names(con, query, f, cache, naming, heads)

@@ -2,76 +2,31 @@
 
 from __future__ import annotations
 
-import time
-
 from ... import ranking
-from ...terms import STOPWORDS, WORD, speaker, terms
+from ...terms import terms
+from .. import lexical
 from ..types import ACTIVITY_SOURCE, Filter, LexicalPlan
 from .db import Connection, Store, marks, padded
-
-_YOU = frozenset({"you", "your", "yours", "yourself", "u", "ur"})
-_THIRD = frozenset({"he", "she", "him", "her", "his", "hers", "they", "them", "their"})
-# A name counts as what one speaker calls the other when it is in at least ADDRESS_MIN_TURNS of the turns
-# searched, ADDRESS_ONE_SIDE of them by one speaker, and more of them speak to "you" than of "he/she".
-ADDRESS_MIN_TURNS = 5
-ADDRESS_ONE_SIDE = 0.85
-ADDRESS_SAMPLE = 200
 
 
 def addressed_names(con: Connection, query: str, f: Filter,
                     cache: DocFreqs | None = None) -> dict[str, tuple[str, str | None]]:
-    """{name in the question (lowercased): (the speaker who uses it, the speaker so named or None)} for the
-    question's capitalised words that, in the conversations searched, one speaker uses to speak to the other
-    ("Looks incredible Kate. You…"): a name nobody signs their turns with, said almost only by one speaker, in
-    turns that say "you" more than "he" or "she". The person so named is the other speaker, who usually
-    answers next. Reads at most ADDRESS_SAMPLE turns a name; a name in more than PRUNE_MIN_DF rows of the
-    whole table is not looked at."""
-    names = [w for w in dict.fromkeys(WORD.findall(query)[1:]) if w[0].isupper() and len(w) >= 3
-             and w.lower() not in STOPWORDS and not w.isupper()]
-    if not names or (f.kinds is not None and "episodic" not in f.kinds):
-        return {}
-    n_rows = indexed_rows(con, "memories_fts")
+    """{name in the question (lowercased): (the speaker who uses it, the speaker so named or None)}: the rule
+    of `lexical.addressed_names`, reading the turns through FTS5."""
     where, args = _filter_sql(f, "m", time_col="coalesce(m.event_at, m.created_at)", kind_col=None,
                               archived_col="m.archived", source_col="m.source")
-    out: dict[str, tuple[str, str | None]] = {}
-    for name in names:
-        low = name.lower()
-        if cache is not None and cache.get(con, "memories_fts", low, n_rows) > PRUNE_MIN_DF:
-            continue
-        said: dict[str, list[tuple[int, str | None]]] = {}
-        you = third = n = 0
-        for rid, project, text in con.execute(
-                "SELECT m.id, m.project, m.text FROM memories_fts JOIN memories m ON m.id = memories_fts.rowid "
-                "WHERE memories_fts MATCH ? AND m.kind = 'episodic'" + "".join(" AND " + w for w in where)
-                + " LIMIT ?", ['"' + low.replace('"', '""') + '"', *args, ADDRESS_SAMPLE]):
-            who = speaker(text)
-            if who is None:
-                continue
-            if who.split()[0] == low:
-                break  # a speaker's own label: named, not addressed
-            words = {w.lower() for w in WORD.findall(text)}
-            if low not in words:
-                continue  # a stemmed match only
-            n += 1
-            said.setdefault(who, []).append((rid, project))
-            you += bool(words & _YOU)
-            third += bool(words & _THIRD)
-        else:
-            if n < ADDRESS_MIN_TURNS or you <= third:
-                continue
-            by = max(said, key=lambda w: len(said[w]))
-            if len(said[by]) < ADDRESS_ONE_SIDE * n:
-                continue
-            # who answers those turns
-            after = [(rid + 1, project) for rid, project in said[by]]
-            answers: dict[str, int] = {}
-            for rid, project, head in con.execute(
-                    f"SELECT id, project, substr(text, 1, 64) FROM memories WHERE kind = 'episodic' AND id IN "
-                    f"({marks([r for r, _ in after])})", padded([r for r, _ in after])):
-                if (rid, project) in after and (who := speaker(head)) and who != by:
-                    answers[who] = answers.get(who, 0) + 1
-            out[low] = (by, max(answers, key=lambda w: answers[w]) if answers else None)
-    return out
+
+    def naming(low: str, limit: int) -> list[tuple[int, str | None, str]]:
+        return con.execute(
+            "SELECT m.id, m.project, m.text FROM memories_fts JOIN memories m ON m.id = memories_fts.rowid "
+            "WHERE memories_fts MATCH ? AND m.kind = 'episodic'" + "".join(" AND " + w for w in where)
+            + " LIMIT ?", ['"' + low.replace('"', '""') + '"', *args, limit]).fetchall()
+
+    def heads(ids: list[int]) -> list[tuple[int, str | None, str]]:
+        return con.execute(f"SELECT id, project, substr(text, 1, 64) FROM memories WHERE kind = 'episodic' AND id IN "
+                           f"({marks(ids)})", padded(ids)).fetchall()
+
+    return lexical.addressed_names(con, query, f, cache, naming, heads)
 
 
 def match_expression(query: str | list[str]) -> str | None:
@@ -225,28 +180,6 @@ def idf_sum(con: Connection, fts: str, query: str) -> float:
     return sum(ranking.bm25_idf(n, _doc_freq(con, fts, t)) for t in ts)
 
 
-# Document frequencies are cached per (table, term) while the table's row count stays within this share of
-# the count they were measured at: an IDF barely moves meanwhile, and counting a common term's rows costs a
-# scan of its whole posting list (tens of ms at 100k rows).
-DF_DRIFT = 0.02
-# Pruning very common terms out of the FTS5 OR-query (while at least one rarer term remains):
-# - for cost: a term in more than PRUNE_MIN_DF rows and more than PRUNE_SHARE of them. FTS5 reads a term's
-#   whole posting list for an OR query (and again for bm25()'s IDF), so six such terms cost ~45 ms at 100k
-#   rows against ~3 ms without them; their IDF (below log(49) ~ 3.9 at 2%) is the lowest of the query, and
-#   the semantic signal still sees them. Small stores (< 2,000 rows per term) are never pruned for cost.
-# - for relevance: a term in more than SCOPE_SHARE of the rows of the projects searched (and more than
-#   SCOPE_MIN_DF of them). FTS5's IDF is the
-#   whole table's, so a word in half of one project's rows (the name of the person a conversation is with,
-#   a project's own name) still weighs like an informative word there, and floods the candidates with rows
-#   that share only that word. The semantic signal still sees it.
-PRUNE_SHARE = 0.02
-PRUNE_MIN_DF = 2000
-SCOPE_SHARE = 0.25
-SCOPE_MIN_DF = 20  # in a small store every word is in a large share of the rows: nothing is pruned there
-DF_MAX_AGE = 600.0  # seconds; also bounds how stale a count can get when deletes balance inserts
-
-
-
 def _scope_sql(fts: str, projects: frozenset) -> tuple[str, str, list]:
     """(join, where, args) restricting rows of `fts` to the projects (None inside = no project)."""
     if fts == "memories_fts":
@@ -260,54 +193,26 @@ def _scope_sql(fts: str, projects: frozenset) -> tuple[str, str, list]:
     return join.format(fts=fts), "(" + (" OR ".join(parts) or "0") + ")", named
 
 
-def _scope_doc_freq(con: Connection, fts: str, term: str, projects: frozenset) -> int:
-    join, where, args = _scope_sql(fts, projects)
-    return con.execute(f"SELECT count(*) FROM {fts} {join} WHERE {fts} MATCH ? AND {where}",
-                       ('"' + term.replace('"', '""') + '"', *args)).fetchone()[0]
+class DocFreqs(lexical.DocFreqs):
+    """The cache of `lexical.DocFreqs`, counting with FTS5."""
 
+    def indexed_rows(self, con: Connection, fts: str) -> int:
+        return indexed_rows(con, fts)
 
-def _scope_rows(con: Connection, fts: str, projects: frozenset) -> int:
-    _, where, args = _scope_sql(fts, projects)
-    if fts == "memories_fts":
-        return con.execute(f"SELECT count(*) FROM memories s WHERE {where}", args).fetchone()[0]
-    return con.execute(f"SELECT count(*) FROM chunks c JOIN documents s ON s.id = c.document_id WHERE {where}",
-                       args).fetchone()[0]
+    def count(self, con: Connection, fts: str, term: str) -> int:
+        return _doc_freq(con, fts, term)
 
+    def count_in(self, con: Connection, fts: str, term: str, projects: frozenset) -> int:
+        join, where, args = _scope_sql(fts, projects)
+        return con.execute(f"SELECT count(*) FROM {fts} {join} WHERE {fts} MATCH ? AND {where}",
+                           ('"' + term.replace('"', '""') + '"', *args)).fetchone()[0]
 
-class DocFreqs:
-    """Per-process cache of FTS5 document frequencies, in a whole table or in some of its projects (see
-    DF_DRIFT, DF_MAX_AGE). Thread-safe enough: entries are replaced whole, and a stale read only means a
-    slightly older IDF."""
-
-    def __init__(self) -> None:
-        self._df: dict[tuple, tuple[int, int, float]] = {}
-
-    def clear(self) -> None:
-        self._df.clear()
-
-    def _get(self, key: tuple, n: int, count) -> int:
-        now = time.monotonic()
-        hit = self._df.get(key)
-        if hit is not None and abs(n - hit[1]) <= DF_DRIFT * hit[1] and now - hit[2] < DF_MAX_AGE:
-            return min(hit[0], n)
-        value = count()
-        if len(self._df) > 50_000:
-            self._df.clear()
-        self._df[key] = (value, n, now)
-        return value
-
-    def get(self, con: Connection, fts: str, term: str, n: int, projects: frozenset | None = None) -> int:
-        """Rows of `fts` (n of them in all) holding the term, in the projects if given."""
-        if projects is None:
-            return self._get((fts, term), n, lambda: _doc_freq(con, fts, term))
-        return self._get((fts, term, projects), n, lambda: _scope_doc_freq(con, fts, term, projects))
-
-    def rows(self, con: Connection, fts: str, n: int, projects: frozenset) -> int:
-        """Rows of `fts` (n of them in all) in the projects."""
-        return self._get((fts, None, projects), n, lambda: _scope_rows(con, fts, projects))
-
-
-
+    def count_rows(self, con: Connection, fts: str, projects: frozenset) -> int:
+        _, where, args = _scope_sql(fts, projects)
+        if fts == "memories_fts":
+            return con.execute(f"SELECT count(*) FROM memories s WHERE {where}", args).fetchone()[0]
+        return con.execute(f"SELECT count(*) FROM chunks c JOIN documents s ON s.id = c.document_id WHERE {where}",
+                           args).fetchone()[0]
 
 
 def doc_freqs(store: Store) -> DocFreqs:
@@ -318,46 +223,8 @@ def doc_freqs(store: Store) -> DocFreqs:
 def plan(con: Connection, fts: str, query: str, cache: DocFreqs | None = None,
          projects: set | frozenset | None = None, budget: int | None = None,
          drop: set[str] | frozenset[str] | tuple = ()) -> LexicalPlan:
-    """The query's terms to search in `fts`, very common ones dropped (PRUNE_SHARE / PRUNE_MIN_DF in the table,
-    SCOPE_SHARE / SCOPE_MIN_DF in the projects searched) while a kept term occurs in the table, and their IDF
-    sum. With a `budget` (LEXICAL_BUDGET), FTS5 searches the kept terms rarest first while their rows sum to
-    at most that (a term in at most PRUNE_MIN_DF rows always); the others are `costly`: `term_scores` scores
-    them on the candidates the other signals found."""
-    ts = terms(query)
-    if drop and any(t not in drop for t in ts):
-        ts = [t for t in ts if t not in drop]
-    if not ts:
-        return LexicalPlan([], 0.0, [])
-    cache = cache if cache is not None else DocFreqs()
-    n = indexed_rows(con, fts)
-    dfs = {t: cache.get(con, fts, t, n) for t in ts}
-    common = {t for t in ts if dfs[t] > max(PRUNE_MIN_DF, PRUNE_SHARE * n)}
-    if projects is None:
-        common |= {t for t in ts if dfs[t] > max(SCOPE_MIN_DF, SCOPE_SHARE * n)}
-    else:
-        scope = frozenset(projects)
-        limit = max(SCOPE_MIN_DF, SCOPE_SHARE * cache.rows(con, fts, n, scope))
-        common |= {t for t in ts if t not in common and dfs[t] > limit and cache.get(con, fts, t, n, scope) > limit}
-    kept = [t for t in ts if t not in common]
-    if common and not any(dfs[t] for t in kept):  # nothing left that occurs: keep the least common of the pruned terms
-        kept.append(min(common, key=lambda t: (dfs[t], ts.index(t))))
-        kept.sort(key=ts.index)
-    costly: list[str] = []
-    if budget is not None:
-        spent = 0
-        for t in sorted(kept, key=lambda t: (dfs[t], ts.index(t))):
-            if dfs[t] > PRUNE_MIN_DF and spent + dfs[t] > budget:
-                costly.append(t)
-            else:
-                spent += dfs[t]
-    searched = [t for t in kept if t not in costly]
-    return LexicalPlan(searched, sum(ranking.bm25_idf(n, dfs[t]) for t in kept), [t for t in ts if t not in kept],
-                       [t for t in kept if t in costly], {t: dfs[t] for t in kept})
-
-
-# FTS5's bm25() constants (fts5_aux.c)
-BM25_K1 = 1.2
-BM25_B = 0.75
+    """The query's terms to search in `fts` and their IDF sum (`lexical.plan`)."""
+    return lexical.plan(con, fts, query, cache if cache is not None else DocFreqs(), projects, budget, drop)
 
 
 def term_scores(con: Connection, fts: str, terms: list[str], ids: list[int], dfs: dict[str, int]) -> dict[int, float]:
@@ -386,8 +253,7 @@ def term_scores(con: Connection, fts: str, terms: list[str], ids: list[int], dfs
         f"SELECT id, sz FROM {fts}_docsize WHERE id IN ({marks(tfs)})", padded(tfs)) if sz}
     out = {}
     for rid, counts in tfs.items():
-        norm = BM25_K1 * (1 - BM25_B + BM25_B * lengths.get(rid, mean) / mean)
-        out[rid] = sum(ranking.bm25_idf(n, dfs.get(t, 0)) * tf * (BM25_K1 + 1) / (tf + norm)
+        out[rid] = sum(lexical.bm25(ranking.bm25_idf(n, dfs.get(t, 0)), tf, lengths.get(rid, mean), mean)
                        for t, tf in counts.items() if tf)
     return {rid: s for rid, s in out.items() if s > 0}
 
@@ -449,15 +315,9 @@ def in_window(con: Connection, f: Filter, since: float, until: float, limit: int
         + " ORDER BY coalesce(m.event_at, m.created_at), m.id LIMIT ?", [*args, since, until, limit]).fetchall()]
 
 
-# Two episodic memories are turns of one conversation when stored one after the other in the same project
-# within this many seconds of each other (by event time).
-CONTEXT_SECONDS = 6 * 3600
-
-
 def neighbours(con: Connection, ids: list[int], f: Filter, reach: int = 2) -> dict[int, dict[int, int]]:
-    """For episodic memories among `ids`: {id: {offset: neighbour id}} for the memories stored just before
-    and after (offsets -reach..reach) in the same project and within CONTEXT_SECONDS (turns of one talk).
-    Neighbours must pass the filter too."""
+    """For episodic memories among `ids`: {id: {offset: neighbour id}} for the turns of one talk around them
+    (`lexical.near_turns`). Neighbours must pass the filter too."""
     if not ids or (f.kinds is not None and "episodic" not in f.kinds):
         return {}
     where, args = _filter_sql(
@@ -465,7 +325,7 @@ def neighbours(con: Connection, ids: list[int], f: Filter, reach: int = 2) -> di
         source_col="m.source",
     )
     cond = "".join(" AND " + w for w in where)
-    want = sorted({i + d for i in ids for d in range(-reach, reach + 1)})
+    want = lexical.near_ids(ids, reach)
     info: dict[int, tuple] = {}
     for p in range(0, len(want), 500):
         part = want[p : p + 500]
@@ -474,20 +334,4 @@ def neighbours(con: Connection, ids: list[int], f: Filter, reach: int = 2) -> di
             f"WHERE m.kind = 'episodic' AND m.id IN ({marks(part)}){cond}", [*padded(part), *args]
         ).fetchall():
             info[r[0]] = r[1:]
-    out: dict[int, dict[int, int]] = {}
-    for i in ids:
-        me = info.get(i)
-        if me is None:
-            continue
-        near = {}
-        for d in range(1, reach + 1):
-            for off in (-d, d):
-                other = info.get(i + off)
-                if other is None or other[0] != me[0] or abs((other[1] or 0) - (me[1] or 0)) > CONTEXT_SECONDS:
-                    continue
-                if me[2] is not None and other[2] is not None and me[2] != other[2]:
-                    continue
-                near[off] = i + off
-        if near:
-            out[i] = near
-    return out
+    return lexical.near_turns(ids, info, reach)
