@@ -53,7 +53,7 @@ from .imports import ImportReport
 from .ingest import Document, IngestResult
 from .limits import MAX_HITS, MAX_PROJECT_CHARS, MAX_QUERY_CHARS
 from .memory_rules import MAX_TEXT_CHARS
-from .models import ForgetResult, Hit, Memory, RememberResult, Stats
+from .models import ForgetResult, Hit, Memory, MemoryPage, RememberResult, Stats
 from .pathpolicy import PathPolicy, PathRefused
 from .watch import WatchStatus
 
@@ -133,6 +133,8 @@ class UpdateRequest(BaseModel):
 
 class RememberRequest(BaseModel):
     text: str = Field(min_length=1, max_length=MAX_MEMORY_CHARS, description="What to remember")
+    id: str | None = Field(default=None, max_length=40,
+                           description="An id the client made (mem_…): sent again, the same write (nothing twice)")
     kind: Literal["fact", "episodic", "procedural"] = "fact"
     project: str | None = Field(default=None, max_length=MAX_PROJECT_CHARS)
     importance: float | None = Field(default=None, ge=0.0, le=1.0, description="0..1; default from kind")
@@ -872,7 +874,7 @@ def _add_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
     async def remember(body: RememberRequest) -> RememberResult:
         return await call(eng.remember, body.text, kind=body.kind, project=body.project,
                           importance=body.importance, at=epoch(body.at) if body.at else None, embed="auto",
-                          pool="write")
+                          uid=body.id, pool="write")
 
     @app.post("/memory/batch", response_model=list[RememberResult], tags=["memory"],
               summary="Store several memories (e.g. a conversation's turns) in one transaction, one result each")
@@ -880,7 +882,7 @@ def _add_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
         from .memories import Remembered
 
         items = [Remembered(i.text, kind=i.kind, project=i.project, importance=i.importance,
-                            at=epoch(i.at) if i.at else None) for i in body.items]
+                            at=epoch(i.at) if i.at else None, uid=i.id) for i in body.items]
         return await call(eng.remember_many, items, embed="auto", pool="write")
 
     @app.get("/memory/recall", response_model=list[Hit], tags=["memory"],
@@ -911,6 +913,18 @@ def _add_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
             return eng.get(id)
 
         return await call(run, pool="write")
+
+    @app.get("/memories", response_model=MemoryPage, tags=["memory"],
+             summary="Memories, newest first, a page at a time (hand `next` back as `after`)")
+    async def list_memories(
+        kind: Literal["fact", "episodic", "procedural"] | None = None,
+        project: Annotated[str | None, Query(max_length=MAX_PROJECT_CHARS)] = None,
+        archived: bool = False, activity: bool = False,
+        limit: Annotated[int, Query(ge=1, le=MAX_BATCH)] = 50,
+        after: Annotated[str | None, Query(max_length=200)] = None,
+    ) -> MemoryPage:
+        return await call(eng.memory_page, kind=kind, project=project, archived=archived, activity=activity,
+                          limit=limit, after=after)
 
     @app.get("/memory/{id}", response_model=Memory, tags=["memory"], summary="One memory",
              responses={404: {"model": ErrorBody, "description": "No such memory"}})

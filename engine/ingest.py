@@ -110,7 +110,7 @@ CANCELLED = "cancelled"
 _MB = 1024 * 1024
 
 Stage = Literal["scanning", "parsing", "embedding", "done"]
-Status = Literal["added", "unchanged", "replaced", "failed"]
+Status = Literal["added", "unchanged", "replaced", "failed", "waiting"]  # waiting: in a server profile's outbox
 
 
 class IngestProgress(BaseModel):

@@ -25,6 +25,7 @@ from .memory_rules import (
     EPISODIC_DISCOUNT,
     IMPORTANCE_BY_SOURCE,
     NEAR_DUPLICATE_COSINE,
+    check_client_uid,
     check_kind,
     check_project,
     check_text,
@@ -35,7 +36,7 @@ from .memory_rules import (
 )
 from .models import ForgetResult, Memory, MemoryPage, RememberResult
 from .space import Touched
-from .store import Connection, tallies, vectors
+from .store import Connection, state, tallies, vectors
 from .store import conversations as conversation_rows
 from .store import memories as rows
 from .store.types import ACTIVITY_SOURCE, Filter, MemoryRow, to_memory
@@ -60,6 +61,7 @@ class Remembered:
     at: str | float | datetime | None = None
     source: str = "user"
     meta: dict[str, Any] | None = None
+    uid: str | None = None  # made by the client (a device's outbox): a repeat of it is the same write
 
 
 @dataclass
@@ -73,6 +75,13 @@ class _Prepared:
     now: float
     source: str
     meta: dict[str, Any] | None
+    uid: str | None = None
+
+
+# A client-made id (Remembered.uid) is recorded with the memory it became (itself, or the one it was merged
+# into) under this key of the small state: a write sent again (its answer was lost on the way) finds it there
+# and is answered as the first time, stored and merged nothing again (docs/server.md).
+CLIENT_WRITE_KEY = "client-write:"
 
 
 class Memories:
@@ -106,16 +115,18 @@ class Memories:
     def remember(self, text: str, *, kind: str = "fact", project: str | None = None,
                  importance: float | None = None, at: str | float | datetime | None = None,
                  source: str = "user", meta: dict[str, Any] | None = None, embed: str = "auto",
-                 conversation_id: int | None = None, document_id: int | None = None) -> RememberResult:
+                 conversation_id: int | None = None, document_id: int | None = None,
+                 uid: str | None = None) -> RememberResult:
         """Store a memory (durable and searchable by its words at once).
 
         embed: "sync" embeds now (loading the model if needed), "auto" embeds now only if the model is
         already loaded and the text is at most AUTO_EMBED_CHARS long, "background" leaves it to the backfill
         (a fact stored without its vector is checked for near-duplicates when the vector arrives). A
         near-duplicate of an existing memory in the same project is merged into it instead of stored twice.
+        `uid`: an id the client made (see CLIENT_WRITE_KEY): sent again, it stores nothing again.
         """
         return self.remember_many([Remembered(text, kind=kind, project=project, importance=importance, at=at,
-                                              source=source, meta=meta)], embed=embed,
+                                              source=source, meta=meta, uid=uid)], embed=embed,
                                   conversation_id=conversation_id, document_id=document_id)[0]
 
     def remember_many(self, items: list[Remembered], *, embed: str = "auto", conversation_id: int | None = None,
@@ -149,6 +160,10 @@ class Memories:
             # stored in this batch: (row, vector, kind, project, text)
             fresh: list[tuple[int, np.ndarray, str, str | None, str]] = []
             for p, vec, win in zip(prepared, vecs, wins, strict=True):
+                if p.uid is not None and (done := state.get(con, CLIENT_WRITE_KEY + p.uid)) is not None:
+                    rows.by_uid(con, done)  # NotFound when it has been forgotten since: not stored again
+                    results.append((done, done != p.uid))
+                    continue
                 dup = self._find_duplicate(con, p.text, p.chash, p.kind, p.project, p.event_at, vec)
                 if dup is None and vec is not None and p.kind != "episodic":
                     near = [rid for rid, v, k, proj, text in fresh if k == p.kind and proj == p.project
@@ -160,8 +175,10 @@ class Memories:
                         rows.own_summary(con, dup[0], p.source)
                     self.ctx.audit.record("merge_duplicate", dup[1], {"kind": p.kind}, con=con)
                     results.append((dup[1], True))
+                    if p.uid is not None:
+                        state.put(con, CLIENT_WRITE_KEY + p.uid, dup[1])
                     continue
-                uid = new_uid("mem")
+                uid = p.uid or new_uid("mem")
                 rid = rows.insert(con, uid=uid, kind=p.kind, text=p.text, chash=p.chash, importance=p.importance,
                                   now=p.now, event_at=p.event_at, project=p.project, source=p.source, meta=p.meta,
                                   conversation_id=conversation_id, document_id=document_id,
@@ -177,6 +194,8 @@ class Memories:
                 self.ctx.audit.record("remember", uid, {"kind": p.kind, "project": bool(p.project),
                                                         "source": p.source}, con=con)
                 results.append((uid, False))
+                if p.uid is not None:
+                    state.put(con, CLIENT_WRITE_KEY + p.uid, uid)
             out = [RememberResult(id=uid, merged=merged, memory=to_memory(rows.by_uid(con, uid)))
                    for uid, merged in results]
         self.ctx.changes.emit(Changes("remember", memories={uid for uid, _ in results}))
@@ -195,7 +214,8 @@ class Memories:
             importance = (IMPORTANCE_BY_SOURCE.get(item.source, 0.5)
                           - (EPISODIC_DISCOUNT if kind == "episodic" else 0.0))
         return _Prepared(text=text, kind=kind, project=project, importance=importance, event_at=parse_time(item.at),
-                         chash=content_hash(text), now=time.time(), source=item.source, meta=item.meta)
+                         chash=content_hash(text), now=time.time(), source=item.source, meta=item.meta,
+                         uid=check_client_uid(item.uid, "mem"))
 
     def _find_duplicate(self, con: Connection, text: str, chash: str, kind: str, project: str | None,
                         event_at: float | None, vec: np.ndarray | None, *, exclude: int | None = None) -> tuple | None:

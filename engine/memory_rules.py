@@ -91,6 +91,17 @@ def new_uid(prefix: str) -> str:
     return f"{prefix}_{''.join(reversed(chars))}"
 
 
+def check_client_uid(uid: str | None, prefix: str) -> str | None:
+    """An id a client made with `new_uid(prefix)` (a device's outbox), checked; None stays None."""
+    if uid is None:
+        return None
+    if (not isinstance(uid, str) or len(uid) != len(prefix) + 1 + UID_CHARS or not uid.startswith(prefix + "_")
+            or any(ch not in _UID_ALPHABET for ch in uid[len(prefix) + 1:])):
+        raise UserError(f"{str(uid)[:40]!r} is not an id made by Personal LLM ({prefix}_ and {UID_CHARS} "
+                        "characters).")
+    return uid
+
+
 def parse_time(value: str | float | datetime | None) -> float | None:
     """ISO-8601 (date or date-time; naive means local time), a datetime, or epoch seconds."""
     if value is None or value == "":

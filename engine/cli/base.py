@@ -24,8 +24,10 @@ class Session:
 
     def __init__(self, open_engine: Callable[[], Engine], load_settings: Callable[[], Settings],
                  save_settings: Callable[[Settings], None], home: Path,
-                 new_recovery_keys: list[str] | None = None):
+                 new_recovery_keys: list[str] | None = None, base: Path | None = None):
         self.home = home  # the profile directory (what `folders` keeps the API away from)
+        self.base = base or home  # the default profile's directory (named profiles live under it)
+        self.later_notices: list[list[str]] = []  # shown on stderr when the command ends (a write kept to send)
         self.new_recovery_keys = new_recovery_keys if new_recovery_keys is not None else []  # shown after success
         self.open_engine = open_engine
         self.load_settings = load_settings

@@ -81,12 +81,12 @@ def _print_results(results: list[IngestResult]) -> None:
     t.add_column("file", ratio=1)
     t.add_column("chunks", justify="right", no_wrap=True)
     t.add_column("document / error", ratio=1)
-    style = {"added": "green", "replaced": "cyan", "unchanged": "dim", "failed": "red"}
+    style = {"added": "green", "replaced": "cyan", "unchanged": "dim", "failed": "red", "waiting": "yellow"}
     for r in results:
         t.add_row(f"[{style[r.status]}]{r.status}[/]", escape(r.path or "(text)"), str(r.chunks) if r.chunks else "",
                   escape(r.error or r.document_id or ""))
     c.print(t)
-    counts = {s: sum(r.status == s for r in results) for s in ("added", "replaced", "unchanged", "failed")}
+    counts = {s: sum(r.status == s for r in results) for s in ("added", "replaced", "unchanged", "failed", "waiting")}
     c.print(", ".join(f"{n} {s}" for s, n in counts.items() if n) or "No files found.")
 
 

@@ -22,10 +22,12 @@ def remember(p: argparse.ArgumentParser) -> Handler:
         text = sys.stdin.buffer.read().decode("utf-8", "replace") if a.text == "-" else a.text
         with session.open_engine() as eng:
             r = eng.remember(text, kind=a.kind, project=a.project, importance=a.importance, at=a.at, embed="sync")
+        waiting = r.id in getattr(eng, "waiting", ())  # a server profile's, kept in its outbox
         if a.json:
-            print_json({"id": r.id, "merged": r.merged, **r.memory.model_dump(mode="json", exclude={"id"})})
+            print_json({"id": r.id, "merged": r.merged, **r.memory.model_dump(mode="json", exclude={"id"}),
+                        **({"waiting": True} if waiting else {})})
         else:
-            verb = "Already known — merged into" if r.merged else "Remembered"
+            verb = "Already known — merged into" if r.merged else "Kept to send" if waiting else "Remembered"
             console().print(f"{verb} [bold]{r.id}[/bold] ({r.memory.kind}"
                             + (f", project {r.memory.project}" if r.memory.project else "") + ")")
         return 0
@@ -101,6 +103,10 @@ def update(p: argparse.ArgumentParser) -> Handler:
             raise UserError("Nothing to change: give --text, --kind, --project, --importance or --at.")
         with session.open_engine() as eng:
             m = eng.update(a.id, **kw, embed="sync")  # an edit is re-embedded before the command ends
+        if m is None:  # a server profile's edit, kept in its outbox
+            print_json({"id": a.id, "waiting": True}) if a.json else console().print(
+                f"Kept to send: the edit of [bold]{a.id}[/bold]")
+            return 0
         print_json(m) if a.json else console().print(f"Updated [bold]{m.id}[/bold]")
         return 0
 
@@ -170,6 +176,10 @@ def forget(p: argparse.ArgumentParser) -> Handler:
                             f"`personal-llm get {a.id}` names it (doc_…), then `personal-llm forget doc_…`.")
         with session.open_engine() as eng:
             r = eng.forget(a.id)
+        if r is None:  # a server profile's forget, kept in its outbox
+            print_json({"id": a.id, "waiting": True}) if a.json else console().print(
+                f"Kept to send: the forget of [bold]{a.id}[/bold]")
+            return 0
         if a.json:
             print_json(r)
         else:

@@ -7,17 +7,20 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from ..errors import EngineError, UserError
 from ..logs import setup_logging
-from ..paths import home_dir, log_dir
+from ..paths import HOME_ENV, home_dir, log_dir
 from ..version import __version__
 from . import (
     agent,
     answers,
     consolidation,
+    devices,
     documents,
     folders,
     graph,
@@ -44,7 +47,7 @@ EXIT_BUG = 70
 
 COMMANDS: dict[str, Command] = {
     c.name: c for module in (memories, retrieval, status, documents, folders, answers, settings, graph,
-                             consolidation, interfaces, transfer, keys, watch, agent, server)
+                             consolidation, interfaces, transfer, keys, watch, agent, server, devices)
     for c in module.COMMANDS
 }
 
@@ -57,6 +60,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         description="Your local, encrypted memory: remember, ingest documents, recall and ask.",
     )
     parser.add_argument("--version", action="version", version=f"personal-llm {__version__}")
+    parser.add_argument("--profile", metavar="NAME", help="use the profile called NAME (first, before the command; "
+                                                           "`personal-llm connect` makes one that lives on a server)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name, c in COMMANDS.items():
@@ -66,8 +71,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def session() -> Session:
-    """What commands get: the engine (opened when a command asks for it) and the settings."""
+def session(base: Path | None = None) -> Session:
+    """What commands get: the engine (opened when a command asks for it) and the settings. A profile that
+    lives on a server (engine/remote.py) gets the server's client, with the engine's methods."""
     home = home_dir()
 
     loaded: list[Settings] = []
@@ -89,9 +95,16 @@ def session() -> Session:
 
     shown: list[str] = []
 
+    later_notices: list[list[str]] = []
+
     def open_engine() -> Engine:
         from ..engine import Engine
+        from ..remote import open_remote
 
+        remote = open_remote(home)
+        if remote is not None:
+            later_notices.append(remote.notices)
+            return cast("Engine", remote)
         eng = Engine.open(home, actor="cli")
         for notice in eng.notices:  # what the opening repaired or finished
             print(f"note: {notice}", file=sys.stderr)
@@ -99,7 +112,9 @@ def session() -> Session:
             shown.append(eng.recovery_key)
         return eng
 
-    return Session(open_engine, load, save, home, shown)
+    s = Session(open_engine, load, save, home, shown, base)
+    s.later_notices = later_notices
+    return s
 
 
 def readable(arg: str) -> str:
@@ -108,13 +123,36 @@ def readable(arg: str) -> str:
     return arg.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
+def use_profile(words: list[str]) -> tuple[list[str], Path]:
+    """`personal-llm --profile NAME COMMAND …`: the named profile's folder (under the default one) becomes
+    this process's profile ($PERSONAL_LLM_HOME, so that every part and child process finds it). Returns the
+    other words and the default profile's folder."""
+    base = home_dir()
+    name = None
+    if words and words[0] == "--profile" and len(words) > 1:
+        name, words = words[1], words[2:]
+    elif words and words[0].startswith("--profile="):
+        name, words = words[0].split("=", 1)[1], words[1:]
+    if name is not None:
+        from ..remote import profile_home
+
+        home = profile_home(base, name)
+        os.environ[HOME_ENV] = str(home)
+    return words, base
+
+
 def main(argv: list[str] | None = None) -> int:
-    setup_logging("cli")
     words = [readable(a) for a in (sys.argv[1:] if argv is None else argv)]
+    try:
+        words, base = use_profile(words)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    setup_logging("cli")
     args = build_parser(words[0] if words and words[0] in COMMANDS else None).parse_args(words)
     s: Session | None = None
     try:
-        s = session()
+        s = session(base)
         code: int = args.handler(args, s)
         return code
     except UserError as e:
@@ -145,3 +183,6 @@ def main(argv: list[str] | None = None) -> int:
         # its error: the store exists even when the command then failed)
         if s is not None and s.new_recovery_keys:
             keys.show_recovery_key(s.new_recovery_keys.pop(), fresh=True)
+        for notices in s.later_notices if s is not None else []:
+            for notice in notices:
+                print(f"note: {notice}", file=sys.stderr)

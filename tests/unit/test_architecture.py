@@ -26,9 +26,9 @@ STORAGE = ("engine.store",)  # the seam: the interface and its backends
 BACKENDS = ("engine.store.sqlite", "engine.store.postgres")
 # A store as a whole names its backend: the desktop profile's one encrypted file (open, unlock, keys,
 # erasure, backups, segment merges) and the facade that opens it; a server's database, its schema and its
-# users (engine/users.py). Every other module reaches rows through the interface (engine/store/__init__.py).
+# users (engine/users.py); a server profile's encrypted outbox file (engine/remote.py). Every other module reaches rows through the interface (engine/store/__init__.py).
 WHOLE_STORE = ("engine.engine", "engine.unlock", "engine.erasure", "engine.backup", "engine.keyops",
-               "engine.fts_merge", "engine.users")
+               "engine.fts_merge", "engine.users", "engine.remote")
 KEY_PRAGMA = "engine.keys"  # builds the `PRAGMA key` that db.connect runs
 STORE_ATTRIBUTES = {"con", "store"}
 QT = ("PySide6", "PyQt5", "PyQt6", "shiboken6", "qasync")

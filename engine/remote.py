@@ -1,0 +1,719 @@
+"""A profile that lives on a server (docs/server.md, "Using it from several devices"): the client of a
+Personal LLM server's HTTP API, with the methods of the engine facade that the CLI (and the desktop's bridge)
+use, so that a command works the same on a local profile and on a server profile.
+
+- **The profile.** `server.json` in the profile's folder names the server (its URL, and for a self-signed
+  certificate the SHA-256 fingerprint it was pinned by, with the certificate itself in `server-cert.pem`)
+  and the id of the profile's keychain entries. The token is only in the keychain (service
+  `personal-llm`, account `server-token-ID`): never in a file of the profile, never in a log.
+- **TLS is verified**: against the system's authorities, or, for a pinned profile, against the pinned
+  certificate alone (and its fingerprint checked when connecting). Plain HTTP only on loopback.
+- **Writes go through the outbox** (engine/store/sqlite/outbox.py): an encrypted file of the profile whose
+  key is another keychain entry (`outbox-ID`, 32 random bytes, as a desktop store's). A remember, an edit,
+  a forget or a file is first kept there with an id made here, then sent, oldest first, by every command
+  that reaches the server. The server treats a repeat of a client's id as the same write (engine/memories.py
+  CLIENT_WRITE_KEY; an upload is keyed by its content; an edit sets the same fields again; a forget of what
+  is gone is done), so a write whose answer was lost is sent again and lands once. Sending holds a lock file,
+  so two commands at once send each write once, in order.
+- What needs the server (recall, ask, stats, listings) says plainly that it cannot be reached.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import re
+import secrets
+import ssl
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from .errors import EngineError, NotFound, UserError
+from .memory_rules import EPISODIC_DISCOUNT, IMPORTANCE_BY_SOURCE, new_uid, parse_time
+from .paths import write_atomic
+
+log = logging.getLogger(__name__)
+
+SERVER_FILE = "server.json"
+CERT_FILE = "server-cert.pem"
+OUTBOX_FILE = "outbox.db"
+OUTBOX_LOCK = "outbox.lock"
+PROFILES_DIR = "profiles"
+PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+CONNECT_TIMEOUT = 5.0
+READ_TIMEOUT = 120.0  # an answer from a language model, an upload being parsed
+SEND_TIMEOUT = 60.0
+
+
+class ServerUnreachable(UserError):
+    """The server could not be reached (no network, the server down, a timeout)."""
+
+
+class TokenRefused(UserError):
+    """The server refused the profile's token (revoked, or its user removed)."""
+
+
+class CertificateRefused(UserError):
+    """The server's certificate is not trusted (not signed by a known authority, or not the pinned one)."""
+
+    def __init__(self, message: str, fingerprint: str | None = None):
+        super().__init__(message)
+        self.fingerprint = fingerprint
+
+
+# ---------------------------------------------------------------------------------------------------------
+# profiles
+# ---------------------------------------------------------------------------------------------------------
+def profile_home(base: Path, name: str) -> Path:
+    """The folder of the profile called `name`, under the default profile's folder `base`."""
+    if not PROFILE_NAME.fullmatch(name):
+        raise UserError(f"{name[:70]!r} cannot name a profile: use letters, digits, '.', '_' and '-' (up to 64).")
+    return base / PROFILES_DIR / name
+
+
+@dataclass(frozen=True)
+class ServerProfile:
+    """What `server.json` says: the server's address, the pinned certificate's fingerprint (None: verified
+    against the system's authorities) and the id of the profile's keychain entries."""
+
+    home: Path
+    url: str
+    id: str
+    fingerprint: str | None = None
+
+    @property
+    def token_account(self) -> str:
+        return f"server-token-{self.id}"
+
+    @property
+    def outbox_account(self) -> str:
+        return f"outbox-{self.id}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"url": self.url, "id": self.id, "fingerprint": self.fingerprint}
+
+
+def read_server_profile(home: Path) -> ServerProfile | None:
+    """The server profile whose folder is `home`; None for a local profile."""
+    path = home / SERVER_FILE
+    if not path.exists():
+        return None
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        return ServerProfile(home=home, url=str(raw["url"]), id=str(raw["id"]), fingerprint=raw.get("fingerprint"))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UserError(f"{path} is damaged: connect this profile again (`personal-llm connect`).") from e
+
+
+def _keychain(action: str, account: str, value: str | None = None) -> str | None:
+    from . import keys
+
+    if action == "get":  # an entry that should be there (see keys._keyring_get_settled)
+        return keys._keyring_get_settled(account)
+    if action == "peek":
+        return keys._keyring_get(account)
+    if action == "set":
+        assert value is not None
+        keys._keyring_set(account, value)
+        return None
+    import keyring
+
+    with contextlib.suppress(Exception):  # not there already: nothing to delete
+        keyring.delete_password(keys.SERVICE, account)
+    return None
+
+
+def token_of(profile: ServerProfile) -> str:
+    token = _keychain("get", profile.token_account)
+    if not token:
+        raise TokenRefused(f"The keychain holds no token for the server profile at {profile.home}: connect it "
+                           f"again (`personal-llm connect {profile.url} --token TOKEN`).")
+    return token
+
+
+# ---------------------------------------------------------------------------------------------------------
+# TLS
+# ---------------------------------------------------------------------------------------------------------
+def fingerprint_of(der: bytes) -> str:
+    """A certificate's SHA-256 fingerprint as `openssl x509 -fingerprint -sha256` shows it (AB:CD:…)."""
+    digest = hashlib.sha256(der).hexdigest().upper()
+    return ":".join(digest[i:i + 2] for i in range(0, len(digest), 2))
+
+
+def normal_fingerprint(text: str) -> str:
+    """A fingerprint as typed (with or without colons, any case, a `sha256` prefix) in the form shown."""
+    raw = re.sub(r"[^0-9A-Fa-f]", "", text.split("=", 1)[-1])
+    if len(raw) != 64:
+        raise UserError("A certificate's SHA-256 fingerprint has 64 hexadecimal digits (AB:CD:… as `personal-llm "
+                        "connect` shows it).")
+    raw = raw.upper()
+    return ":".join(raw[i:i + 2] for i in range(0, 64, 2))
+
+
+def _host_port(url: str) -> tuple[str, int]:
+    parts = urlsplit(url)
+    return parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+
+
+def server_certificate(url: str) -> bytes:
+    """The certificate the server at `url` presents (DER), read without trusting it."""
+    host, port = _host_port(url)
+    try:
+        pem = ssl.get_server_certificate((host, port), timeout=CONNECT_TIMEOUT)
+    except (OSError, ssl.SSLError) as e:
+        raise ServerUnreachable(f"The server at {url} cannot be reached ({type(e).__name__}).") from e
+    return ssl.PEM_cert_to_DER_cert(pem)
+
+
+def pinned_context(der: bytes) -> ssl.SSLContext:
+    """TLS that trusts this one certificate and nothing else (a self-signed home server's): its name is not
+    checked, the certificate itself is the proof."""
+    ctx = ssl.create_default_context(cadata=ssl.DER_cert_to_PEM_cert(der))
+    ctx.check_hostname = False
+    ctx.verify_flags &= ~getattr(ssl, "VERIFY_X509_STRICT", 0)
+    return ctx
+
+
+def check_url(url: str) -> str:
+    """The server's base URL, checked: https, or http on loopback only."""
+    from .server import is_loopback
+
+    url = url.strip().rstrip("/")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UserError(f"{url[:100]!r} is not a server's address: give https://HOST[:PORT].")
+    if parts.scheme == "http" and not is_loopback(parts.hostname):
+        raise UserError("A server elsewhere than this computer is reached over TLS only: give its https:// "
+                        "address (tokens and memories never cross a network unencrypted).")
+    return url
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the HTTP client
+# ---------------------------------------------------------------------------------------------------------
+class ServerClient:
+    """Requests to one server with one token: errors as the engine's (ServerUnreachable, TokenRefused,
+    NotFound, UserError with the server's own message)."""
+
+    def __init__(self, url: str, token: str, *, verify: ssl.SSLContext | bool = True, fingerprint: str | None = None):
+        import httpx
+
+        self.url = url
+        self.fingerprint = fingerprint
+        self._http = httpx.Client(base_url=url, verify=verify, headers={"Authorization": f"Bearer {token}"},
+                                  timeout=httpx.Timeout(READ_TIMEOUT, connect=CONNECT_TIMEOUT), trust_env=False)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def request(self, method: str, path: str, *, timeout: float | None = None, **kw: Any) -> tuple[int, Any]:
+        """(status, decoded JSON answer) for 2xx and 404; raises for every other answer."""
+        import httpx
+
+        try:
+            if timeout:
+                kw["timeout"] = timeout
+            r = self._http.request(method, path, **kw)
+        except httpx.ConnectError as e:
+            if "CERTIFICATE_VERIFY_FAILED" in str(e):
+                raise CertificateRefused(f"The certificate of {self.url} is not the one this profile trusts: not "
+                                         "connected. If the server has a new certificate, connect again.") from e
+            raise ServerUnreachable(f"The server at {self.url} cannot be reached ({_reason(e)}).") from e
+        except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as e:
+            raise ServerUnreachable(f"The server at {self.url} did not answer ({_reason(e)}).") from e
+        self._check_pin(r)
+        try:
+            body = r.json() if r.content else None
+        except ValueError:
+            body = None
+        if 200 <= r.status_code < 300 or r.status_code == 404:
+            return r.status_code, body
+        detail = body.get("detail") if isinstance(body, dict) else None
+        if r.status_code == 401:
+            raise TokenRefused(f"The server at {self.url} refused this profile's token: it was revoked, or its user "
+                               "removed. Connect again with a new token (`personal-llm connect URL --token TOKEN`).")
+        if r.status_code in (400, 403, 409, 413, 422):
+            raise UserError(_said(detail) or f"The server refused the request (HTTP {r.status_code}).")
+        raise ServerUnreachable(f"The server at {self.url} failed (HTTP {r.status_code}); try again later.")
+
+    def _check_pin(self, response: Any) -> None:
+        """A pinned profile: the certificate of the connection is the pinned one (checked on the stream)."""
+        if self.fingerprint is None:
+            return
+        stream = response.extensions.get("network_stream")
+        ssl_object = stream.get_extra_info("ssl_object") if stream is not None else None
+        der = ssl_object.getpeercert(True) if ssl_object is not None else None
+        if der is not None and fingerprint_of(der) != self.fingerprint:
+            raise CertificateRefused(f"The certificate of {self.url} is not the pinned one: not connected.")
+
+
+def _reason(e: Exception) -> str:
+    text = str(e).lower()
+    for words, reason in (("refused", "connection refused"), ("timed out", "timed out"),
+                          ("name or service", "unknown host"), ("nodename", "unknown host"),
+                          ("reset", "connection reset")):
+        if words in text:
+            return reason
+    return type(e).__name__
+
+
+def _said(detail: Any) -> str | None:
+    if isinstance(detail, str):
+        return detail
+    if isinstance(detail, list) and detail and isinstance(detail[0], dict):  # a 422's list of problems
+        first = detail[0]
+        where = ".".join(str(x) for x in first.get("loc", ()) if x != "body")
+        return f"The server refused the request: {where}: {first.get('msg', 'invalid')}."
+    return None
+
+
+@dataclass(frozen=True)
+class Checked:
+    url: str
+    fingerprint: str | None  # the pinned certificate's (None: verified by the system's authorities)
+    certificate: bytes | None
+    memories: int
+
+
+def check_server(url: str, token: str, *, fingerprint: str | None = None) -> Checked:
+    """What `connect` checks before it keeps anything: the server answers, over TLS it trusts (a verified
+    certificate, or the one pinned by `fingerprint`), and takes the token."""
+    url = check_url(url)
+    der: bytes | None = None
+    verify: ssl.SSLContext | bool = True
+    pin = normal_fingerprint(fingerprint) if fingerprint else None
+    if url.startswith("https://") and pin is not None:
+        der = server_certificate(url)
+        if fingerprint_of(der) != pin:
+            raise CertificateRefused(f"The certificate of {url} has the fingerprint {fingerprint_of(der)}, not the "
+                                     f"{pin} given: not connected.", fingerprint_of(der))
+        verify = pinned_context(der)
+    client = ServerClient(url, token, verify=verify, fingerprint=pin)
+    try:
+        try:
+            _, stats = client.request("GET", "/stats")
+        except CertificateRefused:
+            if pin is not None:
+                raise
+            shown = fingerprint_of(server_certificate(url))
+            raise CertificateRefused(
+                f"The certificate of {url} is not signed by an authority this computer trusts. Its SHA-256 "
+                f"fingerprint is {shown}. If that is your server's (on the server: `openssl x509 -in CERT.pem "
+                "-noout -fingerprint -sha256`), connect with --fingerprint and that value.", shown) from None
+    finally:
+        client.close()
+    if not isinstance(stats, dict) or "memories" not in stats:
+        raise UserError(f"{url} answered, but not as a Personal LLM server does.")
+    return Checked(url=url, fingerprint=pin, certificate=der, memories=int(stats.get("memories", 0)))
+
+
+def connect_profile(home: Path, checked: Checked, token: str) -> ServerProfile:
+    """Make `home` a server profile for what `check_server` found: the token into the keychain, the
+    certificate (when pinned) and server.json into the folder. Refused where the folder holds a local store
+    (push it instead) or where no keychain keeps the token."""
+    from .keys import keychain_usable
+    from .paths import STORE_FILE
+
+    if (home / STORE_FILE).exists():
+        raise UserError(f"The profile at {home} keeps its memory on this computer. Connect another profile "
+                        "(--profile NAME), or move this one's memory to the server with `personal-llm push`.")
+    if not keychain_usable():
+        raise UserError("No keychain is available to keep the server's token (it is never written to a file): "
+                        "start or unlock your keychain and connect again.")
+    old = read_server_profile(home)
+    profile = ServerProfile(home=home, url=checked.url, id=old.id if old else secrets.token_hex(8),
+                            fingerprint=checked.fingerprint)
+    _keychain("set", profile.token_account, token)
+    cert = home / CERT_FILE
+    if checked.certificate is not None:
+        write_atomic(cert, ssl.DER_cert_to_PEM_cert(checked.certificate))
+    else:
+        cert.unlink(missing_ok=True)
+    write_atomic(home / SERVER_FILE, json.dumps(profile.as_dict(), indent=2))
+    return profile
+
+
+def disconnect_profile(profile: ServerProfile, *, drop_outbox: bool = False) -> int:
+    """Forget the server of this profile: its token leaves the keychain and server.json the folder. The
+    outbox's writes are not lost silently: with some waiting, refused unless `drop_outbox`. Returns the
+    writes dropped."""
+    waiting = 0
+    if (profile.home / OUTBOX_FILE).exists():
+        with Outbox(profile) as box:
+            waiting = sum(box.count())
+    if waiting and not drop_outbox:
+        raise UserError(f"{waiting} write{'s' if waiting != 1 else ''} of this profile still wait to be sent "
+                        "(`personal-llm outbox`): send them first (any command that reaches the server does), or "
+                        "disconnect with --discard to drop them.")
+    for name in (SERVER_FILE, CERT_FILE, OUTBOX_FILE, OUTBOX_FILE + "-wal", OUTBOX_FILE + "-shm", OUTBOX_LOCK):
+        (profile.home / name).unlink(missing_ok=True)
+    _keychain("delete", profile.token_account)
+    _keychain("delete", profile.outbox_account)
+    return waiting
+
+
+def client_for(profile: ServerProfile) -> ServerClient:
+    verify: ssl.SSLContext | bool = True
+    if profile.fingerprint:
+        try:
+            der = ssl.PEM_cert_to_DER_cert((profile.home / CERT_FILE).read_text(encoding="ascii"))
+        except (OSError, ValueError) as e:
+            raise UserError(f"The pinned certificate of this profile ({profile.home / CERT_FILE}) is missing: "
+                            "connect again with --fingerprint.") from e
+        verify = pinned_context(der)
+    return ServerClient(profile.url, token_of(profile), verify=verify, fingerprint=profile.fingerprint)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the outbox
+# ---------------------------------------------------------------------------------------------------------
+class Outbox:
+    """The profile's encrypted outbox file, opened with its key from the keychain (made on first use)."""
+
+    def __init__(self, profile: ServerProfile):
+        from .keys import pragma_for
+        from .store.sqlite.outbox import OutboxFile
+
+        path = profile.home / OUTBOX_FILE
+        made = path.exists() and path.stat().st_size > 0
+        key = _keychain("get" if made else "peek", profile.outbox_account)
+        if key is None:
+            if made:
+                raise UserError(f"The key of this profile's outbox ({path}) is not in the keychain, so the writes "
+                                "waiting in it cannot be read.")
+            key = secrets.token_bytes(32).hex()
+            _keychain("set", profile.outbox_account, key)
+        self.file = OutboxFile(path, pragma_for(bytes.fromhex(key)))
+
+    def __enter__(self) -> Any:
+        return self.file
+
+    def __exit__(self, *exc: object) -> None:
+        self.file.close()
+
+
+@contextlib.contextmanager
+def sending_lock(home: Path) -> Iterator[None]:
+    """One sender at a time for a profile (across processes): writes leave in order, each once."""
+    fd = os.open(home / OUTBOX_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+@dataclass
+class Sent:
+    delivered: int = 0
+    gone: int = 0  # an edit or a forget of something the server no longer has
+    refused: int = 0
+    waiting: int = 0  # still waiting: the server cannot be reached
+
+
+def _iso(at: Any) -> str | None:
+    ts = parse_time(at)
+    return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat()
+
+
+def _request_of(item: Any) -> tuple[str, str, dict[str, Any]]:
+    p = item.payload
+    if item.op == "remember":
+        return "POST", "/memory/remember", {"json": {**p, "id": item.uid}}
+    if item.op == "update":
+        return "PATCH", f"/memory/{item.target}", {"json": p}
+    if item.op == "forget":
+        return "DELETE", f"/memory/{item.target}", {}
+    if item.op == "upload":
+        form = {"project": p["project"]} if p.get("project") else {}
+        return "POST", "/ingest/upload", {"files": {"file": (p["filename"], item.data)}, "data": form}
+    raise AssertionError(item.op)
+
+
+def send_waiting(profile: ServerProfile, client: ServerClient,
+                 progress: Callable[[int, int], None] | None = None) -> Sent:
+    """Send what waits in the outbox, oldest first, until it is empty or the server cannot be reached (then
+    the rest waits). A refused token stops it too (TokenRefused, the outbox kept)."""
+    sent = Sent()
+    if not (profile.home / OUTBOX_FILE).exists():
+        return sent
+    with sending_lock(profile.home), Outbox(profile) as box:
+        total = box.count()[0]
+        after = 0
+        while (item := box.next(after)) is not None:
+            method, path, kw = _request_of(item)
+            box.tried(item.seq)
+            try:
+                status, answer = client.request(method, path, timeout=SEND_TIMEOUT, **kw)
+            except (ServerUnreachable, TokenRefused, CertificateRefused):
+                sent.waiting = box.count()[0]
+                if sent.waiting:
+                    log.info("the outbox keeps %d writes: the server cannot take them now", sent.waiting)
+                raise
+            except UserError as e:  # the server refuses this write for good: kept, and no longer in the way
+                box.refuse(item.seq, str(e))
+                sent.refused += 1
+                after = item.seq
+                continue
+            now_id = answer.get("id") if item.op == "remember" and isinstance(answer, dict) else None
+            box.answered(item, status, answer, now_id)
+            if status == 404:
+                sent.gone += 1
+            else:
+                sent.delivered += 1
+            if progress:
+                progress(sent.delivered + sent.gone, total)
+        sent.waiting = box.count()[0]
+    log.info("outbox: %d delivered, %d already gone, %d refused", sent.delivered, sent.gone, sent.refused)
+    return sent
+
+
+def listing(profile: ServerProfile) -> list[dict[str, Any]]:
+    """What waits in the outbox, for `personal-llm outbox` (the text of each write included: this is the
+    user's own terminal)."""
+    if not (profile.home / OUTBOX_FILE).exists():
+        return []
+    with Outbox(profile) as box:
+        out = []
+        for w in box.waiting(with_data=False):
+            out.append({"id": w.uid, "op": w.op, "target": w.target, "made_at": datetime.fromtimestamp(
+                w.made_at, UTC).isoformat(timespec="seconds"), "attempts": w.attempts, "refused": w.refused,
+                **{k: v for k, v in w.payload.items() if k in ("text", "kind", "project", "filename")}})
+        return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the engine's methods, on a server
+# ---------------------------------------------------------------------------------------------------------
+class RemoteEngine:
+    """The engine facade's methods that the CLI uses, answered by the profile's server. Writes go through the
+    outbox (see the module doc): when the server cannot be reached they wait, and `waiting` holds their ids;
+    reads say plainly that the server is needed."""
+
+    profile = None  # no desktop profile: paths on this device are uploaded, never named to the server
+
+    def __init__(self, server: ServerProfile):
+        self.server = server
+        self.home = server.home
+        self.notices: list[str] = []
+        self.recovery_key: str | None = None
+        self.waiting: set[str] = set()
+        self.client = client_for(server)
+        self._sent = False
+
+    # ---- plumbing ----------------------------------------------------------------------------------------
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> RemoteEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def send_outbox(self, progress: Callable[[int, int], None] | None = None) -> Sent:
+        return send_waiting(self.server, self.client, progress)
+
+    def _flush_first(self) -> None:
+        """Any request that reaches the server sends the outbox first (once per engine)."""
+        if not self._sent:
+            self._sent = True
+            self.send_outbox()
+
+    def _read(self, what: str, method: str, path: str, **kw: Any) -> Any:
+        try:
+            self._flush_first()
+            status, body = self.client.request(method, path, **kw)
+        except ServerUnreachable as e:
+            raise ServerUnreachable(f"{what} needs the server, and {str(e)[0].lower()}{str(e)[1:]}"
+                                    + self._waiting_note()) from e
+        if status == 404:
+            raise NotFound(_said(body.get("detail") if isinstance(body, dict) else None) or "Not found.")
+        return body
+
+    def _waiting_note(self) -> str:
+        with contextlib.suppress(EngineError, OSError):
+            if (self.home / OUTBOX_FILE).exists():
+                with Outbox(self.server) as box:
+                    n = box.count()[0]
+                if n:
+                    return f" {n} write{'s' if n != 1 else ''} wait{'s' if n == 1 else ''} in the outbox."
+        return ""
+
+    def _write(self, op: str, uid: str, target: str | None, payload: dict[str, Any],
+               data: bytes | None = None) -> tuple[int, Any] | None:
+        """Keep the write in the outbox, then send the outbox: the server's (status, answer) to it, or None
+        when it waits."""
+        with Outbox(self.server) as box:
+            box.add(op, uid, target, payload, data)
+        try:
+            self._sent = True
+            self.send_outbox()
+        except ServerUnreachable as e:
+            self.waiting.add(uid)
+            self.notices.append(f"{e} Kept in the outbox, to be sent when the server is back.{self._waiting_note()}")
+            return None
+        except TokenRefused as e:
+            self.waiting.add(uid)
+            raise TokenRefused(f"{e} The write is kept in the outbox.") from e
+        with Outbox(self.server) as box:
+            answer = box.answer(uid)
+            if answer is None:  # refused by the server (kept in the outbox, marked)
+                refused = [w.refused for w in box.waiting(with_data=False) if w.uid == uid]
+                raise UserError(refused[0] if refused and refused[0] else "The server refused this write.")
+        return answer
+
+    # ---- memories ----------------------------------------------------------------------------------------
+    def remember(self, text: str, *, kind: str = "fact", project: str | None = None,
+                 importance: float | None = None, at: Any = None, **_: Any) -> Any:
+        from .memory_rules import check_kind, check_project, check_text
+        from .models import Memory, RememberResult
+
+        payload: dict[str, Any] = {"text": check_text(text), "kind": check_kind(kind),
+                                   "project": check_project(project), "importance": importance, "at": _iso(at)}
+        if importance is not None and not 0.0 <= importance <= 1.0:
+            raise UserError("Importance must be between 0 and 1.")
+        uid = new_uid("mem")
+        answer = self._write("remember", uid, None, payload)
+        if answer is not None:
+            return RememberResult.model_validate(answer[1])
+        now = datetime.now(UTC).isoformat(timespec="seconds")
+        memory = Memory(id=uid, kind=payload["kind"], text=payload["text"], project=payload["project"],
+                        importance=importance if importance is not None else (
+                            IMPORTANCE_BY_SOURCE["user"] - (EPISODIC_DISCOUNT if kind == "episodic" else 0.0)),
+                        created_at=now, updated_at=now,
+                        at=payload["at"])
+        return RememberResult(id=uid, merged=False, memory=memory)
+
+    def update(self, uid: str, *, text: str | None = None, kind: str | None = None, project: Any = ...,
+               importance: float | None = None, at: Any = ..., archived: bool | None = None, **_: Any) -> Any:
+        """The memory as the server has it after the edit, or None when the edit waits in the outbox."""
+        from .models import Memory
+
+        changes: dict[str, Any] = {k: v for k, v in (("text", text), ("kind", kind), ("importance", importance),
+                                                     ("archived", archived)) if v is not None}
+        if project is not ...:
+            changes["project"] = project or None
+        if at is not ...:
+            changes["at"] = _iso(at)
+        answer = self._write("update", new_uid("upd"), uid, changes)
+        if answer is None:
+            return None
+        if answer[0] == 404:
+            raise NotFound(f"No memory with id {uid}.")
+        return Memory.model_validate(answer[1])
+
+    def forget(self, uid: str) -> Any:
+        """What the server removed, or None when the forget waits in the outbox."""
+        from .models import ForgetResult
+
+        answer = self._write("forget", new_uid("fgt"), uid, {})
+        if answer is None:
+            return None
+        if answer[0] == 404:
+            raise NotFound(f"There is no memory or document with id {uid}.")
+        return ForgetResult.model_validate(answer[1])
+
+    def get(self, uid: str) -> Any:
+        from .models import Memory
+
+        return Memory.model_validate(self._read("Showing a memory", "GET", f"/memory/{uid}"))
+
+    def memory_page(self, *, kind: str | None = None, project: str | None = None, archived: bool | None = False,
+                    activity: bool | None = False, limit: int = 50, after: str | None = None, **_: Any) -> Any:
+        from .models import MemoryPage
+
+        params = {k: v for k, v in (("kind", kind), ("project", project), ("archived", bool(archived)),
+                                    ("activity", bool(activity)), ("limit", limit), ("after", after))
+                  if v is not None}
+        return MemoryPage.model_validate(self._read("Listing memories", "GET", "/memories", params=params))
+
+    def list_memories(self, *, limit: int = 100, **kw: Any) -> list[Any]:
+        return list(self.memory_page(limit=limit, **kw).memories)
+
+    def recall(self, query: str, *, k: int = 10, project: str | None = None, kind: str | None = None,
+               since: Any = None, until: Any = None, include_archived: bool = False, include_unscoped: bool = False,
+               **_: Any) -> list[Any]:
+        from .models import Hit
+
+        params = {k_: v for k_, v in (("q", query), ("k", k), ("project", project), ("kind", kind),
+                                      ("since", _iso(since)), ("until", _iso(until)),
+                                      ("archived", include_archived or None), ("unscoped", include_unscoped or None))
+                  if v is not None}
+        return [Hit.model_validate(h) for h in self._read("Recall", "GET", "/memory/recall", params=params)]
+
+    def ask(self, question: str, *, project: str | None = None, verify: bool = False,
+            conversation_id: str | None = None, on_token: Callable[[str], None] | None = None, **_: Any) -> Any:
+        from .ask import AskResult
+
+        body: dict[str, Any] = {"question": question, "project": project, "verify": verify}
+        if conversation_id:
+            body["conversation_id"] = conversation_id
+        result = AskResult.model_validate(self._read("Ask", "POST", "/ask", json=body))
+        if on_token is not None and result.answer:
+            on_token(result.answer)  # the server answers whole: shown as one piece
+        return result
+
+    def stats(self) -> Any:
+        from .models import Stats
+
+        stats = Stats.model_validate(self._read("Stats", "GET", "/stats"))
+        waiting = self._waiting_note()
+        if waiting:
+            stats.notes.append(waiting.strip())
+        return stats
+
+    # ---- documents ---------------------------------------------------------------------------------------
+    def ingest(self, paths: Sequence[str | Path], *, project: str | None = None, **_: Any) -> list[Any]:
+        """Each file's bytes uploaded (a folder: the files in it); a file that waits in the outbox is
+        reported `waiting`."""
+        from .ingest import IngestResult
+
+        files: list[Path] = []
+        for p in (Path(x).expanduser() for x in paths):
+            if p.is_dir():
+                files += sorted(f for f in p.rglob("*") if f.is_file() and not f.name.startswith("."))
+            elif p.is_file():
+                files.append(p)
+            else:
+                raise UserError(f"There is no file or folder at {p}.")
+        out = []
+        for f in files:
+            answer = self._write("upload", new_uid("upl"), None, {"filename": f.name, "project": project},
+                                 f.read_bytes())
+            if answer is None:
+                out.append(IngestResult(path=str(f), status="waiting"))
+            else:
+                out += [IngestResult.model_validate({**r, "path": str(f)}) for r in answer[1]]
+        return out
+
+    def resume_pending_documents(self, **_: Any) -> list[Any]:
+        return []  # the server finishes its own
+
+    def list_documents(self, project: str | None = None, *, failed: bool = False) -> list[Any]:
+        from .ingest import Document
+
+        params = {k: v for k, v in (("project", project), ("failed", failed or None)) if v is not None}
+        return [Document.model_validate(d) for d in self._read("Listing documents", "GET", "/documents",
+                                                                params=params)]
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise UserError(f"This profile keeps its memory on a server ({self.server.url}); this command works on a "
+                        "local profile only, or through the server's own tools.")
+
+
+def open_remote(home: Path) -> RemoteEngine | None:
+    """The engine of the server profile at `home`; None for a local profile."""
+    server = read_server_profile(home)
+    return None if server is None else RemoteEngine(server)
+

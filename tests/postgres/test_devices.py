@@ -1,0 +1,280 @@
+"""A profile that lives on a server, used from the CLI as a person would: `connect` (plain HTTP on loopback,
+and TLS with a real self-signed certificate pinned by its fingerprint), the commands through the server, a
+revoked token, and the outbox: writes made while the server is down arrive once each, in order, also when the
+server is killed in the middle of their delivery. A real server process on a real PostgreSQL."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from engine import users
+from engine.remote import fingerprint_of
+
+SERVE_TIMEOUT = 120
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """`personal-llm serve --database URL` in a process of its own, on a fixed port (started again on it)."""
+
+    def __init__(self, pg_url: str, home: Path, tls: tuple[Path, Path] | None = None):
+        self.pg_url, self.home, self.tls = pg_url, home, tls
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
+
+    def start(self) -> Server:
+        args = ["--database", self.pg_url, "--port", str(self.port)]
+        if self.tls:
+            args += ["--tls-cert", str(self.tls[0]), "--tls-key", str(self.tls[1])]
+        env = {**os.environ, "PERSONAL_LLM_HOME": str(self.home)}
+        self.proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "serve", *args, "--json"], env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + SERVE_TIMEOUT
+        text = ""
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            text += line
+            try:
+                json.loads(text)
+                return self
+            except json.JSONDecodeError:
+                continue
+        self.kill()
+        raise AssertionError("the server did not start")
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(30)
+        self.proc = None
+
+
+def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    p = subprocess.run([sys.executable, "-m", "engine.cli", *args], capture_output=True, text=True, timeout=180,
+                       env=os.environ.copy())
+    if check:
+        assert p.returncode == 0, p.stderr
+    assert "Traceback" not in p.stderr
+    return p
+
+
+def cli_json(*args: str):
+    return json.loads(cli(*args, "--json").stdout)
+
+
+@pytest.fixture
+def served(pg_url: str, tmp_path: Path, profile_home: Path) -> Iterator[tuple[Server, str]]:
+    token = users.add(pg_url, "alice")
+    server = Server(pg_url, tmp_path / "server-home").start()
+    try:
+        yield server, token
+    finally:
+        server.kill(signal.SIGTERM)
+
+
+def server_memories(pg_url: str) -> list[tuple[str, str, float]]:
+    """(uid, text, created_at) of every memory in the database, in the order they were stored (read as the
+    superuser, which row-level security does not hold)."""
+    with psycopg.connect(pg_url) as con:
+        return [(r[0], r[1], r[2]) for r in con.execute(
+            "SELECT uid, text, created_at FROM personal_llm.memories ORDER BY id")]
+
+
+def keychain(account: str) -> str | None:
+    import keyring.core
+
+    keyring.core._keyring_backend = None  # read the file again
+    return keyring.get_password("personal-llm", account)
+
+
+def files_hold(folder: Path, secret: str) -> list[Path]:
+    return [p for p in folder.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+
+
+def test_connect_use_revoke_disconnect(served, pg_url: str, profile_home: Path):
+    server, token = served
+    bad = cli("connect", server.url, "--token", "pllm_not-a-token", "--profile", "laptop", check=False)
+    assert bad.returncode == 1 and "refused this profile's token" in bad.stderr
+    done = cli_json("connect", server.url, "--token", token, "--profile", "laptop")
+    assert done["connected"] and done["url"] == server.url and done["fingerprint"] is None
+
+    remembered = cli_json("--profile", "laptop", "remember", "The allotment's water tap key hangs in the shed.")
+    assert remembered["id"].startswith("mem_") and "waiting" not in remembered
+    assert [m[0] for m in server_memories(pg_url)] == [remembered["id"]]  # made here, kept as the server's id
+    hits = cli_json("--profile", "laptop", "recall", "where is the key for the water tap")
+    assert hits[0]["id"] == remembered["id"]
+    assert cli_json("--profile", "laptop", "get", remembered["id"])["text"].startswith("The allotment's")
+    assert [m["id"] for m in cli_json("--profile", "laptop", "list")] == [remembered["id"]]
+    assert cli_json("--profile", "laptop", "stats")["memories"] == 1
+    cli("--profile", "laptop", "update", remembered["id"], "--text", "The water tap key hangs in the blue shed.")
+    assert server_memories(pg_url)[0][1] == "The water tap key hangs in the blue shed."
+    assert cli("--profile", "laptop", "remember", "x" * 10, "--importance", "7", check=False).returncode != 0
+
+    # the local default profile is untouched: no store was made for the server profile either
+    assert not (profile_home / "memory.db").exists()
+    laptop = profile_home / "profiles" / "laptop"
+    assert not (laptop / "memory.db").exists()
+    assert files_hold(profile_home, token) == []  # not in the profile's files, its settings or its logs
+    account = "server-token-" + json.loads((laptop / "server.json").read_text())["id"]
+    assert keychain(account) == token
+
+    users.remove(pg_url, "alice", forget=False)  # revoked: refused within the server's 10 s
+    deadline = time.monotonic() + 40
+    while True:
+        p = cli("--profile", "laptop", "remember", "Written after the token was revoked.", check=False)
+        if p.returncode != 0:
+            break
+        assert time.monotonic() < deadline
+    assert "refused this profile's token" in p.stderr and "kept in the outbox" in p.stderr
+    waiting = cli_json("--profile", "laptop", "outbox")
+    assert [w["text"] for w in waiting] == ["Written after the token was revoked."]
+    refused = cli("--profile", "laptop", "disconnect", check=False)
+    assert refused.returncode == 1 and "wait to be sent" in refused.stderr
+    assert cli_json("--profile", "laptop", "disconnect", "--discard") == {"disconnected": True, "url": server.url,
+                                                                         "dropped": 1}
+    assert keychain(account) is None  # the token left the keychain
+    assert cli_json("--profile", "laptop", "recall", "water tap") == []  # a local profile of its own now
+    assert cli("connect", "http://example.org:8765", "--token", token, check=False).stderr.count("TLS") == 1
+
+
+def self_signed(folder: Path) -> tuple[Path, Path, bytes]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "home-server")])
+    now = dt.datetime.now(dt.UTC)
+    import ipaddress
+
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=30))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
+                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+            .sign(key, hashes.SHA256()))
+    cert_file, key_file = folder / "cert.pem", folder / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_file, key_file, cert.public_bytes(serialization.Encoding.DER)
+
+
+def test_a_self_signed_server_is_pinned_by_its_fingerprint(pg_url: str, tmp_path: Path, profile_home: Path):
+    token = users.add(pg_url, "alice")
+    cert, key, der = self_signed(tmp_path)
+    (tmp_path / "other").mkdir()
+    cert2, key2, other = self_signed(tmp_path / "other")
+    server = Server(pg_url, tmp_path / "server-home", tls=(cert, key)).start()
+    try:
+        shown = cli("connect", server.url, "--token", token, check=False)
+        assert shown.returncode == 1 and "not signed by an authority" in shown.stderr
+        assert fingerprint_of(der) in shown.stderr
+        wrong = cli("connect", server.url, "--token", token, "--fingerprint", fingerprint_of(other), check=False)
+        assert wrong.returncode == 1 and "not the" in wrong.stderr and not (profile_home / "server.json").exists()
+        typed = fingerprint_of(der).replace(":", "").lower()
+        done = cli_json("connect", server.url, "--token", token, "--fingerprint", typed)
+        assert done["fingerprint"] == fingerprint_of(der)
+        uid = cli_json("remember", "The router's admin page is on port 8443.")["id"]
+        assert cli_json("recall", "router admin port")[0]["id"] == uid
+    finally:
+        server.kill(signal.SIGTERM)
+    # another server at the same address, with another certificate: refused, nothing sent to it
+    impostor = Server(pg_url, tmp_path / "server-home", tls=(cert2, key2))
+    impostor.port, impostor.url = server.port, server.url
+    impostor.start()
+    try:
+        p = cli("recall", "router", check=False)
+        assert p.returncode == 1 and "certificate" in p.stderr
+    finally:
+        impostor.kill(signal.SIGTERM)
+
+
+def _offline_writes(n: int) -> list[tuple[str, str]]:
+    """`n` captures and edits from the CLI while the server is down: (memory id, the text it should end with)."""
+    made: list[tuple[str, str]] = []
+    for i in range(n):
+        if i % 5 == 4:  # every fifth: an edit of the capture before it (itself still in the outbox)
+            uid, _ = made[-1]
+            text = f"Edited note {i}: the parcel locker number is {1000 + i}."
+            out = cli_json("update", uid, "--text", text)
+            assert out == {"id": uid, "waiting": True}
+            made[-1] = (uid, text)
+        else:
+            text = f"Captured note {i}: the meeting room {i} has the projector remote number {7000 + i}."
+            out = cli_json("remember", text, "--kind", "episodic")
+            assert out["waiting"] is True
+            made.append((out["id"], text))
+    return made
+
+
+def _check_arrived(pg_url: str, made: list[tuple[str, str]]) -> None:
+    stored = server_memories(pg_url)
+    assert [(uid, text) for uid, text, _ in stored] == made  # each once, in the order made, edits applied
+    times = [t for _, _, t in stored]
+    assert times == sorted(times)
+
+
+def test_writes_made_offline_arrive_once_in_order(served, pg_url: str, profile_home: Path):
+    server, token = served
+    cli("connect", server.url, "--token", token)
+    server.kill()
+    made = _offline_writes(50)
+    assert len(made) == 40
+    assert len(cli_json("outbox")) == 50
+    p = cli("recall", "projector remote", check=False)
+    assert p.returncode == 1 and "needs the server" in p.stderr and "50 writes wait" in p.stderr
+    assert files_hold(profile_home, "projector remote") == []  # the outbox is encrypted
+    server.start()
+    hits = cli_json("recall", "projector remote number of meeting room 3")  # sends the outbox first
+    assert cli_json("outbox") == []
+    _check_arrived(pg_url, made)
+    assert hits and {h["id"] for h in hits} <= {uid for uid, _ in made}
+
+
+def test_a_server_killed_during_delivery_loses_and_doubles_nothing(served, pg_url: str, profile_home: Path):
+    server, token = served
+    cli("connect", server.url, "--token", token)
+    server.kill()
+    made = _offline_writes(50)
+    server.start()
+    sender = subprocess.Popen([sys.executable, "-m", "engine.cli", "outbox", "--send", "--json"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+    deadline = time.monotonic() + 120
+    while len(server_memories(pg_url)) < 8:
+        assert time.monotonic() < deadline and sender.poll() is None
+        time.sleep(0.02)
+    server.kill()  # kill -9 in the middle of the delivery
+    _, err = sender.communicate(timeout=120)
+    assert sender.returncode == 1 and ("cannot be reached" in err or "did not answer" in err), err
+    arrived = len(server_memories(pg_url))
+    assert 8 <= arrived < 40
+    left = cli_json("outbox")
+    assert 0 < len(left) < 50
+    server.start()
+    cli("outbox", "--send")
+    assert cli_json("outbox") == []
+    _check_arrived(pg_url, made)
