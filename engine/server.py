@@ -4,7 +4,8 @@ loads the embedding model once for every user, and answers each request as the u
 
 Each user gets an engine of their own (Engine.for_user: the same parts as a desktop profile, on the
 PostgreSQL backend, every statement under row-level security for that user), made on their first request and
-kept. A token is checked against the database (its SHA-256) and the answer kept for TOKEN_TTL seconds, so a
+kept; all of them share the one embedding model, whose small encodes are batched across users
+(engine/shared_embedder.py). A token is checked against the database (its SHA-256) and the answer kept for TOKEN_TTL seconds, so a
 removed user's token stops working within that time. Listening anywhere but loopback needs TLS (a
 certificate and its key), or `--behind-proxy` said out loud for a TLS proxy in front.
 """
@@ -25,6 +26,7 @@ from .config import home_dir, load_settings
 from .embeddings import Embedder, NoEmbedder
 from .engine import Engine
 from .errors import UserError
+from .shared_embedder import SharedEmbedder
 from .users import Database, authenticate, open_database
 
 log = logging.getLogger(__name__)
@@ -117,8 +119,9 @@ def serve_database(url: str, *, host: str = "127.0.0.1", port: int | None = None
     home.mkdir(parents=True, exist_ok=True, mode=0o700)
     settings = load_settings(home)
     with open_database(url) as db:
+        # one model for every user, their small encodes (queries, memories) batched together
         embedder: Embedder | NoEmbedder = (NoEmbedder() if settings.embedding_model == "none"
-                                           else Embedder(settings.embedding_model))
+                                           else SharedEmbedder(settings.embedding_model))
         users = Users(db, home, embedder)
         app = create_app(UserEngine(), None, settings.api_allowed_origins, authenticate=users.engine_for,
                          max_body_bytes=int(max_body_mb * 1024 * 1024), loopback=is_loopback(host))
@@ -144,4 +147,6 @@ def serve_database(url: str, *, host: str = "127.0.0.1", port: int | None = None
             uvicorn.Server(config).run(sockets=[sock])
         finally:
             users.close()
+            if isinstance(embedder, SharedEmbedder):
+                embedder.close()
             sock.close()

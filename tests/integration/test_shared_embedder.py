@@ -1,0 +1,66 @@
+"""The server's shared embedding model (engine/shared_embedder.py), with the real bundled model: small encodes
+from many threads share model calls and get exactly their own vectors; big ones run on their own; a model
+that cannot load fails in the caller."""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import numpy as np
+import pytest
+
+from engine.embeddings import EmbeddingUnavailable
+from engine.shared_embedder import SharedEmbedder
+
+
+@pytest.fixture(scope="module")
+def shared():
+    e = SharedEmbedder(gather=0.01)
+    e.load()
+    yield e
+    e.close()
+
+
+def test_concurrent_small_encodes_share_model_calls_and_get_their_own_vectors(shared, embedder):
+    rng = random.Random(3)
+    words = "boiler key garden shed dentist invoice train Lisbon sister recipe bicycle piano tuner".split()
+    texts = [" ".join(rng.choice(words) for _ in range(rng.randint(1, 40))) for _ in range(96)]
+    got: dict[int, np.ndarray] = {}
+    start = threading.Barrier(4)
+
+    def user(u: int) -> None:
+        start.wait()
+        for i in range(u, len(texts), 4):
+            got[i] = shared.encode_one(texts[i]) if i % 3 else shared.encode([texts[i]])[0]
+
+    requests, calls = shared.requests, shared.calls
+    threads = [threading.Thread(target=user, args=(u,)) for u in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert shared.requests - requests == len(texts)
+    assert shared.calls - calls < len(texts) / 2, (shared.requests - requests, shared.calls - calls)
+    alone = np.stack([embedder.encode_one(t) for t in texts])
+    together = np.stack([got[i] for i in range(len(texts))])
+    assert np.allclose(together, alone, atol=1e-5)  # padding to the batch's longest changes nothing
+
+
+def test_big_encodes_run_on_their_own(shared, embedder):
+    texts = [f"passage {i} of a long document about the allotment rules" for i in range(64)]
+    requests, calls = shared.requests, shared.calls
+    vecs = shared.encode(texts)
+    assert (shared.requests, shared.calls) == (requests, calls)
+    assert np.allclose(vecs, embedder.encode(texts), atol=1e-5)
+
+
+def test_a_model_that_cannot_load_fails_in_the_caller():
+    def broken(*args, **kwargs):
+        raise EmbeddingUnavailable("no model here")
+
+    e = SharedEmbedder(runtime=broken)
+    with pytest.raises(EmbeddingUnavailable):
+        e.encode_one("anything")
+    assert e.requests == 0
+    e.close()
