@@ -617,20 +617,27 @@ class _Pending:
 
 
 class _AgentRuns:
-    """The agent runs streaming now: their Stop flags and the confirmations waiting for an answer."""
+    """The agent runs streaming now: their Stop flags, the confirmations waiting for an answer, and whose they
+    are (on a server of many users, only the user who started a run may answer or stop it)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._cancel: dict[str, threading.Event] = {}
+        self._owner: dict[str, Any] = {}
         self._pending: dict[tuple[str, str], _Pending] = {}
 
     def start(self, run_id: str) -> threading.Event:
         with self._lock:
             cancel = self._cancel[run_id] = threading.Event()
+            self._owner[run_id] = CURRENT_ENGINE.get(None)  # the request's user (None: a desktop's one engine)
             return cancel
+
+    def _theirs(self, run_id: str) -> bool:
+        return run_id in self._owner and self._owner[run_id] is CURRENT_ENGINE.get(None)
 
     def end(self, run_id: str) -> None:
         with self._lock:
+            self._owner.pop(run_id, None)
             cancel = self._cancel.pop(run_id, None)
             waiting = [k for k in self._pending if k[0] == run_id]
             for key in waiting:
@@ -659,7 +666,7 @@ class _AgentRuns:
 
     def answer(self, run_id: str, call_id: str, approve: bool) -> bool:
         with self._lock:
-            pending = self._pending.get((run_id, call_id))
+            pending = self._pending.get((run_id, call_id)) if self._theirs(run_id) else None
         if pending is None:
             return False
         pending.approve = approve
@@ -668,7 +675,7 @@ class _AgentRuns:
 
     def stop(self, run_id: str) -> bool:
         with self._lock:
-            cancel = self._cancel.get(run_id)
+            cancel = self._cancel.get(run_id) if self._theirs(run_id) else None
         if cancel is None:
             return False
         cancel.set()

@@ -30,6 +30,9 @@ def _model(request: dict[str, Any]) -> str | Reply:
     last = messages[-1].get("content", "") if messages else ""
     if request.get("tools"):  # an agent
         results = [m.get("content", "") for m in messages if m.get("role") == "tool"]
+        asked = " ".join(m.get("content", "") for m in messages if m.get("role") == "user")
+        if not results and (named := re.search(r"Delete (mem_\w+)", asked)):
+            return Reply(tool_calls=[{"name": "forget_memory", "arguments": {"id": named.group(1)}}])
         if not results:
             return Reply(tool_calls=[{"name": "search_memory", "arguments": {"query": "garden budget"}}])
         return "The search found: " + " | ".join(results)[:4000]
@@ -119,6 +122,26 @@ def test_an_agent_searches_only_its_users_memory(doors: Served, tmp_path: Path):
     events = run(b)
     assert events[-1]["event"] == "done", events[-1]
     assert "4200" not in json.dumps(events)
+
+
+def test_only_the_user_who_started_a_run_answers_or_stops_it(doors: Served):
+    a, b = doors.client(doors.alice), doors.client(doors.bob)
+    kept = a.post("/memory/remember", json={"text": "The old gym membership card is in the drawer."}).json()
+    seen: list[dict[str, Any]] = []
+    with a.stream("POST", "/agent/run", json={"task": f"Delete {kept['id']}", "agent": "Organiser"}) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            event = json.loads(line)
+            seen.append(event)
+            if event["event"] == "confirm":
+                run, call = event["run_id"], event["call_id"]
+                assert b.post(f"/agent/run/{run}/confirm", json={"call_id": call, "approve": True}).status_code == 404
+                assert b.post(f"/agent/run/{run}/stop").status_code == 404
+                assert a.get(f"/memory/{kept['id']}").status_code == 200  # Bob's answer ran nothing
+                ok = a.post(f"/agent/run/{run}/confirm", json={"call_id": call, "approve": True})
+                assert ok.status_code == 200, ok.text
+    assert seen[-1]["event"] == "done", seen[-1]
+    assert a.get(f"/memory/{kept['id']}").status_code == 404
 
 
 def test_the_graph_of_each_user(doors: Served):
