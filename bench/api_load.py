@@ -1,6 +1,8 @@
-"""The HTTP API under load: remember and recall through `personal-llm serve`, idle and with the CPUs kept busy.
+"""The HTTP API under load: remember and recall through `personal-llm serve`, idle and with the CPUs kept busy;
+or, with --server, through `personal-llm serve --database` for many users of a PostgreSQL database.
 
     python bench/api_load.py [--items 20000] [--seconds 30] [--threads 8] [--turns 20] [--conversations 15]
+    python bench/api_load.py --server [--users 8] [--clients 4] [--items 5000] [--seconds 60] [--import-batch 200]
 
 A throwaway profile is filled with ITEMS synthetic memories and chunks (random unit vectors, through the
 storage layer, as in bench/scale.py), then `personal-llm serve` runs in a subprocess (bench/_common.py
@@ -19,6 +21,15 @@ fact per turn, so the cost measured is the extraction's own (its thread, its wri
 beside the store of the turns, not a model's. The fill's episodic memories (a third) are read first, before
 anything is timed: the runs measure storing with extraction on, not a first catch-up. The number of facts
 written is printed.
+
+--server: a PostgreSQL 18 + pgvector server (tests/pg_server.py, durable commits) and a database set up by
+`personal-llm server init` with USERS users, each filled with ITEMS synthetic memories and chunks (random
+unit vectors, through COPY: bench/_pg.py); then `personal-llm serve --database` in a process of its own, and
+for SECONDS: CLIENTS client threads per user, each choosing remember or recall at random, and beside them
+one importer, a user of its own storing memories IMPORT_BATCH at a time through POST /memory/batch (one
+transaction and one batch embedding each). Printed: p50 and p99 of each operation, errors, the importer's
+memories per second; then every user's count of memories (GET /stats) against the fill plus what the server
+acknowledged, and every acknowledged id looked up in the database: nothing acknowledged may be missing.
 """
 
 from __future__ import annotations
@@ -26,8 +37,10 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -128,16 +141,151 @@ def burners(n: int) -> list[subprocess.Popen]:
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
 
 
+def server_load(a) -> int:
+    """--server (see the module doc)."""
+    import httpx
+    import psycopg
+
+    from bench._pg import HNSW, PgFill, admin, make_database, start_server
+    from engine import users
+    from engine.store.postgres.database import Database
+    from tests.postgres.crash import start_server as serve
+
+    pg = start_server()
+    home = Path(tempfile.mkdtemp(prefix="pllm-api-load-"))
+    proc = None
+    try:
+        url = make_database(pg)
+        names = [f"user{i}" for i in range(a.users)]
+        tokens = {n: users.add(url, n) for n in [*names, "importer"]}
+        with Database(url) as db:
+            ids = {u.name: u for u in db.users()}
+        t0 = time.perf_counter()
+        with admin(url) as con:  # the HNSW indexes are built once, after every user's rows
+            for index in HNSW.values():
+                con.execute(f"DROP INDEX {index}")
+            con.commit()
+            for n, name in enumerate(names):
+                PgFill(url, ids[name].id, index="during", seed=n).grow(a.items, progress=False)
+            PgFill.build_indexes(con)
+        print(f"filled {a.users} users x {a.items:,} items in {time.perf_counter() - t0:.0f}s", flush=True)
+        proc, address = serve(url, home)
+        clients = {n: httpx.Client(base_url=address, headers={"Authorization": f"Bearer {t}"}, timeout=120,
+                                   limits=httpx.Limits(max_connections=a.clients + 1))
+                   for n, t in tokens.items()}
+        for c in clients.values():  # each user's engine made, the model warm
+            c.get("/memory/recall", params={"q": "warm up", "k": 10}).raise_for_status()
+        lat: dict[str, list[float]] = {"remember": [], "recall": [], "import (batch)": []}
+        errors: list[str] = []
+        acked: dict[str, set[str]] = {n: set() for n in tokens}
+        lock = threading.Lock()
+        stop = time.monotonic() + a.seconds
+
+        def client(name: str, seed: int) -> None:
+            rng = random.Random(seed)
+            while time.monotonic() < stop:
+                op = rng.choice(("remember", "recall"))
+                t0 = time.perf_counter()
+                try:
+                    if op == "remember":
+                        r = clients[name].post("/memory/remember", json={
+                            "text": f"{sentence(rng)} ({name} {rng.random():.9f})"})
+                    else:
+                        r = clients[name].get("/memory/recall", params={"q": sentence(rng).replace(".", "?"), "k": 10})
+                except Exception as e:  # a transport error is an error of the run, counted
+                    with lock:
+                        errors.append(f"{op}: {type(e).__name__}")
+                    continue
+                dt = time.perf_counter() - t0
+                with lock:
+                    if r.status_code != 200:
+                        errors.append(f"{op}: {r.status_code}")
+                        continue
+                    lat[op].append(dt)
+                    if op == "remember":
+                        acked[name].add(r.json()["id"])
+
+        def importer() -> None:
+            rng = random.Random(99)
+            while time.monotonic() < stop:
+                items = [{"text": f"Imported {sentence(rng)} ({rng.random():.9f})", "kind": "episodic",
+                          "project": "import"} for _ in range(a.import_batch)]
+                t0 = time.perf_counter()
+                try:
+                    r = clients["importer"].post("/memory/batch", json={"items": items})
+                except Exception as e:
+                    with lock:
+                        errors.append(f"import: {type(e).__name__}")
+                    continue
+                dt = time.perf_counter() - t0
+                with lock:
+                    if r.status_code != 200:
+                        errors.append(f"import: {r.status_code}")
+                        continue
+                    lat["import (batch)"].append(dt)
+                    acked["importer"].update(x["id"] for x in r.json())
+
+        threads = [threading.Thread(target=client, args=(n, i * 100 + j))
+                   for i, n in enumerate(names) for j in range(a.clients)]
+        threads.append(threading.Thread(target=importer))
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.perf_counter() - t0
+        # nothing acknowledged is lost: each user's count, and every acknowledged id in the database
+        counted = {n: clients[n].get("/stats").json()["memories"] for n in tokens}
+        with psycopg.connect(url) as con:
+            stored = {n: {r[0] for r in con.execute(
+                "SELECT m.uid FROM personal_llm.memories m WHERE m.user_id = %s", (ids[n].id,))} for n in tokens}
+        for c in clients.values():
+            c.close()
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(60)
+        pg.stop()
+        shutil.rmtree(home, ignore_errors=True)
+    rows = [[op, len(xs), f"{percentile(xs, 0.5) * 1000:.0f}" if xs else "-",
+             f"{percentile(xs, 0.99) * 1000:.0f}" if xs else "-", f"{len(xs) / wall:.1f}/s"] for op, xs in lat.items()]
+    print()
+    print(f"`serve --database`: {a.users} users x {a.clients} clients (remember or recall at random) + one importer "
+          f"(POST /memory/batch of {a.import_batch}), {a.seconds:.0f} s; each user filled with {a.items:,} items")
+    print(fmt_table(["operation", "n", "p50 ms", "p99 ms", "rate"], rows))
+    imported = len(lat["import (batch)"]) * a.import_batch
+    print(f"importer: {imported:,} memories, {imported / wall:.1f} memories/s; errors: {len(errors)}"
+          + (f" ({', '.join(sorted(set(errors)))})" if errors else ""))
+    lost = 0
+    for n in tokens:
+        want = (0 if n == "importer" else a.items // 2) + len(acked[n])
+        missing = acked[n] - stored[n]
+        lost += len(missing)
+        print(f"  {n}: {counted[n]:,} memories (fill {0 if n == 'importer' else a.items // 2:,} + {len(acked[n]):,} "
+              f"acknowledged = {want:,}); acknowledged and missing: {len(missing)}")
+    print("nothing acknowledged lost" if lost == 0 else f"LOST: {lost} acknowledged memories", flush=True)
+    return 0 if lost == 0 else 1
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--items", type=int, default=20_000, help="synthetic memories and chunks stored first")
+    ap.add_argument("--items", type=int, help="synthetic memories and chunks stored first (default 20,000; with "
+                    "--server 5,000 for each user)")
     ap.add_argument("--seconds", type=float, default=30.0, help="length of each load run")
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--turns", type=int, default=20, help="turns per conversation request")
     ap.add_argument("--conversations", type=int, default=15)
     ap.add_argument("--busy", type=int, default=2, help="CPU-bound loop processes in the busy condition")
     ap.add_argument("--facts", action="store_true", help="facts from conversations on, against the test Ollama server")
+    ap.add_argument("--server", action="store_true", help="`serve --database` for many users (see above)")
+    ap.add_argument("--users", type=int, default=8, help="--server: users, each with CLIENTS client threads")
+    ap.add_argument("--clients", type=int, default=4, help="--server: client threads per user")
+    ap.add_argument("--import-batch", type=int, default=200, help="--server: memories per POST /memory/batch")
     a = ap.parse_args()
+    if a.server:
+        a.items = 5_000 if a.items is None else a.items
+        return server_load(a)
+    a.items = 20_000 if a.items is None else a.items
     home, _, tmp = prepare_home(None, "api-load")
     model = None
     if a.facts:
