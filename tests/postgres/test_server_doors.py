@@ -96,6 +96,9 @@ def test_documents_by_upload_are_recalled_and_asked_only_by_their_user(doors: Se
     source = next(s for s in answer["sources"] if s["n"] == cited)
     assert "paving stone" in source["text"] and source["document_id"] == got[0]["document_id"]
 
+    theirs = {"question": "And the gate?", "conversation_id": answer["conversation_id"]}
+    assert b.post("/ask", json=theirs).status_code == 404  # Alice's conversation is not Bob's to continue
+    assert b.delete(f"/memory/{answer['conversation_id']}").status_code == 404
     r = b.post("/ask", json={"question": "Where is the water tap key?"})
     assert r.status_code == 200, r.text
     assert not r.json()["grounded"]
