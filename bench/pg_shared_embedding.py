@@ -2,7 +2,7 @@
 user's ingest.
 
     python bench/pg_shared_embedding.py [--users 4] [--recalls 50] [--memories 200] [--doc-kb 300]
-                                        [--gather 0.003] [--unshared]
+                                        [--gather 0.003] [--bulk-nice 10] [--unshared] [--skip-concurrent]
 
 A PostgreSQL 18 + pgvector server (tests/pg_server.py, commits durable) with a database set up as `personal-llm
 server init` does and USERS users; the HTTP API of `personal-llm serve --database` (engine/server.py's Users
@@ -42,7 +42,7 @@ SETTINGS = ("listen_addresses=", "fsync=on", "full_page_writes=on", "synchronous
             "max_connections=100", "shared_buffers=128MB")
 
 
-def serve(url: str, home: Path, unshared: bool, gather: float):
+def serve(url: str, home: Path, unshared: bool, gather: float, bulk_nice: int):
     """The API of a server for the users of `url`, on a free loopback port: (address, embedder, stop)."""
     import uvicorn
 
@@ -53,7 +53,7 @@ def serve(url: str, home: Path, unshared: bool, gather: float):
     from engine.users import open_database
 
     db = open_database(url)
-    embedder = Embedder() if unshared else SharedEmbedder(gather=gather)
+    embedder = Embedder() if unshared else SharedEmbedder(gather=gather, bulk_nice=bulk_nice)
     embedder.load()
     users = Users(db, home, embedder)
     app = create_app(UserEngine(), None, authenticate=users.engine_for)
@@ -99,7 +99,10 @@ def main() -> int:
     ap.add_argument("--memories", type=int, default=200, help="memories each user stores first")
     ap.add_argument("--doc-kb", type=int, default=300, help="size of the uploaded document (kilobytes of text)")
     ap.add_argument("--gather", type=float, default=0.003, help="seconds the shared queue gathers a batch")
+    ap.add_argument("--bulk-nice", type=int, default=10,
+                    help="CPU priority of the big encodes below the queries' (0: the same)")
     ap.add_argument("--unshared", action="store_true", help="a plain embedder: every encode its own model call")
+    ap.add_argument("--skip-concurrent", action="store_true", help="only phase 3 (recall during an ingest)")
     a = ap.parse_args()
     from engine import users
 
@@ -110,11 +113,11 @@ def main() -> int:
     try:
         url = make_database(pg)
         tokens = [users.add(url, f"user{i}") for i in range(a.users)]
-        address, embedder, stop = serve(url, home, a.unshared, a.gather)
+        address, embedder, stop = serve(url, home, a.unshared, a.gather, a.bulk_nice)
         clients = [httpx.Client(base_url=address, headers={"Authorization": f"Bearer {t}"}, timeout=600)
                    for t in tokens]
         print(f"{'plain' if a.unshared else 'shared'} embedder ({embedder.runtime}), {a.users} users, "
-              f"gather {a.gather * 1000:g} ms", flush=True)
+              f"gather {a.gather * 1000:g} ms, big encodes at nice +{a.bulk_nice}", flush=True)
 
         t0 = time.perf_counter()
         for c in clients:
@@ -124,24 +127,25 @@ def main() -> int:
         print(f"1. stored {a.memories} memories for each of {a.users} users in {time.perf_counter() - t0:.1f} s",
               flush=True)
 
-        for c in clients:  # each user's engine made, warm
-            c.get("/memory/recall", params={"q": "warm up"}).raise_for_status()
-        before = counts(embedder)
-        latencies: list[list[float]] = [[] for _ in clients]
-        threads = [threading.Thread(target=recalls, args=(c, [sentence(rng) for _ in range(a.recalls)], lat))
-                   for c, lat in zip(clients, latencies, strict=True)]
-        t0 = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        wall = time.perf_counter() - t0
-        after = counts(embedder)
-        every = [x for lat in latencies for x in lat]
-        print(f"2. {len(every)} recalls, {a.users} users at once, in {wall:.1f} s ({len(every) / wall:.1f}/s): "
-              f"{ms(every)}", flush=True)
-        if not a.unshared:
-            print(f"   small encodes {after[0] - before[0]}, model calls {after[1] - before[1]}", flush=True)
+        if not a.skip_concurrent:
+            for c in clients:  # each user's engine made, warm
+                c.get("/memory/recall", params={"q": "warm up"}).raise_for_status()
+            before = counts(embedder)
+            latencies: list[list[float]] = [[] for _ in clients]
+            threads = [threading.Thread(target=recalls, args=(c, [sentence(rng) for _ in range(a.recalls)], lat))
+                       for c, lat in zip(clients, latencies, strict=True)]
+            t0 = time.perf_counter()
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            wall = time.perf_counter() - t0
+            after = counts(embedder)
+            every = [x for lat in latencies for x in lat]
+            print(f"2. {len(every)} recalls, {a.users} users at once, in {wall:.1f} s ({len(every) / wall:.1f}/s): "
+                  f"{ms(every)}", flush=True)
+            if not a.unshared:
+                print(f"   small encodes {after[0] - before[0]}, model calls {after[1] - before[1]}", flush=True)
 
         alone: list[float] = []
         recalls(clients[1], [sentence(rng) for _ in range(a.recalls)], alone)

@@ -6,19 +6,23 @@ first, or as soon as MAX_TEXTS texts are there) and encodes it in one call of th
 hands each caller its rows. Concurrent requests of different users thus share batches: fewer calls of the
 model than requests, and the fixed cost of a call (session run, tokenizer, thread handoff) paid once.
 
-Big encodes (a document's chunks, the backfill's batches) do not join the queue: they run in the caller's
-thread as on a desktop, on the model's bounded batch pool, so a user's big upload never holds another
-user's query behind it in the queue (ONNX Runtime runs calls at once; bench/pg_shared_embedding.py measures
-recall during another user's ingest).
+Big encodes (a document's chunks, an import's or the backfill's batches) do not join the queue: they run
+beside it, on BULK_THREADS threads of lower CPU priority (nice BULK_NICE, on Linux), so a user's big upload
+never holds another user's query behind it, and when the cores are busy the scheduler serves the queries
+first (ONNX Runtime runs calls at once; bench/pg_shared_embedding.py measures recall during another user's
+ingest).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -29,6 +33,18 @@ log = logging.getLogger(__name__)
 
 GATHER = 0.003  # seconds the queue waits, from its first request, for others to join the batch
 MAX_TEXTS = 32  # texts in one shared call at most
+BULK_THREADS = 2  # big encodes at once
+BULK_NICE = 10  # their CPU priority below the queries' (0: the same)
+
+
+def _lower_priority(nice: int) -> None:
+    """Lower this thread's CPU priority by `nice` (Linux: a thread is a task of its own); elsewhere nothing."""
+    if nice <= 0 or not sys.platform.startswith("linux"):
+        return
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + nice)
+    except OSError:
+        log.info("big encodes keep the server's CPU priority")
 
 
 class _Request:
@@ -46,10 +62,12 @@ class SharedEmbedder(Embedder):
     `requests` and `calls` count the small encodes and the model calls that served them."""
 
     def __init__(self, model: str = DEFAULT_MODEL, *, gather: float = GATHER, max_texts: int = MAX_TEXTS,
-                 runtime: Callable[..., Any] | None = None) -> None:
+                 bulk_nice: int = BULK_NICE, runtime: Callable[..., Any] | None = None) -> None:
         super().__init__(model, runtime=runtime)
         self.gather = gather
         self.max_texts = max_texts
+        self._bulk = ThreadPoolExecutor(BULK_THREADS, thread_name_prefix="embed-bulk", initializer=_lower_priority,
+                                        initargs=(bulk_nice,))
         self.requests = 0
         self.calls = 0
         self._queue: deque[_Request] = deque()
@@ -58,8 +76,10 @@ class SharedEmbedder(Embedder):
         self._closed = False
 
     def encode(self, texts: list[str], *, batch_size: int = 64, small: bool | None = None) -> np.ndarray:
-        if not texts or len(texts) > SMALL_BATCH or small is False or self._closed:
+        if not texts or self._closed:
             return super().encode(texts, batch_size=batch_size, small=small)
+        if len(texts) > SMALL_BATCH or small is False:
+            return self._bulk.submit(Embedder.encode, self, texts, batch_size=batch_size, small=small).result()
         self.load()  # a model that cannot load fails here, in the caller's thread, as it would unshared
         request = _Request(list(texts))
         with self._cond:
@@ -83,6 +103,7 @@ class SharedEmbedder(Embedder):
             worker = self._worker
         if worker is not None:
             worker.join(10)
+        self._bulk.shutdown(wait=True)
         if self.requests:
             log.info("shared embedding: %d small encodes in %d model calls", self.requests, self.calls)
 

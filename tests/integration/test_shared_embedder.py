@@ -4,14 +4,16 @@ that cannot load fails in the caller."""
 
 from __future__ import annotations
 
+import os
 import random
+import sys
 import threading
 
 import numpy as np
 import pytest
 
 from engine.embeddings import EmbeddingUnavailable
-from engine.shared_embedder import SharedEmbedder
+from engine.shared_embedder import BULK_NICE, SharedEmbedder
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +55,10 @@ def test_big_encodes_run_on_their_own(shared, embedder):
     vecs = shared.encode(texts)
     assert (shared.requests, shared.calls) == (requests, calls)
     assert np.allclose(vecs, embedder.encode(texts), atol=1e-5)
+    if sys.platform.startswith("linux"):  # on threads the scheduler serves after the queries
+        mine = os.getpriority(os.PRIO_PROCESS, 0)
+        bulk = shared._bulk.submit(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id())).result()
+        assert bulk == min(19, mine + BULK_NICE)
 
 
 def test_a_model_that_cannot_load_fails_in_the_caller():
