@@ -4,6 +4,7 @@
     personal-llm-desktop --capture   open the running instance's quick-capture box (bind this on Wayland)
     personal-llm-desktop --hidden    start in the tray
     personal-llm-desktop --self-test run the engine's self-test and exit with its code
+    personal-llm-desktop --profile NAME   use another profile (one on a server, say: `personal-llm connect`)
     personal-llm-desktop FILE…       add these files (or folders) to memory — in the running app when there is
                                      one ("Open with" from a file manager)
 
@@ -30,11 +31,11 @@ from .bridge import Bridge, EngineInfo
 
 if TYPE_CHECKING:
     from .bridge import HealthReport
-from .first_run import RecoveryKeyDialog
+from .first_run import RecoveryKeyDialog, WhereDialog
 from .hotkey import GlobalHotkey, HotkeyStatus
 from .main_window import MainWindow
 from .pending_deletes import UNDO_SECONDS
-from .profile import profile_home, saved_theme
+from .profile import named_profile, profile_home, profile_kind, saved_theme
 from .quick_capture import QuickCapture
 from .recovery_dialogs import OpenWithRecoveryDialog
 from .single_instance import SingleInstance
@@ -53,6 +54,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--capture", action="store_true", help="open the quick-capture box")
     parser.add_argument("--hidden", action="store_true", help="start in the tray, without the window")
     parser.add_argument("--self-test", action="store_true", help="run the engine self-test and exit")
+    parser.add_argument("--profile", metavar="NAME", help="use the profile called NAME (`personal-llm --profile`)")
     parser.add_argument("files", nargs="*", metavar="FILE", help="files or folders to add to your memory")
     return parser.parse_args(argv)
 
@@ -63,9 +65,12 @@ class DesktopApp(QObject):
     quitted = Signal(int)
 
     def __init__(self, home: Path, *, single: SingleInstance | None = None, hidden: bool = False, embedder: Any = None, undo_seconds: float = UNDO_SECONDS,
-                 use_tray: bool = True, use_hotkey: bool = True, start_background: bool = True) -> None:
+                 use_tray: bool = True, use_hotkey: bool = True, start_background: bool = True,
+                 ask_where: bool = True) -> None:
         super().__init__()
         self.home = home
+        self.ask_where = ask_where  # a new profile: this computer, or a server? (first_run.WhereDialog)
+        self.where_dialog: WhereDialog | None = None
         self.bridge = Bridge(home, embedder=embedder, start_background=start_background)
         self.window = MainWindow(self.bridge, undo_seconds=undo_seconds, state_file=home / "window.ini")
         self.capture = QuickCapture()
@@ -166,6 +171,7 @@ class DesktopApp(QObject):
         b.open_failed.connect(self._open_failed)
         b.settings_changed.connect(self._settings_saved)  # by this app, or in settings.json by another program
         b.model_state_changed.connect(self._model_state)
+        b.connection_changed.connect(w.status.set_connection)
         b.answer_failed.connect(lambda _message: self.recheck_health())
         w.quit_requested.connect(self.quit)
         w.capture_requested.connect(self.open_capture)
@@ -188,6 +194,7 @@ class DesktopApp(QObject):
 
     def _wire_pages(self) -> None:
         self.window.settings.hotkey_changed.connect(self._start_hotkey)
+        self.window.settings.sections.server.disconnected.connect(self._disconnected)
         if self.hotkey is not None:
             self.window.settings.set_hotkey_status(self.hotkey.status)
 
@@ -197,11 +204,29 @@ class DesktopApp(QObject):
 
     def _open_engine(self) -> None:
         self.window.build_pages()  # every screen listens before the engine reports in
+        if self.ask_where and profile_kind(self.home) == "new":
+            self._ask_where()
+            return
         self.bridge.open()
+
+    def _ask_where(self) -> None:
+        """First run: keep the memory on this computer, or connect to a server; the store opens after."""
+        dialog = WhereDialog(self.bridge, self.window)
+        dialog.chosen.connect(lambda _where: self.bridge.open())
+        dialog.rejected.connect(lambda: self.quit(0))
+        self.where_dialog = dialog
+        dialog.show()
+
+    def _disconnected(self) -> None:
+        QMessageBox.information(self.window, "Disconnected",
+                                "This computer no longer uses the server. Start Personal LLM again to choose where "
+                                "your memory lives.")
+        self.quit(0)
 
     def _opened(self, info: EngineInfo) -> None:
         self._info = info
         startup_report.mark("engine_opened")
+        self.window.status.set_connection(info.connection)
         self._start_hotkey(info.settings.hotkey)
         self.recheck_health(refresh=False)
         self._health_timer.start()
@@ -328,6 +353,10 @@ class DesktopApp(QObject):
     def _captured(self, result: Any) -> None:
         startup_report.mark("captured")
         self.capture.mark_saved(result)
+        connection = self.bridge.connection
+        if connection is not None and connection.reachable is False:
+            self.window.status.post("Kept until the server is back.", 6)
+            return
         self.window.status.post("Merged with a memory you already had." if result.merged else "Memory saved.")
 
     def _capture_files(self, paths: list[str]) -> None:
@@ -388,6 +417,9 @@ def main(argv: list[str] | None = None) -> int:
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setQuitOnLastWindowClosed(False)
     home = profile_home()
+    if args.profile:
+        home = named_profile(home, args.profile)
+        home.mkdir(parents=True, exist_ok=True)
     single = SingleInstance(home)
     files = [str(Path(f).expanduser().resolve()) for f in args.files]
     forwarded = [a for a in ("--capture", "--hidden") if getattr(args, a[2:])] + files

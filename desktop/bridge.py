@@ -41,7 +41,7 @@ class EngineInfo:
     """A snapshot of the open store, handed to the UI once the engine is open."""
 
     home: Path
-    store: Path
+    store: Path | str  # the store's file, or the server's address for a profile that lives on a server
     key_source: str  # keychain | passphrase
     created: bool  # this launch created the store (first run)
     settings: Settings
@@ -49,6 +49,7 @@ class EngineInfo:
     recovery_key: str | None = None  # only when this launch created the store: shown to the user once
     key_backend: str = ""  # where keyring keeps the key ("the macOS Keychain", "a plaintext file (…)")
     key_backend_secure: bool = True  # False: not a real system keychain (keyrings.alt's files)
+    connection: Any = None  # engine Connection of a profile that lives on a server; None: on this computer
 
 
 class _Relay(QObject):
@@ -105,8 +106,10 @@ class Bridge(QObject):
     closed = Signal()
     outside_changed = Signal(object)  # engine.Changes written by another program (CLI, API, MCP)
     settings_changed = Signal(object)  # Settings, as saved now: by this app, or in settings.json by another program
+    connection_changed = Signal(object)  # engine Connection (a server profile): reachable, writes waiting to send
 
     POLL_MS = 700  # how often the store is asked whether another program wrote to it (one PRAGMA when not)
+    SERVER_POLL_MS = 1500  # how often a server profile's server is asked what any device wrote
 
     def __init__(self, home: Path | str | None = None, *, embedder: Any = None,
                  start_background: bool = True, parent: QObject | None = None) -> None:
@@ -138,6 +141,8 @@ class Bridge(QObject):
         self._poll_timer.timeout.connect(self.poll_outside_writes)
         self._passphrase: str | None = None
         self.open_error = ""  # why the last open failed: key_missing | wrong_key | other
+        self._connected_now = False  # this launch connected the profile to a server (its first run)
+        self.connection: Any = None  # the last engine Connection reported (None: a local profile)
         self._restored: tuple[Any, Path | None, str | None] | None = None
 
     # ------------------------------------------------------------------------------------------------
@@ -171,16 +176,66 @@ class Bridge(QObject):
 
         return Engine.uses_passphrase(self._home)
 
+    def is_server_profile(self) -> bool:
+        """True when this profile keeps its memory on a server (`personal-llm connect`, or the first run)."""
+        from engine import read_server_profile
+
+        return read_server_profile(self._profile_home()) is not None
+
+    def _profile_home(self) -> Path:
+        from .profile import profile_home
+
+        return self._home.expanduser().resolve() if self._home else profile_home()
+
     def _open(self, passphrase: str | None) -> Engine:
-        from engine import Engine, setup_logging
+        from engine import Engine, open_profile, setup_logging
 
         setup_logging("desktop")
-        created = not Engine.store_exists(self._home)
-        eng = Engine.open(self._home, actor="desktop", embedder=self._embedder, passphrase=passphrase,
-                          interactive=False)
+        created = not Engine.store_exists(self._home) and not self.is_server_profile()
+        eng = open_profile(self._home, actor="desktop", embedder=self._embedder, passphrase=passphrase,
+                           interactive=False)
         eng.on_change(self.changed.emit)
-        self._created = created
+        self._created = created or self._connected_now
         return eng
+
+    def connect_server(self, url: str, token: str, fingerprint: str | None, done: Done,
+                       failed: Callable[[str, str | None], None]) -> None:
+        """Make this (new) profile one that lives on the server at `url`: the server and the token are
+        checked (TLS verified, or the certificate pinned by `fingerprint`), the token goes to the keychain;
+        then `done(memories on the server)`. `failed(message, fingerprint)`: the fingerprint of a certificate
+        no authority vouches for, to show the user, or None."""
+        def run() -> int:
+            from engine import check_server, connect_profile
+
+            home = self._profile_home()
+            home.mkdir(parents=True, exist_ok=True)
+            checked = check_server(url, token, fingerprint=fingerprint or None)
+            connect_profile(home, checked, token)
+            return checked.memories
+
+        def finished(future: Future[int]) -> None:
+            error = future.exception()
+            if error is None:
+                self._connected_now = True
+                self._relay.delivered.emit(done, future.result())
+                return
+            shown = getattr(error, "fingerprint", None)
+            self._relay.delivered.emit(lambda message: failed(message, shown), describe_error(error))
+
+        self._writer.submit(run).add_done_callback(finished)
+
+    def disconnect_server(self, done: Done, failed: Failed) -> None:
+        """Forget this profile's server (refused while writes wait to be sent); `done(None)`: the app closes,
+        and the next start offers the first run's choice again."""
+        def run(e: Engine) -> None:
+            from engine import disconnect_profile, read_server_profile
+
+            server = read_server_profile(self._profile_home())
+            if server is None:
+                raise RuntimeError("not a server profile")
+            disconnect_profile(server)
+
+        self.write(run, done, failed)
 
     def _after_open(self, future: Future[Engine]) -> None:
         if future.cancelled():  # the app quit before the store was opened
@@ -204,7 +259,7 @@ class Bridge(QObject):
         info = EngineInfo(
             home=eng.home, store=eng.store_path, key_source=eng.key_source,
             created=self._created, settings=eng.settings.model_copy(deep=True), log_dir=log_dir(),
-            recovery_key=eng.recovery_key,
+            recovery_key=eng.recovery_key, connection=eng.connection(),
         )
         if eng.key_source == "keychain":
             backend, secure = eng.keychain_backend()
@@ -216,8 +271,10 @@ class Bridge(QObject):
 
     def _set_info(self, info: EngineInfo) -> None:
         self._info = info
+        self.connection = info.connection
         self.opened.emit(info)
         self.poll_outside_writes()  # takes the current token; later polls report what came after it
+        self._poll_timer.setInterval(self.POLL_MS if info.connection is None else self.SERVER_POLL_MS)
         self._poll_timer.start()
 
     def poll_outside_writes(self) -> None:
@@ -235,8 +292,10 @@ class Bridge(QObject):
                 settings = eng.reload_settings()  # settings.json changed by another program (one stat when not)
             except Exception:
                 log.debug("change poll failed", exc_info=True)
+                self._report_connection(engine_future)
                 self._relay.delivered.emit(lambda _v: setattr(self, "_polling", False), None)
                 return
+            self._report_connection(engine_future)
             if settings is not None:
                 self._relay.delivered.emit(self._settings_saved(None), settings)
             self._relay.delivered.emit(self._polled, found)
@@ -245,6 +304,25 @@ class Bridge(QObject):
             self._readers.submit(run)
         except RuntimeError:  # shutting down
             self._polling = False
+
+    def _report_connection(self, engine_future: Future[Engine]) -> None:
+        """On a worker thread: a server profile's connection (reachable, writes waiting), to the UI thread
+        when it changed; nothing for a local profile."""
+        try:
+            connection = engine_future.result().connection()
+        except Exception:
+            log.debug("reading the connection failed", exc_info=True)
+            return
+        if connection is not None:
+            self._relay.delivered.emit(self._connection_read, connection)
+
+    def _connection_read(self, connection: Any) -> None:
+        if self._closing:
+            return
+        before, self.connection = self.connection, connection
+        if before is None or (before.reachable, before.waiting, before.detail) != (
+                connection.reachable, connection.waiting, connection.detail):
+            self.connection_changed.emit(connection)
 
     def _polled(self, found: Any) -> None:
         self._polling = False
@@ -319,10 +397,13 @@ class Bridge(QObject):
             try:
                 value = fn(engine_future.result())
             except BaseException as e:  # noqa: BLE001 - every failure goes back to the UI as a sentence
-                from engine import Cancelled, UserError
+                from engine import Cancelled, ServerUnreachable, UserError
 
                 if isinstance(e, Cancelled):
                     value, e = None, None  # a user's cancel is not an error
+                elif isinstance(e, ServerUnreachable) and failed is None:
+                    log.info("a read waits for the server")  # the status bar says it is offline; no dialog
+                    return
                 else:
                     if not isinstance(e, UserError):
                         log.error("engine call failed", exc_info=e)
@@ -341,8 +422,16 @@ class Bridge(QObject):
         pool.submit(run)
 
     def write(self, fn: Callable[[Engine], Any], done: Done | None = None, failed: Failed | None = None) -> None:
-        """Run `fn(engine)` on the writer thread."""
-        self._run(self._writer, fn, done, failed)
+        """Run `fn(engine)` on the writer thread (then, on a server profile, the connection is read again: a
+        write may wait in the outbox)."""
+        def then(e: Engine) -> Any:
+            try:
+                return fn(e)
+            finally:
+                if self.connection is not None and self._engine is not None:
+                    self._report_connection(self._engine)
+
+        self._run(self._writer, then, done, failed)
 
     def read(self, fn: Callable[[Engine], Any], done: Done | None = None, failed: Failed | None = None) -> None:
         """Run `fn(engine)` on a reader thread."""

@@ -1,5 +1,6 @@
-"""First run: the card saying what works and what is missing, in plain words, until the user dismisses it;
-and the recovery key, shown once, with copy/save/print and a confirmation that it was kept."""
+"""First run: where the memory lives (this computer, or a server: `WhereDialog`); the card saying what works
+and what is missing, in plain words, until the user dismisses it; and the recovery key, shown once, with
+copy/save/print and a confirmation that it was kept."""
 
 from __future__ import annotations
 
@@ -13,20 +14,23 @@ from PySide6.QtWidgets import (
     QCheckBox,
     QDialog,
     QFileDialog,
+    QFormLayout,
     QFrame,
     QHBoxLayout,
     QLabel,
+    QLineEdit,
     QMessageBox,
+    QRadioButton,
     QVBoxLayout,
     QWidget,
 )
 
 from . import formatting
-from .bridge import EngineInfo
+from .bridge import Bridge, EngineInfo
 
 if TYPE_CHECKING:
     from .bridge import HealthReport
-from .widgets import button, muted, scroller
+from .widgets import Banner, button, muted, scroller
 
 OK, MISSING, WAIT = "✓", "✗", "…"
 
@@ -34,7 +38,12 @@ OK, MISSING, WAIT = "✓", "✗", "…"
 def lines(info: EngineInfo, health: HealthReport | None) -> list[tuple[str, str]]:
     """(mark, sentence) pairs describing the setup."""
     out: list[tuple[str, str]] = []
-    if info.key_source != "keychain":
+    if info.connection is not None:
+        c = info.connection
+        out.append((OK if c.reachable is not False else MISSING,
+                    f"Your memory is on your server at {c.url}" + (
+                        "." if c.reachable is not False else f", which cannot be reached now: {c.detail}")))
+    elif info.key_source != "keychain":
         out.append((OK, f"Your encrypted memory store is ready at {info.store} (opened with your passphrase)."))
     elif info.key_backend_secure:
         out.append((OK, f"Your encrypted memory store is ready at {info.store} (key in "
@@ -284,3 +293,132 @@ class RecoveryKeyDialog(QDialog):
             if answer != QMessageBox.StandardButton.Yes:
                 return
         super().reject()
+
+
+FINGERPRINT_NOTE = ("No authority this computer trusts vouches for this server's certificate (a home server's own, "
+                    "self-signed one). Its SHA-256 fingerprint is:")
+
+
+class WhereDialog(QDialog):
+    """The first run's choice, before anything is made: keep the memory on this computer, or connect to a
+    server (its address and a token; the fingerprint of a self-signed certificate shown to be trusted).
+    `chosen` follows once the choice is made (for a server: once the server and the token were checked)."""
+
+    chosen = Signal(str)  # local | server
+
+    def __init__(self, bridge: Bridge, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.bridge = bridge
+        self.setWindowTitle("Welcome to Personal LLM")
+        self.setModal(True)
+        intro = QLabel("<b>Where should your memory live?</b>")
+        intro.setWordWrap(True)
+        self.local = QRadioButton("Keep my memory on this computer")
+        self.local.setChecked(True)
+        local_note = muted("An encrypted file on this computer; nothing leaves it.")
+        self.server = QRadioButton("Connect to a server")
+        server_note = muted("Your own Personal LLM server: the same memory on every device. Without a network you "
+                            "can still capture; it is sent when the server is back.")
+        self.address = QLineEdit()
+        self.address.setPlaceholderText("https://memory.example.org:8765")
+        self.token = QLineEdit()
+        self.token.setEchoMode(QLineEdit.EchoMode.Password)
+        self.token.setPlaceholderText("pllm_… (from `personal-llm server add-user`)")
+        self.fingerprint_note = muted(FINGERPRINT_NOTE)
+        self.fingerprint = QLabel("")
+        self.fingerprint.setObjectName("Fingerprint")
+        self.fingerprint.setWordWrap(True)
+        self.fingerprint.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        self.fingerprint.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.trust = QCheckBox("It is my server's fingerprint: trust this certificate")
+        self.problem = Banner(tone="error")
+        form = QFormLayout()
+        form.setContentsMargins(24, 0, 0, 0)
+        form.addRow("Address", self.address)
+        form.addRow("Token", self.token)
+        self.server_form = QWidget()
+        sf = QVBoxLayout(self.server_form)
+        sf.setContentsMargins(0, 0, 0, 0)
+        sf.addLayout(form)
+        for w in (self.fingerprint_note, self.fingerprint, self.trust):
+            w.setContentsMargins(24, 0, 0, 0)
+            sf.addWidget(w)
+        self._show_fingerprint(None)
+        self.go = button("Continue", primary=True)
+        self.go.clicked.connect(self._go)
+        self.quit_button = button("Quit")
+        self.quit_button.clicked.connect(self.reject)
+        self.local.toggled.connect(self._choice_changed)
+        self.address.textEdited.connect(lambda _t: self._show_fingerprint(None))
+        body = QWidget()
+        bl = QVBoxLayout(body)
+        bl.setContentsMargins(0, 0, 0, 0)
+        bl.setSpacing(8)
+        bl.addWidget(intro)
+        bl.addWidget(self.local)
+        local_note.setContentsMargins(24, 0, 0, 6)
+        bl.addWidget(local_note)
+        bl.addWidget(self.server)
+        server_note.setContentsMargins(24, 0, 0, 0)
+        bl.addWidget(server_note)
+        bl.addWidget(self.server_form)
+        bl.addWidget(self.problem)
+        bl.addStretch(1)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.quit_button)
+        buttons.addStretch(1)
+        buttons.addWidget(self.go)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(20, 16, 20, 16)
+        layout.addWidget(scroller(body, across=False), 1)
+        layout.addLayout(buttons)
+        self._choice_changed()
+        screen = (parent.screen() if parent is not None else None) or QGuiApplication.primaryScreen()
+        area = screen.availableGeometry() if screen is not None else QRect(0, 0, 1280, 800)
+        room = QSize(area.width() - 24, area.height() - 48)
+        self.setMaximumSize(room)
+        self.resize(QSize(520, 400).boundedTo(room))
+
+    def _choice_changed(self, _on: bool = False) -> None:
+        server = self.server.isChecked()
+        self.server_form.setEnabled(server)
+        self.go.setText("Connect" if server else "Continue")
+        self.problem.set("")
+        if server:
+            self.address.setFocus()
+
+    def _show_fingerprint(self, fingerprint: str | None) -> None:
+        self._fingerprint = fingerprint
+        self.fingerprint.setText(formatting.fingerprint_lines(fingerprint) if fingerprint else "")
+        for w in (self.fingerprint_note, self.fingerprint, self.trust):
+            w.setVisible(fingerprint is not None)
+        self.trust.setChecked(False)
+
+    def _go(self) -> None:
+        if self.local.isChecked():
+            self.chosen.emit("local")
+            self.accept()
+            return
+        url, token = self.address.text().strip(), self.token.text().strip()
+        if not url or not token:
+            self.problem.set("Give the server's address and your token.", "error")
+            return
+        if self._fingerprint is not None and not self.trust.isChecked():
+            self.problem.set("Compare the fingerprint with your server's, then tick the box to trust it.", "error")
+            return
+        self.problem.set("Checking the server and the token…", "info")
+        self.go.setEnabled(False)
+        self.bridge.connect_server(url, token, self._fingerprint, self._connected, self._refused)
+
+    def _connected(self, _memories: int) -> None:
+        self.go.setEnabled(True)
+        self.chosen.emit("server")
+        self.accept()
+
+    def _refused(self, message: str, fingerprint: str | None) -> None:
+        self.go.setEnabled(True)
+        if fingerprint is not None and fingerprint != self._fingerprint:
+            self._show_fingerprint(fingerprint)
+            self.problem.set("Check the certificate's fingerprint below before connecting.", "info")
+            return
+        self.problem.set(message, "error")

@@ -151,3 +151,10 @@ def size(n: int) -> str:
         if value < 1000 or unit == "TB":
             return f"{value:.1f} {unit}" if value < 10 else f"{value:.0f} {unit}"
     return f"{n} bytes"
+
+
+def fingerprint_lines(fingerprint: str, per_line: int = 8) -> str:
+    """A certificate's fingerprint (AB:CD:… 32 pairs) in lines of `per_line` pairs: it has no space to wrap
+    at, and in one line it widens a dialog past a small screen."""
+    pairs = fingerprint.split(":")
+    return "\n".join(":".join(pairs[i:i + per_line]) for i in range(0, len(pairs), per_line))

@@ -18,6 +18,22 @@ def profile_home() -> Path:
     return Path(env).expanduser().resolve() if env else Path(platformdirs.user_data_dir("personal-llm"))
 
 
+def named_profile(base: Path, name: str) -> Path:
+    """The folder of the profile called `name` (engine.remote.profile_home: profiles/NAME under the default)."""
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", name):
+        raise SystemExit(f"{name[:70]!r} cannot name a profile: use letters, digits, '.', '_' and '-' (up to 64).")
+    return base / "profiles" / name
+
+
+def profile_kind(home: Path) -> str:
+    """local (a store on this computer), server (`server.json`: it lives on a server) or new (neither yet)."""
+    if (home / "memory.db").exists():
+        return "local"
+    return "server" if (home / "server.json").exists() else "new"
+
+
 def saved_theme(home: Path) -> str:
     """The appearance chosen in Settings (`theme` in settings.json), read before the engine opens so the
     window's first paint already has it; "system" when unset or unreadable."""

@@ -1,4 +1,5 @@
-"""More of Settings: appearance (light, dark, system), export and import, the HTTP API and MCP for other
+"""More of Settings: where the memory is (this computer, or a server with its address, health and the writes
+waiting to send; disconnect), appearance (light, dark, system), export and import, the HTTP API and MCP for other
 programs, backups (folder, schedule, last snapshot, back up now, restore) and recovery (the recovery key,
 the passphrase). Each section saves its own settings as they change (`Bridge.update_settings`: only the
 setting changed, every other one stays as it is in settings.json).
@@ -102,7 +103,9 @@ class SettingsSections(QObject):
         self.api = ApiBox(self)
         self.backups = BackupBox(self)
         self.recovery = RecoveryBox(self)
+        self.server = ServerBox(self)  # placed first by the Settings page
         self.boxes: list[QGroupBox] = [self.appearance, self.recovery, self.backups, self.transfer, self.api]
+        self.local_only: list[QGroupBox] = [self.recovery, self.backups, self.transfer, self.api]
         bridge.opened.connect(self._opened)
         bridge.settings_changed.connect(self._followed)
 
@@ -116,8 +119,13 @@ class SettingsSections(QObject):
         self.bridge.update_settings(change, saved, self.bridge.failed.emit)
 
     def _opened(self, info: EngineInfo) -> None:
+        local = info.connection is None
         for box in self.boxes:
-            box.load(info)  # type: ignore[attr-defined]
+            here = local or box not in self.local_only  # a server's keys, backups and doors are its operator's
+            box.setVisible(here)
+            if here:
+                box.load(info)  # type: ignore[attr-defined]
+        self.server.load(info)
 
     def _followed(self, _settings: Any) -> None:
         """Saved settings changed (here, or in settings.json by another program): the theme and the backup
@@ -126,6 +134,90 @@ class SettingsSections(QObject):
         if info is not None:
             self.appearance.load(info)
             self.backups.load(info)
+
+
+# ----------------------------------------------------------------------------------------------------
+# where the memory is
+# ----------------------------------------------------------------------------------------------------
+class ServerBox(QGroupBox):
+    """Where the memory is: on this computer, or on a server (its address, its certificate, whether it answers,
+    the writes waiting to send), with Disconnect."""
+
+    disconnected = Signal()
+
+    def __init__(self, sections: SettingsSections) -> None:
+        super().__init__("Where your memory is")
+        self.sections = sections
+        self.where = QLabel("…")
+        self.where.setWordWrap(True)
+        self.where.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.certificate = QLabel("")
+        self.certificate.setWordWrap(True)
+        self.certificate.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.health = QLabel("")
+        self.health.setWordWrap(True)
+        self.disconnect = button("Disconnect…")
+        self.disconnect.setToolTip("Stop using this server on this computer (your memory stays on the server)")
+        self.disconnect.clicked.connect(self.confirm_disconnect)
+        self.feedback = Banner()
+        self.form = QFormLayout(self)
+        self.form.addRow("Kept", self.where)
+        self.form.addRow("Certificate", self.certificate)
+        self.form.addRow("Server", self.health)
+        row = QHBoxLayout()
+        row.addWidget(muted("Switch with `personal-llm-desktop --profile NAME`; a profile connects once."), 1)
+        row.addWidget(self.disconnect, 0, Qt.AlignmentFlag.AlignTop)
+        self.form.addRow("", row)
+        self.form.addRow("", self.feedback)
+        sections.bridge.connection_changed.connect(self.show_connection)
+
+    def load(self, info: EngineInfo) -> None:
+        connection = info.connection
+        server = connection is not None
+        for field in (self.certificate, self.health):
+            self.form.setRowVisible(field, server)
+        self.disconnect.setVisible(server)
+        if not server:
+            self.where.setText(f"On this computer, encrypted: {info.store}")
+            return
+        self.where.setText(f"On your server, {connection.url}")
+        self.certificate.setText(
+            "Pinned (self-signed), SHA-256 fingerprint:\n" + formatting.fingerprint_lines(connection.fingerprint)
+            if connection.fingerprint
+            else "Verified by an authority this computer trusts" if connection.url.startswith("https:")
+            else "None: plain HTTP on this computer's loopback only")
+        self.show_connection(connection)
+
+    def show_connection(self, connection: Any) -> None:
+        if connection is None:
+            return
+        waiting = (f" {connection.waiting} waiting to send." if connection.waiting else " Nothing waiting to send.")
+        if connection.reachable is None:
+            self.health.setText("◌ Checking…" + waiting)
+            self.health.setStyleSheet("color: #9DA0AA;")
+        elif connection.reachable:
+            took = f", answered in {connection.latency_ms:.0f} ms" if connection.latency_ms is not None else ""
+            held = (f", {connection.memories:,} memories" if connection.memories is not None else "")
+            self.health.setText(f"● Connected{took}{held}." + waiting)
+            self.health.setStyleSheet("color: #10B981;")
+        else:
+            self.health.setText(f"● Cannot be reached. {connection.detail}".strip() + waiting)
+            self.health.setStyleSheet("color: #D97706;")
+
+    def confirm_disconnect(self) -> None:
+        connection = self.sections.bridge.connection
+        if connection is not None and connection.waiting:
+            self.feedback.set(f"{connection.waiting} write(s) still wait to be sent: disconnect once the server "
+                              "has them (or drop them with `personal-llm outbox --drop ID`).", "warn")
+            return
+        answer = QMessageBox.question(
+            self.window(), "Disconnect from the server?",
+            "This computer stops using the server: its token leaves the keychain. Your memory stays on the "
+            "server. Personal LLM closes; when you start it again, choose where your memory lives.")
+        if answer != QMessageBox.StandardButton.Yes:
+            return
+        self.sections.bridge.disconnect_server(lambda _none: self.disconnected.emit(),
+                                               lambda message: self.feedback.set(message, "error"))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -473,12 +565,15 @@ class BackupScheduler(QObject):
         bridge.opened.connect(self._opened)
         bridge.closed.connect(self.timer.stop)
 
-    def _opened(self, _info: EngineInfo) -> None:
+    def _opened(self, info: EngineInfo) -> None:
+        if info.connection is not None:  # a server's backups are its operator's
+            self.timer.stop()
+            return
         self.timer.start()
         QTimer.singleShot(FIRST_CHECK_MS, self.check)
 
     def check(self) -> None:
-        if self.running or self.bridge.paused or self.bridge.info is None:
+        if self.running or self.bridge.paused or self.bridge.info is None or self.bridge.connection is not None:
             return
         self.bridge.backup_status(self._checked)
 

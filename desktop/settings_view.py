@@ -196,7 +196,8 @@ class SettingsView(QWidget):
         bl.addWidget(page_title("Settings"))
         self.folders = FoldersBox(bridge)
         self.sections = SettingsSections(bridge, self._synced, self)  # appearance, recovery, backups, …
-        for box in (llm, capture, data, self.folders, maintenance, *self.sections.boxes):
+        self.llm_box, self.data_box, self.maintenance_box = llm, data, maintenance
+        for box in (self.sections.server, llm, capture, data, self.folders, maintenance, *self.sections.boxes):
             bl.addWidget(box)
         bl.addLayout(bottom)
         bl.addStretch(1)
@@ -215,6 +216,9 @@ class SettingsView(QWidget):
     # ------------------------------------------------------------------------------------------------
     def load(self, info: EngineInfo) -> None:
         self.setEnabled(True)
+        local = info.connection is None  # on a server, search and answers are the server's; folders are local
+        for box in (self.llm_box, self.data_box, self.folders, self.maintenance_box):
+            box.setVisible(local)
         s = info.settings
         self._settings = s
         self._show(s, FIELDS)

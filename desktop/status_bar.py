@@ -1,6 +1,9 @@
-"""The status bar: search model state, memory count, background work, and short messages."""
+"""The status bar: search model state, memory count, background work, the server of a profile that lives on
+one (reachable or not, and the writes waiting to send), and short messages."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QLabel, QPushButton, QStatusBar, QWidget
@@ -36,6 +39,9 @@ class StatusBar(QStatusBar):
         self.work = QLabel("")
         self.count = QLabel("")
         self.llm = QLabel("")
+        self.server = QLabel("")
+        self.server.hide()
+        self.addPermanentWidget(self.server)
         self.addPermanentWidget(self.work)
         self.addPermanentWidget(self.count)
         self.addPermanentWidget(self.llm)
@@ -56,6 +62,23 @@ class StatusBar(QStatusBar):
             self.llm.setText("● Sources only (no language model)")
             self.llm.setStyleSheet("color: #D97706;")
         self.llm.setToolTip(detail)
+
+    def set_connection(self, connection: Any) -> None:
+        """A server profile's connection (engine Connection): "● Server" when it answers, "● Offline" when
+        not, and how many writes wait to be sent."""
+        if connection is None:
+            self.server.hide()
+            return
+        waiting = f" · {connection.waiting} waiting to send" if connection.waiting else ""
+        if connection.reachable is False:
+            self.server.setText("● Offline" + waiting)
+            self.server.setStyleSheet(f"color: {PAUSED_COLOR};")
+            self.server.setToolTip(connection.detail or f"{connection.url} cannot be reached.")
+        else:
+            self.server.setText("● Server" + waiting)
+            self.server.setStyleSheet("color: #10B981;" if connection.reachable else "color: #9DA0AA;")
+            self.server.setToolTip(f"Your memory is on {connection.url}.")
+        self.server.show()
 
     def set_count(self, text: str) -> None:
         self.count.setText(text)

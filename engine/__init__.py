@@ -22,6 +22,16 @@ if TYPE_CHECKING:
     from .memories import Remembered
     from .models import ForgetResult, HealthReport, Hit, Memory, MemoryPage, RememberResult, Stats
     from .parsers import SUPPORTED_EXTENSIONS
+    from .remote import (
+        CertificateRefused,
+        ServerUnreachable,
+        TokenRefused,
+        check_server,
+        connect_profile,
+        disconnect_profile,
+        read_server_profile,
+    )
+    from .remote_app import Connection
     from .version import __version__
 
 _WHERE = {
@@ -37,6 +47,9 @@ _WHERE = {
     "ForgetResult": "models", "HealthReport": "models", "Hit": "models", "Memory": "models", "MemoryPage": "models",
     "RememberResult": "models", "Stats": "models",
     "SUPPORTED_EXTENSIONS": "parsers",
+    "CertificateRefused": "remote", "ServerUnreachable": "remote", "TokenRefused": "remote", "check_server": "remote",
+    "connect_profile": "remote", "disconnect_profile": "remote", "read_server_profile": "remote",
+    "Connection": "remote_app",
     "__version__": "version",
 }
 
@@ -52,6 +65,26 @@ def __getattr__(name: str):
     return value
 
 
+def open_profile(home=None, *, actor: str = "sdk", **engine_options):  # noqa: ANN001, ANN201 - see below
+    """The profile at `home` (default: the user's) as a program that stays open uses it: the engine of its
+    local store (`Engine.open(home, actor=…, **engine_options)`), or, for a profile that lives on a server, the
+    server's client with the same methods (engine/remote_app.py). The caller need not know which."""
+    from pathlib import Path
+
+    from .config import home_dir
+    from .remote import read_server_profile
+
+    where = Path(home).expanduser().resolve() if home else home_dir()
+    server = read_server_profile(where)
+    if server is not None:
+        from .remote_app import RemoteApp
+
+        return RemoteApp(server, actor=actor)
+    from .engine import Engine
+
+    return Engine.open(where, actor=actor, **engine_options)
+
+
 def __dir__() -> list[str]:
     return sorted([*globals(), *_WHERE])
 
@@ -60,5 +93,6 @@ __all__ = [
     "AgentInfo", "AgentRun", "AgentStep", "ConfirmRequest",
     "AskFailed", "AskResult", "Source", "Cancelled", "Changes", "Engine", "EngineError", "ForgetResult", "HealthReport",
     "Hit", "KeyMissing", "Memory", "MemoryPage", "NotFound", "RememberResult", "Remembered", "Settings", "Stats", "UserError", "WrongKey", "__version__", "log_dir", "setup_logging",
-    "SUPPORTED_EXTENSIONS",
+    "SUPPORTED_EXTENSIONS", "CertificateRefused", "Connection", "ServerUnreachable", "TokenRefused", "check_server",
+    "connect_profile", "disconnect_profile", "open_profile", "read_server_profile",
 ]

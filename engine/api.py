@@ -53,7 +53,7 @@ from .imports import ImportReport
 from .ingest import Document, IngestResult
 from .limits import MAX_HITS, MAX_PROJECT_CHARS, MAX_QUERY_CHARS
 from .memory_rules import MAX_TEXT_CHARS
-from .models import ForgetResult, Hit, Memory, MemoryPage, RememberResult, Stats
+from .models import ForgetResult, HealthReport, Hit, Memory, MemoryPage, RememberResult, Stats
 from .pathpolicy import PathPolicy, PathRefused
 from .watch import WatchStatus
 
@@ -221,6 +221,18 @@ class Entity(BaseModel):
 
 class ErrorBody(BaseModel):
     detail: str | list[dict[str, Any]]
+
+
+class ChangeItem(BaseModel):
+    action: str
+    memories: list[str] = Field(description="The ids of the memories written ('*': many)")
+    documents: list[str] = Field(description="The ids of the documents written ('*': many)")
+    graph: bool
+
+
+class ChangesAnswer(BaseModel):
+    token: int = Field(description="Hand it back as `since` next time")
+    changes: list[ChangeItem]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -954,6 +966,23 @@ def _add_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
     @app.get("/stats", response_model=Stats, tags=["memory"], summary="Counts and model status")
     async def stats() -> Stats:
         return await call(eng.stats)
+
+    @app.get("/projects", response_model=list[str], tags=["memory"], summary="The projects memories are kept in")
+    async def projects() -> list[str]:
+        return await call(eng.projects)
+
+    @app.get("/health", response_model=HealthReport, tags=["memory"],
+             summary="What works: the search model and the language model answers are written with")
+    async def health() -> HealthReport:
+        return await call(eng.health)
+
+    @app.get("/changes", response_model=ChangesAnswer, tags=["memory"],
+             summary="What was written after a token, by any program or device (omit `since`: the current token)")
+    async def changes(since: Annotated[int | None, Query(ge=0)] = None) -> ChangesAnswer:
+        found = await call(eng.changes_since, since, everyone=True)
+        return ChangesAnswer(token=found.token, changes=[
+            ChangeItem(action=c.action, memories=sorted(c.memories), documents=sorted(c.documents), graph=c.graph)
+            for c in found.changes])
 
 
 # ---------------------------------------------------------------------------------------------------

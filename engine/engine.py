@@ -349,10 +349,15 @@ class Engine:
 
         return keychain_backend()
 
-    def changes_since(self, token: int | None = None) -> StoreChanges:
-        """What other programs wrote to this store after `token` (None: just the current token); cheap to
-        poll (engine/feed.py)."""
-        return self.outside.since(token)
+    def changes_since(self, token: int | None = None, *, everyone: bool = False) -> StoreChanges:
+        """What other programs (or `everyone`) wrote to this store after `token` (None: just the current
+        token); cheap to poll (engine/feed.py)."""
+        return self.outside.since(token, everyone=everyone)
+
+    def connection(self) -> None:
+        """Where a server profile's memory is and how it is reached (engine/remote_app.py); None: this profile
+        keeps it on this computer."""
+        return None
 
     def mutation(self) -> Mutation:
         """`with eng.mutation() as (con, touched):` — one transaction; the vector mirror follows it."""

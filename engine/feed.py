@@ -47,7 +47,9 @@ class OutsideWrites:
     def token(self) -> int:
         return rows.last_id(self.store.small)
 
-    def since(self, token: int | None) -> StoreChanges:
+    def since(self, token: int | None, *, everyone: bool = False) -> StoreChanges:
+        """What was written after `token`: by other actors, or by `everyone` (a server's client, whose own
+        writes reach it through the same actor as another device's)."""
         con = self.store.small  # its cache is small: emptying it after another's commit costs nothing
         version = rows.data_version(con)
         if token is not None and getattr(self._seen, "version", None) == version:
@@ -61,7 +63,7 @@ class OutsideWrites:
         last = found[-1][0]
         if len(found) == MAX_ROWS:
             last = rows.last_id(con)
-        outside = [r for r in found if r[1] != self.actor]
+        outside = found if everyone else [r for r in found if r[1] != self.actor]
         merged: dict[str, Changes] = {}
         for _id, _actor, action, target in outside:
             if action in QUIET_ACTIONS:

@@ -66,6 +66,7 @@ def make_desktop(qtbot, home: Path, embedder, **kwargs):
     kwargs.setdefault("use_tray", False)
     kwargs.setdefault("use_hotkey", False)
     kwargs.setdefault("undo_seconds", 0.4)
+    kwargs.setdefault("ask_where", False)  # a new profile keeps its memory on this computer (no first-run choice)
     desktop = DesktopApp(home, embedder=embedder, **kwargs)
     qtbot.addWidget(desktop.window)
     qtbot.addWidget(desktop.capture)

@@ -1,0 +1,203 @@
+"""The desktop app on a profile that lives on a server, as a person uses it: the first run's choice "Connect
+to a server", a capture seen in Memories, a memory written by another device showing up by itself, Settings
+saying where the memory is; then the server stopped: a capture waits ("1 waiting to send"), Recall says it
+needs the server; the server back: the capture arrives, once. A real server process on a real PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+from PySide6.QtCore import Qt
+
+from tests import pg_server as pg
+
+# the PostgreSQL fixtures (tests/pg_server.py), for this module
+pg_server, pg_template, pg_db, pg_url, pg_empty_url = pg.pg_server, pg.pg_template, pg.pg_db, pg.pg_url, pg.pg_empty_url
+
+SERVE_TIMEOUT = 120
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """`personal-llm serve --database URL` in a process of its own, on a fixed port (started again on it)."""
+
+    def __init__(self, pg_url: str, home: Path):
+        self.pg_url, self.home = pg_url, home
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> Server:
+        env = {**os.environ, "PERSONAL_LLM_HOME": str(self.home)}
+        self.proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "serve", "--database", self.pg_url,
+                                      "--port", str(self.port), "--json"], env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True)
+        assert self.proc.stdout is not None
+        deadline, text = time.monotonic() + SERVE_TIMEOUT, ""
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            text += line
+            try:
+                json.loads(text)
+                return self
+            except json.JSONDecodeError:
+                continue
+        self.stop(signal.SIGKILL)
+        raise AssertionError("the server did not start")
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(30)
+        self.proc = None
+
+
+@pytest.fixture
+def server(pg_url: str, tmp_path: Path) -> Iterator[tuple[Server, str]]:
+    from engine import users
+
+    token = users.add(pg_url, "alice")
+    s = Server(pg_url, tmp_path / "server-home").start()
+    try:
+        yield s, token
+    finally:
+        s.stop()
+
+
+def texts_on_server(pg_url: str) -> list[str]:
+    with psycopg.connect(pg_url) as con:
+        return [r[0] for r in con.execute("SELECT text FROM personal_llm.memories ORDER BY id")]
+
+
+def capture(qtbot, app, text: str, saved: str = "Saved ✓") -> None:
+    box = app.capture
+    box.open_box()
+    qtbot.keyClicks(box.input, text)
+    qtbot.keyClick(box.input, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: box.status.text() == saved, timeout=15_000)
+
+
+def connect_at_first_run(qtbot, app, url: str, token: str) -> None:
+    qtbot.waitUntil(lambda: app.where_dialog is not None and app.where_dialog.isVisible(), timeout=10_000)
+    dialog = app.where_dialog
+    qtbot.mouseClick(dialog.server, Qt.MouseButton.LeftButton)
+    assert dialog.server.isChecked() and dialog.go.text() == "Connect"
+    qtbot.keyClicks(dialog.address, url)
+    qtbot.keyClicks(dialog.token, token)
+    qtbot.mouseClick(dialog.go, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: app.bridge.info is not None, timeout=30_000)
+
+
+def test_a_server_profile_from_first_run_to_offline_and_back(qtbot, qasync_loop, profile_home, lexical_embedder,
+                                                             server, pg_url, monkeypatch):
+    from desktop.app import DesktopApp
+    from desktop.main_window import MainWindow
+
+    errors: list[str] = []  # a page that cannot work on a server profile must say so on itself, never in a box
+    monkeypatch.setattr(MainWindow, "show_error", lambda self, message: errors.append(message))
+    srv, token = server
+    app = DesktopApp(profile_home, embedder=lexical_embedder, use_tray=False, use_hotkey=False, undo_seconds=0.4)
+    qtbot.addWidget(app.window)
+    qtbot.addWidget(app.capture)
+    try:
+        # a wrong token is refused with the server's reason, and nothing is kept
+        qtbot.waitUntil(lambda: app.where_dialog is not None and app.where_dialog.isVisible(), timeout=10_000)
+        dialog = app.where_dialog
+        assert dialog.local.isChecked() and dialog.go.text() == "Continue"  # this computer is the default
+        dialog.server.setChecked(True)
+        qtbot.keyClicks(dialog.address, srv.url)
+        qtbot.keyClicks(dialog.token, "pllm_not-a-token")
+        qtbot.mouseClick(dialog.go, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: "refused this profile's token" in dialog.problem.label.text(), timeout=15_000)
+        assert app.bridge.info is None and not (profile_home / "server.json").exists()
+        dialog.address.clear()
+        dialog.token.clear()
+        connect_at_first_run(qtbot, app, srv.url, token)
+        info = app.bridge.info
+        assert info.connection is not None and info.connection.url == srv.url
+        assert not (profile_home / "memory.db").exists()  # nothing of the memory is kept on this computer
+        assert token not in json.dumps([p.read_text(errors="replace") for p in profile_home.rglob("*.json")])
+        status = app.window.status
+        qtbot.waitUntil(lambda: status.server.isVisible() and status.server.text() == "● Server", timeout=10_000)
+        qtbot.wait(2000)
+        assert errors == []
+
+        # remember, and see it
+        capture(qtbot, app, "The boiler's service code is 4471")
+        browser = app.window.memories
+        qtbot.waitUntil(lambda: len(browser.visible_ids()) == 1, timeout=10_000)
+        assert texts_on_server(pg_url) == ["The boiler's service code is 4471"]
+
+        # another device writes: it shows up by itself within a few seconds
+        with httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {token}"}) as other:
+            made = other.post("/memory/remember", json={"text": "Swimming lessons are on Tuesdays at six"}).json()
+        qtbot.waitUntil(lambda: made["id"] in browser.visible_ids(), timeout=5_000)
+        qtbot.waitUntil(lambda: status.count.text().startswith("2 memories"), timeout=5_000)
+
+        # Settings says where the memory is, and that the server answers
+        app.window.show_page("settings")
+        box = app.window.settings.sections.server
+        assert srv.url in box.where.text() and box.isVisible()
+        assert not app.window.settings.sections.backups.isVisible()  # a server's backups are its operator's
+        qtbot.waitUntil(lambda: box.health.text().startswith("● Connected"), timeout=10_000)
+
+        # the server stops: a capture waits, and the app says so; recall says it needs the server
+        srv.stop()
+        capture(qtbot, app, "The plumber's number is 555 0199")
+        qtbot.waitUntil(lambda: status.server.text() == "● Offline · 1 waiting to send", timeout=10_000)
+        assert "1 waiting to send" in box.health.text() and "Cannot be reached" in box.health.text()
+        failed: list[str] = []
+        app.bridge.recall("plumber", lambda hits: failed.append("answered"), failed=failed.append)
+        qtbot.waitUntil(lambda: bool(failed), timeout=10_000)
+        assert failed[0].startswith("Recall needs the server") and "1 write waits in the outbox" in failed[0]
+
+        # the server is back: the capture arrives, once, and the app shows it
+        srv.start()
+        qtbot.waitUntil(lambda: status.server.text() == "● Server", timeout=20_000)
+        assert texts_on_server(pg_url) == ["The boiler's service code is 4471",
+                                           "Swimming lessons are on Tuesdays at six",
+                                           "The plumber's number is 555 0199"]
+        qtbot.waitUntil(lambda: len(browser.visible_ids()) == 3, timeout=10_000)
+        qtbot.wait(3 * app.bridge.SERVER_POLL_MS)  # more polls: nothing is sent again
+        assert len(texts_on_server(pg_url)) == 3
+        assert errors == []
+    finally:
+        app.quit()
+
+
+def test_keep_it_on_this_computer_opens_a_local_store(qtbot, qasync_loop, profile_home, lexical_embedder):
+    from desktop.app import DesktopApp
+
+    app = DesktopApp(profile_home, embedder=lexical_embedder, use_tray=False, use_hotkey=False, undo_seconds=0.4)
+    qtbot.addWidget(app.window)
+    qtbot.addWidget(app.capture)
+    try:
+        qtbot.waitUntil(lambda: app.where_dialog is not None and app.where_dialog.isVisible(), timeout=10_000)
+        assert app.bridge.info is None  # nothing is made before the choice
+        qtbot.mouseClick(app.where_dialog.go, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: app.bridge.info is not None, timeout=20_000)
+        assert app.bridge.info.connection is None and (profile_home / "memory.db").exists()
+        assert not app.window.status.server.isVisible()
+        app.window.show_page("settings")
+        box = app.window.settings.sections.server
+        assert box.where.text().startswith("On this computer") and not box.disconnect.isVisible()
+    finally:
+        app.quit()
