@@ -130,15 +130,20 @@ def _counts(vector: str) -> tuple[dict[str, int], int]:
 
 
 def _average_length(con: Any, fts: str) -> float:
-    row = con.execute(f"SELECT avg(length(tsv)) FROM (SELECT tsv FROM {_TABLE[fts]} LIMIT 10000) s").fetchone()
+    """The mean length of a row in tokens, as `_counts` measures a row: its count of positions (`length(tsv)`
+    is its count of distinct lexemes, shorter: with it every row looked longer than the mean)."""
+    row = con.execute(f"SELECT avg((SELECT sum(coalesce(array_length(u.positions, 1), 1)) FROM unnest(s.tsv) u)) "
+                      f"FROM (SELECT tsv FROM {_TABLE[fts]} LIMIT 10000) s").fetchone()
     return float(row[0] or 1.0)
 
 
-_averages: dict[tuple[str, int], tuple[float, float]] = {}  # (table, rows) -> (average length, when)
+# (database, user, table, rows / 100) -> (average length, when): each user's own rows (row-level security)
+_averages: dict[tuple[str, str, str, int], tuple[float, float]] = {}
 
 
 def _mean_length(con: Any, fts: str, n: int) -> float:
-    key = (fts, n // 100)
+    db, user = con.execute("SELECT current_database(), current_setting('app.user_id', true)").fetchone()
+    key = (str(db), str(user), fts, n // 100)
     hit = _averages.get(key)
     if hit is not None and time.monotonic() - hit[1] < lexical.DF_MAX_AGE:
         return hit[0]
@@ -167,17 +172,24 @@ def _bm25(con: Any, fts: str, ts: list[str], rows: list[tuple[int, str]], dfs: d
 
 def _lexical(con: Any, fts: str, ts: list[str], limit: int, join: str, where: list[str], args: list[Any],
              alias: str, cache: DocFreqs | None = None) -> list[tuple[int, float]]:
+    """[(row id, bm25)] best first of the rows matching any of the terms and passing the filter: the best
+    LEXICAL_FIRST (at least 4 × limit) by each term's `ts_rank` (normalised by length) weighted by the
+    term's IDF, scored by BM25. `ts_rank` over the whole OR-query weighs a common word like a rare one, and
+    its best 200 missed rows BM25 ranks among its best 50."""
     if not ts or limit <= 0:
         return []
-    q, qargs = _query(ts)
-    rows = con.execute(
-        f"SELECT {alias}.id, {alias}.tsv::text FROM {_TABLE[fts]} {alias} {join} WHERE {alias}.tsv @@ {q}"
-        + "".join(" AND " + w for w in where)
-        + f" ORDER BY ts_rank({alias}.tsv, {q}, 1) DESC, {alias}.id LIMIT %s",
-        [*qargs, *args, *qargs, max(LEXICAL_FIRST, 4 * limit)]).fetchall()
     cache = cache or DocFreqs()
     n = indexed_rows(con, fts)
     dfs = {t: cache.get(con, fts, t, n) for t in ts}
+    q, qargs = _query(ts)
+    one = f"plainto_tsquery('{TEXT_SEARCH}', %s)"
+    order = " + ".join(f"%s * ts_rank({alias}.tsv, {one}, 1)" for _ in ts)
+    order_args = [a for t in ts for a in (ranking.bm25_idf(n, dfs[t]), t)]
+    rows = con.execute(
+        f"SELECT {alias}.id, {alias}.tsv::text FROM {_TABLE[fts]} {alias} {join} WHERE {alias}.tsv @@ {q}"
+        + "".join(" AND " + w for w in where)
+        + f" ORDER BY {order} DESC, {alias}.id LIMIT %s",
+        [*qargs, *args, *order_args, max(LEXICAL_FIRST, 4 * limit)]).fetchall()
     scored = _bm25(con, fts, ts, [(int(r[0]), str(r[1])) for r in rows], dfs)
     return sorted(scored.items(), key=lambda x: (-x[1], x[0]))[:limit]
 
