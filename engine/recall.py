@@ -88,7 +88,7 @@ class Retriever:
         qvec = self._query_vector(with_speaker(query, addressed))
         with self.ctx.store.read():
             found, plans = self._lexical(con, query, n, f, memories=kind != "chunk", chunks=include_chunks,
-                                         bounded=qvec is not None, drop=set(addressed))
+                                         bounded=qvec is not None and not self._backlog(con), drop=set(addressed))
             cos: dict[tuple[str, int], float] = {}
             dense: set[tuple[str, int]] = set()
             if qvec is not None:
@@ -137,6 +137,19 @@ class Retriever:
         if record_access:
             self.memories.mark_used([h.id for h in hits if not h.id.startswith("chk_")], how="recall")
         return hits
+
+    def count_matches(self, query: str, *, project: str | None = None, kind: str | None = None,
+                      since: str | float | None = None, include_archived: bool = False) -> int:
+        """How many memories hold any of the query's words, with recall's filters: the honest size of a search
+        whose list shows the best k (the meaning adds hits without the words, never many)."""
+        if kind is not None and kind not in KINDS:
+            raise UserError(f"Unknown kind '{kind}'; use one of: {', '.join(KINDS)}.")
+        project = (project or "").strip() or None
+        f = Filter(projects=None if project is None else {project}, kinds=None if kind is None else {kind},
+                   include_archived=include_archived, since=parse_time(since), until=None,
+                   activity=asks_about_activity(query))
+        with self.ctx.store.read() as con:
+            return retrieval.count_memories(con, query, f)
 
     _FTS = {"m": "memories_fts", "c": "chunks_fts"}
 
@@ -192,13 +205,28 @@ class Retriever:
             return {}
         return ranking.graph_strength(retrieval.passing(con, keys, f)[: self._GRAPH_CANDIDATES])
 
+    _CATCH_UP = 512  # rows waiting for a vector that a recall embeds before it searches
+    _CATCH_UP_BESIDE_BACKFILL = 64  # ... when this process embeds in the background: only what was just written
+
+    def _catch_up(self) -> bool:
+        """Whether a recall embeds the rows waiting for a vector first. Beside a running backfill, a backlog is
+        the backfill's to embed: a search that embedded 512 of 100,000 waiting rows took 15 s, and still did
+        not find the rest by meaning (it finds them by their words)."""
+        return not self.memories.backfill.running or not self._backlog(self.ctx.con)
+
+    def _backlog(self, con: Connection) -> bool:
+        """More rows wait for a vector than a recall embeds first: the vectors cannot find candidates among
+        them, so FTS5 searches every kept term (a word in all of 100,000 rows waiting found nothing)."""
+        return self.space.pending(con) > self._CATCH_UP_BESIDE_BACKFILL
+
     def _query_vector(self, query: str) -> np.ndarray | None:
         if not self.space.ensure():
             return None
         try:
-            if self.ctx.store.read_only is None and rows.anything_unembedded(self.ctx.con) and self.space.embedder.ready:
+            if (self.ctx.store.read_only is None and rows.anything_unembedded(self.ctx.con)
+                    and self.space.embedder.ready and self._catch_up()):
                 try:
-                    self.space.embed_pending(limit=512)
+                    self.space.embed_pending(limit=self._CATCH_UP)
                 except (DiskFull, StoreReadOnly) as e:  # a recall still answers from what is embedded
                     log.info("rows waiting for vectors not embedded now: %s", type(e).__name__)
             return self.space.embedder.encode_one(query)
