@@ -553,6 +553,12 @@ class Engine:
                                      include_chunks=include_chunks, record_access=record_access,
                                      activity=activity, candidates=candidates)
 
+    def count_matches(self, query: str, *, project: str | None = None, kind: str | None = None,
+                      since: str | float | None = None, include_archived: bool = False) -> int:
+        """How many memories a search by words matches (recall's filters); recall returns the best k of them."""
+        return self.retrieval.count_matches(query, project=project, kind=kind, since=since,
+                                            include_archived=include_archived)
+
     # ------------------------------------------------------------------------------------------------
     # documents
     # ------------------------------------------------------------------------------------------------

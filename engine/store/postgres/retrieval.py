@@ -202,6 +202,18 @@ def lexical_memories(con: Any, query: str | list[str], limit: int, f: Filter) ->
     return _lexical(con, "memories_fts", ts, limit, "", where, args, "m")
 
 
+def count_memories(con: Any, query: str | list[str], f: Filter) -> int:
+    """How many memories passing the filter hold any of the query's words (what a search by words matches)."""
+    ts = terms(query) if isinstance(query, str) else list(query)
+    if not ts:
+        return 0
+    where, args = _filter_sql(f, "m", time_col="coalesce(m.event_at, m.created_at)", kind_col="m.kind",
+                              archived_col="m.archived", source_col="m.source")
+    q, qargs = _query(ts)
+    return int(con.execute(f"SELECT count(*) FROM memories m WHERE m.tsv @@ {q}" + "".join(" AND " + w for w in where),
+                           [*qargs, *args]).fetchone()[0])
+
+
 def lexical_chunks(con: Any, query: str | list[str], limit: int, f: Filter) -> list[tuple[int, float]]:
     """[(chunk row id, bm25)] best first (`query`: the question, or the terms to search)."""
     ts = terms(query) if isinstance(query, str) else list(query)

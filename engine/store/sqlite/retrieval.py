@@ -113,6 +113,20 @@ def lexical_memories(con: Connection, query: str | list[str], limit: int, f: Fil
     return _lexical(con, "memories_fts", expr, limit, "m", f, sql, args)
 
 
+def count_memories(con: Connection, query: str | list[str], f: Filter) -> int:
+    """How many memories passing the filter hold any of the query's words (what a search by words matches)."""
+    expr = match_expression(query)
+    if expr is None:
+        return 0
+    where, args = _filter_sql(
+        f, "m", time_col="coalesce(m.event_at, m.created_at)", kind_col="m.kind", archived_col="m.archived",
+        source_col="m.source",
+    )
+    return int(con.execute(
+        "SELECT count(*) FROM memories_fts JOIN memories m ON m.id = memories_fts.rowid WHERE memories_fts MATCH ?"
+        + "".join(" AND " + w for w in where), [expr, *args]).fetchone()[0])
+
+
 def lexical_chunks(con: Connection, query: str | list[str], limit: int, f: Filter) -> list[tuple[int, float]]:
     """[(chunk row id, bm25)] best first (`query`: the question, or the terms to search)."""
     expr = match_expression(query)
