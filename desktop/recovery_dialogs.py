@@ -18,7 +18,7 @@ def _password_field(placeholder: str = "") -> QLineEdit:
     return field
 
 
-def _length_hint(bridge: Bridge, field: QLineEdit) -> QLabel:
+def length_hint(bridge: Bridge, field: QLineEdit) -> QLabel:
     """A line under a new passphrase: the rule first, then how the typed one measures up."""
     hint = muted(PASSPHRASE_RULE)
 
@@ -64,7 +64,7 @@ class OpenWithRecoveryDialog(QDialog):
             form.addRow(muted("There is no keychain on this computer, so choose a passphrase to open your memory "
                               "with from now on."))
             form.addRow("New passphrase", self.new_passphrase)
-            form.addRow("", _length_hint(bridge, self.new_passphrase))
+            form.addRow("", length_hint(bridge, self.new_passphrase))
             form.addRow("Again", self.again)
         self.error = Banner()
         self.open_button = button("Open with recovery key", primary=True)
@@ -140,7 +140,7 @@ class PassphraseDialog(QDialog):
         if has_passphrase:
             form.addRow("Current passphrase", self.current)
         form.addRow("New passphrase", self.new)
-        form.addRow("", _length_hint(bridge, self.new))
+        form.addRow("", length_hint(bridge, self.new))
         form.addRow("Again", self.again)
         self.message = Banner()
         self.ok = button("Change passphrase" if has_passphrase else "Set passphrase", primary=True)

@@ -40,7 +40,7 @@ from . import formatting, theme
 from .api_server import ApiServer
 from .bridge import Bridge, EngineInfo
 from .first_run import RecoveryKeyDialog
-from .recovery_dialogs import PassphraseDialog, ReauthDialog
+from .recovery_dialogs import PassphraseDialog, ReauthDialog, length_hint
 from .widgets import Banner, button, grow_to_fit, muted
 
 SCHEDULES = (("Every day", "daily"), ("Every week", "weekly"), ("Only when I click “Back up now”", "off"))
@@ -366,7 +366,10 @@ class ExportDialog(_FileDialog):
         self.encrypt.toggled.connect(self.passphrase.setEnabled)
         self.encrypt.toggled.connect(self.again.setEnabled)
         self.form.addRow("", self.encrypt)
+        self.hint = length_hint(bridge, self.passphrase)  # the rule of "Set a passphrase", as it is typed
+        self.encrypt.toggled.connect(self.hint.setVisible)
         self.form.addRow("Passphrase", self.passphrase)
+        self.form.addRow("", self.hint)
         self.form.addRow("Again", self.again)
         self.layout_.insertWidget(0, muted("Memories, documents and their passages, conversations, the knowledge "
                                            "graph and the activity log. Without encryption the file is plain text "
@@ -387,6 +390,9 @@ class ExportDialog(_FileDialog):
             phrase = self.passphrase.text()
             if not phrase:
                 self.result.set("Choose a passphrase for the file (or untick encryption).", "error")
+                return
+            if problem := self.bridge.passphrase_problem(phrase):
+                self.result.set(problem, "error")
                 return
             if phrase != self.again.text():
                 self.result.set("The two passphrases differ.", "error")

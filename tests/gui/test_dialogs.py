@@ -82,6 +82,17 @@ def test_export_and_import_enter_runs_them_and_fields_keep_their_height(qtbot, d
     settle(qtbot)
     assert export.isVisible() and "differ" in export.result.text and not target.exists()
     assert cut_fields(export) == []
+    export.passphrase.clear()
+    export.again.clear()
+    qtbot.keyClicks(export.passphrase, "ab")  # the minimum of "Set a passphrase", with its hint as it is typed
+    assert export.hint.text() == "Too short: 2 of at least 8 characters."
+    qtbot.keyClicks(export.again, "ab")
+    qtbot.keyClick(export.again, Qt.Key.Key_Return)
+    settle(qtbot)
+    assert export.isVisible() and "at least 8 characters" in export.result.text and not target.exists()
+    assert cut_fields(export) == []
+    export.passphrase.clear()
+    qtbot.keyClicks(export.passphrase, "river stone")
     export.again.clear()
     qtbot.keyClicks(export.again, "river stone")
     qtbot.keyClick(export.again, Qt.Key.Key_Return)

@@ -12,8 +12,11 @@ def test_a_folder_added_in_settings_is_watched_and_its_status_shown(qtbot, deskt
     folder = tmp_path / "journal"
     folder.mkdir()
     (folder / "monday.md").write_text("Monday: the plumber fixed the kitchen tap.", encoding="utf-8")
+    assert not box.remove_button.isEnabled() and not box.pause_button.isEnabled()  # no folder yet
     box.add_folder(str(folder), "home")
     qtbot.waitUntil(lambda: box.list.topLevelItemCount() == 1, timeout=20_000)
+    assert not box.list.selectedItems()
+    assert not box.remove_button.isEnabled() and not box.pause_button.isEnabled()  # none chosen
     qtbot.waitUntil(lambda: box.list.topLevelItem(0).text(3) == "1"  # files indexed
                     and box.list.topLevelItem(0).text(2) == "Watched", timeout=30_000)  # and the scan done
     item = box.list.topLevelItem(0)
