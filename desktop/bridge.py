@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 Done = Callable[[Any], None]
 Failed = Callable[[str], None]
+ACTIVITY_SOURCE = "activity"  # a memory's source for the app's own events, which the memories listing leaves out
 
 
 @dataclass(frozen=True)
@@ -486,11 +487,37 @@ class Bridge(QObject):
     def memory_page(self, done: Done, *, kind: str | None = None, project: str | None = None,
                     archived: bool | None = False, conflicts_only: bool = False, limit: int = 200,
                     after: str | None = None, since: float | None = None, with_total: bool = True,
-                    failed: Failed | None = None) -> None:
-        """done(engine MemoryPage): a page of the listing, newest first, with its total and where to go on."""
-        self.read(lambda e: e.memory_page(kind=kind, project=project, archived=archived,
-                                          conflicts_only=conflicts_only, limit=limit, after=after, since=since,
-                                          with_total=with_total), done, failed)
+                    convert: Callable[[Any], Any] | None = None, failed: Failed | None = None) -> None:
+        """done(engine MemoryPage): a page of the listing, newest first, with its total and where to go on;
+        done(convert(page)) with `convert`, run on the reader thread (what a screen makes of the page)."""
+        def run(e: Engine) -> Any:
+            page = e.memory_page(kind=kind, project=project, archived=archived, conflicts_only=conflicts_only,
+                                 limit=limit, after=after, since=since, with_total=with_total)
+            return convert(page) if convert is not None else page
+
+        self.read(run, done, failed)
+
+    def memories_by_id(self, uids: Sequence[str], done: Done, failed: Failed | None = None) -> None:
+        """done({uid: engine Memory}) for those of `uids` still stored (a forgotten one is left out)."""
+        def run(e: Engine) -> dict[str, Any]:
+            from engine import NotFound
+
+            found: dict[str, Any] = {}
+            for uid in uids:
+                try:
+                    found[uid] = e.get(uid)
+                except NotFound:
+                    pass
+            return found
+
+        self.read(run, done, failed)
+
+    def count_matches(self, query: str, done: Done, *, project: str | None = None, kind: str | None = None,
+                      since: float | None = None, include_archived: bool = False,
+                      failed: Failed | None = None) -> None:
+        """done(int): how many memories hold the search's words (recall shows the best of them)."""
+        self.read(lambda e: e.count_matches(query, project=project, kind=kind, since=since,
+                                            include_archived=include_archived), done, failed)
 
     def recall(self, query: str, done: Done, *, k: int = 50, project: str | None = None, kind: str | None = None,
                since: float | None = None, include_archived: bool = False, include_chunks: bool = False,

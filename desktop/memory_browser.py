@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import bisect
 import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from PySide6.QtCore import QEvent, QObject, QSize, Qt, QTimer, Signal
+from PySide6.QtCore import (
+    QAbstractTableModel,
+    QEvent,
+    QItemSelection,
+    QItemSelectionModel,
+    QModelIndex,
+    QObject,
+    QPersistentModelIndex,
+    QSize,
+    Qt,
+    QTimer,
+    Signal,
+)
 from PySide6.QtGui import QColor, QKeyEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -26,16 +39,15 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QSplitter,
     QStackedWidget,
+    QTableView,
     QToolButton,
-    QTreeWidget,
-    QTreeWidgetItem,
     QVBoxLayout,
     QWidget,
     QWidgetAction,
 )
 
 from . import formatting, icons, theme
-from .bridge import Bridge
+from .bridge import ACTIVITY_SOURCE, Bridge
 from .passage_hits import PassageHits
 from .pending_deletes import UNDO_SECONDS, PendingDeletes
 from .widgets import Banner, EmptyState, UndoBar, button, muted, page_title, refill_editable, scroller
@@ -44,7 +56,9 @@ SEARCH_DEBOUNCE_MS = 180
 OPENED_AFTER_MS = 1500
 LIST_PAGE = 200  # memories read at a time; the next page as the user scrolls near the end
 FETCH_WHEN_ROWS_LEFT = 40  # ... this many rows before it
-REFRESH_AT_MOST = 5000  # rows read again when the store changes (deeper, the list starts again from the top)
+REFRESH_AT_MOST = 5000  # rows read again when many memories change at once (deeper, the list starts again at the top)
+LIVE_AT_MOST = 200  # memories changed by one write that the list updates one by one (more: it reads its rows again)
+LIVE_AFTER_MS = 80  # writes coming in a burst are shown together
 SEARCH_PAGE = 100  # search results at a time (the best first); more when scrolled to their end
 SEARCH_MAX = 1000
 TIME_FILTERS = (("Any time", None), ("Today", 1), ("Past 7 days", 7), ("Past 30 days", 30), ("Past year", 365))
@@ -67,6 +81,7 @@ class Row:
     importance: float = 0.5
     conflict: str | None = None
     passage: str | None = None  # a search hit on a long memory: the part that matched
+    source: str = "user"
 
     @classmethod
     def of(cls, item: Any) -> Row:
@@ -75,7 +90,160 @@ class Row:
                    when=item.at or item.created_at, created_at=item.created_at,
                    archived=bool(item.archived), conflict_with=item.conflict_with,
                    importance=float(item.importance), conflict=getattr(item, "conflict", None),
-                   passage=getattr(item, "passage", None))
+                   passage=getattr(item, "passage", None), source=getattr(item, "source", "user"))
+
+
+class MemoryModel(QAbstractTableModel):
+    """The Memories list's rows, newest first (or a search's, best first): only the rows read so far, with the
+    next page read when the view asks for it (`canFetchMore`/`fetchMore` → `more_wanted`). The view draws only
+    the rows in sight, so a list of 100,000 costs what a list of 100 does."""
+
+    HEADERS = ("Memory", "Kind", "Project", "When")
+    more_wanted = Signal()
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.rows: list[Row] = []
+        self._keys: list[float] = []  # each row's place in the listing: minus its time, ascending like the rows
+        self._at: dict[str, int] | None = {}  # uid → row number; None until asked for again after a move
+        self.more = False  # the store holds more rows than these (the view may ask for them)
+        self.projects: set[str] = set()  # the projects of the rows read (the Project column's width)
+        self._now = datetime.now().astimezone()
+        self._warn = QColor("#D97706")
+
+    # ---- Qt's model interface -------------------------------------------------------------------------------
+    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008,N802
+        return 0 if parent.isValid() else len(self.rows)
+
+    def columnCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008,N802
+        return 0 if parent.isValid() else len(self.HEADERS)
+
+    def headerData(self, section: int, orientation: Qt.Orientation,  # noqa: N802 - Qt override
+                   role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+            return self.HEADERS[section]
+        return None
+
+    def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid() or index.row() >= len(self.rows):
+            return None
+        r, col = self.rows[index.row()], index.column()
+        if role == Qt.ItemDataRole.DisplayRole:
+            if col == 0:
+                return "…" + formatting.one_line(r.passage) if r.passage else formatting.one_line(r.text)
+            if col == 1:
+                return "⚠ Conflict" if r.conflict_with else "Archived" if r.archived else formatting.kind_label(r.kind)
+            if col == 2:
+                return r.project or ""
+            return formatting.when(r.when, self._now)
+        if role == Qt.ItemDataRole.UserRole:
+            return r.id
+        if role == Qt.ItemDataRole.ToolTipRole and col == 0:
+            return r.conflict or (r.passage or r.text)[:1000]
+        if role == Qt.ItemDataRole.ForegroundRole:
+            if col == 1 and r.conflict_with:
+                return self._warn
+            if r.archived and col in (0, 1):
+                return theme.muted_color()
+        return None
+
+    def canFetchMore(self, parent: QModelIndex | QPersistentModelIndex) -> bool:  # noqa: N802 - Qt override
+        return not parent.isValid() and self.more
+
+    def fetchMore(self, parent: QModelIndex | QPersistentModelIndex) -> None:  # noqa: N802 - Qt override
+        if not parent.isValid() and self.more:
+            self.more_wanted.emit()
+
+    # ---- the browser's ----------------------------------------------------------------------------------------
+    def row_of(self, uid: str) -> int | None:
+        if self._at is None:
+            self._at = {r.id: i for i, r in enumerate(self.rows)}
+        return self._at.get(uid)
+
+    def get(self, uid: str) -> Row | None:
+        i = self.row_of(uid)
+        return None if i is None else self.rows[i]
+
+    def reset(self, rows: list[Row], keys: list[float] | None = None) -> None:
+        self.beginResetModel()
+        self._now = datetime.now().astimezone()  # once a reset: asking for the local time zone costs
+        self.rows = list(rows)
+        self.projects = {r.project for r in rows if r.project}
+        self._keys = keys if keys is not None else [order(r) for r in rows]
+        self._at = None
+        self.endResetModel()
+
+    def append(self, rows: list[Row], keys: list[float] | None = None) -> None:
+        keys = keys if keys is not None else [order(r) for r in rows]
+        fresh = [(r, k) for r, k in zip(rows, keys, strict=True) if self.row_of(r.id) is None]
+        if not fresh:
+            return
+        start = len(self.rows)
+        self.projects.update(r.project for r, _ in fresh if r.project)
+        self.beginInsertRows(QModelIndex(), start, start + len(fresh) - 1)
+        for r, k in fresh:
+            self.rows.append(r)
+            self._keys.append(k)
+            if self._at is not None:
+                self._at[r.id] = len(self.rows) - 1
+        self.endInsertRows()
+
+    def remove(self, uid: str) -> bool:
+        i = self.row_of(uid)
+        if i is None:
+            return False
+        self.beginRemoveRows(QModelIndex(), i, i)
+        del self.rows[i]
+        del self._keys[i]
+        self._at = None
+        self.endRemoveRows()
+        return True
+
+    def put(self, row: Row) -> None:
+        """A row changed or new in the listing (newest first): in place when its time is the same, else moved to
+        where its time puts it — unless that is past the rows read so far (the next page brings it)."""
+        i = self.row_of(row.id)
+        key = order(row)
+        if row.project:
+            self.projects.add(row.project)
+        if i is not None and self._keys[i] == key:
+            self.rows[i] = row
+            self.dataChanged.emit(self.index(i, 0), self.index(i, len(self.HEADERS) - 1))
+            return
+        if i is not None:
+            self.remove(row.id)
+        at = bisect.bisect_left(self._keys, key)  # before the rows of the same time: a newer row sorts first
+        if at == len(self.rows) and self.more:
+            return
+        self.beginInsertRows(QModelIndex(), at, at)
+        self.rows.insert(at, row)
+        self._keys.insert(at, key)
+        self._at = None
+        self.endInsertRows()
+
+
+def order(row: Row) -> float:
+    """A row's place in the listing (newest first): minus its time, so the rows' keys ascend."""
+    try:
+        return -datetime.fromisoformat((row.when or "").replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+@dataclass(frozen=True)
+class Page:
+    """A page of the listing as the list shows it: its rows, their places, the listing's total, where it goes on."""
+
+    rows: list[Row]
+    keys: list[float]
+    total: int | None
+    next: str | None
+
+
+def rows_of(page: Any) -> Page:
+    """An engine MemoryPage as rows and their places (on the reader thread: the UI thread only shows them)."""
+    rows = [Row.of(m) for m in page.memories]
+    return Page(rows, [order(r) for r in rows], page.total, page.next)
 
 
 class MemoryBrowser(QWidget):
@@ -88,7 +256,6 @@ class MemoryBrowser(QWidget):
         self.pending = PendingDeletes(undo_seconds, self)
         self.pending.expired.connect(self._forget)
         self._generation = 0
-        self._rows: dict[str, Row] = {}
         self._reveal: str | None = None
         self._current: Row | None = None
         self._loaded = False
@@ -99,6 +266,10 @@ class MemoryBrowser(QWidget):
         self._listing_key: tuple[Any, ...] | None = None  # the filters of the rows shown
         self._search_k = SEARCH_PAGE
         self._searching = ""
+        self._changed: set[str] = set()  # memories another write changed, to show (LIVE_AFTER_MS after the first)
+        self._reading = False  # the rows are being read again: changes are shown once they are in
+        self._live = QTimer(self, singleShot=True, interval=LIVE_AFTER_MS)
+        self._live.timeout.connect(self._show_changes)
 
         self.search = SearchField()
         self.search.setPlaceholderText("Search your memories…  (Ctrl+F)")
@@ -129,19 +300,34 @@ class MemoryBrowser(QWidget):
         self.count.setWordWrap(False)
         filters.addWidget(self.count)
 
-        self.tree = QTreeWidget()
-        self.tree.setHeaderLabels(["Memory", "Kind", "Project", "When"])
-        self.tree.setRootIsDecorated(False)
-        self.tree.setUniformRowHeights(True)
+        self.model = MemoryModel(self)
+        self.model.more_wanted.connect(self._fetch_more)
+        # a table, not a tree: a tree lays out every row again at each page added (seconds at 100,000)
+        self.tree = QTableView()
+        self.tree.setModel(self.model)
+        self.tree.setShowGrid(False)
+        self.tree.setWordWrap(False)
+        self.tree.setCornerButtonEnabled(False)
+        rows = self.tree.verticalHeader()
+        rows.hide()
+        rows.setSectionResizeMode(QHeaderView.ResizeMode.Fixed)  # one height: no row is asked its own
+        rows.setDefaultSectionSize(self.tree.fontMetrics().height() + 10)
+        self.tree.setHorizontalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
         self.tree.setAlternatingRowColors(False)
+        self.tree.setTabKeyNavigation(False)  # Tab leaves the list, as it did the tree
         self.tree.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
-        header = self.tree.header()
+        self.tree.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        header = self.tree.horizontalHeader()
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        for col in (1, 2, 3):  # as wide as their longest value (and their title), never cut
-            header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
+        for col in (1, 2, 3):  # as wide as their longest value (and their title), never cut: _fit_columns
+            header.setSectionResizeMode(col, QHeaderView.ResizeMode.Fixed)
         header.setStretchLastSection(False)
+        header.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
+        header.setHighlightSections(False)
         header.setMinimumSectionSize(header.fontMetrics().horizontalAdvance("Memory") + 24)
-        self.tree.itemSelectionChanged.connect(self._selection_changed)
+        self._projects_fitted: set[str] = set()
+        self._fit_columns()
+        self.tree.selectionModel().selectionChanged.connect(lambda _new, _old: self._selection_changed())
         # a memory shown in the editor for a moment counts as opened (not each row the arrow keys pass over)
         self._open_timer = QTimer(self, singleShot=True, interval=OPENED_AFTER_MS)
         self._open_timer.timeout.connect(self._opened)
@@ -189,8 +375,8 @@ class MemoryBrowser(QWidget):
         self.compact = False
         QShortcut(QKeySequence(Qt.Key.Key_Escape), self.drawer, activated=self.close_drawer,
                   context=Qt.ShortcutContext.WidgetWithChildrenShortcut)
-        self.tree.itemActivated.connect(lambda _item, _col: self.open_drawer())
-        self.tree.itemClicked.connect(lambda _item, _col: self.open_drawer())
+        self.tree.activated.connect(lambda _index: self.open_drawer())
+        self.tree.clicked.connect(lambda _index: self.open_drawer())
 
         self.undo_bar = UndoBar()
         self.undo_bar.undo_clicked.connect(self.undo_delete)
@@ -237,17 +423,16 @@ class MemoryBrowser(QWidget):
         self.refresh()
 
     def visible_ids(self) -> list[str]:
-        return [self.tree.topLevelItem(i).data(0, Qt.ItemDataRole.UserRole)
-                for i in range(self.tree.topLevelItemCount())]
+        return [r.id for r in self.model.rows]
 
     def select(self, uid: str) -> bool:
-        for i in range(self.tree.topLevelItemCount()):
-            item = self.tree.topLevelItem(i)
-            if item.data(0, Qt.ItemDataRole.UserRole) == uid:
-                self.tree.setCurrentItem(item)
-                self.tree.scrollToItem(item)
-                return True
-        return False
+        i = self.model.row_of(uid)
+        if i is None:
+            return False
+        index = self.model.index(i, 0)
+        self.tree.setCurrentIndex(index)  # selects that row alone, as a click does
+        self.tree.scrollTo(index)
+        return True
 
     def set_projects(self, projects: list[str]) -> None:
         current = self.project.currentData()
@@ -264,94 +449,124 @@ class MemoryBrowser(QWidget):
         self.editor.set_projects(projects)
 
     def refresh(self, search_k: int | None = None) -> None:
-        """Read the list again (a filter changed, or the store did): as many rows as are shown now (at least a
-        page, at most REFRESH_AT_MOST), so the place the user scrolled to stays. `search_k`: that many search
-        results."""
+        """Read the list again (a filter changed, or many memories did): as many rows as are shown now (at least a
+        page, at most REFRESH_AT_MOST), so the place the user scrolled to and the selection stay. `search_k`:
+        that many search results (the rows shown stay, the deeper ones are added)."""
         if self.bridge.info is None:
             return
         self._generation += 1
+        self._live.stop()
+        self._changed.clear()  # the rows read now hold them; those changed meanwhile are read once they are in
+        self._reading = True
         generation = self._generation
-        query = self.search.text().strip()
-        kind = self.kind.currentData()
-        project = self.project.currentData()
-        days = self.period.currentData()
-        since = time.time() - days * 86400 if days else None
-        show = self.show_filter.currentData()
-        archived = {"active": False, "archived": True, "conflicts": None, "all": None}[show]
+        query, kind, project, days, show, since, archived = self._filters()
         key = (query, kind, project, days, show)
-        shown = min(self.tree.topLevelItemCount(), REFRESH_AT_MOST) if key == self._listing_key else 0
+        same = key == self._listing_key
+        shown = min(self.model.rowCount(), REFRESH_AT_MOST) if same else 0
         self._listing_key = key
-
-        def done(items: list[Any]) -> None:
-            if generation != self._generation:
-                return  # a newer search is on its way
-            rows = [Row.of(i) for i in items]
-            rows = [r for r in rows if self._wanted(r, show, since, project)]
-            self._next, self._fetching = None, False
-            self._searching = query
-            self._populate(rows, query)
-
-        def counted(page: Any) -> None:
-            if generation == self._generation:
-                self._total = page.total
-                self._show_count()
+        self._fetching = False
 
         if query:
+            deeper = search_k is not None and same
             self._search_k = search_k or max(SEARCH_PAGE, shown)
-            self.bridge.recall(query, done, k=self._search_k, project=project or None, kind=kind, since=since,
+            k = self._search_k
+
+            def done(items: list[Any]) -> None:
+                if generation != self._generation:
+                    return  # a newer search is on its way
+                rows = [r for r in (Row.of(i) for i in items) if self._wanted(r, show, since, project)]
+                self._searching, self._fetching, self._reading = query, False, False
+                self._next = None
+                self.model.more = len(items) >= k and k < SEARCH_MAX
+                if deeper and self.model.rows:
+                    self.model.append(rows, [0.0] * len(rows))  # the best ones are shown: the next ones go under
+                    self._show_count()
+                else:
+                    self._populate(rows, query, [0.0] * len(rows))
+                if len(items) >= k:  # there may be more than were asked for: how many hold the words
+                    self.bridge.count_matches(query, counted, project=project or None, kind=kind, since=since,
+                                              include_archived=show in ("archived", "all", "conflicts"))
+                else:
+                    counted(len(rows))
+
+            def counted(total: int) -> None:
+                if generation == self._generation:
+                    self._total = total
+                    self._show_count()
+
+            self.bridge.recall(query, done, k=k, project=project or None, kind=kind, since=since,
                                include_archived=show in ("archived", "all", "conflicts"),
                                failed=self._search_failed)
-            self.bridge.memory_page(counted, kind=kind, project=project, archived=archived,
-                                    conflicts_only=show == "conflicts", limit=1, since=since)
         else:
             def paged(page: Any) -> None:
                 if generation != self._generation:
                     return
-                self._total, self._next, self._searching = page.total, page.next, ""
-                rows = [r for r in (Row.of(m) for m in page.memories) if self._wanted(r, show, since, project)]
-                self._populate(rows, query)
+                rows, keys = page.rows, page.keys
+                self._total, self._next, self._searching, self._reading = page.total, page.next, "", False
+                wanted = [(r, k) for r, k in zip(rows, keys, strict=True) if self._wanted(r, show, since, project)]
+                self.model.more = page.next is not None
+                self._populate([r for r, _ in wanted], query, [k for _, k in wanted])
+                if self._changed:
+                    self._live.start()
 
             self.bridge.memory_page(paged, kind=kind, project=project, archived=archived,
-                                    conflicts_only=show == "conflicts", limit=max(LIST_PAGE, shown), since=since)
+                                    conflicts_only=show == "conflicts", limit=max(LIST_PAGE, shown), since=since,
+                                    convert=rows_of, failed=self._search_failed)
+
+    def _filters(self) -> tuple[str, str | None, str | None, int | None, str, float | None, bool | None]:
+        """(query, kind, project, days, show, since, archived) as the filters stand."""
+        days = self.period.currentData()
+        show = self.show_filter.currentData()
+        return (self.search.text().strip(), self.kind.currentData(), self.project.currentData(), days, show,
+                time.time() - days * 86400 if days else None,
+                {"active": False, "archived": True, "conflicts": None, "all": None}[show])
 
     def _maybe_fetch_more(self) -> None:
-        """Near the end of the rows shown (or when they do not fill the view): the next page."""
-        if self._fetching or self.bridge.info is None or not self._loaded:
+        """Near the end of the rows read (before the view reaches it and asks): the next page."""
+        if not self.model.more or self._fetching or not self._loaded:
             return
         bar = self.tree.verticalScrollBar()
-        if bar.maximum() - bar.value() > FETCH_WHEN_ROWS_LEFT * max(1, bar.singleStep()):
+        if bar.maximum() - bar.value() <= FETCH_WHEN_ROWS_LEFT * max(1, bar.singleStep()):
+            self._fetch_more()
+
+    def _fetch_more(self) -> None:
+        """The next page of the listing (or the next results of the search), added under the rows shown."""
+        if self._fetching or self.bridge.info is None or not self._loaded or not self.model.more:
             return
         if self._searching:
-            if self.tree.topLevelItemCount() >= self._search_k and self._search_k < SEARCH_MAX:
-                self._fetching = True  # until the deeper search is shown
-                self.refresh(search_k=self._search_k + SEARCH_PAGE)  # the same search, more of its results
+            self._fetching = True  # until the deeper search is shown
+            self.refresh(search_k=min(SEARCH_MAX, self._search_k + SEARCH_PAGE))  # the same search, more results
+            self._fetching = True
             return
         if self._next is None:
             return
         self._fetching = True
         generation = self._generation
-        kind, project, days, show = self.kind.currentData(), self.project.currentData(), \
-            self.period.currentData(), self.show_filter.currentData()
-        since = time.time() - days * 86400 if days else None
-        archived = {"active": False, "archived": True, "conflicts": None, "all": None}[show]
+        _query, kind, project, _days, show, since, archived = self._filters()
 
         def more(page: Any) -> None:
-            self._fetching = False
             if generation != self._generation:
                 return
+            self._fetching = False
             self._next = page.next
-            self._append([r for r in (Row.of(m) for m in page.memories) if self._wanted(r, show, since, project)])
+            self.model.more = page.next is not None
+            rows, keys = page.rows, page.keys
+            wanted = [(r, k) for r, k in zip(rows, keys, strict=True) if self._wanted(r, show, since, project)]
+            self.model.append([r for r, _ in wanted], [k for _, k in wanted])
+            self._show_count()
+            self._maybe_fetch_more()  # the view may still not be full (filters kept few of the page)
 
         def failed(message: str) -> None:
-            self._fetching = False
+            if generation == self._generation:
+                self._fetching = False
             self.banner.set(message, "error")
 
         self.bridge.memory_page(more, kind=kind, project=project, archived=archived,
                                 conflicts_only=show == "conflicts", limit=LIST_PAGE, after=self._next,
-                                since=since, with_total=False, failed=failed)
+                                since=since, with_total=False, convert=rows_of, failed=failed)
 
     def delete_selected(self) -> None:
-        rows = [self._rows[uid] for uid in self._selected_ids() if uid in self._rows]
+        rows = [row for uid in self._selected_ids() if (row := self.model.get(uid)) is not None]
         if not rows:
             return
         # One memory: no question, the undo bar is the safety net. Several at once: asked first as well.
@@ -464,57 +679,70 @@ class MemoryBrowser(QWidget):
                 return False
         return True
 
-    def _items(self, rows: list[Row]) -> list[QTreeWidgetItem]:
-        warn = QColor("#D97706")
-        now = datetime.now().astimezone()  # once a page: asking for the local time zone is most of a row's cost
-        items = []
-        for r in rows:
-            shown = "…" + formatting.one_line(r.passage) if r.passage else formatting.one_line(r.text)
-            item = QTreeWidgetItem([shown, formatting.kind_label(r.kind), r.project or "",
-                                    formatting.when(r.when, now)])
-            item.setData(0, Qt.ItemDataRole.UserRole, r.id)
-            item.setToolTip(0, r.conflict or (r.passage or r.text)[:1000])
-            if r.conflict_with:
-                item.setText(1, "⚠ Conflict")
-                item.setForeground(1, warn)
-            elif r.archived:
-                item.setText(1, "Archived")
-                item.setForeground(0, theme.muted_color())
-                item.setForeground(1, theme.muted_color())
-            items.append(item)
-        return items
+    def _listed(self, row: Row) -> bool:
+        """Whether the listing under the filters now (no search) holds this memory: what the engine's listing
+        filters, for a memory changed by a write."""
+        _query, kind, project, _days, show, since, _archived = self._filters()
+        if row.source == ACTIVITY_SOURCE or (kind and row.kind != kind) or (project and row.project != project):
+            return False
+        return self._wanted(row, show, since, project)
 
-    def _append(self, rows: list[Row]) -> None:
-        rows = [r for r in rows if r.id not in self._rows]
-        self._rows.update((r.id, r) for r in rows)
-        self.tree.addTopLevelItems(self._items(rows))
-        self._show_count()
+    def _fit_columns(self) -> None:
+        """Kind, Project and When as wide as their longest value and their title, never cut: measured from the
+        values they can hold and the projects of the rows read, not by asking the rows (ResizeToContents asks
+        1,000 rows of the model for each column at every page read: seconds a page)."""
+        new = self.model.projects - self._projects_fitted
+        if new or not self._projects_fitted:
+            cell, head = self.tree.fontMetrics(), self.tree.horizontalHeader().fontMetrics()
+            pad = 24
+
+            def wide(col: int, values: Any) -> int:
+                return max([head.horizontalAdvance(MemoryModel.HEADERS[col]),
+                            *(cell.horizontalAdvance(v) for v in values)]) + pad
+
+            header = self.tree.horizontalHeader()
+            if not self._projects_fitted:
+                months = [datetime(2000, m, 28).strftime("%b") for m in range(1, 13)]
+                header.resizeSection(1, wide(1, ["⚠ Conflict", "Archived", *formatting.KIND_LABELS.values()]))
+                header.resizeSection(3, wide(3, ["Today 00:00", "Yesterday 00:00", *(f"28 {m} 2000" for m in months)]))
+            self._projects_fitted |= new | {""}
+            header.resizeSection(2, min(wide(2, self._projects_fitted), max(160, self.tree.width() // 3)))
 
     def _show_count(self) -> None:
-        """'3,009 memories', or while not all are shown '200 of 3,009 memories'; searching, '100 best matches
-        of 3,009 memories'. Memories waiting out their undo are not counted (they are not in the rows)."""
-        shown = self.tree.topLevelItemCount()
-        total = max(shown, self._total - sum(1 for uid in self.pending.uids if uid not in self._rows))
+        """'3,009 memories', or while not all are read '200 of 3,009 memories'; searching, '100 of 3,009
+        matches' (the memories holding its words, or what it found when that is more). Memories waiting out
+        their undo are not counted (they are not in the rows)."""
+        self._fit_columns()
+        shown = self.model.rowCount()
+        waiting = sum(1 for uid in self.pending.uids if self.model.row_of(uid) is None)
+        total = max(shown, self._total - (0 if self._searching else waiting))
         if self._searching:
-            text = (f"{formatting.plural(shown, 'best match').replace('matchs', 'matches')} of "
-                    f"{formatting.plural(total, 'memory').replace('memorys', 'memories')}")
+            matches = formatting.plural(total, "match").replace("matchs", "matches")
+            text = f"{shown:,} of {matches}" if shown < total else matches
         elif shown < total:
             text = f"{shown:,} of {formatting.plural(total, 'memory').replace('memorys', 'memories')}"
         else:
             text = formatting.plural(shown, "memory").replace("memorys", "memories")
         self.count.setText(text)
         self.count.setMinimumWidth(self.count.sizeHint().width())  # the filters give way, never the count
-        self.count.setToolTip("Scroll down for more." if shown < total and not self._searching else "")
-        self.count_changed.emit(total)
+        more = "Scroll down for more." if self.model.more else "Narrow the search to see the others." \
+            if self._searching else ""
+        self.count.setToolTip(more if shown < total else "")
+        if not self._searching:
+            self.count_changed.emit(total)
 
-    def _populate(self, rows: list[Row], query: str) -> None:
+    def _populate(self, rows: list[Row], query: str, keys: list[float] | None = None) -> None:
+        """Show these rows instead of those shown: the selection, and the place scrolled to, stay."""
         self._loaded = True
+        keep = self._selected_ids()
         selected = self._reveal or (self._current.id if self._current else None)
-        self.tree.blockSignals(True)
-        self.tree.model().removeRows(0, self.tree.topLevelItemCount())  # clear() takes 20 s for 100,000 rows
-        self._rows = {r.id: r for r in rows}
-        self.tree.addTopLevelItems(self._items(rows))
-        self.tree.blockSignals(False)
+        if selected and selected not in keep:
+            keep = [selected]
+        bar = self.tree.verticalScrollBar()
+        scrolled = bar.value()
+        blocker = self.tree.selectionModel().blockSignals(True)
+        self.model.reset(rows, keys)
+        self.tree.selectionModel().blockSignals(blocker)
         self._show_count()
         if rows:
             self.list_stack.setCurrentWidget(self.tree)
@@ -530,37 +758,56 @@ class MemoryBrowser(QWidget):
             self._show_empty("Nothing remembered yet.",
                              "Press the capture shortcut anywhere (Ctrl+Shift+Space) or use Quick capture "
                              "in the tray menu to store a fact. Drop documents on this window to add them.")
-        if selected and not self.select(selected) and self._reveal:
+        if self._reveal and self.select(self._reveal):
+            pass
+        elif selected and self.model.row_of(selected) is not None:
+            self._select_ids(keep, current=selected)
+            bar.setValue(scrolled)
+        elif selected and self._reveal:
             self.bridge.get(selected, lambda m: self.editor.load(Row.of(m)))
-        elif not selected or selected not in self._rows:
+        else:
             self.save_edit()  # the memory left the list (a filter, another program): keep the edit anyway
             self.editor.clear()
             self._current = None
+            bar.setValue(scrolled)
         self._reveal = None
+
+    def _select_ids(self, uids: list[str], current: str) -> None:
+        """Select these rows again (after the rows were read again), the current one last: one selection change."""
+        selection = QItemSelection()
+        for uid in uids:
+            i = self.model.row_of(uid)
+            if i is not None:
+                selection.select(self.model.index(i, 0), self.model.index(i, self.model.columnCount() - 1))
+        model = self.tree.selectionModel()
+        blocker = model.blockSignals(True)
+        at = self.model.row_of(current)
+        if at is not None:
+            model.setCurrentIndex(self.model.index(at, 0), QItemSelectionModel.SelectionFlag.NoUpdate)
+        model.blockSignals(blocker)
+        model.select(selection, QItemSelectionModel.SelectionFlag.ClearAndSelect)
 
     def _show_empty(self, title: str, hint: str) -> None:
         self.empty.set_text(title, hint)
         self.list_stack.setCurrentWidget(self.empty)
 
     def _hide_ids(self, uids: set[str]) -> None:
-        for i in reversed(range(self.tree.topLevelItemCount())):
-            if self.tree.topLevelItem(i).data(0, Qt.ItemDataRole.UserRole) in uids:
-                self.tree.takeTopLevelItem(i)
         for uid in uids:
-            self._rows.pop(uid, None)
+            self.model.remove(uid)
         self._show_count()
         if self._current and self._current.id in uids:
             self._current = None
             self.editor.clear()
-        if not self._rows:
+        if not self.model.rows:
             self._show_empty("Nothing to show.", "")
 
     def _selected_ids(self) -> list[str]:
-        return [item.data(0, Qt.ItemDataRole.UserRole) for item in self.tree.selectedItems()]
+        rows = sorted(index.row() for index in self.tree.selectionModel().selectedRows())
+        return [self.model.rows[i].id for i in rows if i < len(self.model.rows)]
 
     def _selection_changed(self) -> None:
         ids = self._selected_ids()
-        row = self._rows.get(ids[0]) if len(ids) == 1 else None
+        row = self.model.get(ids[0]) if len(ids) == 1 else None
         editing = self.editor.row
         same = row is not None and editing is not None and row.id == editing.id  # a refresh re-selected it
         if editing is not None and self.editor.is_dirty():
@@ -591,10 +838,11 @@ class MemoryBrowser(QWidget):
 
     def copy_selected(self) -> None:
         """Ctrl+C in the list: the selected memories' text to the clipboard (a use of each)."""
-        ids = [uid for uid in self._selected_ids() if uid in self._rows]
-        if not ids:
+        rows = [row for uid in self._selected_ids() if (row := self.model.get(uid)) is not None]
+        if not rows:
             return
-        QApplication.clipboard().setText("\n".join(self._rows[uid].text for uid in ids))
+        ids = [r.id for r in rows]
+        QApplication.clipboard().setText("\n".join(r.text for r in rows))
         self.bridge.mark_used(ids, "copied")
         self.status_posted.emit(f"Copied {len(ids)} memor{'y' if len(ids) == 1 else 'ies'}")
 
@@ -602,11 +850,63 @@ class MemoryBrowser(QWidget):
         self._debounce.start()
 
     def _search_failed(self, message: str) -> None:
+        self._reading = False
         self._show_empty(message, "")
 
     def _engine_changed(self, changes: Any) -> None:
-        if changes.memories or changes.action in ("consolidate", "resolve", "import"):
+        """A write (this app's or another program's): the memories it changed are read and shown in place; a
+        search runs again; a write of many (an import, a consolidation) reads the rows shown again."""
+        if not (changes.memories or changes.action in ("consolidate", "resolve", "import")):
+            return
+        if (self._searching or self.search.text().strip() or not self._loaded
+                or changes.action in ("consolidate", "resolve", "import")
+                or len(self._changed | changes.memories) > LIVE_AT_MOST):
+            self._live.stop()
+            self._changed.clear()
             self._debounce.start()
+            return
+        if self._debounce.isActive():
+            return  # the whole list is read again in a moment
+        self._changed |= changes.memories
+        if not self._live.isActive() and not self._reading:
+            self._live.start()
+
+    def _show_changes(self) -> None:
+        """The memories changed since the last time, each read again: shown in place, moved, added where its
+        time puts it, or taken out; then the count, from the store."""
+        uids, self._changed = sorted(self._changed), set()
+        if not uids or self.bridge.info is None:
+            return
+        generation = self._generation
+        _query, kind, project, _days, show, since, archived = self._filters()
+
+        def found(memories: dict[str, Any]) -> None:
+            if generation != self._generation:
+                return  # the list was read again meanwhile
+            current = self._current.id if self._current else None
+            for uid in uids:
+                memory = memories.get(uid)
+                row = Row.of(memory) if memory is not None else None
+                if row is None or not self._listed(row):
+                    self.model.remove(uid)
+                else:
+                    self.model.put(row)
+            if current in uids:
+                self._selection_changed()  # its newest values in the editor (unless typed in), or it left
+            if self.model.rows:
+                self.list_stack.setCurrentWidget(self.tree)
+            self._show_count()
+            self.bridge.memory_page(counted, kind=kind, project=project, archived=archived,
+                                    conflicts_only=show == "conflicts", limit=1, since=since)
+
+        def counted(page: Any) -> None:
+            if generation == self._generation:
+                self._total = page.total
+                self._show_count()
+                if not self.model.rows:
+                    self._populate([], "")
+
+        self.bridge.memories_by_id(uids, found)
 
     def _save(self, fields: dict[str, Any]) -> None:
         if self._current is None:

@@ -169,7 +169,7 @@ def main(argv: list[str]) -> int:
             settle(app, 0.1)
             browser = window.memories
             ids = browser.visible_ids()  # an event: its When holds a date
-            browser.select(next((u for u in ids if browser._rows[u].kind == "episodic"), ids[0]))
+            browser.select(next((u for u in ids if browser.model.get(u).kind == "episodic"), ids[0]))
             browser.open_drawer()
         else:
             window.show_page(page)

@@ -25,12 +25,12 @@ def test_clicking_another_row_saves_the_edit(qtbot, desktop):
     editor.text.selectAll()
     qtbot.keyClicks(editor.text, "The gate code is 9876")
     assert editor.is_dirty()
-    rect = browser.tree.visualItemRect(browser.tree.topLevelItem(browser.visible_ids().index(second)))
+    rect = browser.tree.visualRect(browser.model.index(browser.visible_ids().index(second), 0))
     qtbot.mouseClick(browser.tree.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
     assert editor.row.id == second and editor.text.toPlainText() == "Bins go out on Monday"
     wait_idle(qtbot, desktop)
     assert engine_of(desktop).get(first).text == "The gate code is 9876"
-    qtbot.waitUntil(lambda: "9876" in browser.tree.topLevelItem(browser.visible_ids().index(first)).text(0),
+    qtbot.waitUntil(lambda: "9876" in browser.model.index(browser.visible_ids().index(first), 0).data(),
                     timeout=5000)
 
 

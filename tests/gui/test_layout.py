@@ -94,5 +94,5 @@ def test_the_editor_moves_into_a_drawer_when_narrow(qtbot, desktop):
     browser.open_drawer()
     assert browser.drawer.isVisible() and browser.editor.isVisible()
     assert browser.tree.width() > browser.width() * 0.8  # the list keeps the width
-    header = browser.tree.header()
+    header = browser.tree.horizontalHeader()
     assert header.sectionSize(0) >= header.fontMetrics().horizontalAdvance("Memory") + 8

@@ -4,6 +4,7 @@ when the model is ready."""
 from __future__ import annotations
 
 import pytest
+from PySide6.QtCore import Qt
 
 from .conftest import engine_of
 
@@ -22,7 +23,7 @@ def test_a_captured_fact_is_found_by_meaning_after_background_embedding(qtbot, s
     browser = app.window.memories
     qtbot.keyClicks(browser.search, "Which city is my sibling based in?")
     qtbot.waitUntil(lambda: browser.visible_ids() != [] and
-                    "Lisbon" in browser.tree.topLevelItem(0).text(0), timeout=15_000)
+                    "Lisbon" in browser.model.index(0, 0).data(), timeout=15_000)
 
 
 @pytest.mark.slow
@@ -35,6 +36,6 @@ def test_a_search_hit_on_a_long_note_shows_the_passage_that_matched(qtbot, seman
     browser = semantic_app.window.memories
     qtbot.keyClicks(browser.search, "Where is my passport?")
     qtbot.waitUntil(lambda: browser.visible_ids() != [] and
-                    browser.tree.topLevelItem(0).text(0).startswith("…"), timeout=15_000)
-    row = browser.tree.topLevelItem(0)
-    assert "passports" in row.toolTip(0) and "House notes" not in row.toolTip(0)
+                    browser.model.index(0, 0).data().startswith("…"), timeout=15_000)
+    tip = browser.model.index(0, 0).data(Qt.ItemDataRole.ToolTipRole)
+    assert "passports" in tip and "House notes" not in tip

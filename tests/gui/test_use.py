@@ -32,13 +32,13 @@ def test_searching_is_not_a_use_opening_and_copying_are(qtbot, desktop):
     assert [access(eng, i) for i in ids] == [0, 0]
     wifi = browser.visible_ids()[0]
     # passing over a row with the keyboard is not opening it ...
-    browser.tree.setCurrentItem(browser.tree.topLevelItem(0))
+    browser.tree.setCurrentIndex(browser.model.index(0, 0))
     browser.tree.clearSelection()
     qtbot.wait(1700)
     wait_idle(qtbot, desktop)
     assert access(eng, wifi) == 0
     # ... staying on it is
-    browser.tree.setCurrentItem(browser.tree.topLevelItem(0))
+    browser.tree.setCurrentIndex(browser.model.index(0, 0))
     qtbot.waitUntil(lambda: access(eng, wifi) == 1, timeout=5000)
     browser.tree.setFocus()
     qtbot.keyClick(browser.tree, Qt.Key.Key_C, Qt.KeyboardModifier.ControlModifier)
