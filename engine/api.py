@@ -135,6 +135,8 @@ class RememberRequest(BaseModel):
     text: str = Field(min_length=1, max_length=MAX_MEMORY_CHARS, description="What to remember")
     id: str | None = Field(default=None, max_length=40,
                            description="An id the client made (mem_…): sent again, the same write (nothing twice)")
+    created_at: StoredTime = Field(default=None, description="When it was first stored, where it comes from "
+                                                             "(another device, a store pushed here)")
     kind: Literal["fact", "episodic", "procedural"] = "fact"
     project: str | None = Field(default=None, max_length=MAX_PROJECT_CHARS)
     importance: float | None = Field(default=None, ge=0.0, le=1.0, description="0..1; default from kind")
@@ -893,7 +895,7 @@ def _add_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
     async def remember(body: RememberRequest) -> RememberResult:
         return await call(eng.remember, body.text, kind=body.kind, project=body.project,
                           importance=body.importance, at=epoch(body.at) if body.at else None, embed="auto",
-                          uid=body.id, pool="write")
+                          uid=body.id, created=epoch(body.created_at) if body.created_at else None, pool="write")
 
     @app.post("/memory/batch", response_model=list[RememberResult], tags=["memory"],
               summary="Store several memories (e.g. a conversation's turns) in one transaction, one result each")
@@ -901,7 +903,8 @@ def _add_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
         from .memories import Remembered
 
         items = [Remembered(i.text, kind=i.kind, project=i.project, importance=i.importance,
-                            at=epoch(i.at) if i.at else None, uid=i.id) for i in body.items]
+                            at=epoch(i.at) if i.at else None, uid=i.id,
+                            created=epoch(i.created_at) if i.created_at else None) for i in body.items]
         return await call(eng.remember_many, items, embed="auto", pool="write")
 
     @app.get("/memory/recall", response_model=list[Hit], tags=["memory"],

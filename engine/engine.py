@@ -487,10 +487,10 @@ class Engine:
                  importance: float | None = None, at: str | float | datetime | None = None,
                  source: str = "user", meta: dict[str, Any] | None = None, embed: str = "auto",
                  conversation_id: int | None = None, document_id: int | None = None,
-                 uid: str | None = None) -> RememberResult:
+                 uid: str | None = None, created: str | float | datetime | None = None) -> RememberResult:
         return self.memories.remember(text, kind=kind, project=project, importance=importance, at=at, source=source,
                                       meta=meta, embed=embed, conversation_id=conversation_id,
-                                      document_id=document_id, uid=uid)
+                                      document_id=document_id, uid=uid, created=created)
 
     def remember_many(self, items: Sequence[Remembered], *, embed: str = "auto") -> list[RememberResult]:
         """Store several memories in one transaction, embedded in one batch (the turns of a conversation)."""

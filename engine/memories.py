@@ -19,7 +19,7 @@ from . import ranking
 from .backfill import Backfill
 from .context import Changes, Context
 from .embeddings import EmbeddingUnavailable, Windows
-from .errors import UserError
+from .errors import StoreUnavailable, UserError
 from .memory_rules import (
     AUTO_EMBED_CHARS,
     EPISODIC_DISCOUNT,
@@ -62,6 +62,7 @@ class Remembered:
     source: str = "user"
     meta: dict[str, Any] | None = None
     uid: str | None = None  # made by the client (a device's outbox): a repeat of it is the same write
+    created: str | float | datetime | None = None  # when it was first stored (on the device it comes from)
 
 
 @dataclass
@@ -116,17 +117,18 @@ class Memories:
                  importance: float | None = None, at: str | float | datetime | None = None,
                  source: str = "user", meta: dict[str, Any] | None = None, embed: str = "auto",
                  conversation_id: int | None = None, document_id: int | None = None,
-                 uid: str | None = None) -> RememberResult:
+                 uid: str | None = None, created: str | float | datetime | None = None) -> RememberResult:
         """Store a memory (durable and searchable by its words at once).
 
         embed: "sync" embeds now (loading the model if needed), "auto" embeds now only if the model is
         already loaded and the text is at most AUTO_EMBED_CHARS long, "background" leaves it to the backfill
         (a fact stored without its vector is checked for near-duplicates when the vector arrives). A
         near-duplicate of an existing memory in the same project is merged into it instead of stored twice.
-        `uid`: an id the client made (see CLIENT_WRITE_KEY): sent again, it stores nothing again.
+        `uid`: an id the client made (see CLIENT_WRITE_KEY): sent again, it stores nothing again. `created`: when
+        it was first stored, on the device it comes from (never later than now).
         """
         return self.remember_many([Remembered(text, kind=kind, project=project, importance=importance, at=at,
-                                              source=source, meta=meta, uid=uid)], embed=embed,
+                                              source=source, meta=meta, uid=uid, created=created)], embed=embed,
                                   conversation_id=conversation_id, document_id=document_id)[0]
 
     def remember_many(self, items: list[Remembered], *, embed: str = "auto", conversation_id: int | None = None,
@@ -155,49 +157,62 @@ class Memories:
                     vecs[i], wins[i] = encoded[j], windows[j]
             except EmbeddingUnavailable:
                 vecs = [None] * len(texts)
-        results: list[tuple[str, bool]] = []
-        with self.ctx.mutation() as (con, touched):
-            # stored in this batch: (row, vector, kind, project, text)
-            fresh: list[tuple[int, np.ndarray, str, str | None, str]] = []
-            for p, vec, win in zip(prepared, vecs, wins, strict=True):
-                if p.uid is not None and (done := state.get(con, CLIENT_WRITE_KEY + p.uid)) is not None:
-                    rows.by_uid(con, done)  # NotFound when it has been forgotten since: not stored again
-                    results.append((done, done != p.uid))
-                    continue
-                dup = self._find_duplicate(con, p.text, p.chash, p.kind, p.project, p.event_at, vec)
-                if dup is None and vec is not None and p.kind != "episodic":
-                    near = [rid for rid, v, k, proj, text in fresh if k == p.kind and proj == p.project
-                            and float(v @ vec) >= NEAR_DUPLICATE_COSINE and says_the_same(p.text, text)]
-                    dup = rows.by_id(con, near[0]) if near else None
-                if dup is not None:
-                    rows.stated_again(con, dup[0], max(ranking.boosted_importance(dup[5], 0.1), p.importance), p.now)
-                    if p.source != "rollup":  # stated on its own now: no longer only a summary of events
-                        rows.own_summary(con, dup[0], p.source)
-                    self.ctx.audit.record("merge_duplicate", dup[1], {"kind": p.kind}, con=con)
-                    results.append((dup[1], True))
+
+        def store() -> tuple[list[tuple[str, bool]], list[RememberResult]]:
+            results: list[tuple[str, bool]] = []
+            with self.ctx.mutation() as (con, touched):
+                # stored in this batch: (row, vector, kind, project, text)
+                fresh: list[tuple[int, np.ndarray, str, str | None, str]] = []
+                for p, vec, win in zip(prepared, vecs, wins, strict=True):
+                    if p.uid is not None and (done := state.get(con, CLIENT_WRITE_KEY + p.uid)) is not None:
+                        rows.by_uid(con, done)  # NotFound when it has been forgotten since: not stored again
+                        results.append((done, done != p.uid))
+                        continue
+                    dup = self._find_duplicate(con, p.text, p.chash, p.kind, p.project, p.event_at, vec)
+                    if dup is None and vec is not None and p.kind != "episodic":
+                        near = [rid for rid, v, k, proj, text in fresh if k == p.kind and proj == p.project
+                                and float(v @ vec) >= NEAR_DUPLICATE_COSINE and says_the_same(p.text, text)]
+                        dup = rows.by_id(con, near[0]) if near else None
+                    if dup is not None:
+                        rows.stated_again(con, dup[0], max(ranking.boosted_importance(dup[5], 0.1), p.importance), p.now)
+                        if p.source != "rollup":  # stated on its own now: no longer only a summary of events
+                            rows.own_summary(con, dup[0], p.source)
+                        self.ctx.audit.record("merge_duplicate", dup[1], {"kind": p.kind}, con=con)
+                        results.append((dup[1], True))
+                        if p.uid is not None:
+                            state.put(con, CLIENT_WRITE_KEY + p.uid, dup[1])
+                        continue
+                    uid = p.uid or new_uid("mem")
+                    rid = rows.insert(con, uid=uid, kind=p.kind, text=p.text, chash=p.chash, importance=p.importance,
+                                      now=p.now, event_at=p.event_at, project=p.project, source=p.source, meta=p.meta,
+                                      conversation_id=conversation_id, document_id=document_id,
+                                      # the app's own events are not summarised or graphed
+                                      done=p.source == ACTIVITY_SOURCE,
+                                      # checked for near-duplicates when embedded
+                                      dedup_pending=vec is None and p.kind != "episodic")
+                    if vec is not None:
+                        vectors.put(con, "memories", [rid], vec[None, :], [win])
+                        rows.mark_embedded(con, "memories", [rid])
+                        fresh.append((rid, vec, p.kind, p.project, p.text))
+                    touched.memories.add(rid)
+                    self.ctx.audit.record("remember", uid, {"kind": p.kind, "project": bool(p.project),
+                                                            "source": p.source}, con=con)
+                    results.append((uid, False))
                     if p.uid is not None:
-                        state.put(con, CLIENT_WRITE_KEY + p.uid, dup[1])
-                    continue
-                uid = p.uid or new_uid("mem")
-                rid = rows.insert(con, uid=uid, kind=p.kind, text=p.text, chash=p.chash, importance=p.importance,
-                                  now=p.now, event_at=p.event_at, project=p.project, source=p.source, meta=p.meta,
-                                  conversation_id=conversation_id, document_id=document_id,
-                                  # the app's own events are not summarised or graphed
-                                  done=p.source == ACTIVITY_SOURCE,
-                                  # checked for near-duplicates when embedded
-                                  dedup_pending=vec is None and p.kind != "episodic")
-                if vec is not None:
-                    vectors.put(con, "memories", [rid], vec[None, :], [win])
-                    rows.mark_embedded(con, "memories", [rid])
-                    fresh.append((rid, vec, p.kind, p.project, p.text))
-                touched.memories.add(rid)
-                self.ctx.audit.record("remember", uid, {"kind": p.kind, "project": bool(p.project),
-                                                        "source": p.source}, con=con)
-                results.append((uid, False))
-                if p.uid is not None:
-                    state.put(con, CLIENT_WRITE_KEY + p.uid, uid)
-            out = [RememberResult(id=uid, merged=merged, memory=to_memory(rows.by_uid(con, uid)))
-                   for uid, merged in results]
+                        state.put(con, CLIENT_WRITE_KEY + p.uid, uid)
+                out = [RememberResult(id=uid, merged=merged, memory=to_memory(rows.by_uid(con, uid)))
+                       for uid, merged in results]
+            return results, out
+
+        try:
+            results, out = store()
+        except StoreUnavailable:
+            if not any(p.uid for p in prepared):
+                raise
+            # the same client ids written at once by another request (one whose client gave up waiting for
+            # it): its commit made this transaction fail; tried again, it finds them stored
+            log.info("a write with client-made ids failed; trying it again once")
+            results, out = store()
         self.ctx.changes.emit(Changes("remember", memories={uid for uid, _ in results}))
         if any(v is None and not merged for v, (_, merged) in zip(vecs, results, strict=True)):
             self.backfill.wake()
@@ -213,8 +228,10 @@ class Memories:
         if importance is None:
             importance = (IMPORTANCE_BY_SOURCE.get(item.source, 0.5)
                           - (EPISODIC_DISCOUNT if kind == "episodic" else 0.0))
+        now = time.time()
+        created = parse_time(item.created)
         return _Prepared(text=text, kind=kind, project=project, importance=importance, event_at=parse_time(item.at),
-                         chash=content_hash(text), now=time.time(), source=item.source, meta=item.meta,
+                         chash=content_hash(text), now=min(created, now) if created is not None else now, source=item.source, meta=item.meta,
                          uid=check_client_uid(item.uid, "mem"))
 
     def _find_duplicate(self, con: Connection, text: str, chash: str, kind: str, project: str | None,

@@ -29,6 +29,7 @@ import os
 import re
 import secrets
 import ssl
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -51,6 +52,7 @@ PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 CONNECT_TIMEOUT = 5.0
 READ_TIMEOUT = 120.0  # an answer from a language model, an upload being parsed
 SEND_TIMEOUT = 60.0
+BUSY_RETRIES = 3
 
 
 class ServerUnreachable(UserError):
@@ -222,6 +224,11 @@ class ServerClient:
             if timeout:
                 kw["timeout"] = timeout
             r = self._http.request(method, path, **kw)
+            for _ in range(BUSY_RETRIES):  # busy for a moment (it says when to come back)
+                if r.status_code != 503 or "retry-after" not in r.headers:
+                    break
+                time.sleep(min(float(r.headers["retry-after"] or 1), 5.0))
+                r = self._http.request(method, path, **kw)
         except httpx.ConnectError as e:
             if "CERTIFICATE_VERIFY_FAILED" in str(e):
                 raise CertificateRefused(f"The certificate of {self.url} is not the one this profile trusts: not "
@@ -427,7 +434,8 @@ def _iso(at: Any) -> str | None:
 def _request_of(item: Any) -> tuple[str, str, dict[str, Any]]:
     p = item.payload
     if item.op == "remember":
-        return "POST", "/memory/remember", {"json": {**p, "id": item.uid}}
+        made = datetime.fromtimestamp(item.made_at, UTC).isoformat()
+        return "POST", "/memory/remember", {"json": {**p, "id": item.uid, "created_at": made}}
     if item.op == "update":
         return "PATCH", f"/memory/{item.target}", {"json": p}
     if item.op == "forget":
@@ -717,3 +725,87 @@ def open_remote(home: Path) -> RemoteEngine | None:
     server = read_server_profile(home)
     return None if server is None else RemoteEngine(server)
 
+
+# ---------------------------------------------------------------------------------------------------------
+# moving a store in and out
+# ---------------------------------------------------------------------------------------------------------
+PUSH_BATCH = 200
+
+
+@dataclass
+class Moved:
+    memories: int = 0  # sent (or taken)
+    added: int = 0  # stored anew where they went
+    archived: int = 0
+
+
+def _pages(eng: Any, archived: bool) -> Iterator[list[Any]]:
+    after = None
+    while True:
+        page = eng.memory_page(archived=archived, activity=False, limit=PUSH_BATCH, after=after)
+        if page.memories:
+            yield list(page.memories)
+        if page.next is None:
+            return
+        after = page.next
+
+
+def push_store(eng: Any, client: ServerClient, progress: Callable[[int, int], None] | None = None) -> Moved:
+    """Send every memory of the local engine `eng` to the server's account, with its own id, kind, text,
+    project, importance, event time and the time it was stored (and archived ones archived there too). The
+    ids make it idempotent and resumable: a memory sent before (a push run again, or one cut short) is
+    answered from the server's record of that id, stored nothing twice."""
+    moved = Moved()
+    stats = eng.stats()
+    total = stats.memories + stats.archived
+
+    def held() -> int:  # the account's memories, archived ones included
+        answer = client.request("GET", "/stats")[1]
+        return int(answer["memories"]) + int(answer["archived"])
+
+    before = held()
+    for archived in (False, True):
+        for page in _pages(eng, archived):
+            items = [{"id": m.id, "text": m.text, "kind": m.kind, "project": m.project, "importance": m.importance,
+                      "at": m.at, "created_at": m.created_at} for m in page]
+            status, answer = client.request("POST", "/memory/batch", json={"items": items}, timeout=READ_TIMEOUT)
+            if status != 200 or not isinstance(answer, list):
+                raise UserError(f"The server did not take the memories (HTTP {status}).")
+            moved.memories += len(page)
+            if archived:
+                for r in answer:
+                    if not r["memory"]["archived"]:
+                        client.request("PATCH", f"/memory/{r['id']}", json={"archived": True})
+                        moved.archived += 1
+            if progress:
+                progress(moved.memories, total)
+    moved.added = held() - before
+    return moved
+
+
+def pull_into(remote: RemoteEngine, eng: Any, progress: Callable[[int, int], None] | None = None) -> Moved:
+    """Copy every memory of the server profile's account into the local engine `eng` (a local encrypted
+    store), each with its own id and times: idempotent, as a push is."""
+    from .memories import Remembered
+
+    moved = Moved()
+    stats = remote.stats()
+    total = stats.memories + stats.archived
+    mine = eng.stats()
+    before = mine.memories + mine.archived
+    for archived in (False, True):
+        for page in _pages(remote, archived):
+            results = eng.remember_many([Remembered(m.text, kind=m.kind, project=m.project, importance=m.importance,
+                                                    at=m.at, uid=m.id, created=m.created_at) for m in page],
+                                        embed="background")
+            moved.memories += len(page)
+            if archived:
+                for r in results:
+                    if not r.memory.archived:
+                        eng.update(r.id, archived=True)
+                        moved.archived += 1
+            if progress:
+                progress(moved.memories, total)
+    mine = eng.stats()
+    moved.added = mine.memories + mine.archived - before
+    return moved

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import UserError
@@ -131,9 +132,82 @@ def outbox(p: argparse.ArgumentParser) -> Handler:
     return run
 
 
+def _progress(verb: str) -> Callable[[int, int], None]:
+    def show(done: int, total: int) -> None:
+        print(f"{verb} {done:,} of {total:,} memories", file=sys.stderr, flush=True)
+
+    return show
+
+
+def push(p: argparse.ArgumentParser) -> Handler:
+    p.add_argument("url", metavar="URL", help="the server's address, https://HOST[:PORT]")
+    p.add_argument("--token", required=True, help="your API token on that server")
+    p.add_argument("--fingerprint", metavar="SHA256", help="the server's self-signed certificate's fingerprint")
+    add_json(p)
+
+    def run(a: argparse.Namespace, session: Session) -> int:
+        from ..remote import ServerClient, check_server, pinned_context, push_store, read_server_profile
+
+        if read_server_profile(session.home) is not None:
+            raise UserError("This profile already keeps its memory on a server: push a local profile "
+                            "(personal-llm --profile NAME push …).")
+        checked = check_server(a.url, a.token, fingerprint=a.fingerprint)
+        client = ServerClient(checked.url, a.token, fingerprint=checked.fingerprint,
+                              verify=pinned_context(checked.certificate) if checked.certificate else True)
+        try:
+            with session.open_engine() as eng:
+                moved = push_store(eng, client, None if a.json else _progress("pushed"))
+        finally:
+            client.close()
+        if a.json:
+            print_json({"url": checked.url, "memories": moved.memories, "added": moved.added,
+                        "archived": moved.archived})
+        else:
+            console().print(f"Pushed {counted(moved.memories, 'memories')} to {escape(checked.url)}: "
+                            f"{moved.added:,} new there, the others were there already.")
+        return 0
+
+    return run
+
+
+def pull(p: argparse.ArgumentParser) -> Handler:
+    p.add_argument("--into", metavar="NAME", required=True,
+                   help="the local profile to copy the account's memories into (made when new)")
+    add_json(p)
+
+    def run(a: argparse.Namespace, session: Session) -> int:
+        from ..engine import Engine
+        from ..remote import RemoteEngine, profile_home, pull_into, read_server_profile
+
+        server = read_server_profile(session.home)
+        if server is None:
+            raise UserError("Pull runs on a profile that lives on a server: personal-llm --profile NAME pull --into "
+                            "LOCAL.")
+        home = profile_home(session.base, a.into)
+        if read_server_profile(home) is not None:
+            raise UserError(f"The profile {a.into} lives on a server too: pull into a local profile.")
+        with RemoteEngine(server) as remote, Engine.open(home, actor="cli") as eng:
+            if eng.recovery_key:
+                session.new_recovery_keys.append(eng.recovery_key)
+            moved = pull_into(remote, eng, None if a.json else _progress("pulled"))
+            eng.embed_pending()  # searchable by meaning when the command ends
+        if a.json:
+            print_json({"into": a.into, "home": str(home), "memories": moved.memories, "added": moved.added})
+        else:
+            console().print(f"Pulled {counted(moved.memories, 'memories')} into the local profile "
+                            f"{escape(a.into)} ({moved.added:,} new): personal-llm --profile {escape(a.into)} …")
+        return 0
+
+    return run
+
+
 COMMANDS = [
     Command("connect", "use a Personal LLM server for this profile (or --profile NAME): connect URL --token TOKEN",
             connect),
     Command("disconnect", "stop using the server of this profile (its token leaves the keychain)", disconnect),
     Command("outbox", "the writes waiting for the server of a server profile (--send: send them now)", outbox),
+    Command("push", "upload this local profile's memories into your account on a server: push URL --token TOKEN",
+            push),
+    Command("pull", "copy the memories of a server profile's account into a local encrypted profile: pull --into NAME",
+            pull),
 ]

@@ -278,3 +278,68 @@ def test_a_server_killed_during_delivery_loses_and_doubles_nothing(served, pg_ur
     cli("outbox", "--send")
     assert cli_json("outbox") == []
     _check_arrived(pg_url, made)
+
+
+WORDS = ("kettle", "violin", "garden", "passport", "bicycle", "ladder", "invoice", "harbour", "lantern", "orchard",
+         "compass", "teapot", "blanket", "mirror", "satchel", "chimney", "pebble", "tunnel", "saddle", "canvas")
+
+
+def _local_store(home: Path, n: int) -> list[str]:
+    """A local profile with `n` memories of every kind, some with projects and event times, a few archived."""
+    from engine import Engine
+    from engine.memories import Remembered
+
+    items = [Remembered(f"Note {i}: the {WORDS[i % 20]} is kept beside the {WORDS[(i * 7 + 3) % 20]} in room "
+                        f"{i} of building {i // 20}.", kind=("fact", "episodic", "procedural")[i % 3],
+                        project="house" if i % 4 == 0 else None, importance=round(0.1 + (i % 9) / 10, 2),
+                        at=f"2025-0{1 + i % 9}-1{i % 10}T08:00:00+00:00" if i % 3 == 1 else None)
+             for i in range(n)]
+    with Engine.open(home, actor="sdk") as eng:
+        results = eng.remember_many(items, embed="background")
+        for r in results[:5]:
+            eng.update(r.id, archived=True)
+        return [r.id for r in results]
+
+
+def test_push_is_idempotent_and_resumable_and_pull_brings_it_back(served, pg_url: str, profile_home: Path):
+    server, token = served
+    uids = _local_store(profile_home, 1000)
+    assert len(set(uids)) == 1000
+    pusher = subprocess.Popen([sys.executable, "-m", "engine.cli", "push", server.url, "--token", token],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ.copy())
+    deadline = time.monotonic() + 300
+    while len(server_memories(pg_url)) < 200:
+        assert time.monotonic() < deadline and pusher.poll() is None
+        time.sleep(0.05)
+    pusher.kill()  # kill -9 in the middle of the push
+    pusher.wait(30)
+    assert 200 <= len(server_memories(pg_url)) < 1000
+    done = cli_json("push", server.url, "--token", token)
+    assert done["memories"] == 1000 and 0 < done["added"] < 1000
+    stored = server_memories(pg_url)
+    assert sorted(uid for uid, _, _ in stored) == sorted(uids)  # each once, with its own id
+    again = cli_json("push", server.url, "--token", token)
+    assert again == {"url": server.url, "memories": 1000, "added": 0, "archived": 0}
+    assert len(server_memories(pg_url)) == 1000
+
+    from engine import Engine
+
+    with Engine.open(profile_home, actor="sdk") as eng:
+        local = {m.id: m for m in eng.list_memories(limit=2000, archived=None)}
+    cli("connect", server.url, "--token", token, "--profile", "desk")
+    there = {m["id"]: m for m in cli_json("--profile", "desk", "list", "-n", "1000")}
+    there.update({m["id"]: m for m in cli_json("--profile", "desk", "list", "--archived", "-n", "1000")})
+    assert set(there) == set(local)
+    for uid, m in local.items():
+        t = there[uid]
+        assert (t["text"], t["kind"], t["project"], t["importance"], t["at"], t["created_at"], t["archived"]) == (
+            m.text, m.kind, m.project, m.importance, m.at, m.created_at, m.archived), uid
+
+    pulled = cli_json("--profile", "desk", "pull", "--into", "copy")
+    assert pulled["memories"] == 1000 and pulled["added"] == 1000
+    assert cli_json("--profile", "desk", "pull", "--into", "copy")["added"] == 0  # again: nothing doubles
+    copy = profile_home / "profiles" / "copy"
+    assert (copy / "memory.db").exists() and files_hold(copy, "beside the") == []  # encrypted
+    hits = cli_json("--profile", "copy", "recall", "the compass kept beside the mirror in room 10")
+    assert uids[10] in [h["id"] for h in hits[:3]]
+    assert cli_json("--profile", "copy", "stats")["memories"] == 995  # five archived
