@@ -8,8 +8,13 @@ script's `main` in a fresh interpreter, its wall time from the parent and its pe
 compiled once before timing, as an installed package has it. Rounds interleave: python -c pass, the recall
 without a server, then (with `serve` started) python -c pass and the recall through the server, so load on the
 machine falls on all of them alike. `--baseline-tree`: the in-process recall of another checkout of the engine
-(PYTHONPATH) timed in the same rounds. Targets (a quiet machine, where Python starts in ~0.04 s): <= 0.3 s
+(PYTHONPATH) timed in the same rounds, and its CLI asking the server. Targets (a quiet machine, where Python starts in ~0.04 s): <= 0.3 s
 with the server, <= 0.6 s without, medians.
+
+Beside the wall time, each process's CPU time (user + system, from wait4; through the server, plus what the
+server spent on the request, from /proc): on a busy machine the wall time is mostly waiting for a core,
+while the CPU time moves little with the load, and on a quiet one a process that waits for no disk is
+about its CPU time.
 """
 
 from __future__ import annotations
@@ -41,18 +46,27 @@ def env_for(home: Path, tree: Path = ROOT) -> dict[str, str]:
     return env
 
 
-def timed(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float, str]:
-    """(wall seconds, peak RSS in MB, stdout) of one process."""
+def timed(argv: list[str], env: dict[str, str], cwd: Path, server: int | None = None) -> tuple[float, float, float, str]:
+    """(wall seconds, peak RSS in MB, CPU seconds, stdout) of one process; with `server` (a pid), the CPU
+    time that process spent meanwhile is counted too."""
     with tempfile.TemporaryFile() as out:
+        before = cpu_of(server) if server else 0.0
         t0 = time.perf_counter()
         proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.DEVNULL)
         _, status, usage = os.wait4(proc.pid, 0)
         took = time.perf_counter() - t0
+        served = cpu_of(server) - before if server else 0.0
         proc.returncode = os.waitstatus_to_exitcode(status)
         if proc.returncode != 0:
             raise SystemExit(f"{' '.join(argv[:4])} … exited with {proc.returncode}")
         out.seek(0)
-        return took, usage.ru_maxrss / 1024, out.read().decode()
+        return took, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime + served, out.read().decode()
+
+
+def cpu_of(pid: int) -> float:
+    """User + system CPU seconds of a running process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def answered(home: Path) -> int:
@@ -88,15 +102,16 @@ def main() -> int:
             timed(argv, env, Path(tmp))
         if base_env:
             timed(recall, base_env, Path(tmp))
-        rows: dict[str, list[tuple[float, float]]] = {"python": [], "in process": [], "baseline in process": []}
+        rows: dict[str, list[tuple[float, float, float]]] = {"python": [], "in process": [],
+                                                             "baseline in process": []}
         expected = None
         for _ in range(args.runs):
-            rows["python"].append(timed(python, env, Path(tmp))[:2])
-            took, rss, out = timed(recall, env, Path(tmp))
-            rows["in process"].append((took, rss))
+            rows["python"].append(timed(python, env, Path(tmp))[:3])
+            took, rss, cpu, out = timed(recall, env, Path(tmp))
+            rows["in process"].append((took, rss, cpu))
             expected = expected or [h["id"] for h in json.loads(out)]
             if base_env:
-                rows["baseline in process"].append(timed(recall, base_env, Path(tmp))[:2])
+                rows["baseline in process"].append(timed(recall, base_env, Path(tmp))[:3])
         serve = subprocess.Popen(cli("serve", "--port", "0", "--json"), env=env, cwd=tmp, stdout=subprocess.PIPE,
                                  stderr=subprocess.DEVNULL, text=True)
         try:
@@ -112,9 +127,12 @@ def main() -> int:
             rows["through the server"] = []
             asked_before = answered(home)
             for _ in range(args.runs):
-                rows["python, server running"].append(timed(python, env, Path(tmp))[:2])
-                took, rss, out = timed(recall, env, Path(tmp))
-                rows["through the server"].append((took, rss))
+                rows["python, server running"].append(timed(python, env, Path(tmp))[:3])
+                took, rss, cpu, out = timed(recall, env, Path(tmp), server=serve.pid)
+                rows["through the server"].append((took, rss, cpu))
+                if base_env:
+                    rows.setdefault("baseline through the server", []).append(
+                        timed(recall, base_env, Path(tmp), server=serve.pid)[:3])
                 if [h["id"] for h in json.loads(out)] != expected:
                     raise SystemExit("the server's recall differs from the in-process one")
             asked = answered(home) - asked_before
@@ -123,17 +141,20 @@ def main() -> int:
             serve.wait(30)
     print(f"a cold `personal-llm recall` on {args.memories} memories, median of {args.runs} "
           f"(load average {', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs):")
-    print(f"| {'process':<26} | wall s | x python | peak RSS MB |")
-    print(f"| {'-' * 26} | ------ | -------- | ----------- |")
-    med = {name: (statistics.median(t for t, _ in r), statistics.median(m for _, m in r)) for name, r in rows.items() if r}
-    for name, (wall, rss) in med.items():
-        py = med["python, server running" if "server" in name else "python"][0]
-        print(f"| {name:<26} | {wall:6.3f} | {wall / py:8.1f} | {rss:11.0f} |")
+    print(f"| {'process':<26} | wall s | x python | CPU s | x python | peak RSS MB |")
+    print(f"| {'-' * 26} | ------ | -------- | ----- | -------- | ----------- |")
+    med = {name: tuple(statistics.median(x[i] for x in r) for i in range(3)) for name, r in rows.items() if r}
+    for name, (wall, rss, cpu) in med.items():
+        py = med["python, server running" if "server" in name else "python"]
+        print(f"| {name:<26} | {wall:6.3f} | {wall / py[0]:8.1f} | {cpu:5.3f} | {cpu / py[2]:8.1f} | {rss:11.0f} |")
     server_ok = med["through the server"][0] <= WITH_SERVER_TARGET_S
     local_ok = med["in process"][0] <= IN_PROCESS_TARGET_S
     print(f"targets: through the server <= {WITH_SERVER_TARGET_S} s: {'met' if server_ok else 'MISSED'}; in process "
           f"<= {IN_PROCESS_TARGET_S} s: {'met' if local_ok else 'MISSED'} (python itself {med['python'][0]:.3f} s here)")
-    print(f"recalls the server answered: {asked} of {args.runs} (its log); results the same as in process")
+    print(f"CPU time against the targets: through the server {med['through the server'][2]:.3f} s (with the "
+          f"server's share), in process {med['in process'][2]:.3f} s")
+    print(f"recalls the server answered: {asked} of {args.runs * (2 if base_env else 1)} (its log); results the same "
+          "as in process")
     return 0
 
 

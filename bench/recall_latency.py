@@ -10,6 +10,16 @@ engine's vector search returns exactly the floor's top k.
 
 `--vectors model` (default) embeds every memory with the real model (100k take several minutes on two
 cores); `--vectors random` stores random unit vectors instead, which is fine for timing.
+
+    python bench/recall_latency.py --http [--sizes 10000] [--queries 50] [--turns 200] [--baseline-tree DIR]
+
+`--http`: what a client of `personal-llm serve` gets. Each tree (this checkout, and with `--baseline-tree`
+another checkout of the engine, e.g. a worktree of an older commit) serves a throwaway profile of its own,
+filled through POST /memory/batch with the same sentences (embedded by the model); then, interleaved
+between the trees so that load on the machine falls on both alike: GET /memory/recall (p50, p95, the
+client's wall time) and a conversation stored turn by turn (POST /memory/remember, episodic turns with
+speaker labels, default settings: facts from conversations on, with no language model answering), turns
+per second. Ratios are this tree against the baseline.
 """
 
 from __future__ import annotations
@@ -165,6 +175,109 @@ def run_size(n: int, queries: int, mode: str, k: int, cache_dir: str | None = No
     }
 
 
+class Served:
+    """`personal-llm serve` of one checkout (PYTHONPATH=tree) over a throwaway profile of its own."""
+
+    def __init__(self, tree: Path, base: Path):
+        import json
+        import subprocess
+
+        import httpx
+
+        base.mkdir(parents=True, exist_ok=True)
+        self.env = dict(os.environ, PYTHONPATH=str(tree), PERSONAL_LLM_HOME=str(base / "profile"),
+                        PYTHON_KEYRING_BACKEND="keyrings.alt.file.PlaintextKeyring", XDG_DATA_HOME=str(base / "xdg"))
+        self.env.pop("PERSONAL_LLM_PASSPHRASE", None)
+        self.env.pop("OLLAMA_HOST", None)
+        cli = [sys.executable, "-c", "import sys; from engine.cli import main; sys.exit(main())"]
+        token = subprocess.run([*cli, "token"], capture_output=True, text=True, env=self.env, timeout=600, check=True)
+        self.proc = subprocess.Popen([*cli, "serve", "--port", "0", "--json"], env=self.env, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        announced = ""
+        while not announced.rstrip().endswith("}"):  # {"url": ..., "docs": ...} over a few lines
+            line = self.proc.stdout.readline() if self.proc.stdout else ""
+            if not line:
+                raise SystemExit(f"personal-llm serve of {tree} did not start")
+            announced += line
+        self.client = httpx.Client(base_url=json.loads(announced)["url"], timeout=600,
+                                   headers={"Authorization": f"Bearer {token.stdout.strip()}"})
+
+    def fill(self, texts: list[tuple[str, str]]) -> float:
+        t0 = time.perf_counter()
+        for s in range(0, len(texts), 500):
+            r = self.client.post("/memory/batch", json={"items": [{"text": t, "kind": k} for t, k in texts[s:s + 500]]})
+            r.raise_for_status()
+        while self.client.get("/stats").json()["pending_embeddings"]:
+            time.sleep(0.5)
+        return time.perf_counter() - t0
+
+    def timed(self, method: str, path: str, **kw) -> float:
+        t0 = time.perf_counter()
+        r = self.client.request(method, path, **kw)
+        took = time.perf_counter() - t0
+        r.raise_for_status()
+        return took
+
+    def close(self) -> None:
+        self.client.close()
+        self.proc.terminate()
+        self.proc.wait(60)
+
+
+SPEAKERS = ("Alice", "Bob")
+
+
+def over_http(sizes: list[int], queries: int, turns: int, baseline: Path | None) -> int:
+    trees = {"this tree": Path(__file__).resolve().parents[1]}
+    if baseline is not None:
+        trees["baseline"] = baseline.resolve()
+    tmp = Path(tempfile.mkdtemp(prefix="pllm-bench-http-"))
+    rows = []
+    try:
+        for n in sizes:
+            rng = random.Random(n)
+            texts = [(sentence(rng), rng.choice(["fact", "episodic", "procedural"])) for _ in range(n)]
+            qs = [sentence(rng).replace(".", "?") for _ in range(queries)]
+            said = [f"{SPEAKERS[t % 2]}: {sentence(rng)}" for t in range(turns)]
+            served = {}
+            try:
+                for name, tree in trees.items():
+                    served[name] = srv = Served(tree, tmp / f"{name.replace(' ', '-')}-{n}")
+                    print(f"{name} ({tree}), {n:,} memories: filled through the API in {srv.fill(texts):.0f}s",
+                          flush=True)
+                    srv.timed("GET", "/memory/recall", params={"q": qs[0], "k": 10})  # the model and the mirror
+                recall: dict[str, list[float]] = {name: [] for name in served}
+                stored: dict[str, list[float]] = {name: [] for name in served}
+                for q in qs:
+                    for name, srv in served.items():
+                        recall[name].append(srv.timed("GET", "/memory/recall", params={"q": q, "k": 10}))
+                for start in range(0, turns, 10):  # blocks of 10 turns, tree after tree
+                    for name, srv in served.items():
+                        for text in said[start:start + 10]:
+                            stored[name].append(srv.timed("POST", "/memory/remember", json={
+                                "text": text, "kind": "episodic", "project": "talk"}))
+            finally:
+                for srv in served.values():
+                    srv.close()
+            for name in served:
+                rows.append((n, name, statistics.median(recall[name]) * 1000, percentile(recall[name], 0.95) * 1000,
+                             len(stored[name]) / sum(stored[name])))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"\nover HTTP, the client's wall time (load average {', '.join(f'{x:.1f}' for x in os.getloadavg())} "
+          f"on {os.cpu_count()} CPUs):")
+    print(f"| {'memories':>8} | {'tree':<9} | recall p50 ms | p95 ms | turns/s one by one |")
+    print(f"| {'-' * 8} | {'-' * 9} | ------------- | ------ | ------------------ |")
+    for n, name, p50, p95, rate in rows:
+        print(f"| {n:>8,} | {name:<9} | {p50:13.1f} | {p95:6.1f} | {rate:18.1f} |")
+    if baseline is not None:
+        for n in sizes:
+            this, base = (next(r for r in rows if r[0] == n and r[1] == name) for name in ("this tree", "baseline"))
+            print(f"{n:,} memories, this tree against the baseline: recall p50 {this[2] / base[2]:.2f}x, "
+                  f"turns stored per second {this[4] / base[4]:.2f}x")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
@@ -172,7 +285,12 @@ def main() -> int:
     ap.add_argument("--vectors", choices=["model", "random"], default="model")
     ap.add_argument("-k", type=int, default=10)
     ap.add_argument("--cache-dir", help="keep the filled stores here and reuse them in later runs (tuning)")
+    ap.add_argument("--http", action="store_true", help="through `personal-llm serve`: recall and turns stored")
+    ap.add_argument("--turns", type=int, default=200, help="--http: conversation turns stored one by one")
+    ap.add_argument("--baseline-tree", type=Path, help="--http: also serve this checkout of the engine, in turn")
     a = ap.parse_args()
+    if a.http:
+        return over_http(a.sizes if a.sizes != [10_000, 100_000] else [10_000], a.queries, a.turns, a.baseline_tree)
     os.environ.setdefault("PYTHON_KEYRING_BACKEND", "keyrings.alt.file.PlaintextKeyring")
     if a.cache_dir:
         keys = Path(a.cache_dir).expanduser().resolve() / "latency-keys"

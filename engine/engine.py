@@ -109,9 +109,10 @@ class Engine:
     """An open memory store. Use `Engine.open()`; close it (or use `with`) when done."""
 
     def __init__(self, store: Store, profile: Profile | None, settings: Settings, home: Path, *, actor: str = "sdk",
-                 embedder: Embedder | None = None):
+                 embedder: Embedder | None = None, one_shot: bool = False):
         if embedder is None:
             embedder = make_embedder(settings.embedding_model, settings.llm)
+            embedder.one_shot = one_shot  # a few texts without loading the model's runtime (engine/embeddings.py)
         self.store = store
         self.profile = profile
         self.home = home
@@ -216,11 +217,13 @@ class Engine:
     @classmethod
     def open(cls, home: Path | str | None = None, *, actor: str = "sdk", create: bool = True,
              settings: Settings | None = None, embedder: Embedder | None = None,
-             passphrase: str | None = None, interactive: bool = True) -> Engine:
+             passphrase: str | None = None, interactive: bool = True, one_shot: bool = False) -> Engine:
         """Open the profile's store, creating key and store on first use. Never replaces an existing file.
 
         `passphrase` is used only for stores protected by a passphrase (no keychain); without it the
-        passphrase comes from PERSONAL_LLM_PASSPHRASE or (when `interactive`) a terminal prompt.
+        passphrase comes from PERSONAL_LLM_PASSPHRASE or (when `interactive`) a terminal prompt. `one_shot`:
+        a process that runs one command and exits (the CLI), whose few texts to embed (a query, a memory)
+        are encoded without loading the model's ONNX runtime (engine/embeddings.py).
         """
         home = Path(home).expanduser().resolve() if home else home_dir()
         opened = open_store(home, create=create, passphrase=passphrase, interactive=interactive)
@@ -235,7 +238,7 @@ class Engine:
             backup.drop_aside(home, expired_only=True)  # a restore's replaced store is kept for a week only
             partials.clean_after_crash(home)  # what an export killed midway left (engine/partials.py)
             settings = settings or load_settings(home)
-            eng = cls(store, profile, settings, home, actor=actor, embedder=embedder)
+            eng = cls(store, profile, settings, home, actor=actor, embedder=embedder, one_shot=one_shot)
             eng._in_use, eng._data_key = opened.in_use, opened.data_key
             eng.recovery_key, eng.notices = opened.recovery_key, list(opened.notices)
             if store.read_only is not None:

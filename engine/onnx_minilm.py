@@ -33,7 +33,7 @@ import numpy as np
 
 from . import heap
 from .locking import private_dir
-from .minilm import BATCH_TEXTS, MiniLM, load_tokenizer, pad_batch, plan_batches
+from .minilm import BATCH_TEXTS, MiniLM, load_tokenizer, map_weights, pad_batch, plan_batches
 
 log = logging.getLogger(__name__)
 
@@ -130,24 +130,6 @@ class _Graph:
         graph += b"".join(_len(11, i) for i in inputs) + b"".join(_len(12, o) for o in outputs)
         opsets = _len(8, _len(1, "") + _int(2, 17)) + _len(8, _len(1, "com.microsoft") + _int(2, 1))
         return _int(1, 8) + opsets + _len(2, "personal-llm") + _len(7, graph)
-
-
-def map_weights(path: Path) -> tuple[dict[str, np.ndarray], mmap.mmap]:
-    """The tensors of a safetensors file as read-only arrays over a memory map of it: nothing is read until
-    used, and what is read stays in the page cache rather than in this process's heap."""
-    with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(n))
-        mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    data = np.frombuffer(mapping, dtype=np.uint8)
-    kinds = {"F32": np.float32, "I64": np.int64}
-    out = {}
-    for name, t in header.items():
-        if name == "__metadata__":
-            continue
-        a, b = t["data_offsets"]
-        out[name] = data[8 + n + a : 8 + n + b].view(kinds[t["dtype"]]).reshape(t["shape"])
-    return out, mapping
 
 
 @dataclass(frozen=True)

@@ -105,7 +105,7 @@ def session(base: Path | None = None) -> Session:
         if remote is not None:
             later_notices.append(remote.notices)
             return cast("Engine", remote)
-        eng = Engine.open(home, actor="cli")
+        eng = Engine.open(home, actor="cli", one_shot=True)
         for notice in eng.notices:  # what the opening repaired or finished
             print(f"note: {notice}", file=sys.stderr)
         if eng.recovery_key:  # this command created the store: shown (once, unasked) when the command succeeds

@@ -58,6 +58,25 @@ def test_runtimes_match_sentence_transformers(runtime):
         assert np.abs(ours - reference).max() < 1e-5
 
 
+def test_a_one_shot_process_encodes_a_few_texts_without_loading_the_model():
+    """The CLI's embedder: a query or a memory (up to SMALL_BATCH texts) on the numpy runtime over the
+    memory-mapped weights, the same vectors as the model's; a batch loads the model, which then runs all."""
+    onnx = make("onnxruntime")
+    e = Embedder()
+    e.one_shot = True
+    few = e.encode(TEXTS[:SMALL_BATCH])
+    assert e.runtime is None and not e.ready  # the model (ONNX Runtime) was not loaded
+    assert e._few._mapping is not None  # the weights were read where they lie
+    assert (few * onnx.encode(TEXTS[:SMALL_BATCH])).sum(1).min() >= 0.99999
+    one = e.encode_one(TEXTS[3])  # truncated at 256 word-pieces as the model does
+    assert float(one @ onnx.encode_one(TEXTS[3])) >= 0.99999
+    assert e.window_spans("word " * 400)  # windows of a long text without loading the model either
+    assert e.runtime is None
+    batch = e.encode(TEXTS)  # more than SMALL_BATCH texts: the model
+    assert e.runtime == "onnxruntime" and e._few is None
+    assert (batch * onnx.encode(TEXTS)).sum(1).min() >= 0.99999
+
+
 @pytest.mark.parametrize("runtime", ["onnxruntime", "numpy"])
 def test_batches_keep_to_the_token_budget(runtime):
     fast = make(runtime)
