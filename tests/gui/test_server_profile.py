@@ -144,6 +144,7 @@ def test_a_server_profile_from_first_run_to_offline_and_back(qtbot, qasync_loop,
         capture(qtbot, app, "The boiler's service code is 4471")
         browser = app.window.memories
         qtbot.waitUntil(lambda: len(browser.visible_ids()) == 1, timeout=10_000)
+        [boiler] = browser.visible_ids()
         assert texts_on_server(pg_url) == ["The boiler's service code is 4471"]
 
         # another device writes: it shows up by itself within a few seconds
@@ -159,20 +160,24 @@ def test_a_server_profile_from_first_run_to_offline_and_back(qtbot, qasync_loop,
         assert not app.window.settings.sections.backups.isVisible()  # a server's backups are its operator's
         qtbot.waitUntil(lambda: box.health.text().startswith("● Connected"), timeout=10_000)
 
-        # the server stops: a capture waits, and the app says so; recall says it needs the server
+        # the server stops: a capture and an edit wait, and the app says so; recall says it needs the server
         srv.stop()
         capture(qtbot, app, "The plumber's number is 555 0199")
         qtbot.waitUntil(lambda: status.server.text() == "● Offline · 1 waiting to send", timeout=10_000)
         assert "1 waiting to send" in box.health.text() and "Cannot be reached" in box.health.text()
+        edited: list[object] = []
+        app.bridge.update(boiler, done=edited.append, failed=edited.append, text="The boiler's service code is 4472")
+        qtbot.waitUntil(lambda: status.server.text() == "● Offline · 2 waiting to send", timeout=10_000)
+        assert edited == [None]  # kept, not failed
         failed: list[str] = []
         app.bridge.recall("plumber", lambda hits: failed.append("answered"), failed=failed.append)
         qtbot.waitUntil(lambda: bool(failed), timeout=10_000)
-        assert failed[0].startswith("Recall needs the server") and "1 write waits in the outbox" in failed[0]
+        assert failed[0].startswith("Recall needs the server") and "2 writes wait in the outbox" in failed[0]
 
-        # the server is back: the capture arrives, once, and the app shows it
+        # the server is back: the capture and the edit arrive, once, in order, and the app shows them
         srv.start()
         qtbot.waitUntil(lambda: status.server.text() == "● Server", timeout=20_000)
-        assert texts_on_server(pg_url) == ["The boiler's service code is 4471",
+        assert texts_on_server(pg_url) == ["The boiler's service code is 4472",
                                            "Swimming lessons are on Tuesdays at six",
                                            "The plumber's number is 555 0199"]
         qtbot.waitUntil(lambda: len(browser.visible_ids()) == 3, timeout=10_000)
