@@ -93,13 +93,15 @@ def main() -> int:
         device.mkdir()
         connect_profile(device, check_server(url, token), token)
         local = open_profile(tmp / "local", actor="desktop", interactive=False)
+        local.start_background()  # the model loads, as in the app
         remote = open_profile(device, actor="desktop")
-        print(f"server profile on {url} (PostgreSQL {pg.url('x').split('@')[-1].split('/')[0]}); "
-              f"local profile in {tmp / 'local'}", flush=True)
+        print(f"server profile on {url} (serve --database, PostgreSQL 18 with durable commits); local profile in "
+              f"{tmp / 'local'}", flush=True)
 
         # the same memories in both, embedded
         from engine import Remembered
 
+        local.wait_for_embeddings()
         local.remember_many([Remembered(t) for t in texts], embed="now")
         import httpx
 
