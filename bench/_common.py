@@ -15,7 +15,8 @@ import sqlite3
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -163,28 +164,110 @@ def add_http_args(ap) -> None:
     ap.add_argument("--http", action="store_true",
                     help="store and ask through the HTTP API (`personal-llm serve`, default options) as a client "
                          "would, asking every question twice; prints both passes")
+    ap.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite",
+                    help="with --http: the store behind the API: a profile's encrypted SQLite file (default), or "
+                         "PostgreSQL + pgvector (`personal-llm serve --database`), started from --pg-data")
+    ap.add_argument("--pg-data", metavar="DIR",
+                    help="--backend postgres: the PostgreSQL cluster's folder (made the first time, kept and "
+                         "reused with --cache-dir; default: a temporary one)")
+    ap.add_argument("--server", metavar="URL",
+                    help="a running `personal-llm serve` (for example over PostgreSQL) to store into and ask, "
+                         "with --token; implies --http. The user's store should not already hold the data")
+    ap.add_argument("--token", help="the API token of the --server's user (`personal-llm server add-user`)")
+
+
+def check_http_args(ap, args) -> None:
+    if args.server:
+        if not args.token:
+            ap.error("--server needs --token")
+        args.http = True
+    elif args.token:
+        ap.error("--token is for --server")
+    if args.backend == "postgres":
+        args.http = True
+    if args.pg_data and args.backend != "postgres":
+        ap.error("--pg-data is for --backend postgres")
+
+
+def target_name(args) -> str:
+    return (f"server {args.server}" if args.server else "PostgreSQL + pgvector" if args.backend == "postgres"
+            else "SQLite")
+
+
+def cli() -> list[str]:
+    """How to run `personal-llm` with this interpreter."""
+    script = Path(sys.executable).with_name("personal-llm")
+    return [str(script)] if script.exists() else [sys.executable, "-c", "from engine.cli import main; main()"]
+
+
+@contextmanager
+def http_target(args, key: str) -> Iterator[tuple[HttpClient, bool, Path | None]]:
+    """(a client of the API the evaluation goes through, whether its store already holds the data (from an
+    earlier run kept under --cache-dir), the folder where a run keeps what it learnt of the stored data (None:
+    not kept)). --server: that server; --backend postgres: `serve --database` over a PostgreSQL cluster in
+    --pg-data (one database per data set, made anew unless kept); else `serve` over a profile's SQLite file."""
+    if args.server:
+        with HttpClient(url=args.server.rstrip("/"), token=args.token) as api:
+            yield api, False, None
+        return
+    if args.backend == "postgres":
+        from _served import PostgresData, ServedDatabase
+
+        keep = bool(args.cache_dir or args.pg_data)
+        with PostgresData(args.pg_data or (str(Path(args.cache_dir) / "postgres") if args.cache_dir else None)) as pg:
+            runs = pg.root / "runs" / key
+            name = "pllm_" + "".join(c if c.isalnum() else "_" for c in key.lower())[:50]
+            ready = keep and (runs / "READY").exists()
+            if not ready:
+                shutil.rmtree(runs, ignore_errors=True)
+                runs.mkdir(parents=True)
+                url = pg.fresh_database(name)
+                (runs / "token").write_text(pg.add_user(url, "bench"))
+            url = pg.url(name)
+            with ServedDatabase(url) as base, HttpClient(url=base, token=(runs / "token").read_text()) as api:
+                yield api, ready, runs if keep else None
+                if keep and not ready:
+                    (runs / "READY").write_text(time.strftime("%Y-%m-%d %H:%M:%S"))
+        return
+    home, ready, tmp = prepare_home(args.cache_dir, key)
+    copy_tmp = None
+    try:
+        if ready:
+            _, copy_tmp = copy_home(home)  # served from a copy: a run cannot change the cache
+        with HttpClient() as api:
+            yield api, ready, home.parent if args.cache_dir else None
+        if args.cache_dir and not ready:
+            mark_ready(home)
+    finally:
+        cleanup(copy_tmp)
+        cleanup(tmp)
 
 
 class HttpClient:
-    """`personal-llm serve` in a subprocess on a free loopback port, over the profile in the environment
-    (see prepare_home), and a client with its token: what another program on the machine gets."""
+    """A client of the HTTP API with a user's token: of the server at `url`, or of `personal-llm serve` started
+    in a subprocess on a free loopback port over the profile in the environment (see prepare_home) — what
+    another program on the machine gets."""
 
-    def __init__(self, timeout: float = 120.0):
+    def __init__(self, timeout: float = 900.0, *, url: str | None = None, token: str | None = None):
         import socket
         import subprocess
 
         import httpx
 
+        self.proc: subprocess.Popen | None = None
+        if url is not None:
+            self.client = httpx.Client(base_url=url, timeout=timeout, headers={"Authorization": f"Bearer {token}"})
+            if self.client.get("/stats").status_code != 200:
+                raise SystemExit(f"{url}/stats did not answer 200 with that token")
+            return
         env = dict(os.environ)
-        script = Path(sys.executable).with_name("personal-llm")
-        cli = [str(script)] if script.exists() else [sys.executable, "-c", "from engine.cli import main; main()"]
-        token = subprocess.run([*cli, "token"], capture_output=True, text=True, env=env, timeout=300)
+        token = subprocess.run([*cli(), "token"], capture_output=True, text=True, env=env, timeout=300)
         if token.returncode != 0:
             raise SystemExit(f"personal-llm token failed: {token.stderr.strip()}")
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        self.proc = subprocess.Popen([*cli, "serve", "--port", str(port)], env=env, stdin=subprocess.DEVNULL,
+        self.proc = subprocess.Popen([*cli(), "serve", "--port", str(port)], env=env, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=timeout,
                                    headers={"Authorization": f"Bearer {token.stdout.strip()}"})
@@ -201,6 +284,11 @@ class HttpClient:
                 self.close()
                 raise SystemExit("personal-llm serve did not answer within 120 s")
             time.sleep(0.2)
+        # the model loads on the first recall: until it is loaded, what is stored waits for its vector
+        self.client.get("/memory/recall", params={"q": "model", "k": 1}).raise_for_status()
+        deadline = time.monotonic() + 600
+        while not self.client.get("/stats").json().get("embedding_ready", True) and time.monotonic() < deadline:
+            time.sleep(1)
 
     def remember(self, text: str, **fields) -> dict:
         r = self.client.post("/memory/remember", json={"text": text, **{k: v for k, v in fields.items() if v is not None}})
@@ -215,8 +303,19 @@ class HttpClient:
         r.raise_for_status()
         return r.json()
 
+    def settle(self, limit: float = 3600.0) -> None:
+        """Wait until every stored memory has its vector: what was stored before the server's model was loaded
+        waits, and a recall embeds up to 512 of those first (a question asked before would find part of the
+        data by words only, and the first ones outlast a client's timeout)."""
+        deadline = time.monotonic() + limit
+        while (pending := self.client.get("/stats").json().get("pending_embeddings", 0)) and time.monotonic() < deadline:
+            print(f"  {pending} memories waiting for their vectors", flush=True)
+            self.client.get("/memory/recall", params={"q": "vectors", "k": 1}, timeout=None).raise_for_status()
+
     def close(self) -> None:
         self.client.close()
+        if self.proc is None:
+            return
         self.proc.terminate()
         try:
             self.proc.wait(timeout=30)

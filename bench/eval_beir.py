@@ -1,13 +1,15 @@
 """nDCG@10 on a BEIR data set (SciFact) through the engine's public interface.
 
-    .venv/bin/python bench/eval_beir.py DIR [--split test] [--out results.json] [--cache-dir DIR] [--http]
+    .venv/bin/python bench/eval_beir.py DIR [--split test] [--out results.json] [--cache-dir DIR]
+        [--http [--backend postgres [--pg-data DIR]] | --server URL --token T]
 
 DIR holds corpus.jsonl, queries.jsonl and qrels/SPLIT.tsv. Every document (title + abstract) becomes one
 memory of kind fact in project "scifact"; every query of the split is asked through `Engine.recall`
 (record_access=False). Prints nDCG@10 (and recall@10) beside BM25 alone and dense cosine alone, computed
 in the same run on the same texts and vectors.
 
-With --http it is a client of `personal-llm serve`: every document is stored with `POST /memory/remember`
+With --http it is a client of `personal-llm serve` (over a profile's SQLite file; `--backend postgres [--pg-data
+DIR]`: `serve --database` over a PostgreSQL it starts; `--server URL --token T`: a running server): every document is stored with `POST /memory/remember`
 ({text, project}), every query asked with `GET /memory/recall?q=…&k=10&project=scifact` (default
 options), all queries twice; it prints both passes beside BM25 on the same texts.
 """
@@ -62,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     C.add_eval_args(ap)
     C.add_http_args(ap)
     args = ap.parse_args(argv)
+    C.check_http_args(ap, args)
 
     root = Path(args.dir)
     try:
@@ -146,65 +149,57 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_http(args, root: Path, corpus: list[dict], queries: dict, qrels: dict, qids: list[str], key: str) -> int:
     """The evaluation as a client of the HTTP API sees it (see the module's docstring)."""
-    home, ready, tmp = C.prepare_home(args.cache_dir, key)
-    copy_tmp = None
-    try:
+    with C.http_target(args, key) as (api, ready, saved):
         t0 = time.perf_counter()
         uid_doc: dict[str, list[str]] = {}
         texts: dict[str, str] = {}
-        if ready:
-            uid_doc = json.loads((home.parent / "docs.json").read_text())
-            texts = json.loads((home.parent / "texts.json").read_text())
-            home, copy_tmp = C.copy_home(home)
-            print(f"reusing the cached store ({len(uid_doc)} memories), served from a copy", flush=True)
-        with C.HttpClient() as api:
-            if not ready:
-                for i, doc in enumerate(corpus, start=1):
-                    text = (doc.get("title", "").strip() + "\n" + doc.get("text", "").strip()).strip()
-                    r = api.remember(text, project=PROJECT)
-                    uid_doc.setdefault(r["id"], []).append(str(doc["_id"]))
-                    texts[r["id"]] = r["memory"]["text"]
-                    if i % 500 == 0:
-                        print(f"  {i} documents stored ({i / (time.perf_counter() - t0):.1f}/s)", flush=True)
-                print(f"stored {len(corpus)} documents as {len(uid_doc)} memories through the API in "
-                      f"{time.perf_counter() - t0:.1f}s", flush=True)
-                if args.cache_dir:
-                    (home.parent / "docs.json").write_text(json.dumps(uid_doc))
-                    (home.parent / "texts.json").write_text(json.dumps(texts))
-            bm25 = C.BM25Baseline((PROJECT, uid, t) for uid, t in texts.items())
+        if ready and saved is not None:
+            uid_doc = json.loads((saved / "docs.json").read_text())
+            texts = json.loads((saved / "texts.json").read_text())
+            print(f"reusing the stored data ({len(uid_doc)} memories)", flush=True)
+        else:
+            for i, doc in enumerate(corpus, start=1):
+                text = (doc.get("title", "").strip() + "\n" + doc.get("text", "").strip()).strip()
+                r = api.remember(text, project=PROJECT)
+                uid_doc.setdefault(r["id"], []).append(str(doc["_id"]))
+                texts[r["id"]] = r["memory"]["text"]
+                if i % 500 == 0:
+                    print(f"  {i} documents stored ({i / (time.perf_counter() - t0):.1f}/s)", flush=True)
+            print(f"stored {len(corpus)} documents as {len(uid_doc)} memories through the API in "
+                  f"{time.perf_counter() - t0:.1f}s", flush=True)
+            if saved is not None:
+                (saved / "docs.json").write_text(json.dumps(uid_doc))
+                (saved / "texts.json").write_text(json.dumps(texts))
+        api.settle()
+        bm25 = C.BM25Baseline((PROJECT, uid, t) for uid, t in texts.items())
 
-            def docs_of(uids: list[str]) -> list[str]:
-                return documents_of(uids, uid_doc)
+        def docs_of(uids: list[str]) -> list[str]:
+            return documents_of(uids, uid_doc)
 
-            results = [{"qid": q} for q in qids]
-            lat: list[float] = []
-            for pass_no in (1, 2):
-                for rec in results:
-                    qid = rec["qid"]
-                    t1 = time.perf_counter()
-                    hits = api.recall(queries[qid], k=K, project=PROJECT)
-                    lat.append(time.perf_counter() - t1)
-                    runs = {f"pass{pass_no}": docs_of([h["id"] for h in hits])}
-                    if pass_no == 1:
-                        runs["bm25"] = docs_of(bm25.search(queries[qid], K, PROJECT))
-                    for name, ranked in runs.items():
-                        rec[f"{name} nDCG@10"] = C.ndcg_at_k(ranked, qrels[qid], K)
-                        rec[f"{name} R@10"] = len(set(ranked[:K]) & set(qrels[qid])) / len(qrels[qid])
-            if args.cache_dir and not ready:
-                C.mark_ready(home)
+        results = [{"qid": q} for q in qids]
+        lat: list[float] = []
+        for pass_no in (1, 2):
+            for rec in results:
+                qid = rec["qid"]
+                t1 = time.perf_counter()
+                hits = api.recall(queries[qid], k=K, project=PROJECT)
+                lat.append(time.perf_counter() - t1)
+                runs = {f"pass{pass_no}": docs_of([h["id"] for h in hits])}
+                if pass_no == 1:
+                    runs["bm25"] = docs_of(bm25.search(queries[qid], K, PROJECT))
+                for name, ranked in runs.items():
+                    rec[f"{name} nDCG@10"] = C.ndcg_at_k(ranked, qrels[qid], K)
+                    rec[f"{name} R@10"] = len(set(ranked[:K]) & set(qrels[qid])) / len(qrels[qid])
         cols = [f"{n} {m}" for m in ("nDCG@10", "R@10") for n in ("pass1", "pass2", "bm25")]
         row = [f"{args.split} queries", len(results)] + [sum(r[c] for r in results) / len(results) for c in cols]
         print()
-        print(f"BEIR {root.name} through the HTTP API: {len(uid_doc)} documents, {len(results)} {args.split} "
-              "queries, each asked twice")
+        print(f"BEIR {root.name} through the HTTP API ({C.target_name(args)}): {len(uid_doc)} documents, "
+              f"{len(results)} {args.split} queries, each asked twice")
         print(C.fmt_table(["", "n", *cols], [row]))
         print(C.latency_line("recall over HTTP", lat))
         if args.out:
             Path(args.out).write_text(json.dumps({"summary": dict(zip(cols, row[2:], strict=True)),
                                                   "queries": results}, indent=1))
-    finally:
-        C.cleanup(copy_tmp)
-        C.cleanup(tmp)
     return 0
 
 

@@ -1,6 +1,7 @@
 """Evidence recall on LoCoMo or REALTALK (long-term conversations), through the engine's public interface.
 
-    .venv/bin/python bench/eval_locomo.py PATH [--out results.json] [--cache-dir DIR] [--http]
+    .venv/bin/python bench/eval_locomo.py PATH [--out results.json] [--cache-dir DIR]
+        [--http [--backend postgres [--pg-data DIR]] | --server URL --token T]
 
 PATH is a LoCoMo-format JSON file (a list of samples), or a REALTALK chat file or a folder of them (one
 `Chat_*.json` per chat: `session_N` turns with their own `date_time`, and `qa`). Every turn becomes one
@@ -11,7 +12,8 @@ gold dia_ids among the top k — overall (categories 1-4) and per category, besi
 cosine alone computed in the same run on the same turns and vectors; then the relevance floor's refusal
 rates on unanswerable (category 5) vs answerable questions.
 
-With --http it is a client of `personal-llm serve` instead: every turn is stored with
+With --http it is a client of `personal-llm serve` instead (over a profile's SQLite file; `--backend postgres
+[--pg-data DIR]`: `serve --database` over a PostgreSQL it starts; `--server URL --token T`: a running server): every turn is stored with
 `POST /memory/remember` ({text, kind: "episodic", project, at}), every question asked with
 `GET /memory/recall?q=…&k=10&project=…` (default options), all questions twice; it prints both passes
 beside BM25 on the same texts. The second pass shows whether asking changed what later asks get.
@@ -136,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     C.add_eval_args(ap)
     C.add_http_args(ap)
     args = ap.parse_args(argv)
+    C.check_http_args(ap, args)
 
     try:
         path = Path(args.path)
@@ -254,67 +257,59 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_http(args, data: list[dict], key: str) -> int:
     """The evaluation as a client of the HTTP API sees it (see the module's docstring)."""
-    home, ready, tmp = C.prepare_home(args.cache_dir, key)
-    copy_tmp = None
-    try:
+    with C.http_target(args, key) as (api, ready, saved):
         t0 = time.perf_counter()
         uid_dias: dict[str, set[str]] = {}
         texts: dict[str, str] = {}
         projects: dict[str, str] = {}
-        if ready:
-            uid_dias = {k: set(v) for k, v in json.loads((home.parent / "merges.json").read_text()).items()}
-            texts = json.loads((home.parent / "texts.json").read_text())
-            projects = json.loads((home.parent / "projects.json").read_text())
-            home, copy_tmp = C.copy_home(home)
-            print(f"reusing the cached store ({len(uid_dias)} memories), served from a copy", flush=True)
-        with C.HttpClient() as api:
-            if not ready:
-                n = 0
-                for sample in data:
-                    for dia, text, at in turns_of(sample):
-                        r = api.remember(text, kind="episodic", project=sample["sample_id"],
-                                         at=at.isoformat() if at else None)
-                        uid_dias.setdefault(r["id"], set()).add(dia)
-                        texts[r["id"]] = r["memory"]["text"]
-                        projects[r["id"]] = sample["sample_id"]
-                        n += 1
-                print(f"stored {n} turns as {len(uid_dias)} memories through the API in "
-                      f"{time.perf_counter() - t0:.1f}s ({n / (time.perf_counter() - t0):.1f} turns/s)", flush=True)
-                if args.cache_dir:
-                    (home.parent / "merges.json").write_text(json.dumps({k: sorted(v) for k, v in uid_dias.items()}))
-                    (home.parent / "texts.json").write_text(json.dumps(texts))
-                    (home.parent / "projects.json").write_text(json.dumps(projects))
-            bm25 = C.BM25Baseline((projects[uid], uid, text) for uid, text in texts.items())
-            questions = [(s["sample_id"], q) for s in data for q in s["qa"]]
-            kmax = max(KS)
-            results = [{"sample": sid, "category": q["category"], "question": q["question"],
-                        "gold": evidence_ids(q.get("evidence"))} for sid, q in questions]
-            lat: list[float] = []
-            for pass_no in (1, 2):
-                for rec, (sid, q) in zip(results, questions, strict=True):
-                    t1 = time.perf_counter()
-                    hits = api.recall(q["question"], k=kmax, project=sid)
-                    lat.append(time.perf_counter() - t1)
-                    ranked = {f"pass{pass_no}": [h["id"] for h in hits]}
-                    if pass_no == 1:
-                        ranked["bm25"] = bm25.search(q["question"], kmax, sid)
-                    for name, ids in ranked.items():
-                        for k in KS:
-                            rec[f"{name}@{k}"] = evidence_recall(ids, uid_dias, rec["gold"], k)
-            if args.cache_dir and not ready:
-                C.mark_ready(home)
+        if ready and saved is not None:
+            uid_dias = {k: set(v) for k, v in json.loads((saved / "merges.json").read_text()).items()}
+            texts = json.loads((saved / "texts.json").read_text())
+            projects = json.loads((saved / "projects.json").read_text())
+            print(f"reusing the stored data ({len(uid_dias)} memories)", flush=True)
+        else:
+            n = 0
+            for sample in data:
+                for dia, text, at in turns_of(sample):
+                    r = api.remember(text, kind="episodic", project=sample["sample_id"],
+                                     at=at.isoformat() if at else None)
+                    uid_dias.setdefault(r["id"], set()).add(dia)
+                    texts[r["id"]] = r["memory"]["text"]
+                    projects[r["id"]] = sample["sample_id"]
+                    n += 1
+            print(f"stored {n} turns as {len(uid_dias)} memories through the API in "
+                  f"{time.perf_counter() - t0:.1f}s ({n / (time.perf_counter() - t0):.1f} turns/s)", flush=True)
+            if saved is not None:
+                (saved / "merges.json").write_text(json.dumps({k: sorted(v) for k, v in uid_dias.items()}))
+                (saved / "texts.json").write_text(json.dumps(texts))
+                (saved / "projects.json").write_text(json.dumps(projects))
+        api.settle()
+        bm25 = C.BM25Baseline((projects[uid], uid, text) for uid, text in texts.items())
+        questions = [(s["sample_id"], q) for s in data for q in s["qa"]]
+        kmax = max(KS)
+        results = [{"sample": sid, "category": q["category"], "question": q["question"],
+                    "gold": evidence_ids(q.get("evidence"))} for sid, q in questions]
+        lat: list[float] = []
+        for pass_no in (1, 2):
+            for rec, (sid, q) in zip(results, questions, strict=True):
+                t1 = time.perf_counter()
+                hits = api.recall(q["question"], k=kmax, project=sid)
+                lat.append(time.perf_counter() - t1)
+                ranked = {f"pass{pass_no}": [h["id"] for h in hits]}
+                if pass_no == 1:
+                    ranked["bm25"] = bm25.search(q["question"], kmax, sid)
+                for name, ids in ranked.items():
+                    for k in KS:
+                        rec[f"{name}@{k}"] = evidence_recall(ids, uid_dias, rec["gold"], k)
         header, groups, rows = recall_table(results, ("pass1", "pass2", "bm25"), args.categories)
         print()
-        print(f"{'REALTALK' if args.categories is REALTALK_CATEGORIES else 'LoCoMo'} evidence recall through the HTTP API ({args.path}: {len(data)} conversations, "
-              f"{len(results)} questions, each asked twice)")
+        print(f"{'REALTALK' if args.categories is REALTALK_CATEGORIES else 'LoCoMo'} evidence recall through the HTTP API "
+              f"({C.target_name(args)}; {args.path}: {len(data)} conversations, {len(results)} questions, each asked twice)")
         print(C.fmt_table(header, rows))
         print(C.latency_line("recall over HTTP", lat))
         if args.out:
             summary = {label: dict(zip(header, row, strict=True)) for (label, _), row in zip(groups, rows, strict=True)}
             Path(args.out).write_text(json.dumps({"summary": summary, "questions": results}, indent=1))
-    finally:
-        C.cleanup(copy_tmp)
-        C.cleanup(tmp)
     return 0
 
 

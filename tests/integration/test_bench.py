@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -175,3 +179,26 @@ def test_eval_locomo_reads_realtalk_chats(tmp_path: Path):
     by_q = {q["question"]: q for q in json.loads(out.read_text())["questions"]}
     assert by_q["What is the name of Ana's cat?"]["gold"] == ["D1:1"]
     assert by_q["What is the name of Ana's cat?"]["ours@5"] == 1.0
+
+
+@pytest.mark.timeout(1800)  # two servers loading the model, on a loaded machine
+def test_eval_beir_through_the_api_of_a_postgresql_server(tmp_path: Path, request):
+    """--backend postgres starts PostgreSQL in --pg-data, sets it up and serves it (`server init`, `add-user`,
+    `serve --database`); a second run asks the data the first one stored there."""
+    data = beir_set(tmp_path / "tiny")
+    # not under pytest's folders: as root the server runs as nobody, and those are private to root
+    pg = Path(tempfile.mkdtemp(prefix="pllm-bench-pg-"))
+    pg.chmod(0o755)
+    request.addfinalizer(lambda: shutil.rmtree(pg, ignore_errors=True))
+    for n in (1, 2):
+        out = tmp_path / f"pg{n}.json"
+        proc = run_bench("eval_beir.py", str(data), "--backend", "postgres", "--pg-data", str(pg), "--out", str(out),
+                         tmp=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "through the HTTP API (PostgreSQL + pgvector): 5 documents, 3 test queries" in proc.stdout
+        assert ("reusing the stored data (5 memories)" in proc.stdout) == (n == 2)
+        on_postgres = json.loads(out.read_text())["summary"]
+        assert on_postgres["pass1 nDCG@10"] == on_postgres["pass2 nDCG@10"] == 1.0
+    assert not list(pg.glob("cluster/postmaster.pid"))  # stopped
+    proc = run_bench("eval_beir.py", str(data), "--token", "pllm_x", tmp=tmp_path)
+    assert proc.returncode == 2 and "--token is for --server" in proc.stderr
