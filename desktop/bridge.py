@@ -515,9 +515,14 @@ class Bridge(QObject):
     def count_matches(self, query: str, done: Done, *, project: str | None = None, kind: str | None = None,
                       since: float | None = None, include_archived: bool = False,
                       failed: Failed | None = None) -> None:
-        """done(int): how many memories hold the search's words (recall shows the best of them)."""
-        self.read(lambda e: e.count_matches(query, project=project, kind=kind, since=since,
-                                            include_archived=include_archived), done, failed)
+        """done(int): how many memories hold the search's words (recall shows the best of them); done(None)
+        where that is not known (a profile on a server)."""
+        def run(e: Engine) -> int | None:
+            count = getattr(e, "count_matches", None)  # the server's HTTP API has no count
+            return count(query, project=project, kind=kind, since=since,
+                         include_archived=include_archived) if count is not None else None
+
+        self.read(run, done, failed)
 
     def recall(self, query: str, done: Done, *, k: int = 50, project: str | None = None, kind: str | None = None,
                since: float | None = None, include_archived: bool = False, include_chunks: bool = False,

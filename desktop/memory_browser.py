@@ -485,13 +485,14 @@ class MemoryBrowser(QWidget):
                     self._populate(rows, query, [0.0] * len(rows))
                 if len(items) >= k:  # there may be more than were asked for: how many hold the words
                     self.bridge.count_matches(query, counted, project=project or None, kind=kind, since=since,
-                                              include_archived=show in ("archived", "all", "conflicts"))
+                                              include_archived=show in ("archived", "all", "conflicts"),
+                                              failed=lambda _message: counted(None))
                 else:
                     counted(len(rows))
 
-            def counted(total: int) -> None:
+            def counted(total: int | None) -> None:
                 if generation == self._generation:
-                    self._total = total
+                    self._total = total if total is not None else self.model.rowCount()
                     self._show_count()
 
             self.bridge.recall(query, done, k=k, project=project or None, kind=kind, since=since,

@@ -123,7 +123,7 @@ def main(argv: list[str]) -> int:
 
     Theme(app)
     desktop = DesktopApp(args.home, embedder=NoEmbedder(), use_tray=False, use_hotkey=False,
-                         start_background=False)
+                         start_background=False, ask_where=False)
     window = desktop.window
     wait(app, lambda: desktop.bridge.info is not None)
     settle(app, 0.3)
