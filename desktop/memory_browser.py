@@ -140,6 +140,8 @@ class MemoryModel(QAbstractTableModel):
             return r.id
         if role == Qt.ItemDataRole.ToolTipRole and col == 0:
             return r.conflict or (r.passage or r.text)[:1000]
+        if role == Qt.ItemDataRole.ToolTipRole and col == 2:
+            return r.project  # shown whole where the column cuts it
         if role == Qt.ItemDataRole.ForegroundRole:
             if col == 1 and r.conflict_with:
                 return self._warn
@@ -326,6 +328,7 @@ class MemoryBrowser(QWidget):
         header.setHighlightSections(False)
         header.setMinimumSectionSize(header.fontMetrics().horizontalAdvance("Memory") + 24)
         self._projects_fitted: set[str] = set()
+        self._project_room: int | None = None
         self._fit_columns()
         self.tree.selectionModel().selectionChanged.connect(lambda _new, _old: self._selection_changed())
         # a memory shown in the editor for a moment counts as opened (not each row the arrow keys pass over)
@@ -693,7 +696,9 @@ class MemoryBrowser(QWidget):
         values they can hold and the projects of the rows read, not by asking the rows (ResizeToContents asks
         1,000 rows of the model for each column at every page read: seconds a page)."""
         new = self.model.projects - self._projects_fitted
-        if new or not self._projects_fitted:
+        room = max(100, self.tree.viewport().width() // 5)  # a long project name gives way to the memory's text
+        if new or not self._projects_fitted or room != self._project_room:
+            self._project_room = room
             cell, head = self.tree.fontMetrics(), self.tree.horizontalHeader().fontMetrics()
             pad = 24
 
@@ -707,7 +712,7 @@ class MemoryBrowser(QWidget):
                 header.resizeSection(1, wide(1, ["⚠ Conflict", "Archived", *formatting.KIND_LABELS.values()]))
                 header.resizeSection(3, wide(3, ["Today 00:00", "Yesterday 00:00", *(f"28 {m} 2000" for m in months)]))
             self._projects_fitted |= new | {""}
-            header.resizeSection(2, min(wide(2, self._projects_fitted), max(160, self.tree.width() // 3)))
+            header.resizeSection(2, min(wide(2, self._projects_fitted), room))
 
     def _show_count(self) -> None:
         """'3,009 memories', or while not all are read '200 of 3,009 memories'; searching, '100 of 3,009
@@ -827,6 +832,8 @@ class MemoryBrowser(QWidget):
                 self._open_timer.start()
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.tree and event.type() == QEvent.Type.Resize:
+            QTimer.singleShot(0, self._fit_columns)  # once the view has its new width
         if (watched is self.tree and event.type() == QEvent.Type.KeyPress
                 and cast(QKeyEvent, event).matches(QKeySequence.StandardKey.Copy)):
             self.copy_selected()
