@@ -355,7 +355,7 @@ class DesktopApp(QObject):
         self.capture.mark_saved(result)
         connection = self.bridge.connection
         if connection is not None and connection.reachable is False:
-            self.window.status.post("Kept until the server is back.", 6)
+            self.window.status.post("Waiting to send.", 6)
             return
         self.window.status.post("Merged with a memory you already had." if result.merged else "Memory saved.")
 

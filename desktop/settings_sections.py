@@ -151,8 +151,7 @@ class ServerBox(QGroupBox):
         self.where = QLabel("…")
         self.where.setWordWrap(True)
         self.where.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.certificate = QLabel("")
-        self.certificate.setWordWrap(True)
+        self.certificate = QLabel("")  # short lines (the fingerprint in four): unwrapped, its height is right
         self.certificate.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.health = QLabel("")
         self.health.setWordWrap(True)

@@ -83,8 +83,10 @@ def server(pg_url: str, tmp_path: Path) -> Iterator[tuple[Server, str]]:
 
 
 def texts_on_server(pg_url: str) -> list[str]:
+    """The user's memories on the server, in the order they were stored (not the app's own events)."""
     with psycopg.connect(pg_url) as con:
-        return [r[0] for r in con.execute("SELECT text FROM personal_llm.memories ORDER BY id")]
+        return [r[0] for r in con.execute(
+            "SELECT text FROM personal_llm.memories WHERE source <> 'activity' ORDER BY id")]
 
 
 def capture(qtbot, app, text: str, saved: str = "Saved ✓") -> None:
@@ -107,7 +109,7 @@ def connect_at_first_run(qtbot, app, url: str, token: str) -> None:
 
 
 def test_a_server_profile_from_first_run_to_offline_and_back(qtbot, qasync_loop, profile_home, lexical_embedder,
-                                                             server, pg_url, monkeypatch):
+                                                             server, pg_url, monkeypatch, tmp_path):
     from desktop.app import DesktopApp
     from desktop.main_window import MainWindow
 
@@ -152,6 +154,15 @@ def test_a_server_profile_from_first_run_to_offline_and_back(qtbot, qasync_loop,
             made = other.post("/memory/remember", json={"text": "Swimming lessons are on Tuesdays at six"}).json()
         qtbot.waitUntil(lambda: made["id"] in browser.visible_ids(), timeout=5_000)
         qtbot.waitUntil(lambda: status.count.text().startswith("2 memories"), timeout=5_000)
+
+        # a file added on the Documents page is uploaded, and listed from the server
+        note = tmp_path / "boiler-manual.md"
+        note.write_text("# Boiler manual\n\nBleed the radiators every autumn; the pressure should read 1.5 bar.\n")
+        app.window.show_page("documents")
+        docs = app.window.documents
+        assert docs.ingest([str(note)])
+        qtbot.waitUntil(lambda: not docs.running and docs.list.topLevelItemCount() == 1, timeout=30_000)
+        assert docs.list.topLevelItem(0).text(0) == "Boiler manual"
 
         # Settings says where the memory is, and that the server answers
         app.window.show_page("settings")
