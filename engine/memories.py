@@ -143,8 +143,12 @@ class Memories:
         texts = [p.text for p in prepared]
         # "auto": a sentence or a note is embedded at once (its near-duplicate merges at once); a long text is
         # left to the background backfill, which embeds in batches many times faster (and checks it then)
-        want = [embed == "sync" or (embed == "auto" and self.space.embedder.ready and len(t) <= AUTO_EMBED_CHARS)
-                for t in texts]
+        # a write sent again (its client ids recorded) is answered from that record: nothing to embed for it
+        known = {p.uid for p in prepared if p.uid is not None
+                 and state.get(self.ctx.con, CLIENT_WRITE_KEY + p.uid) is not None}
+        want = [(p.uid is None or p.uid not in known)
+                and (embed == "sync" or (embed == "auto" and self.space.embedder.ready and len(t) <= AUTO_EMBED_CHARS))
+                for p, t in zip(prepared, texts, strict=True)]
         vecs: list[np.ndarray | None] = [None] * len(texts)
         wins: list[Windows | None] = [None] * len(texts)
         todo = [i for i, w in enumerate(want) if w]
