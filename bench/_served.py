@@ -1,6 +1,6 @@
 """A PostgreSQL server (with pgvector) for the benchmarks, and `personal-llm serve --database` over it.
 
-    with PostgresData(DIR) as pg:               # initdb into DIR/cluster the first time, else reuse it
+    with PostgresData(DIR) as pg:               # initdb into DIR/data the first time, else reuse it
         url = pg.database("pllm_locomo")        # created and set up with `personal-llm server init`
         token = pg.add_user(url, "bench")       # `personal-llm server add-user bench --json`
         with ServedDatabase(url) as base_url:   # `personal-llm serve --database URL --port 0 --json`
@@ -15,88 +15,56 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
-from typing import Any
 
 from _common import ROOT, cli
 
 sys.path.insert(0, str(ROOT))
-from tests.pg_server import SETTINGS, _die_with_parent, binaries, reachable  # noqa: E402
+from tests.pg_server import LocalServer  # noqa: E402
 
 
 class PostgresData:
-    """PostgreSQL over the cluster in DIR/cluster (made by initdb the first time); `url(db)` connects as the
-    superuser through the socket in DIR."""
+    """PostgreSQL over the cluster kept in DIR (made by initdb the first time; tests/pg_server.py's
+    LocalServer); `url(db)` connects as the superuser through the socket in DIR."""
 
     def __init__(self, folder: str | None) -> None:
         self.temporary = folder is None
-        self.root = Path(folder or tempfile.mkdtemp(prefix="pllm-pg-bench-")).expanduser().resolve()
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.data = self.root / "cluster"
-        self.log = self.root / "server.log"
-        self.bin = binaries()
-        self._as: dict[str, Any] = {}
-        if os.geteuid() == 0:  # PostgreSQL refuses to run as root: as nobody, in a folder of its own
-            nobody = pwd.getpwnam("nobody")
-            os.chown(self.root, nobody.pw_uid, nobody.pw_gid)
-            self._as = {"user": nobody.pw_uid, "group": nobody.pw_gid, "extra_groups": []}
-            self.bin = reachable(self.bin, self._as)
-        self.process: subprocess.Popen | None = None
+        root = None
+        if folder is not None:
+            root = Path(folder).expanduser().resolve()
+            root.mkdir(parents=True, exist_ok=True)
+        self.server = LocalServer(folder=root)
+        self.root = self.server.root
 
     def __enter__(self) -> PostgresData:
-        import psycopg
-
-        if not (self.data / "PG_VERSION").exists():
-            done = subprocess.run([str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust",
-                                   "--encoding=UTF8", "--locale=C", "--no-sync"],
-                                  capture_output=True, text=True, cwd=self.root, timeout=300, **self._as)
-            if done.returncode != 0:  # as root, the server runs as nobody: every folder above must let it in
-                raise SystemExit(f"initdb {self.data} failed: {done.stderr.strip()}")
-        pid_file = self.data / "postmaster.pid"
+        pid_file = self.server.data / "postmaster.pid"
         if pid_file.exists():
             try:
                 os.kill(int(pid_file.read_text().split()[0]), 0)
             except (ProcessLookupError, ValueError, IndexError):
                 pid_file.unlink()  # left by a run that was killed
             else:
-                raise SystemExit(f"a PostgreSQL already runs on {self.data}: give this run a --pg-data of its own")
-        options = [arg for s in SETTINGS for arg in ("-c", s)] + ["-c", "shared_buffers=256MB"]
-        with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(
-                [str(self.bin / "postgres"), "-D", str(self.data), "-k", str(self.root), *options],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.root,
-                start_new_session=True, preexec_fn=_die_with_parent, **self._as)
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                psycopg.connect(self.url("postgres"), connect_timeout=2).close()
-                return self
-            except psycopg.OperationalError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    self.__exit__()
-                    raise SystemExit(f"PostgreSQL did not start: see {self.log}") from None
-                time.sleep(0.1)
+                raise SystemExit(f"a PostgreSQL already runs on {self.server.data}: give this run a --pg-data of "
+                                 "its own")
+        try:
+            self.server.start()
+        except subprocess.CalledProcessError as e:  # as root, the server runs as nobody: every folder above
+            raise SystemExit(f"initdb failed: {(e.stderr or b'').decode(errors='replace').strip()}") from None
+        except RuntimeError as e:
+            raise SystemExit(str(e)) from None
+        return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)  # fast shutdown
-            try:
-                self.process.wait(60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        self.server.stop()
         if self.temporary:
             shutil.rmtree(self.root, ignore_errors=True)
 
     def url(self, database: str) -> str:
-        return f"postgresql://postgres@/{database}?host={self.root}"
+        return self.server.url(database)
 
     def fresh_database(self, name: str) -> str:
         """The URL of database `name`, made anew (dropped first if it was there) and set up by `server init`."""

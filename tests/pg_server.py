@@ -84,11 +84,13 @@ class LocalServer:
     """A PostgreSQL server in a temporary folder; `url(db)` connects as the superuser `postgres`. `settings`
     (`name=value`, given to `postgres -c`): the tests' (no durability) by default; benchmarks give their own."""
 
-    def __init__(self, settings: tuple[str, ...] = SETTINGS) -> None:
+    def __init__(self, settings: tuple[str, ...] = SETTINGS, folder: Path | None = None) -> None:
         self.settings = settings
         self.bin = binaries()
-        # not under pytest's temporary folders: those are private to root, and the server may run as nobody
-        self.root = Path(tempfile.mkdtemp(prefix="pllm-pg-"))
+        # not under pytest's temporary folders: those are private to root, and the server may run as nobody.
+        # A `folder` given is kept: its cluster is made the first time and started again later.
+        self.kept = folder is not None
+        self.root = Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix="pllm-pg-"))
         self.data = self.root / "data"
         self.socket = self.root  # a short path: a Unix socket's path is limited to ~107 bytes
         self.log = self.root / "server.log"
@@ -101,13 +103,14 @@ class LocalServer:
         self.process: subprocess.Popen | None = None
 
     def start(self) -> LocalServer:
-        try:
-            subprocess.run([str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust",
-                            "--encoding=UTF8", "--locale=C", "--no-sync"],
-                           check=True, capture_output=True, cwd=self.root, timeout=120, **self._as)
-        except BaseException:
-            self.stop()  # the folder goes
-            raise
+        if not (self.kept and (self.data / "PG_VERSION").exists()):
+            try:
+                subprocess.run([str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust",
+                                "--encoding=UTF8", "--locale=C", "--no-sync"],
+                               check=True, capture_output=True, cwd=self.root, timeout=120, **self._as)
+            except BaseException:
+                self.stop()  # the folder goes
+                raise
         options = [arg for s in self.settings for arg in ("-c", s)]
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
@@ -142,7 +145,8 @@ class LocalServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(10)
-        shutil.rmtree(self.root, ignore_errors=True)
+        if not self.kept:
+            shutil.rmtree(self.root, ignore_errors=True)
 
 
 # -- fixtures (tests/postgres/conftest.py imports them; any conftest may) ---------------------------------

@@ -199,6 +199,6 @@ def test_eval_beir_through_the_api_of_a_postgresql_server(tmp_path: Path, reques
         assert ("reusing the stored data (5 memories)" in proc.stdout) == (n == 2)
         on_postgres = json.loads(out.read_text())["summary"]
         assert on_postgres["pass1 nDCG@10"] == on_postgres["pass2 nDCG@10"] == 1.0
-    assert not list(pg.glob("cluster/postmaster.pid"))  # stopped
+    assert not list(pg.glob("data/postmaster.pid"))  # stopped
     proc = run_bench("eval_beir.py", str(data), "--token", "pllm_x", tmp=tmp_path)
     assert proc.returncode == 2 and "--token is for --server" in proc.stderr
