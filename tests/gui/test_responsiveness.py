@@ -63,7 +63,7 @@ def test_the_window_shows_before_the_store_opens(qtbot, qasync_loop, profile_hom
     monkeypatch.setattr(Engine, "open", classmethod(slow_open))
     from desktop.app import DesktopApp
 
-    app = DesktopApp(profile_home, embedder=lexical_embedder, use_tray=False, use_hotkey=False)
+    app = DesktopApp(profile_home, embedder=lexical_embedder, use_tray=False, use_hotkey=False, ask_where=False)
     qtbot.addWidget(app.window)
     assert app.window.isVisible()  # shown before the engine exists
     ticks, elapsed = count_ticks(qtbot, 1.5, lambda: app.bridge.info is not None)
