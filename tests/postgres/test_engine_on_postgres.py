@@ -51,3 +51,21 @@ def test_a_user_remembers_recalls_and_forgets_on_postgres(two_engines):
     assert alice.stats().memories == 2
     with alice.store.read() as con:
         assert con.execute("SELECT count(*) FROM memory_vectors").fetchone()[0] == 2
+
+
+def test_a_users_word_scores_never_take_another_users_average_length(two_engines):
+    from engine.store.postgres import retrieval
+
+    alice, bob = two_engines
+    note = "The passports are kept in the green folder on the study's bookshelf."
+    alice.remember(note, embed="sync")
+    for i in range(5):  # alice's memories are long, bob's short: their average lengths differ
+        alice.remember(" ".join(f"Shelf {i}.{j} of the archive holds tax papers, sorted by month, in grey boxes."
+                                for j in range(30)), embed="sync")
+    bob.remember(note, embed="sync")
+    bob.remember("The bike lock code is 1234.", embed="sync")
+
+    assert alice.recall("passports green folder", k=1)  # alice's average length is read first
+    after_alice = bob.recall("passports green folder", k=1)[0].score
+    retrieval._averages.clear()
+    assert bob.recall("passports green folder", k=1)[0].score == pytest.approx(after_alice)
