@@ -14,8 +14,16 @@ from dataclasses import dataclass
 from .embeddings import Embedder
 from .errors import UserError
 from .models import iso
-from .store.postgres.database import Database, InitResult, UserRow, checked_url
-from .store.postgres.migrations import SCHEMA_VERSION
+
+try:  # the `server` extra: the desktop is installed without it
+    from .store.postgres.database import Database, InitResult, UserRow, checked_url
+    from .store.postgres.migrations import SCHEMA_VERSION
+except ModuleNotFoundError as e:
+    if not (e.name or "").startswith("psycopg"):
+        raise
+    raise UserError("A server's database needs PostgreSQL's driver, which this installation does not have: "
+                    "install personal-llm[server] (pip install 'personal-llm[server]', or scripts/setup server)."
+                    ) from None
 
 TOKEN_PREFIX = "pllm_"  # says what a token is for when one turns up in a file or a paste
 
