@@ -211,6 +211,9 @@ class Watch:
     def add(self, path: str | Path, *, project: str | None = None, include: Iterable[str] | None = None,
             exclude: Iterable[str] | None = None) -> WatchedFolder:
         """Watch a folder (or change the project and patterns of one watched). The watcher scans it soon."""
+        proj = check_project(project)
+        if self.ctx.profile is None:
+            raise UserError("A server watches no folders: its users' documents come by upload (docs/server.md).")
         real = _real(path)
         shown = display_path(path)
         if not os.path.isdir(real):
@@ -226,7 +229,6 @@ class Watch:
                 inner, outer = (real, other.path) if _within(real, other.path) else (other.path, real)
                 raise UserError(f"{display_path(inner)} is inside {display_path(outer)}, and a folder can be "
                                 "watched only once; remove one of them first (`personal-llm watch remove`).")
-        proj = check_project(project)
         with self.ctx.store.write() as con:
             rows.add(con, real, proj, json.dumps(_patterns(include, "include")),
                      json.dumps(_patterns(exclude, "exclude")), time.time())
@@ -259,6 +261,8 @@ class Watch:
         return self._status_of(self._get(folder.path))
 
     def status(self) -> WatchStatus:
+        if self.ctx.profile is None:  # a server's user: no folders (`add`), no watcher, no lock file
+            return WatchStatus(watching=False, folders=[])
         watching = self._lock.held or self._lock.held_elsewhere()
         return WatchStatus(watching=watching, folders=[self._status_of(f) for f in self._folders()])
 

@@ -368,7 +368,8 @@ def _forget_check(a: ForgetInput, env: ToolEnv) -> str | None:
 
 def _forget(a: ForgetInput, env: ToolEnv) -> ForgetOutput:
     env.memories.forget(a.id)
-    erasure.after_forget(env.memories.ctx.store)  # as the facade's forget: the log's older pages go too
+    if env.memories.ctx.profile is not None:  # as the facade's forget: the desktop file's older pages go too
+        erasure.after_forget(env.memories.ctx.store)
     return ForgetOutput(id=a.id, forgotten=True)
 
 

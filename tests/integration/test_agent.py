@@ -241,6 +241,7 @@ def test_a_read_outside_the_scope_is_refused(llm_eng, server):
     assert [r["id"] for r in found["results"]] == [work]
 
 
+@pytest.mark.sqlite_only("a server reads no paths of its own (docs/server.md)")
 def test_files_are_read_only_under_allowed_folders(llm_eng, server, tmp_path):
     allowed = tmp_path / "notes"
     allowed.mkdir()

@@ -269,6 +269,7 @@ def test_ask_without_a_language_model_returns_passages(live: Live):
     assert live.client.post("/ask", json={"question": "x" * 10_001}).status_code == 422
 
 
+@pytest.mark.sqlite_only("a server reads no paths of its own (docs/server.md)")
 def test_ingest_text_and_a_path(live: Live, tmp_path: Path):
     r = live.client.post("/ingest", json={"text": "Heat pump maintenance: clean the filter every three months.",
                                           "title": "Heat pump notes", "project": "home"})
@@ -397,6 +398,7 @@ def test_a_request_path_cannot_forge_a_line_of_the_log(live: Live, caplog: pytes
 # ---------------------------------------------------------------------------------------------------
 # two processes writing at once
 # ---------------------------------------------------------------------------------------------------
+@pytest.mark.sqlite_only("the CLI writes to the desktop profile's file")
 def test_the_cli_and_the_server_write_at_the_same_time(live: Live, tmp_path: Path):
     plain = tmp_path / "bulk.jsonl"
     plain.write_text("\n".join(json.dumps({"text": f"Imported note number {i} about topic {i * 7}."})

@@ -16,6 +16,8 @@ from engine import Cancelled, Engine, NotFound
 from engine.ask import NOT_IN_MEMORY, AskFailed
 from engine.config import LLMSettings
 from engine.relevance import ANSWER_FLOOR, top_relevance
+from tests import backends
+from tests.backends import execute, one
 from tests.ollama_server import OllamaTestServer, Reply
 
 ALICE = "My sister Alice lives in Lisbon."
@@ -113,8 +115,8 @@ def test_an_injected_instruction_stays_inside_the_tags_and_cannot_close_them(llm
 def test_conflicting_facts_are_shown_to_the_model(llm_eng, server):
     lisbon, porto = remember(llm_eng, ALICE, "My sister Alice lives in Porto.")
     with llm_eng.store.write() as con:
-        con.execute("UPDATE memories SET conflict_with = ? WHERE uid = ?", (porto, lisbon))
-        con.execute("UPDATE memories SET conflict_with = ? WHERE uid = ?", (lisbon, porto))
+        execute(con, "UPDATE memories SET conflict_with = ? WHERE uid = ?", (porto, lisbon))
+        execute(con, "UPDATE memories SET conflict_with = ? WHERE uid = ?", (lisbon, porto))
     server.script("You said Alice lives in Lisbon [1] and later that she lives in Porto [2]; which holds?")
     r = llm_eng.ask("Where does my sister Alice live?")
 
@@ -218,7 +220,7 @@ def test_a_broken_stream_fails_clearly_with_the_sources_and_stores_nothing(llm_e
     assert "Ollama stopped with an error" in str(failed.value)
     assert failed.value.partial == "".join(tokens) == "Alice lives in"
     assert [s.id for s in failed.value.sources] == [alice]
-    assert llm_eng.con.execute("SELECT count(*) FROM messages").fetchone()[0] == 0
+    assert one(llm_eng, "SELECT count(*) FROM messages") == 0
 
 
 def test_an_empty_answer_is_an_error(llm_eng, server):
@@ -282,7 +284,7 @@ def test_cancel_stops_the_answer_and_stores_nothing(llm_eng, server):
     with pytest.raises(Cancelled):
         llm_eng.ask("Where does my sister live?", on_token=on_token, cancel=cancel)
     assert tokens == ["Alice"]
-    assert llm_eng.con.execute("SELECT count(*) FROM conversations").fetchone()[0] == 0
+    assert one(llm_eng, "SELECT count(*) FROM conversations") == 0
 
 
 def test_the_conversation_is_kept_in_messages_not_memories(llm_eng, server):
@@ -294,14 +296,14 @@ def test_the_conversation_is_kept_in_messages_not_memories(llm_eng, server):
 
     assert second.conversation_id == first.conversation_id and first.conversation_id.startswith("cnv_")
     assert llm_eng.stats().memories == memories_before
-    rows = llm_eng.con.execute(
-        "SELECT m.role, m.content, m.meta FROM messages m JOIN conversations c ON c.id = m.conversation_id "
-        "WHERE c.uid = ? ORDER BY m.id", (first.conversation_id,)).fetchall()
+    rows = backends.rows(
+        llm_eng, "SELECT m.role, m.content, m.meta FROM messages m JOIN conversations c ON c.id = m.conversation_id "
+        "WHERE c.uid = ? ORDER BY m.id", (first.conversation_id,))
     assert [(role, content) for role, content, _ in rows] == [
         ("user", "Where does my sister live?"), ("assistant", "Alice lives in Lisbon [1]."),
         ("user", "Since when?"), ("assistant", "She has lived there since 2019 [1]."),
     ]
-    meta = json.loads(rows[1][2])
+    meta = rows[1][2] if isinstance(rows[1][2], dict) else json.loads(rows[1][2])
     assert meta["grounded"] is True and meta["sources"] == [s.id for s in first.sources]
     history = server.chat_requests[-1]["messages"]  # the earlier turn goes into the prompt
     assert [m["role"] for m in history] == ["system", "user", "assistant", "user"]

@@ -15,6 +15,7 @@ import pytest
 from engine import Engine, UserError
 from engine.consolidation import DECAY_PER_30_DAYS
 from engine.graph import ExtractedTriple
+from tests.backends import execute, one
 from tests.ollama_server import OllamaTestServer, Reply
 
 DAY = 86_400.0
@@ -67,7 +68,7 @@ def llm_eng(eng: Engine, server: OllamaTestServer) -> Engine:
 
 
 def importance(eng: Engine, uid: str) -> float:
-    return eng.con.execute("SELECT importance FROM memories WHERE uid = ?", (uid,)).fetchone()[0]
+    return one(eng, "SELECT importance FROM memories WHERE uid = ?", (uid,))
 
 
 def actions(eng: Engine) -> list[str]:
@@ -80,8 +81,8 @@ def actions(eng: Engine) -> list[str]:
 def stored_ago(eng: Engine, uid: str, days: float) -> str:
     """Make a memory as if it had been stored `days` ago (and not used since)."""
     with eng.store.write() as w:
-        w.execute("UPDATE memories SET created_at = created_at - ?, updated_at = updated_at - ? WHERE uid = ?",
-                  (days * DAY, days * DAY, uid))
+        execute(w, "UPDATE memories SET created_at = created_at - ?, updated_at = updated_at - ? WHERE uid = ?",
+                (days * DAY, days * DAY, uid))
     return uid
 
 
@@ -271,7 +272,7 @@ def test_forgetting_an_event_takes_its_summary_along_and_the_rest_is_summarised_
     report = llm_eng.consolidate()
     assert report.rollup.windows == 1 and facts_of(llm_eng) == ["The user is planning a trip to Japan."]
     assert TRIP[0] not in model.summarised[-1] and TRIP[1] in model.summarised[-1]
-    assert llm_eng.con.execute("SELECT count(*) FROM derivations").fetchone()[0] == len(TRIP) - 1
+    assert one(llm_eng, "SELECT count(*) FROM derivations") == len(TRIP) - 1
 
     # a summary the user forgets itself stays gone: its events are not summarised again
     llm_eng.forget(llm_eng.list_memories(kind="fact")[0].id)
@@ -317,8 +318,8 @@ def test_a_summary_the_user_states_again_is_theirs(llm_eng: Engine) -> None:
 def test_summary_none_advances_the_watermark_without_facts(llm_eng: Engine, model: Model) -> None:
     now = time.time()
     with llm_eng.store.write() as con:
-        conv = con.execute("INSERT INTO conversations(uid, created_at, updated_at) VALUES ('cnv_1', ?, ?)",
-                           (now, now)).lastrowid
+        conv = execute(con, "INSERT INTO conversations(uid, created_at, updated_at) VALUES ('cnv_1', ?, ?) "
+                       "RETURNING id", (now, now)).fetchone()[0]
     greetings = ["Hi!", "Hello again.", "Thanks.", "Bye.", "Good morning.", "Cheers.", "Ok.", "See you."]
     for text in greetings:
         llm_eng.remember(text, kind="episodic", source="chat", conversation_id=conv)

@@ -10,6 +10,7 @@ import pytest
 
 from engine import AskResult, Engine
 from engine.config import LLMSettings
+from tests.backends import one, vector_count, word_count
 from tests.ollama_server import OllamaTestServer
 
 FACT = "The storage unit on Elm Street is number 117."
@@ -35,13 +36,13 @@ def answered(eng: Engine) -> tuple[str, AskResult]:
 
 def test_forgetting_a_memory_scrubs_answers_that_cited_it(eng: Engine, server: OllamaTestServer):
     mid, first = answered(eng)
-    stored = eng.con.execute("SELECT count(*) FROM messages WHERE content LIKE '%117%'").fetchone()[0]
+    stored = one(eng, "SELECT count(*) FROM messages WHERE content LIKE '%117%'")
     assert stored == 1
 
     asked = len(server.chat_requests)
     removed = eng.forget(mid).removed
     assert removed["answers"] == 1
-    assert eng.con.execute("SELECT count(*) FROM messages WHERE content LIKE '%117%'").fetchone()[0] == 0
+    assert one(eng, "SELECT count(*) FROM messages WHERE content LIKE '%117%'") == 0
     again = eng.ask("What number is my storage unit?", conversation_id=first.conversation_id)
     assert not again.grounded and again.sources == []
     for req in server.chat_requests[asked:]:  # nothing sent after the forget carries the text
@@ -60,10 +61,9 @@ def test_forgetting_a_document_scrubs_its_chunks_everywhere(eng: Engine, tmp_pat
     assert any(h.document_id == res.document_id for h in hits)
     eng.forget(res.document_id)
     assert all(h.document_id != res.document_id for h in eng.recall("storage unit Elm Street number", k=50))
-    con = eng.con
-    assert con.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH 'elm'").fetchone()[0] == 0
-    assert con.execute("SELECT count(*) FROM vec_chunks").fetchone()[0] == 0
-    assert con.execute("SELECT count(*) FROM memories WHERE source = 'document'").fetchone()[0] == 0
+    assert word_count(eng, "chunks", "elm") == 0
+    assert vector_count(eng, "chunks") == 0
+    assert one(eng, "SELECT count(*) FROM memories WHERE source = 'document'") == 0
 
 
 def test_editing_a_memory_scrubs_answers_that_quoted_its_old_words(eng: Engine, server: OllamaTestServer):
@@ -71,7 +71,7 @@ def test_editing_a_memory_scrubs_answers_that_quoted_its_old_words(eng: Engine, 
     mid, first = answered(eng)
 
     eng.update(mid, text="The storage unit on Elm Street is number 240.")
-    assert eng.con.execute("SELECT count(*) FROM messages WHERE content LIKE '%117%'").fetchone()[0] == 0
+    assert one(eng, "SELECT count(*) FROM messages WHERE content LIKE '%117%'") == 0
     assert next(e for e in eng.audit_log() if e.action == "update").detail["answers_removed"] == 1
     asked = len(server.chat_requests)
     server.reply_fn = lambda req: "Your storage unit is number 240 [1]."

@@ -12,6 +12,7 @@ import pytest
 
 from engine import Engine, NotFound
 from engine.cli import main
+from tests import backends
 from tests.ollama_server import OllamaTestServer, Reply
 
 
@@ -72,6 +73,12 @@ def remember_all(eng: Engine, *texts: str) -> list[str]:
     return [eng.remember(t).id for t in texts]
 
 
+def aliases(eng: Engine) -> dict[str, list[str]]:
+    """{name: aliases} of every node."""
+    return {name: json.loads(a) if isinstance(a, str) else a
+            for name, a in backends.rows(eng, "SELECT name, aliases FROM nodes")}
+
+
 def counts(eng: Engine) -> tuple[int, int]:
     s = eng.stats()
     return s.nodes, s.edges
@@ -109,9 +116,9 @@ def test_entities_resolve_by_normalised_name_and_unambiguous_alias(graph_eng: En
     remember_all(graph_eng, "Alice Smith lives in Lisbon.", "Alice plays chess.", "Lisbon is in Portugal.")
     report = graph_eng.extract_pending()
     assert report.edges == 3
-    names = dict(graph_eng.con.execute("SELECT name, aliases FROM nodes").fetchall())
+    names = aliases(graph_eng)
     assert set(names) == {"Alice Smith", "Lisbon", "chess", "Portugal"}  # "alice", "LISBON." resolved
-    assert json.loads(names["Alice Smith"]) == ["alice"]
+    assert names["Alice Smith"] == ["alice"]
     view = graph_eng.neighbours("Alice", hops=2)  # found by alias
     assert view.entity == "Alice Smith"
     assert {n.name: n.hops for n in view.nodes} == {"Alice Smith": 0, "Lisbon": 1, "chess": 1, "Portugal": 2}
@@ -124,9 +131,9 @@ def test_a_first_word_joins_only_people(graph_eng: Engine) -> None:
     remember_all(graph_eng, "Paris was rainy.", "Paris Hilton opened a hotel in Lisbon.", "Bob works at Acme too.",
                  "Bob Marley played in Lisbon.")
     graph_eng.extract_pending()
-    names = dict(graph_eng.con.execute("SELECT name, aliases FROM nodes").fetchall())
-    assert {"Paris", "Paris Hilton"} <= set(names) and json.loads(names["Paris Hilton"]) == []
-    assert "Bob Marley" not in names and json.loads(names["Bob"]) == ["Bob Marley"]  # people: one person
+    names = aliases(graph_eng)
+    assert {"Paris", "Paris Hilton"} <= set(names) and names["Paris Hilton"] == []
+    assert "Bob Marley" not in names and names["Bob"] == ["Bob Marley"]  # people: one person
 
 
 def test_a_two_hop_question_is_answered_through_the_graph(graph_eng: Engine) -> None:
@@ -138,7 +145,7 @@ def test_a_two_hop_question_is_answered_through_the_graph(graph_eng: Engine) -> 
 
     assert one_hop == ["Alice —works at→ Acme"]
     assert two_hops == ["Alice —works at→ Acme", "Acme —is based in→ Berlin"]
-    rows = dict(graph_eng.con.execute("SELECT uid, id FROM memories").fetchall())
+    rows = dict(backends.rows(graph_eng, "SELECT uid, id FROM memories"))
     assert graph_eng.graph_memory_ids("In which city is Alice's employer?", hops=2) == [rows[alice], rows[acme]]
     assert graph_eng.graph_keys("Where does Alice work?", hops=1) == [("m", rows[alice])]
     assert graph_eng.graph_context("What is the weather like?") == []
@@ -167,11 +174,11 @@ def test_forgetting_a_memory_removes_its_edges_and_orphan_nodes(graph_eng: Engin
 def test_forgetting_a_document_removes_the_edges_of_its_chunks(graph_eng: Engine) -> None:
     now = time.time()
     with graph_eng.store.write() as con:
-        doc = con.execute(
-            "INSERT INTO documents(uid, title, mime, content_hash, created_at, updated_at) "
-            "VALUES ('doc_test', 'Org chart', 'text/plain', 'h', ?, ?)", (now, now)).lastrowid
-        con.execute("INSERT INTO chunks(uid, document_id, position, text, content_hash) "
-                    "VALUES ('chk_test', ?, 0, 'Acme is based in Berlin.', 'c')", (doc,))
+        doc = backends.execute(
+            con, "INSERT INTO documents(uid, title, mime, content_hash, created_at, updated_at) "
+            "VALUES ('doc_test', 'Org chart', 'text/plain', 'h', ?, ?) RETURNING id", (now, now)).fetchone()[0]
+        backends.execute(con, "INSERT INTO chunks(uid, document_id, position, text, content_hash) "
+                         "VALUES ('chk_test', ?, 0, 'Acme is based in Berlin.', 'c')", (doc,))
     (alice,) = remember_all(graph_eng, "Alice works at Acme.")
     report = graph_eng.extract_pending()
     assert report.processed == 2 and report.edges == 2
@@ -210,6 +217,7 @@ def test_extraction_waits_without_a_language_model(eng: Engine, server: OllamaTe
     assert counts(eng) == (0, 0)
 
 
+@pytest.mark.sqlite_only("the CLI opens the desktop profile's store")
 def test_cli_graph_shows_the_neighbourhood(graph_eng: Engine, capsys: pytest.CaptureFixture[str]) -> None:
     remember_all(graph_eng, "Alice works at Acme.", "Acme is based in Berlin.")
     graph_eng.extract_pending()

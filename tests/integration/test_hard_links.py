@@ -114,6 +114,7 @@ def test_the_api_refuses_hard_links_to_protected_files(api: Live, tmp_path: Path
     assert any("oarlocks" in p.text for d in api.eng.list_documents() for p in api.eng.document_passages(d.id))
 
 
+@pytest.mark.sqlite_only("the keychain file and the profile are the desktop's")
 def test_a_watched_folder_skips_hard_links_to_protected_files(eng: Engine, tmp_path: Path, home: Path):
     files = protected(eng, home)
     folder = tmp_path / "watched"
@@ -131,6 +132,7 @@ def test_a_watched_folder_skips_hard_links_to_protected_files(eng: Engine, tmp_p
     assert leaked(eng, files) == []
 
 
+@pytest.mark.sqlite_only("the keychain file and the profile are the desktop's")
 def test_an_agent_cannot_read_a_hard_link_to_a_protected_file(llm_eng, server, tmp_path: Path,  # noqa: F811
                                                                 home: Path):
     files = protected(llm_eng, home)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from engine import Engine, UserError
+from tests.backends import one
 from tests.imports_fixtures import (
     T0,
     chatgpt_conversations,
@@ -25,8 +26,7 @@ from tests.integration.test_cli import ok_json, run
 
 
 def counts(eng: Engine) -> dict[str, int]:
-    one = lambda sql: eng.con.execute(sql).fetchone()[0]  # noqa: E731
-    return {t: one(f"SELECT count(*) FROM {t}") for t in ("conversations", "messages", "memories", "documents",
+    return {t: one(eng, f"SELECT count(*) FROM {t}") for t in ("conversations", "messages", "memories", "documents",
                                                           "chunks", "edges", "nodes")}
 
 
@@ -132,7 +132,7 @@ def test_obsidian_vault_notes_tags_links_and_attachments(eng: Engine, tmp_path: 
     assert r.links == 4  # Garden → Greenhouse, Compost, seeds.txt; Greenhouse → Garden (not the one in code)
     docs = {d.title: d for d in eng.list_documents()}
     assert set(docs) == {"Garden plans", "Greenhouse", "Compost.md", "seeds.txt"}
-    meta = json.loads(eng.con.execute("SELECT meta FROM documents WHERE title = 'Garden plans'").fetchone()[0])
+    meta = json.loads(one(eng, "SELECT CAST(meta AS text) FROM documents WHERE title = 'Garden plans'"))
     assert meta["front_matter"]["status"] == "draft" and meta["tags"] == ["garden", "spring", "todo"]
     view = eng.neighbours("Garden", hops=1)
     names = {n.name for n in view.nodes}
@@ -171,6 +171,7 @@ def test_cli_import_sources_and_restore(tmp_path: Path):
     assert sum(restored["added"].values()) == 0 and sum(restored["skipped"].values()) > 0
 
 
+@pytest.mark.sqlite_only("a server reads no paths of its own (docs/server.md)")
 def test_http_import_route(live, tmp_path: Path):  # noqa: F811 (the fixture imported above)
     export = write_chatgpt_zip(tmp_path / "export.zip")
     outside = live.client.post("/import/chatgpt", json={"path": str(export)})
@@ -190,6 +191,7 @@ def test_http_import_route(live, tmp_path: Path):  # noqa: F811 (the fixture imp
     assert live.client.post("/import/evernote", json={"path": str(vault)}).status_code == 422
 
 
+@pytest.mark.postgres_pending("export and import are not yet on a server")
 def test_times_no_date_can_show_are_not_stored_and_never_break_a_listing(eng: Engine, tmp_path: Path):
     def conversation(cid: str, text: str, t: float) -> dict:
         message = {"id": "a", "author": {"role": "user"}, "content": {"content_type": "text", "parts": [text]},

@@ -18,6 +18,7 @@ import engine.ingest as ingest_mod
 from engine import Engine
 from engine.embeddings import NoEmbedder
 from engine.ingest import IngestProgress
+from tests.backends import execute, indexed_count, one, rows, vector_count
 from tests.fixtures_docs import MARKDOWN, make_all, make_bad
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,15 +26,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def counts(eng: Engine) -> dict[str, int]:
     """Every table a document leaves traces in, pending rows included."""
-    one = lambda sql: eng.con.execute(sql).fetchone()[0]  # noqa: E731
     return {
-        "documents": one("SELECT count(*) FROM documents"),
-        "chunks": one("SELECT count(*) FROM chunks"),
-        "fts": one("SELECT count(*) FROM chunks_fts_docsize"),
-        "vectors": one("SELECT count(*) FROM vec_chunks") if one(
-            "SELECT count(*) FROM sqlite_master WHERE name = 'vec_chunks'") else 0,
-        "memories": one("SELECT count(*) FROM memories"),
-        "edges": one("SELECT count(*) FROM edges"),
+        "documents": one(eng, "SELECT count(*) FROM documents"),
+        "chunks": one(eng, "SELECT count(*) FROM chunks"),
+        "fts": indexed_count(eng, "chunks"),
+        "vectors": vector_count(eng, "chunks"),
+        "memories": one(eng, "SELECT count(*) FROM memories"),
+        "edges": one(eng, "SELECT count(*) FROM edges"),
     }
 
 
@@ -192,12 +191,12 @@ def test_forgetting_a_document_removes_every_trace(eng: Engine, tmp_path: Path):
     r = eng.ingest([path])[0]
     baseline = eng.remember("The Markdown note I wrote myself.").id
     # a knowledge-graph edge derived from one of the document's chunks
-    chunk_id = eng.con.execute("SELECT id FROM chunks ORDER BY id LIMIT 1").fetchone()[0]
+    chunk_id = one(eng, "SELECT id FROM chunks ORDER BY id LIMIT 1")
     with eng.mutation() as (con, _):
-        a = con.execute("INSERT INTO nodes(name, norm_name, created_at) VALUES ('Frob', 'frob', 0)").lastrowid
-        b = con.execute("INSERT INTO nodes(name, norm_name, created_at) VALUES ('Linux', 'linux', 0)").lastrowid
-        con.execute("INSERT INTO edges(src, rel, dst, chunk_id, created_at) VALUES (?, 'runs_on', ?, ?, 0)",
-                    (a, b, chunk_id))
+        a = execute(con, "INSERT INTO nodes(name, norm_name, created_at) VALUES ('Frob', 'frob', 0) RETURNING id")
+        b = execute(con, "INSERT INTO nodes(name, norm_name, created_at) VALUES ('Linux', 'linux', 0) RETURNING id")
+        execute(con, "INSERT INTO edges(src, rel, dst, chunk_id, created_at) VALUES (?, 'runs_on', ?, ?, 0)",
+                (a.fetchone()[0], b.fetchone()[0], chunk_id))
     assert chunk_hits(eng, "where does the frob config file live on Linux")
     assert eng.list_memories(kind="episodic", activity=True)
 
@@ -205,7 +204,7 @@ def test_forgetting_a_document_removes_every_trace(eng: Engine, tmp_path: Path):
     assert gone.type == "document" and gone.removed["chunks"] == r.chunks and gone.removed["edges"] == 1
     c = counts(eng)
     assert c == {"documents": 0, "chunks": 0, "fts": 0, "vectors": 0, "memories": 1, "edges": 0}
-    assert eng.con.execute("SELECT count(*) FROM nodes").fetchone()[0] == 0
+    assert one(eng, "SELECT count(*) FROM nodes") == 0
     assert eng.list_memories(kind="episodic", activity=True) == [] and eng.get(baseline)
     for query in ("frob config file Linux", "Markdown fact", "Ingested handbook.md"):
         assert all(h.id == baseline for h in eng.recall(query)), query
@@ -428,7 +427,7 @@ def test_a_passage_a_document_repeats_is_one_hit(eng: Engine, tmp_path: Path):
     path.write_text("\n\n".join(f"# Notice {i}\n\n{notice}" for i in range(6)), encoding="utf-8")
     doc = eng.ingest([path])[0]
     assert doc.status == "added" and doc.chunks >= 6
-    texts = [r[0] for r in eng.con.execute("SELECT text FROM chunks")]
+    texts = [r[0] for r in rows(eng, "SELECT text FROM chunks")]
     assert len(set(texts)) < len(texts)  # the file's passages repeat
     chunks = [h for h in eng.recall("When does the ferry to Aldermoor leave?", k=10) if h.id.startswith("chk_")]
     assert chunks and len({" ".join(h.text.split()) for h in chunks}) == len(chunks)

@@ -149,6 +149,7 @@ def test_term_scores_are_fts5s_own_bm25_on_the_rows_asked_about_only(store, tabl
     assert len(matching) == len(terms) and all("rowid IN" in s and "bm25" not in s for s in matching)
 
 
+@pytest.mark.sqlite_only("FTS5's own statements, traced")
 def test_recall_scores_a_term_past_the_budget_on_its_candidates_as_fts5_would(eng, monkeypatch):
     """With vectors to find candidates, a term in more rows than the posting budget is not searched by FTS5
     (which would score each of its rows); it is scored on the candidates. Where those are every row (a

@@ -72,6 +72,7 @@ def test_a_model_needing_the_extra_says_how_to_install_it(tmp_path: Path, monkey
 
 
 @pytest.mark.skipif(not models_extra_installed(), reason="needs the models extra (sentence-transformers)")
+@pytest.mark.sqlite_only("a server's embedding model is the operator's (server init)")
 def test_switching_model_re_embeds_in_the_background(eng: Engine, tmp_path: Path):
     for i, text in enumerate(["My sister Alice lives in Lisbon.", "The boat is moored in Porto, berth 12.",
                               "Dentist appointment moved to Friday."] * 4):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from engine import relevance
+from tests import backends
 
 FACTS = [
     "My sister Anna lives in Lisbon and works as a marine biologist.",
@@ -75,14 +76,14 @@ def test_graph_signal_joins_recall_only_when_the_graph_has_edges(eng, monkeypatc
     hits = eng.recall(question, record_access=False)
     assert calls == [] and all("graph" not in h.via for h in hits)  # no edges: the graph is not consulted
     monkeypatch.undo()
-    rows = dict(eng.con.execute("SELECT uid, id FROM memories").fetchall())
+    rows = dict(backends.rows(eng, "SELECT uid, id FROM memories"))
     with eng.store.write() as con:  # what extraction would write (tests/integration/test_graph.py does it for real)
         for name in ("Alice", "Acme", "Berlin"):
-            con.execute("INSERT INTO nodes(name, norm_name, created_at) VALUES (?, ?, 0)", (name, name.lower()))
+            backends.execute(con, "INSERT INTO nodes(name, norm_name, created_at) VALUES (?, ?, 0)", (name, name.lower()))
         node = dict(con.execute("SELECT norm_name, id FROM nodes").fetchall())
         for src, rel, dst, mem in (("alice", "works at", "acme", a.id), ("acme", "is based in", "berlin", b.id)):
-            con.execute("INSERT INTO edges(src, rel, dst, memory_id, created_at) VALUES (?, ?, ?, ?, 0)",
-                        (node[src], rel, node[dst], rows[mem]))
+            backends.execute(con, "INSERT INTO edges(src, rel, dst, memory_id, created_at) VALUES (?, ?, ?, ?, 0)",
+                             (node[src], rel, node[dst], rows[mem]))
     assert eng.graph_keys(question) == [("m", rows[a.id]), ("m", rows[b.id])]
     via = {h.id: h.via for h in eng.recall(question, record_access=False)}
     assert "graph" in via[a.id] and "graph" in via[b.id]

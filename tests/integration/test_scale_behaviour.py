@@ -443,6 +443,7 @@ def test_an_edit_the_vector_mirror_does_not_hold_leaves_it_as_it_is(profile_home
         assert not [h for h in eng.recall("allotment gate code", project="garden") if h.id == uid]
 
 
+@pytest.mark.sqlite_only("the SQLite writer's heap and statement cache")
 def test_the_background_gives_freed_heap_back_once_writes_have_stopped(eng: Engine):
     """An app left open after an ingest is light at rest: once a whole background pass has seen no new
     writes after some, the C heap's free memory goes back to the OS (engine/heap.py) — once, not on every
@@ -507,6 +508,7 @@ def test_a_forget_drops_its_rows_from_the_mirror_without_reading_them_back(profi
         assert index._mirror is not None and index._mirror.dead >= 1  # dropped from the loaded mirror, not reloaded
 
 
+@pytest.mark.sqlite_only("the SQLite writer's heap and statement cache")
 def test_the_statements_of_a_long_session_stay_a_set_the_statement_cache_holds(eng: Engine):
     """sqlcipher3's statement cache, once full, keeps a statement it had not seen for one run only: IN lists
     of every length filled it after a few recalls, and from then on `stats` (say) was prepared again on every

@@ -19,6 +19,7 @@ from engine import Engine, NotFound, UserError
 from engine.embeddings import NoEmbedder
 from engine.errors import KeyMissing, StoreTooNew, WrongKey
 from engine.keys import SERVICE, read_profile
+from tests.backends import one, rows, vector_count, word_count
 
 SISTER = "My sister Alice lives in Lisbon and works as an architect."
 
@@ -103,6 +104,7 @@ def test_an_edit_cannot_make_two_memories_say_the_same(eng: Engine):
     assert eng.get(bread).text == "Bread rises best in a warm, damp oven."
 
 
+@pytest.mark.sqlite_only("the SQLite file indexes a prefix of the content hash; PostgreSQL the whole hash")
 def test_a_hash_sharing_the_indexed_prefix_is_not_the_same_words(eng: Engine):
     from engine.memory_rules import content_hash
     from engine.store.sqlite import memories as memory_rows
@@ -183,9 +185,8 @@ def test_forgotten_memory_never_returns(eng: Engine):
     for q in ("spare key flowerpot", "Where is the key hidden?", "blue"):
         assert all(h.id != gone for h in eng.recall(q, k=50, include_archived=True))
     assert all(m.id != gone for m in eng.list_memories(archived=None))
-    con = eng.con
-    assert con.execute("SELECT count(*) FROM memories_fts WHERE memories_fts MATCH 'flowerpot'").fetchone()[0] == 0
-    assert con.execute("SELECT count(*) FROM vec_memories").fetchone()[0] == 1
+    assert word_count(eng, "memories", "flowerpot") == 0
+    assert vector_count(eng, "memories") == 1
     with pytest.raises(NotFound):
         eng.forget(gone)
     actions = [(a.action, a.target) for a in eng.audit_log()]
@@ -222,7 +223,7 @@ def test_edit_is_found_by_new_words_not_old(eng: Engine):
     old = [h for h in eng.recall("Madrid") if h.id == mid]
     assert not old or "fts" not in old[0].via  # the old words are gone from the index
     assert not old or old[0].cosine < new[0].cosine  # and the vector is the new text's
-    assert eng.con.execute("SELECT count(*) FROM memories_fts WHERE memories_fts MATCH 'madrid'").fetchone()[0] == 0
+    assert word_count(eng, "memories", "madrid") == 0
     top = eng.recall("offsite in Iceland", k=1)
     assert top and top[0].id == mid
     assert eng.get(mid).embedded
@@ -445,16 +446,15 @@ def test_a_recall_opted_in_as_use_counts_and_importance_grows_towards_one(eng: E
     a = eng.remember("The spare tyre is under the boot floor.", importance=0.4).id
     b = eng.remember("The dog's vet is Dr. Silva on Elm Street.", importance=0.4).id
     assert [h.id for h in eng.recall("spare tyre boot", k=1)] == [a]  # a plain recall is not a use
-    assert eng.con.execute("SELECT access_count FROM memories WHERE uid = ?", (a,)).fetchone()[0] == 0
+    assert one(eng, "SELECT access_count FROM memories WHERE uid = ?", (a,)) == 0
     hits = eng.recall("spare tyre boot", k=1, record_access=True)
     assert [h.id for h in hits] == [a]
-    row = eng.con.execute("SELECT importance, access_count, last_accessed_at FROM memories WHERE uid = ?",
-                          (a,)).fetchone()
+    row = rows(eng, "SELECT importance, access_count, last_accessed_at FROM memories WHERE uid = ?", (a,))[0]
     assert row[0] == pytest.approx(boosted_importance(0.4)) and row[1] == 1 and row[2] is not None
-    untouched = eng.con.execute("SELECT importance, access_count FROM memories WHERE uid = ?", (b,)).fetchone()
+    untouched = rows(eng, "SELECT importance, access_count FROM memories WHERE uid = ?", (b,))[0]
     assert untouched == (0.4, 0)
     eng.recall("spare tyre boot", k=1)
-    assert eng.con.execute("SELECT access_count FROM memories WHERE uid = ?", (a,)).fetchone()[0] == 1
+    assert one(eng, "SELECT access_count FROM memories WHERE uid = ?", (a,)) == 1
 
 
 def test_a_project_name_is_checked_at_every_door_of_the_engine(eng: Engine, tmp_path: Path):

@@ -89,6 +89,7 @@ def failing(eng: Engine, monkeypatch: pytest.MonkeyPatch) -> Any:
     return inject
 
 
+@pytest.mark.sqlite_only("a full disk and a read-only file are the SQLite file's conditions")
 def test_a_full_disk_and_a_read_only_store_are_reported_by_the_engine(eng: Engine, failing: Any):
     failing(13, "database or disk is full")
     with pytest.raises(DiskFull, match="is full"):
@@ -98,6 +99,7 @@ def test_a_full_disk_and_a_read_only_store_are_reported_by_the_engine(eng: Engin
         eng.remember("A fact for a read-only store.")
 
 
+@pytest.mark.sqlite_only("a full disk and a read-only file are the SQLite file's conditions")
 def test_the_api_answers_507_and_503_with_the_message(eng: Engine, failing: Any):
     from fastapi.testclient import TestClient
 
@@ -113,6 +115,7 @@ def test_the_api_answers_507_and_503_with_the_message(eng: Engine, failing: Any)
         assert r.status_code == 503 and "read-only" in r.json()["detail"]
 
 
+@pytest.mark.sqlite_only("a full disk and a read-only file are the SQLite file's conditions")
 def test_mcp_tools_return_the_message_as_a_tool_error(eng: Engine, failing: Any):
     from engine.mcp import _guarded
 

@@ -20,12 +20,12 @@ import pytest
 from engine import Engine
 from engine.config import LLMSettings
 from engine.embeddings import NoEmbedder
+from tests.backends import rows
 from tests.ollama_server import OllamaTestServer
 
 
 def use_row(eng: Engine, uid: str) -> tuple:
-    return eng.con.execute("SELECT access_count, last_accessed_at, importance FROM memories WHERE uid = ?",
-                           (uid,)).fetchone()
+    return rows(eng, "SELECT access_count, last_accessed_at, importance FROM memories WHERE uid = ?", (uid,))[0]
 
 
 def test_a_memory_used_a_hundred_times_does_not_outrank_the_relevant_one(eng: Engine):

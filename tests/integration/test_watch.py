@@ -21,6 +21,8 @@ from engine.store.sqlite.migrations import MIGRATIONS, migrate
 
 WAIT_S = 30.0  # the bound: events arrive within about a second; a loaded CI machine gets room
 
+pytestmark = pytest.mark.sqlite_only("a server watches no folders: its users' documents come by upload")
+
 
 def until(cond: Callable[[], object], what: str, timeout: float = WAIT_S) -> None:
     deadline = time.monotonic() + timeout
