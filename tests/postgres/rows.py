@@ -36,3 +36,33 @@ def memory(con: psycopg.Connection, uid: str, text: str, *, document_id: int | N
         (uid, text, f"h_{uid}", document_id, project, archived, extracted)).fetchone()
     assert row is not None
     return int(row[0])
+
+
+class Both:
+    """One scenario of row calls (a function of a write transaction, returning what it read) run on both
+    backends: in a desktop profile's SQLite file, and as Alice on the test's PostgreSQL database, where Bob
+    has rows of his own (`bob` writes them first, `after` checks as Bob that Alice's scenario left them as they
+    were). `run` asserts both backends gave the same answers, and returns them."""
+
+    def __init__(self, home, db: Database) -> None:
+        self.home, self.db = home, db
+        self.alice, self.bob = two_users(db)
+
+    def run(self, scenario, *, bob=None, after=None) -> list:
+        from engine import Engine
+        from engine.embeddings import NoEmbedder
+        from engine.store import backend_of
+
+        with Engine.open(self.home, embedder=NoEmbedder()) as eng, eng.store.write() as con:
+            on_sqlite = scenario(con)
+        if bob is not None:
+            with self.db.transaction(self.bob) as con:
+                bob(con)
+        with self.db.transaction(self.alice) as con:
+            assert backend_of(con) == "engine.store.postgres"
+            on_postgres = scenario(con)
+        if after is not None:
+            with self.db.transaction(self.bob) as con:
+                after(con)
+        assert on_postgres == on_sqlite
+        return on_sqlite

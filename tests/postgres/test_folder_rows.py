@@ -4,10 +4,9 @@ gives the same answers on both (row ids aside), and two users may watch the same
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from engine import store, users
-from engine.store.postgres.database import Database
+from engine import store
+from tests.postgres.rows import Both
 
 
 def folder(row: tuple | None):
@@ -37,21 +36,12 @@ def scenario(con) -> list:
     return out
 
 
-def test_watched_folders_on_both_backends(profile_home: Path, pg_url: str):
-    from engine import Engine
-    from engine.embeddings import NoEmbedder
+def test_watched_folders_on_both_backends(both: Both):
+    def bob(con) -> None:  # the same path as Alice's: each user has their own
+        store.watch.add(con, "/notes", None, "[]", "[]", 1.0)
 
-    with Engine.open(profile_home, embedder=NoEmbedder()) as eng, eng.store.write() as con:
-        on_sqlite = scenario(con)
-    users.add(pg_url, "alice")
-    users.add(pg_url, "bob")
-    with Database(pg_url) as db:
-        ids = {u.name: u.id for u in db.users()}
-        with db.transaction(ids["bob"]) as con:  # the same path as Alice's: each user has their own
-            store.watch.add(con, "/notes", None, "[]", "[]", 1.0)
-        with db.transaction(ids["alice"]) as con:
-            on_postgres = scenario(con)
-        with db.transaction(ids["bob"]) as con:
-            assert [r[1] for r in store.watch.all_folders(con)] == ["/notes"]
-    assert on_postgres == on_sqlite
+    def after(con) -> None:
+        assert [r[1] for r in store.watch.all_folders(con)] == ["/notes"]
+
+    on_sqlite = both.run(scenario, bob=bob, after=after)
     assert on_sqlite[-1][:2] == (True, False) and on_sqlite[1][0] is True

@@ -6,14 +6,13 @@ rows, even one with the same uid, stay as they were."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-from engine import store, users
+from engine import store
 from engine.errors import NotFound
-from engine.store.postgres.database import Database
 from engine.store.types import MemoryRow, to_memory
+from tests.postgres.rows import Both
 
 
 def plain(row: MemoryRow | None):
@@ -76,29 +75,21 @@ def scenario(con) -> list:
     return out
 
 
-def test_the_same_calls_give_the_same_answers_on_both_backends(profile_home: Path, pg_url: str):
-    from engine import Engine
-    from engine.embeddings import NoEmbedder
+def test_the_same_calls_give_the_same_answers_on_both_backends(both: Both):
+    bobs: dict[str, object] = {}
 
-    with Engine.open(profile_home, embedder=NoEmbedder()) as eng, eng.store.write() as con:
-        on_sqlite = scenario(con)
-    users.add(pg_url, "alice")
-    users.add(pg_url, "bob")
-    with Database(pg_url) as db:
-        ids = {u.name: u.id for u in db.users()}
-        with db.transaction(ids["bob"]) as con:  # Bob has a memory with the same uid and words
-            bobs = store.memories.insert(
-                con, uid="mem_a", kind="fact", text="Alice lives in Lisbon.", chash="h1", importance=0.5, now=1.0,
-                event_at=None, project="family", source="user", meta=None, conversation_id=None, document_id=None,
-                done=False, dedup_pending=True)
-            before = store.memories.by_id(con, bobs)
-        with db.transaction(ids["alice"]) as con:
-            assert store.backend_of(con) == "engine.store.postgres"
-            on_postgres = scenario(con)
-        with db.transaction(ids["bob"]) as con:
-            assert store.memories.by_id(con, bobs) == before
-            assert [r.uid for r in store.memories.listing(
-                con, kind=None, project=None, archived=None, conflicts_only=False, activity=None, limit=10,
-                offset=0)] == ["mem_a"]
-    assert on_postgres == on_sqlite
+    def bob(con) -> None:  # Bob has a memory with the same uid and words
+        rid = store.memories.insert(
+            con, uid="mem_a", kind="fact", text="Alice lives in Lisbon.", chash="h1", importance=0.5, now=1.0,
+            event_at=None, project="family", source="user", meta=None, conversation_id=None, document_id=None,
+            done=False, dedup_pending=True)
+        bobs.update(id=rid, row=store.memories.by_id(con, rid))
+
+    def after(con) -> None:
+        assert store.memories.by_id(con, bobs["id"]) == bobs["row"]
+        assert [r.uid for r in store.memories.listing(
+            con, kind=None, project=None, archived=None, conflicts_only=False, activity=None, limit=10,
+            offset=0)] == ["mem_a"]
+
+    on_sqlite = both.run(scenario, bob=bob, after=after)
     assert on_sqlite[0].meta == {"k": 1, "tags": ["x"]} and on_sqlite[6] == ["mem_act", "mem_c", "mem_b", "mem_a"]

@@ -5,15 +5,13 @@ forgetting a source deletes the answers that cite it; another user's conversatio
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import psycopg
 import pytest
 
 from engine import store
 from engine.errors import NotFound
 from engine.store.postgres.database import Database
-from tests.postgres.rows import two_users
+from tests.postgres.rows import Both, two_users
 
 
 def scenario(con) -> list:
@@ -56,17 +54,10 @@ def scenario(con) -> list:
     return out
 
 
-def test_the_same_calls_give_the_same_answers_on_both_backends(profile_home: Path, pg_db: Database):
-    from engine import Engine
-    from engine.embeddings import NoEmbedder
-
-    with Engine.open(profile_home, embedder=NoEmbedder()) as eng, eng.store.write() as con:
-        on_sqlite = scenario(con)
-    alice, _ = two_users(pg_db)
-    with pg_db.transaction(alice) as con:
-        on_postgres = scenario(con)
+def test_the_same_calls_give_the_same_answers_on_both_backends(both: Both):
+    on_sqlite = both.run(scenario)
+    with both.db.transaction(both.alice) as con:
         (updated,) = con.execute("SELECT updated_at FROM conversations WHERE uid = 'cnv_chat'").fetchone()
-    assert on_postgres == on_sqlite
     assert updated == 260.0
     assert on_sqlite[1] == [("assistant", "Nothing says."), ("user", "When?"), ("assistant", "In May.")]
     assert on_sqlite[-4] == 1 and on_sqlite[-2] == 1

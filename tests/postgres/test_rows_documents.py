@@ -4,7 +4,6 @@ functions with the same meaning, on a real PostgreSQL, each user seeing only the
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import psycopg
@@ -13,7 +12,7 @@ import pytest
 from engine import store
 from engine.store.postgres import documents as rows
 from engine.store.postgres.database import Database
-from tests.postgres.rows import memory, put_vector, two_users, unit
+from tests.postgres.rows import Both, memory, put_vector, two_users, unit
 
 META = json.dumps({"action": "added", "attempts": 1, "ocr": {"pages": [2]}})
 
@@ -302,16 +301,8 @@ def scenario(con) -> list:
     return out
 
 
-def test_the_same_calls_give_the_same_answers_on_both_backends(profile_home: Path, pg_db: Database):
-    from engine import Engine
-    from engine.embeddings import NoEmbedder
-
-    with Engine.open(profile_home, embedder=NoEmbedder()) as eng, eng.store.write() as con:
-        on_sqlite = scenario(con)
-    alice, _ = two_users(pg_db)
-    with pg_db.transaction(alice) as con:
-        on_postgres = scenario(con)
-    assert on_postgres == on_sqlite
+def test_the_same_calls_give_the_same_answers_on_both_backends(both: Both):
+    on_sqlite = both.run(scenario)
     assert on_sqlite[-2] == (["mem_event"], 1, ["chk_trip_0", "chk_trip_1", "chk_trip_2"], 1, 2, 1, 2)
     assert on_sqlite[-1] == (None, None, [], False, None, [], [("user", "Bridge?"), ("user", "When?"),
                                                              ("assistant", "In May.")])

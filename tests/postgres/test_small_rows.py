@@ -4,10 +4,9 @@ ids counted from the first row the scenario writes: each backend numbers its own
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from engine import store, users
 from engine.store.postgres.database import Database
+from tests.postgres.rows import Both
 
 
 def scenario(con) -> list:
@@ -46,25 +45,16 @@ def scenario(con) -> list:
     return out
 
 
-def test_audit_state_and_tallies_on_both_backends(profile_home: Path, pg_url: str):
-    from engine import Engine
-    from engine.embeddings import NoEmbedder
+def test_audit_state_and_tallies_on_both_backends(both: Both):
+    def bob(con) -> None:
+        store.audit.insert(con, 1.0, "api", "remember", "mem_bob", {})
+        store.state.put(con, "k", "bob's")
 
-    with Engine.open(profile_home, embedder=NoEmbedder()) as eng, eng.store.write() as con:
-        on_sqlite = scenario(con)
-    users.add(pg_url, "alice")
-    users.add(pg_url, "bob")
-    with Database(pg_url) as db:
-        ids = {u.name: u.id for u in db.users()}
-        with db.transaction(ids["bob"]) as con:
-            store.audit.insert(con, 1.0, "api", "remember", "mem_bob", {})
-            store.state.put(con, "k", "bob's")
-        with db.transaction(ids["alice"]) as con:
-            on_postgres = scenario(con)
-        with db.transaction(ids["bob"]) as con:
-            assert store.audit.last_id(con) == 1 and store.state.get(con, "k") == "bob's"
-            assert store.tallies.memory_tallies(con) == []
-    assert on_postgres == on_sqlite
+    def after(con) -> None:
+        assert store.audit.last_id(con) == 1 and store.state.get(con, "k") == "bob's"
+        assert store.tallies.memory_tallies(con) == []
+
+    on_sqlite = both.run(scenario, bob=bob, after=after)
     assert on_sqlite[0][0][3] == "remember" and on_sqlite[3] == 3 and on_sqlite[6] == ("v2", "v2", "made", "made")
 
 
