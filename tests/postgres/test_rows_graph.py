@@ -5,14 +5,12 @@ another user's graph is out of reach."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import psycopg
 import pytest
 
 from engine import store
 from engine.store.postgres.database import Database
-from tests.postgres.rows import two_users
+from tests.postgres.rows import Both, two_users
 
 
 def add_memory(con, uid: str, text: str, **kw) -> int:
@@ -96,16 +94,8 @@ def scenario(con) -> list:
     return out
 
 
-def test_the_same_calls_give_the_same_answers_on_both_backends(profile_home: Path, pg_db: Database):
-    from engine import Engine
-    from engine.embeddings import NoEmbedder
-
-    with Engine.open(profile_home, embedder=NoEmbedder()) as eng, eng.store.write() as con:
-        on_sqlite = scenario(con)
-    alice, _ = two_users(pg_db)
-    with pg_db.transaction(alice) as con:
-        on_postgres = scenario(con)
-    assert on_postgres == on_sqlite
+def test_the_same_calls_give_the_same_answers_on_both_backends(both: Both):
+    on_sqlite = both.run(scenario)
     assert on_sqlite[0] == 3 and on_sqlite[5][0] == 1
     assert on_sqlite[-3] == [("Porto", None, 3), ("Alice", "person", 2), ("Lisbon", "place", 2)]
 
@@ -150,3 +140,20 @@ def test_another_users_graph_is_out_of_reach(pg_db: Database):
         assert g.aliases(con) == [(a, ["Ally"])] and g.rejections(con) == {"vague": 1}
         assert len(g.edges_touching(con, [a], None)) == 2
         assert g.best_connected(con, 1) == [("Alice", "person", 2)]
+
+
+def test_the_extraction_queue_reads_only_what_waits(pg_db: Database, pg_url: str):
+    alice, bob = two_users(pg_db)
+    for user in (alice, bob):  # many rows read already, a few waiting
+        with pg_db.transaction(user) as con, con.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO memories(uid, kind, text, content_hash, importance, created_at, updated_at, extracted) "
+                "VALUES (%s, 'fact', 'a note', %s, 0.5, 1, 1, %s)",
+                [(f"mem_{user}_{i}", f"h{i}", i % 500 != 0) for i in range(3000)])
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("ANALYZE personal_llm.memories")
+    with pg_db.transaction(alice) as con:
+        assert [r[2] for r in store.graph.unread(con, 10)] == [f"mem_{alice}_{i}" for i in range(0, 3000, 500)]
+        plan = "\n".join(r[0] for r in con.execute(
+            "EXPLAIN SELECT id FROM memories WHERE NOT extracted AND NOT archived ORDER BY id LIMIT 10").fetchall())
+    assert "memories_unread" in plan, plan

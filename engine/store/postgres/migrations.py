@@ -463,8 +463,18 @@ def m001_initial(con: Connection) -> None:
     con.execute(script)
 
 
+def m002_extraction_queue(con: Connection) -> None:
+    """The triple-extraction queue (graph.unread: what is not read yet, oldest first) gets partial indexes that
+    hold only what waits, so reading it costs what waits, not every row of the user."""
+    con.execute("""
+        CREATE INDEX memories_unread ON memories(user_id, id) WHERE NOT extracted AND NOT archived;
+        CREATE INDEX chunks_unread ON chunks(user_id, id) WHERE NOT extracted;
+    """)
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     m001_initial,
+    m002_extraction_queue,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
