@@ -28,10 +28,10 @@ def named_profile(base: Path, name: str) -> Path:
 
 
 def profile_kind(home: Path) -> str:
-    """local (a store on this computer), server (`server.json`: it lives on a server) or new (neither yet)."""
+    """local (a store on this computer), server (`connection.json`: it lives on a server) or new (neither yet)."""
     if (home / "memory.db").exists():
         return "local"
-    return "server" if (home / "server.json").exists() else "new"
+    return "server" if (home / "connection.json").exists() else "new"
 
 
 def saved_theme(home: Path) -> str:

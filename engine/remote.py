@@ -2,7 +2,7 @@
 Personal LLM server's HTTP API, with the methods of the engine facade that the CLI (and the desktop's bridge)
 use, so that a command works the same on a local profile and on a server profile.
 
-- **The profile.** `server.json` in the profile's folder names the server (its URL, and for a self-signed
+- **The profile.** `connection.json` in the profile's folder names the server (its URL, and for a self-signed
   certificate the SHA-256 fingerprint it was pinned by, with the certificate itself in `server-cert.pem`)
   and the id of the profile's keychain entries. The token is only in the keychain (service
   `personal-llm`, account `server-token-ID`): never in a file of the profile, never in a log.
@@ -43,7 +43,7 @@ from .paths import write_atomic
 
 log = logging.getLogger(__name__)
 
-SERVER_FILE = "server.json"
+SERVER_FILE = "connection.json"
 CERT_FILE = "server-cert.pem"
 OUTBOX_FILE = "outbox.db"
 OUTBOX_LOCK = "outbox.lock"
@@ -83,7 +83,7 @@ def profile_home(base: Path, name: str) -> Path:
 
 @dataclass(frozen=True)
 class ServerProfile:
-    """What `server.json` says: the server's address, the pinned certificate's fingerprint (None: verified
+    """What `connection.json` says: the server's address, the pinned certificate's fingerprint (None: verified
     against the system's authorities) and the id of the profile's keychain entries."""
 
     home: Path
@@ -324,7 +324,7 @@ def check_server(url: str, token: str, *, fingerprint: str | None = None) -> Che
 
 def connect_profile(home: Path, checked: Checked, token: str) -> ServerProfile:
     """Make `home` a server profile for what `check_server` found: the token into the keychain, the
-    certificate (when pinned) and server.json into the folder. Refused where the folder holds a local store
+    certificate (when pinned) and connection.json into the folder. Refused where the folder holds a local store
     (push it instead) or where no keychain keeps the token."""
     from .keys import keychain_usable
     from .paths import STORE_FILE
@@ -349,7 +349,7 @@ def connect_profile(home: Path, checked: Checked, token: str) -> ServerProfile:
 
 
 def disconnect_profile(profile: ServerProfile, *, drop_outbox: bool = False) -> int:
-    """Forget the server of this profile: its token leaves the keychain and server.json the folder. The
+    """Forget the server of this profile: its token leaves the keychain and connection.json the folder. The
     outbox's writes are not lost silently: with some waiting, refused unless `drop_outbox`. Returns the
     writes dropped."""
     waiting = 0

@@ -129,7 +129,7 @@ def test_a_server_profile_from_first_run_to_offline_and_back(qtbot, qasync_loop,
         qtbot.keyClicks(dialog.token, "pllm_not-a-token")
         qtbot.mouseClick(dialog.go, Qt.MouseButton.LeftButton)
         qtbot.waitUntil(lambda: "refused this profile's token" in dialog.problem.label.text(), timeout=15_000)
-        assert app.bridge.info is None and not (profile_home / "server.json").exists()
+        assert app.bridge.info is None and not (profile_home / "connection.json").exists()
         dialog.address.clear()
         dialog.token.clear()
         connect_at_first_run(qtbot, app, srv.url, token)

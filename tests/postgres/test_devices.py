@@ -136,7 +136,7 @@ def test_connect_use_revoke_disconnect(served, pg_url: str, profile_home: Path):
     laptop = profile_home / "profiles" / "laptop"
     assert not (laptop / "memory.db").exists()
     assert files_hold(profile_home, token) == []  # not in the profile's files, its settings or its logs
-    account = "server-token-" + json.loads((laptop / "server.json").read_text())["id"]
+    account = "server-token-" + json.loads((laptop / "connection.json").read_text())["id"]
     assert keychain(account) == token
 
     users.remove(pg_url, "alice", forget=False)  # revoked: refused within the server's 10 s
@@ -194,7 +194,7 @@ def test_a_self_signed_server_is_pinned_by_its_fingerprint(pg_url: str, tmp_path
         assert shown.returncode == 1 and "not signed by an authority" in shown.stderr
         assert fingerprint_of(der) in shown.stderr
         wrong = cli("connect", server.url, "--token", token, "--fingerprint", fingerprint_of(other), check=False)
-        assert wrong.returncode == 1 and "not the" in wrong.stderr and not (profile_home / "server.json").exists()
+        assert wrong.returncode == 1 and "not the" in wrong.stderr and not (profile_home / "connection.json").exists()
         typed = fingerprint_of(der).replace(":", "").lower()
         done = cli_json("connect", server.url, "--token", token, "--fingerprint", typed)
         assert done["fingerprint"] == fingerprint_of(der)
