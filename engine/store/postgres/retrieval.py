@@ -68,8 +68,20 @@ def indexed_rows(con: Any, fts: str) -> int:
 
 
 def _doc_freq(con: Any, fts: str, term: str) -> int:
-    q, args = _query([term])
-    return int(con.execute(f"SELECT count(*) FROM {_TABLE[fts]} WHERE tsv @@ {q}", args).fetchone()[0])
+    return _doc_freqs(con, fts, [term])[term]
+
+
+def _doc_freqs(con: Any, fts: str, ts: list[str]) -> dict[str, int]:
+    """{term: rows of the table holding it}, every term counted in one statement (one pass over the rows
+    holding any of them, found through the GIN index)."""
+    ts = list(dict.fromkeys(ts))
+    if not ts:
+        return {}
+    q, args = _query(ts)
+    one = f"plainto_tsquery('{TEXT_SEARCH}', %s)"
+    counts = ", ".join(f"count(*) FILTER (WHERE tsv @@ {one})" for _ in ts)
+    row = con.execute(f"SELECT {counts} FROM {_TABLE[fts]} WHERE tsv @@ {q}", [*ts, *args]).fetchone()
+    return {t: int(c) for t, c in zip(ts, row, strict=True)}
 
 
 def _scope(fts: str, projects: frozenset) -> tuple[str, str, list[Any]]:
@@ -114,13 +126,21 @@ def plan(con: Any, fts: str, query: str, cache: DocFreqs | None = None, projects
     return lexical.plan(con, fts, query, cache if cache is not None else DocFreqs(), projects, budget, drop)
 
 
+# term -> the lexemes PostgreSQL indexes it as: fixed by the text search configuration, the same for every user
+_stem_cache: dict[str, list[str]] = {}
+
+
 def _stems(con: Any, ts: list[str]) -> dict[str, list[str]]:
-    """{term: the lexemes PostgreSQL indexes it as} (a stop word has none)."""
-    out: dict[str, list[str]] = {}
-    for t in ts:
-        text = con.execute(f"SELECT plainto_tsquery('{TEXT_SEARCH}', %s)::text", (t,)).fetchone()[0] or ""
-        out[t] = re.findall(r"'((?:[^']|'')*)'", text)
-    return out
+    """{term: the lexemes PostgreSQL indexes it as} (a stop word has none); the terms not seen before are
+    asked in one statement."""
+    new = [t for t in dict.fromkeys(ts) if t not in _stem_cache]
+    if new:
+        if len(_stem_cache) > 50_000:
+            _stem_cache.clear()
+        for t, text in con.execute(f"SELECT t, plainto_tsquery('{TEXT_SEARCH}', t)::text "
+                                   "FROM unnest(%s::text[]) AS t", (new,)).fetchall():
+            _stem_cache[str(t)] = re.findall(r"'((?:[^']|'')*)'", text or "")
+    return {t: _stem_cache[t] for t in ts}
 
 
 def _counts(vector: str) -> tuple[dict[str, int], int]:
@@ -141,9 +161,17 @@ def _average_length(con: Any, fts: str) -> float:
 _averages: dict[tuple[str, str, str, int], tuple[float, float]] = {}
 
 
-def _mean_length(con: Any, fts: str, n: int) -> float:
-    db, user = con.execute("SELECT current_database(), current_setting('app.user_id', true)").fetchone()
-    key = (str(db), str(user), fts, n // 100)
+def _sizes(con: Any, fts: str) -> tuple[int, tuple[str, str]]:
+    """(rows of the table, from the counts kept by triggers; (database, user) the transaction acts for), in
+    one statement."""
+    prefix = "m:" if fts == "memories_fts" else "c:"
+    row = con.execute("SELECT coalesce(sum(n), 0), current_database(), current_setting('app.user_id', true) "
+                      "FROM tallies WHERE name LIKE %s", (prefix + "%",)).fetchone()
+    return int(row[0]), (str(row[1]), str(row[2]))
+
+
+def _mean_length(con: Any, fts: str, n: int, who: tuple[str, str]) -> float:
+    key = (who[0], who[1], fts, n // 100)
     hit = _averages.get(key)
     if hit is not None and time.monotonic() - hit[1] < lexical.DF_MAX_AGE:
         return hit[0]
@@ -152,10 +180,11 @@ def _mean_length(con: Any, fts: str, n: int) -> float:
     return mean
 
 
-def _bm25(con: Any, fts: str, ts: list[str], rows: list[tuple[int, str]], dfs: dict[str, int]) -> dict[int, float]:
-    """{row id: BM25 of the terms} for rows given with their tsvector text, as FTS5's bm25() scores."""
-    n = indexed_rows(con, fts)
-    mean = _mean_length(con, fts, n) or 1.0
+def _bm25(con: Any, fts: str, ts: list[str], rows: list[tuple[int, str]], dfs: dict[str, int], n: int,
+          who: tuple[str, str]) -> dict[int, float]:
+    """{row id: BM25 of the terms} for rows given with their tsvector text, as FTS5's bm25() scores (`n`, `who`:
+    `_sizes`)."""
+    mean = _mean_length(con, fts, n, who) or 1.0
     stems = _stems(con, ts)
     out: dict[int, float] = {}
     for rid, vector in rows:
@@ -178,9 +207,8 @@ def _lexical(con: Any, fts: str, ts: list[str], limit: int, join: str, where: li
     its best 200 missed rows BM25 ranks among its best 50."""
     if not ts or limit <= 0:
         return []
-    cache = cache or DocFreqs()
-    n = indexed_rows(con, fts)
-    dfs = {t: cache.get(con, fts, t, n) for t in ts}
+    n, who = _sizes(con, fts)
+    dfs = {t: cache.get(con, fts, t, n) for t in ts} if cache is not None else _doc_freqs(con, fts, ts)
     q, qargs = _query(ts)
     one = f"plainto_tsquery('{TEXT_SEARCH}', %s)"
     order = " + ".join(f"%s * ts_rank({alias}.tsv, {one}, 1)" for _ in ts)
@@ -190,7 +218,7 @@ def _lexical(con: Any, fts: str, ts: list[str], limit: int, join: str, where: li
         + "".join(" AND " + w for w in where)
         + f" ORDER BY {order} DESC, {alias}.id LIMIT %s",
         [*qargs, *args, *order_args, max(LEXICAL_FIRST, 4 * limit)]).fetchall()
-    scored = _bm25(con, fts, ts, [(int(r[0]), str(r[1])) for r in rows], dfs)
+    scored = _bm25(con, fts, ts, [(int(r[0]), str(r[1])) for r in rows], dfs, n, who)
     return sorted(scored.items(), key=lambda x: (-x[1], x[0]))[:limit]
 
 
@@ -231,7 +259,7 @@ def term_scores(con: Any, fts: str, terms: list[str], ids: list[int], dfs: dict[
     if not terms or not ids:
         return {}
     rows = con.execute(f"SELECT id, tsv::text FROM {_TABLE[fts]} WHERE id = ANY(%s)", (sorted(set(ids)),)).fetchall()
-    return _bm25(con, fts, terms, [(int(r[0]), str(r[1])) for r in rows], dfs)
+    return _bm25(con, fts, terms, [(int(r[0]), str(r[1])) for r in rows], dfs, *_sizes(con, fts))
 
 
 def passing(con: Any, keys: list[tuple[str, int]], f: Filter) -> list[tuple[str, int]]:
