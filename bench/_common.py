@@ -303,14 +303,26 @@ class HttpClient:
         r.raise_for_status()
         return r.json()
 
-    def settle(self, limit: float = 3600.0) -> None:
+    def settle(self, limit: float = 3600.0, every: float = 5.0) -> None:
         """Wait until every stored memory has its vector: what was stored before the server's model was loaded
-        waits, and a recall embeds up to 512 of those first (a question asked before would find part of the
-        data by words only, and the first ones outlast a client's timeout)."""
-        deadline = time.monotonic() + limit
-        while (pending := self.client.get("/stats").json().get("pending_embeddings", 0)) and time.monotonic() < deadline:
-            print(f"  {pending} memories waiting for their vectors", flush=True)
-            self.client.get("/memory/recall", params={"q": "vectors", "k": 1}, timeout=None).raise_for_status()
+        and long texts wait for the server's background embedder (a recall embeds a backlog of at most 64 itself
+        first, and leaves a longer one to it). Asks /stats every `every` seconds; a backlog still there after
+        `limit` seconds ends the run (a question asked before would find part of the data by words only)."""
+        t0 = time.monotonic()
+        first = shown = None
+        while pending := self.client.get("/stats").json().get("pending_embeddings", 0):
+            waited = time.monotonic() - t0
+            if first is None:
+                first = pending
+            if shown is None or waited - shown >= 60:
+                rate = f", {(first - pending) / waited:.1f}/s" if waited else ""
+                print(f"  {pending} memories waiting for their vectors ({waited:.0f}s{rate})", flush=True)
+                shown = waited
+            if waited > limit:
+                raise SystemExit(f"{pending} memories still wait for their vectors after {limit:.0f} s")
+            time.sleep(every)
+        print(f"every memory has its vector ({first or 0} waited for it after the last was stored, "
+              f"{time.monotonic() - t0:.1f}s)", flush=True)
 
     def close(self) -> None:
         self.client.close()

@@ -58,6 +58,24 @@ def test_eval_beir_prints_its_table_and_writes_its_results(tmp_path: Path):
     assert result["summary"]["bm25 R@10"] == 1.0 and result["summary"]["dense R@10"] == 1.0
 
 
+@pytest.mark.timeout(900)  # the server loads the model
+def test_eval_beir_through_the_api_waits_for_the_background_embedder(tmp_path: Path):
+    """Long texts are stored without a vector and embedded by the server in the background: the run asks its
+    questions once all have one, polling the server's stats now and then (it used to ask a recall in a
+    tight loop, a line printed for each)."""
+    data = beir_set(tmp_path / "tiny")
+    long_docs = [{"_id": d, "title": t, "text": " ".join([x] * 16)} for d, (t, x) in DOCS.items()]
+    assert all(len(d["text"]) > 700 for d in long_docs)  # longer than a remember embeds at once
+    (data / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in long_docs))
+    out = tmp_path / "beir.json"
+    proc = run_bench("eval_beir.py", str(data), "--http", "--out", str(out), tmp=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "every memory has its vector" in proc.stdout
+    assert proc.stdout.count("waiting for their vectors") <= 2, proc.stdout
+    summary = json.loads(out.read_text())["summary"]
+    assert summary["pass1 nDCG@10"] == summary["pass2 nDCG@10"] == 1.0
+
+
 def test_eval_locomo_scores_evidence_and_the_floor(tmp_path: Path):
     turns = [("Ana", "I adopted a grey cat called Pixel last week."), ("Ben", "Lovely! I am training for a marathon."),
              ("Ana", "My sister moved to Lisbon for a new job."), ("Ben", "I ran twenty kilometres on Sunday.")]
