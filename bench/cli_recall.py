@@ -118,7 +118,7 @@ def main() -> int:
             assert serve.stdout is not None
             serve.stdout.readline()  # `serve --json` announces its URL once it listens
             deadline = time.monotonic() + 120
-            while not (home / "server.json").exists():
+            while not (home / "serving.json").exists():
                 if time.monotonic() > deadline:
                     raise SystemExit("the server wrote no server file")
                 time.sleep(0.1)

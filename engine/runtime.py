@@ -22,7 +22,7 @@ from .paths import write_atomic
 
 log = logging.getLogger(__name__)
 
-SERVER_FILE = "server.json"
+SERVER_FILE = "serving.json"  # not server.json: that names a profile that lives on a server (engine/remote.py)
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,7 @@ def serving(home: Path) -> Iterator[subprocess.Popen]:
         line = proc.stdout.readline()
         assert line, proc.stderr.read() if proc.stderr else ""
         deadline = time.monotonic() + 60
-        while not (home / "server.json").exists():
+        while not (home / "serving.json").exists():
             assert time.monotonic() < deadline, "no server file"
             time.sleep(0.05)
         yield proc
@@ -108,7 +108,7 @@ def test_recall_through_a_running_server_is_the_recall_in_process(filled: Path):
         assert p.returncode == 0, p.stderr
     assert answered(filled) == 0
     with serving(filled) as server:
-        path = filled / "server.json"
+        path = filled / "serving.json"
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
         assert json.loads(path.read_text())["pid"] == server.pid
         for q in QUERIES:
@@ -133,7 +133,7 @@ def test_recall_through_a_running_server_is_the_recall_in_process(filled: Path):
         # errors are the engine's own, whichever way the recall went: a bad k, a bad time
         served = {args: run("recall", *args) for args in BAD}
         assert server.poll() is None
-    assert not (filled / "server.json").exists()  # removed when the server stopped
+    assert not (filled / "serving.json").exists()  # removed when the server stopped
     for args, there in served.items():
         here = run("recall", *args)
         assert there.returncode == here.returncode == 1 and there.stderr == here.stderr, args
@@ -148,13 +148,13 @@ def test_a_stale_server_file_is_ignored(filled: Path):
         listener.bind(("127.0.0.1", 0))
         listener.listen(1)
         listener.setblocking(False)
-        (filled / "server.json").write_text(json.dumps({"pid": gone.pid, "port": listener.getsockname()[1]}))
+        (filled / "serving.json").write_text(json.dumps({"pid": gone.pid, "port": listener.getsockname()[1]}))
         p = run("recall", "where does my sister live", "--json")
         assert p.returncode == 0, p.stderr
         assert json.loads(p.stdout)[0]["text"] == "My sister Alice lives in Lisbon."
         with pytest.raises(BlockingIOError):
             listener.accept()
-    (filled / "server.json").write_text("{not json")
+    (filled / "serving.json").write_text("{not json")
     assert run("recall", "Alice", "--json").returncode == 0
 
 
@@ -178,3 +178,16 @@ def test_a_refused_token_falls_back_to_the_recall_in_process(filled: Path):
         assert answered(filled) == before
         logs = "".join(f.read_text(encoding="utf-8") for f in (filled / "logs").glob("*.log"))
         assert "GET /memory/recall 401" in logs and "refused its API token; running in process" in logs
+
+
+def test_commands_that_open_the_store_work_while_its_server_runs(filled: Path):
+    """The running server's file is not the file of a profile that lives on a server (engine/remote.py): a
+    command that opens the store beside `serve` opens it, instead of calling the profile damaged."""
+    with serving(filled) as server:
+        assert (filled / "serving.json").exists() and not (filled / "server.json").exists()
+        p = run("remember", "The spare key is under the blue flowerpot.", "--json")
+        assert p.returncode == 0, p.stderr
+        assert run("token").returncode == 0
+        assert server.poll() is None
+    found = run("recall", "where is the spare key", "--json")
+    assert found.returncode == 0 and json.loads(found.stdout)[0]["text"] == "The spare key is under the blue flowerpot."
