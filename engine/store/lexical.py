@@ -65,6 +65,10 @@ class DocFreqs:
         """Rows of the table in the projects (None inside: no project) holding the term."""
         raise NotImplementedError
 
+    def count_many(self, con: Any, fts: str, terms: list[str]) -> dict[str, int]:
+        """{term: rows of the table holding it} (a backend may count them all at once)."""
+        return {t: self.count(con, fts, t) for t in terms}
+
     def count_rows(self, con: Any, fts: str, projects: frozenset) -> int:
         """Rows of the table in the projects."""
         raise NotImplementedError
@@ -87,6 +91,19 @@ class DocFreqs:
             return self._get((fts, term), n, lambda: self.count(con, fts, term))
         return self._get((fts, term, projects), n, lambda: self.count_in(con, fts, term, projects))
 
+    def get_many(self, con: Any, fts: str, terms: list[str], n: int) -> dict[str, int]:
+        """{term: rows of `fts` (n of them in all) holding it}: `get` of each, those to count counted together."""
+        now = time.monotonic()
+        stale = [t for t in dict.fromkeys(terms) if not (
+            (hit := self._df.get((fts, t))) is not None and abs(n - hit[1]) <= DF_DRIFT * hit[1]
+            and now - hit[2] < DF_MAX_AGE)]
+        counted = self.count_many(con, fts, stale) if stale else {}
+
+        def count(t: str) -> Callable[[], int]:
+            return lambda: counted[t] if t in counted else self.count(con, fts, t)
+
+        return {t: self._get((fts, t), n, count(t)) for t in terms}
+
     def rows(self, con: Any, fts: str, n: int, projects: frozenset) -> int:
         """Rows of `fts` (n of them in all) in the projects."""
         return self._get((fts, None, projects), n, lambda: self.count_rows(con, fts, projects))
@@ -105,7 +122,7 @@ def plan(con: Any, fts: str, query: str, cache: DocFreqs, projects: set | frozen
     if not ts:
         return LexicalPlan([], 0.0, [])
     n = cache.indexed_rows(con, fts)
-    dfs = {t: cache.get(con, fts, t, n) for t in ts}
+    dfs = cache.get_many(con, fts, ts, n)
     common = {t for t in ts if dfs[t] > max(PRUNE_MIN_DF, PRUNE_SHARE * n)}
     if projects is None:
         common |= {t for t in ts if dfs[t] > max(SCOPE_MIN_DF, SCOPE_SHARE * n)}

@@ -58,3 +58,6 @@ def test_one_recall_runs_a_few_statements_whatever_its_words(alice, monkeypatch,
     assert hits and hits[0].id == key.id
     assert sum(many.values()) <= MAX_STATEMENTS, many.most_common(5)
     assert sum(many.values()) == sum(few.values()), (many - few).most_common(5)
+    # words never asked before are counted in one statement per table, not one per word
+    _, cold = statements(monkeypatch, lambda: alice.recall("spare tiles mower bicycle pump kitchen calendar", k=5))
+    assert sum(cold.values()) <= MAX_STATEMENTS + 2, cold.most_common(5)

@@ -103,6 +103,9 @@ class DocFreqs(lexical.DocFreqs):
     def count(self, con: Any, fts: str, term: str) -> int:
         return _doc_freq(con, fts, term)
 
+    def count_many(self, con: Any, fts: str, terms: list[str]) -> dict[str, int]:
+        return _doc_freqs(con, fts, terms)
+
     def count_in(self, con: Any, fts: str, term: str, projects: frozenset) -> int:
         frm, cond, args = _scope(fts, projects)
         alias = "s" if fts == "memories_fts" else "t"
@@ -161,13 +164,22 @@ def _average_length(con: Any, fts: str) -> float:
 _averages: dict[tuple[str, str, str, int], tuple[float, float]] = {}
 
 
-def _sizes(con: Any, fts: str) -> tuple[int, tuple[str, str]]:
-    """(rows of the table, from the counts kept by triggers; (database, user) the transaction acts for), in
-    one statement."""
+def _sizes(con: Any, fts: str, ts: list[str] | tuple = ()) -> tuple[int, tuple[str, str], dict[str, int]]:
+    """(rows of the table, from the counts kept by triggers; (database, user) the transaction acts for;
+    {term: rows holding it} for the terms `ts`, as `_doc_freqs` counts them), in one statement."""
     prefix = "m:" if fts == "memories_fts" else "c:"
-    row = con.execute("SELECT coalesce(sum(n), 0), current_database(), current_setting('app.user_id', true) "
-                      "FROM tallies WHERE name LIKE %s", (prefix + "%",)).fetchone()
-    return int(row[0]), (str(row[1]), str(row[2]))
+    head = ("(SELECT coalesce(sum(n), 0) FROM tallies WHERE name LIKE %s), current_database(), "
+            "current_setting('app.user_id', true)")
+    ts = list(dict.fromkeys(ts))
+    if not ts:
+        row = con.execute(f"SELECT {head}", (prefix + "%",)).fetchone()
+        return int(row[0]), (str(row[1]), str(row[2])), {}
+    q, args = _query(ts)
+    one = f"plainto_tsquery('{TEXT_SEARCH}', %s)"
+    counts = ", ".join(f"count(*) FILTER (WHERE tsv @@ {one})" for _ in ts)
+    row = con.execute(f"SELECT {head}, {counts} FROM {_TABLE[fts]} WHERE tsv @@ {q}",
+                      [prefix + "%", *ts, *args]).fetchone()
+    return int(row[0]), (str(row[1]), str(row[2])), {t: int(c) for t, c in zip(ts, row[3:], strict=True)}
 
 
 def _mean_length(con: Any, fts: str, n: int, who: tuple[str, str]) -> float:
@@ -207,8 +219,11 @@ def _lexical(con: Any, fts: str, ts: list[str], limit: int, join: str, where: li
     its best 200 missed rows BM25 ranks among its best 50."""
     if not ts or limit <= 0:
         return []
-    n, who = _sizes(con, fts)
-    dfs = {t: cache.get(con, fts, t, n) for t in ts} if cache is not None else _doc_freqs(con, fts, ts)
+    if cache is not None:
+        n, who, _ = _sizes(con, fts)
+        dfs = {t: cache.get(con, fts, t, n) for t in ts}
+    else:
+        n, who, dfs = _sizes(con, fts, ts)
     q, qargs = _query(ts)
     one = f"plainto_tsquery('{TEXT_SEARCH}', %s)"
     order = " + ".join(f"%s * ts_rank({alias}.tsv, {one}, 1)" for _ in ts)
@@ -259,7 +274,7 @@ def term_scores(con: Any, fts: str, terms: list[str], ids: list[int], dfs: dict[
     if not terms or not ids:
         return {}
     rows = con.execute(f"SELECT id, tsv::text FROM {_TABLE[fts]} WHERE id = ANY(%s)", (sorted(set(ids)),)).fetchall()
-    return _bm25(con, fts, terms, [(int(r[0]), str(r[1])) for r in rows], dfs, *_sizes(con, fts))
+    return _bm25(con, fts, terms, [(int(r[0]), str(r[1])) for r in rows], dfs, *_sizes(con, fts)[:2])
 
 
 def passing(con: Any, keys: list[tuple[str, int]], f: Filter) -> list[tuple[str, int]]:

@@ -199,8 +199,19 @@ class VectorIndex:
         """Exact cosine to q for these rows (those without a vector are left out); a memory with windows gets
         the best of its own and its windows'."""
         q = np.asarray(q, dtype=np.float32)
-        vecs = read_vectors(con, self.table, ids)
-        windows = read_windows(con, list(vecs)) if vecs and self.table == "memories" else {}
+        if self.table != "memories":
+            return {rid: float(v @ q) for rid, v in read_vectors(con, self.table, ids).items()}
+        vecs: dict[int, np.ndarray] = {}
+        found: dict[int, list[np.ndarray]] = {}
+        for window, rid, data, _ in con.execute(  # the vectors and their windows in one statement
+                f"SELECT false, memory_id, {_BINARY}, 0 AS id FROM memory_vectors WHERE memory_id = ANY(%s) "
+                f"UNION ALL SELECT true, memory_id, {_BINARY}, id FROM memory_windows WHERE memory_id = ANY(%s) "
+                "ORDER BY 1, 2, 4", (list(map(int, ids)),) * 2).fetchall():
+            if window:
+                found.setdefault(int(rid), []).append(_unpack(data))
+            else:
+                vecs[int(rid)] = _unpack(data)
+        windows = {rid: np.stack(v) for rid, v in found.items()}
         return {rid: _with_windows(float(v @ q), windows.get(rid), q) for rid, v in vecs.items()}
 
     def search(self, con: Any, q: np.ndarray, k: int, f: Filter, *, windows: bool = True) -> list[tuple[int, float]]:
