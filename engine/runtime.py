@@ -1,4 +1,4 @@
-"""The profile's running API server, as other programs of the profile find it: `server.json` in the profile.
+"""The profile's running API server, as other programs of the profile find it: `serving.json` in the profile.
 
 `personal-llm serve` (and so the desktop app, whose API is that command run as a child process) writes it
 once its socket listens: its pid and port, nothing secret, private mode (0600). It removes the file when it
@@ -22,7 +22,7 @@ from .paths import write_atomic
 
 log = logging.getLogger(__name__)
 
-SERVER_FILE = "serving.json"  # not server.json: that names a profile that lives on a server (engine/remote.py)
+SERVER_FILE = "serving.json"  # a profile that lives on a server is named by connection.json (engine/remote.py)
 
 
 @dataclass(frozen=True)
