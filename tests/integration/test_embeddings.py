@@ -323,3 +323,43 @@ def test_the_word_table_is_read_from_the_file_and_let_go():
     assert np.isfinite(touched) and _resident_kb(where) > 20_000  # the measure sees resident pages
     e.encode_one("and one query")
     assert _resident_kb(where) < 1024
+
+
+
+EXIT_DURING_A_CALL = """
+import threading, time
+from engine.embeddings import Embedder
+
+e = Embedder()
+e.load()
+texts = ["The fuse box is in the hall cupboard, behind the coats and the spare light bulbs."] * 4
+
+
+def embed_forever():
+    while True:
+        e.encode(texts)
+
+
+class SlowToGo:  # cleared with __main__ while Python finalizes: the thread's call under way ends meanwhile
+    def __del__(self):
+        time.sleep(0.5)
+
+
+keep = SlowToGo()
+threading.Thread(target=embed_forever, daemon=True).start()
+time.sleep(0.3)
+print("exiting", flush=True)
+"""
+
+
+def test_the_process_exits_cleanly_while_a_daemon_thread_is_inside_onnx_runtime(tmp_path):
+    """The app's background threads are daemons: one may still be loading the model (its check encodes
+    probes) or embedding a batch when the process exits. Python ends such a thread when it takes the GIL
+    back during finalization, which, inside ONNX Runtime's C++, aborted the process ("terminate called
+    without an active exception"): the exit now waits for the call under way and starts no other."""
+    script = tmp_path / "exit_during_a_call.py"
+    script.write_text(EXIT_DURING_A_CALL)
+    env = dict(os.environ, PERSONAL_LLM_HOME=str(tmp_path / "home"))
+    for _ in range(2):
+        r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+        assert (r.returncode, r.stdout) == (0, "exiting\n"), r.stderr
