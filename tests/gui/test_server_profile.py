@@ -179,6 +179,7 @@ def test_a_server_profile_from_first_run_to_offline_and_back(qtbot, qasync_loop,
         edited: list[object] = []
         app.bridge.update(boiler, done=edited.append, failed=edited.append, text="The boiler's service code is 4472")
         qtbot.waitUntil(lambda: status.server.text() == "● Offline · 2 waiting to send", timeout=10_000)
+        qtbot.waitUntil(lambda: bool(edited), timeout=10_000)  # its answer comes after the status bar's poll
         assert edited == [None]  # kept, not failed
         failed: list[str] = []
         app.bridge.recall("plumber", lambda hits: failed.append("answered"), failed=failed.append)

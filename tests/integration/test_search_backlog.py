@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from engine.memory_rules import content_hash
-from engine.store.sqlite import memories as memory_rows
+from engine.store import memories as memory_rows
 
 
 def stored_unembedded(eng, n: int) -> None:

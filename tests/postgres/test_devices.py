@@ -252,6 +252,10 @@ def test_writes_made_offline_arrive_once_in_order(served, pg_url: str, profile_h
     hits = cli_json("recall", "projector remote number of meeting room 3")  # sends the outbox first
     assert cli_json("outbox") == []
     _check_arrived(pg_url, made)
+    deadline = time.monotonic() + 60  # on a busy machine the server may still be embedding what arrived
+    while not hits and time.monotonic() < deadline:
+        time.sleep(2)
+        hits = cli_json("recall", "projector remote number of meeting room 3")
     assert hits and {h["id"] for h in hits} <= {uid for uid, _ in made}
 
 
