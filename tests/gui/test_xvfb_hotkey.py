@@ -24,6 +24,8 @@ def test_hotkey_opens_capture_and_the_typed_fact_is_stored(tmp_path):
     home = tmp_path / "profile"
     home.mkdir()
     save_settings(Settings(embedding_model="none"), home)  # this test is about the hotkey, not the model
+    with Engine.open(home, embedder=NoEmbedder()):  # a profile kept on this computer: no first-run question
+        pass
     report = tmp_path / "events.jsonl"
     with XServer() as x:
         x.start_tray_host()
