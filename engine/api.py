@@ -602,6 +602,14 @@ def create_app(engine: Any, token: str | None, allowed_origins: list[str] | None
         responses=_ERRORS,
     )
     _install_error_handlers(app)
+
+    @app.middleware("http")
+    async def no_nul(request: Request, call_next: Any) -> Any:
+        # no id or name holds NUL, and PostgreSQL cannot even compare one: a 404, not the database's error
+        if "\x00" in request.url.path or "%00" in request.url.path:
+            return JSONResponse({"detail": "No such item"}, status_code=404)
+        return await call_next(request)
+
     _add_routes(app, engine, call)
     _add_docs(app)
     from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
