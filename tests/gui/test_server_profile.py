@@ -6,12 +6,6 @@ needs the server; the server back: the capture arrives, once. A real server proc
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,54 +15,10 @@ import pytest
 from PySide6.QtCore import Qt
 
 from tests import pg_server as pg
+from tests.postgres.serving import Server
 
 # the PostgreSQL fixtures (tests/pg_server.py), for this module
 pg_server, pg_template, pg_db, pg_url, pg_empty_url = pg.pg_server, pg.pg_template, pg.pg_db, pg.pg_url, pg.pg_empty_url
-
-SERVE_TIMEOUT = 120
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Server:
-    """`personal-llm serve --database URL` in a process of its own, on a fixed port (started again on it)."""
-
-    def __init__(self, pg_url: str, home: Path):
-        self.pg_url, self.home = pg_url, home
-        self.port = free_port()
-        self.proc: subprocess.Popen | None = None
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> Server:
-        env = {**os.environ, "PERSONAL_LLM_HOME": str(self.home)}
-        self.proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "serve", "--database", self.pg_url,
-                                      "--port", str(self.port), "--json"], env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True)
-        assert self.proc.stdout is not None
-        deadline, text = time.monotonic() + SERVE_TIMEOUT, ""
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                break
-            text += line
-            try:
-                json.loads(text)
-                return self
-            except json.JSONDecodeError:
-                continue
-        self.stop(signal.SIGKILL)
-        raise AssertionError("the server did not start")
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            self.proc.wait(30)
-        self.proc = None
-
 
 @pytest.fixture
 def server(pg_url: str, tmp_path: Path) -> Iterator[tuple[Server, str]]:

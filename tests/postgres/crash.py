@@ -15,12 +15,10 @@ gets SIGKILL at a random moment, with requests in flight; it is started again an
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -29,33 +27,16 @@ from pathlib import Path
 import httpx
 import psycopg
 
+from tests.postgres.serving import start
+
 WORDS = ("garden", "harbour", "invoice", "bicycle", "router", "dentist", "recipe", "ferry", "violin", "ledger",
          "glacier", "pottery", "compass", "lantern", "orchard", "meteor", "saddle", "walnut", "quarry", "tundra")
 
 
 def start_server(url: str, home: Path) -> tuple[subprocess.Popen, str]:
     """`personal-llm serve --database URL` on a free loopback port; (process, its address) once it listens."""
-    env = {**os.environ, "PERSONAL_LLM_HOME": str(home)}
-    proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "serve", "--database", url, "--port", "0", "--json"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-                            text=True)
-    assert proc.stdout is not None
-    text = ""
-    try:
-        while True:  # the announcement: one JSON object (over a few lines)
-            line = proc.stdout.readline()
-            if not line:
-                proc.wait(10)
-                raise RuntimeError(f"the server did not start (exit code {proc.returncode})")
-            text += line
-            try:
-                return proc, json.loads(text)["url"]
-            except json.JSONDecodeError:
-                continue
-    except BaseException:
-        proc.kill()
-        proc.wait(10)
-        raise
+    return start(["--database", url, "--port", "0"], {**os.environ, "PERSONAL_LLM_HOME": str(home)},
+                 stderr=subprocess.DEVNULL)
 
 
 @dataclass

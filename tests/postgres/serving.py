@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,10 +19,10 @@ import pytest
 from engine import users
 
 
-def start(args: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+def start(args: list[str], env: dict[str, str], stderr: int = subprocess.PIPE) -> tuple[subprocess.Popen, str]:
     """Start `personal-llm serve` with these arguments; the process and the URL it announced."""
     proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "serve", *args, "--json"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr, text=True)
     assert proc.stdout is not None
     text = ""
     try:
@@ -28,7 +30,8 @@ def start(args: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, str]:
             line = proc.stdout.readline()
             if not line:
                 proc.wait(10)
-                raise AssertionError(f"the server did not start: {proc.stderr.read() if proc.stderr else ''}")
+                raise AssertionError(f"the server did not start (exit code {proc.returncode}): "
+                                     f"{proc.stderr.read() if proc.stderr else ''}")
             text += line
             try:
                 return proc, json.loads(text)["url"]
@@ -38,6 +41,38 @@ def start(args: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, str]:
         proc.kill()  # never left running behind a failed start
         proc.wait(10)
         raise
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """`personal-llm serve --database URL` in a process of its own, on a fixed port (started again on it)."""
+
+    def __init__(self, pg_url: str, home: Path, tls: tuple[Path, Path] | None = None):
+        self.pg_url, self.home, self.tls = pg_url, home, tls
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
+
+    def start(self) -> Server:
+        args = ["--database", self.pg_url, "--port", str(self.port)]
+        if self.tls:
+            args += ["--tls-cert", str(self.tls[0]), "--tls-key", str(self.tls[1])]
+        self.proc, _ = start(args, {**os.environ, "PERSONAL_LLM_HOME": str(self.home)}, stderr=subprocess.DEVNULL)
+        return self
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(30)
+        self.proc = None
+
+    def stop(self) -> None:
+        self.kill(signal.SIGTERM)
 
 
 @dataclass

@@ -9,7 +9,6 @@ import datetime as dt
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,53 +20,7 @@ import pytest
 
 from engine import users
 from engine.remote import fingerprint_of
-
-SERVE_TIMEOUT = 120
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Server:
-    """`personal-llm serve --database URL` in a process of its own, on a fixed port (started again on it)."""
-
-    def __init__(self, pg_url: str, home: Path, tls: tuple[Path, Path] | None = None):
-        self.pg_url, self.home, self.tls = pg_url, home, tls
-        self.port = free_port()
-        self.proc: subprocess.Popen | None = None
-        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
-
-    def start(self) -> Server:
-        args = ["--database", self.pg_url, "--port", str(self.port)]
-        if self.tls:
-            args += ["--tls-cert", str(self.tls[0]), "--tls-key", str(self.tls[1])]
-        env = {**os.environ, "PERSONAL_LLM_HOME": str(self.home)}
-        self.proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "serve", *args, "--json"], env=env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        assert self.proc.stdout is not None
-        deadline = time.monotonic() + SERVE_TIMEOUT
-        text = ""
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                break
-            text += line
-            try:
-                json.loads(text)
-                return self
-            except json.JSONDecodeError:
-                continue
-        self.kill()
-        raise AssertionError("the server did not start")
-
-    def kill(self, sig: int = signal.SIGKILL) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            self.proc.wait(30)
-        self.proc = None
+from tests.postgres.serving import Server
 
 
 def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
