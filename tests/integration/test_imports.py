@@ -191,7 +191,6 @@ def test_http_import_route(live, tmp_path: Path):  # noqa: F811 (the fixture imp
     assert live.client.post("/import/evernote", json={"path": str(vault)}).status_code == 422
 
 
-@pytest.mark.postgres_pending("export and import are not yet on a server")
 def test_times_no_date_can_show_are_not_stored_and_never_break_a_listing(eng: Engine, tmp_path: Path):
     def conversation(cid: str, text: str, t: float) -> dict:
         message = {"id": "a", "author": {"role": "user"}, "content": {"content_type": "text", "parts": [text]},

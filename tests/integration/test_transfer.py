@@ -29,15 +29,34 @@ QUERIES = [
 ]
 SECRETS = ["Lisbon", "4321", "Tamalpais", "quarterly report", "filter every three months"]
 
-pytestmark = pytest.mark.postgres_pending("export and import are not yet on a server")
-
 
 @pytest.fixture
-def other(tmp_path: Path, embedder) -> Iterator[Engine]:
-    """A second, fresh profile to import into."""
-    e = Engine.open(tmp_path / "other-profile", embedder=embedder)
+def other(request: pytest.FixtureRequest, backend: str, tmp_path: Path, embedder) -> Iterator[Engine]:
+    """A second, fresh store to import into, on the test's backend: a new profile, or a new user of the same
+    database (so every import on a server runs beside another user's rows)."""
+    if backend == "sqlite":
+        e = Engine.open(tmp_path / "other-profile", embedder=embedder)
+    else:
+        from engine import users
+        from engine.config import load_settings
+
+        db = request.getfixturevalue("pg_db")
+        uid = db.add_user("bob", users.token_hash(users.make_token()))
+        home = tmp_path / "bob-home"
+        home.mkdir()
+        e = Engine.for_user(db, uid, "bob", home=home, settings=load_settings(home), actor="sdk", embedder=embedder)
     yield e
     e.close()
+
+
+def sql(con, query: str, args: tuple = ()) -> int:
+    """Run one statement written for SQLite (`?`) on either backend; the new row's id for an INSERT."""
+    if type(con).__module__.startswith("psycopg"):
+        query = query.replace("?", "%s")
+        returning = query.startswith("INSERT") and not query.startswith("INSERT INTO derivations")
+        row = con.execute(query + (" RETURNING id" if returning else ""), args)
+        return int(row.fetchone()[0]) if returning else 0
+    return int(con.execute(query, args).lastrowid or 0)
 
 
 def seed(eng: Engine) -> dict[str, str]:
@@ -59,39 +78,37 @@ def seed(eng: Engine) -> dict[str, str]:
     eng.update(ids["old_tea"], archived=True)
     now = time.time()
     with eng.mutation() as (con, touched):
-        con.execute("UPDATE memories SET conflict_with = ? WHERE uid = ?", (ids["garage"], ids["coffee"]))
-        con.execute("UPDATE memories SET conflict_with = ? WHERE uid = ?", (ids["coffee"], ids["garage"]))
-        summary = con.execute(
-            "INSERT INTO memories(uid, kind, text, content_hash, importance, created_at, updated_at, source) "
-            "VALUES ('mem_summary00001', 'fact', 'I often hike on Mount Tamalpais.', 'h', 0.7, ?, ?, 'rollup')",
-            (now, now)).lastrowid
+        sql(con, "UPDATE memories SET conflict_with = ? WHERE uid = ?", (ids["garage"], ids["coffee"]))
+        sql(con, "UPDATE memories SET conflict_with = ? WHERE uid = ?", (ids["coffee"], ids["garage"]))
         from engine.memory_rules import content_hash
 
-        con.execute("UPDATE memories SET content_hash = ? WHERE id = ?",
-                    (content_hash("I often hike on Mount Tamalpais."), summary))
+        summary = sql(
+            con, "INSERT INTO memories(uid, kind, text, content_hash, importance, created_at, updated_at, source) "
+            "VALUES ('mem_summary00001', 'fact', 'I often hike on Mount Tamalpais.', ?, 0.7, ?, ?, 'rollup')",
+            (content_hash("I often hike on Mount Tamalpais."), now, now))
         for src in (ids["hike_old"], ids["hike_new"]):
-            con.execute("INSERT INTO derivations(derived_id, source_id) SELECT ?, id FROM memories WHERE uid = ?",
-                        (summary, src))
-        doc = con.execute(
-            "INSERT INTO documents(uid, path, title, mime, content_hash, size, project, status, chunk_count, "
+            sql(con, "INSERT INTO derivations(derived_id, source_id) SELECT ?, id FROM memories WHERE uid = ?",
+                (summary, src))
+        doc = sql(
+            con, "INSERT INTO documents(uid, path, title, mime, content_hash, size, project, status, chunk_count, "
             "created_at, updated_at) VALUES ('doc_manual00001', '/home/me/manual.md', 'Heat pump manual', "
-            "'text/markdown', 'abc123', 120, 'home', 'ready', 2, ?, ?)", (now, now)).lastrowid
+            "'text/markdown', 'abc123', 120, 'home', 'ready', 2, ?, ?)", (now, now))
         chunks = []
         for pos, text in enumerate(["Heat pump maintenance: clean the filter every three months.",
                                     "The outdoor unit needs half a metre of free space around it."]):
-            chunks.append(con.execute(
-                "INSERT INTO chunks(uid, document_id, position, text, content_hash, locator) VALUES (?,?,?,?,?,?)",
-                (f"chk_manual0000{pos}", doc, pos, text, content_hash(text), f"§{pos + 1}")).lastrowid)
+            chunks.append(sql(
+                con, "INSERT INTO chunks(uid, document_id, position, text, content_hash, locator) VALUES (?,?,?,?,?,?)",
+                (f"chk_manual0000{pos}", doc, pos, text, content_hash(text), f"§{pos + 1}")))
         touched.memories.add(summary)
         touched.chunks.update(chunks)
         names = {}
         for name in ("Alice", "Lisbon", "heat pump", "filter"):
-            names[name] = con.execute("INSERT INTO nodes(name, norm_name, created_at) VALUES (?,?,?)",
-                                      (name, name.casefold(), now)).lastrowid
-        con.execute("INSERT INTO edges(src, rel, dst, memory_id, created_at) SELECT ?, 'lives in', ?, id, ? "
-                    "FROM memories WHERE uid = ?", (names["Alice"], names["Lisbon"], now, ids["sister"]))
-        con.execute("INSERT INTO edges(src, rel, dst, chunk_id, created_at) VALUES (?, 'has part', ?, ?, ?)",
-                    (names["heat pump"], names["filter"], chunks[0], now))
+            names[name] = sql(con, "INSERT INTO nodes(name, norm_name, created_at) VALUES (?,?,?)",
+                              (name, name.casefold(), now))
+        sql(con, "INSERT INTO edges(src, rel, dst, memory_id, created_at) SELECT ?, 'lives in', ?, id, ? "
+                 "FROM memories WHERE uid = ?", (names["Alice"], names["Lisbon"], now, ids["sister"]))
+        sql(con, "INSERT INTO edges(src, rel, dst, chunk_id, created_at) VALUES (?, 'has part', ?, ?, ?)",
+            (names["heat pump"], names["filter"], chunks[0], now))
     ids["summary"] = "mem_summary00001"
     eng.embed_pending()
     return ids
@@ -262,6 +279,8 @@ def test_truncated_plain_export_is_refused(eng: Engine, other: Engine, tmp_path:
         other.import_(newer)
 
 
+@pytest.mark.postgres_pending("the CLI reaches a server's user through a connected profile and the HTTP API, which "
+                              "has no route for this app's export files yet: a server profile's `export` refuses")
 def test_cli_export_and_import_round_trip(eng: Engine, tmp_path: Path, profile_home: Path):
     seed(eng)
     expected = snapshot(eng)

@@ -177,12 +177,23 @@ class Database:
         return DatabaseUnavailable(f"The PostgreSQL database {self.where} did not answer in time.")
 
     @contextmanager
-    def transaction(self, user_id: int) -> Iterator[psycopg.Connection]:
+    def transaction(self, user_id: int, *, snapshot: bool = False) -> Iterator[psycopg.Connection]:
         """A connection in a transaction acting for this user: every statement sees and writes only the
-        user's rows. Commits when the block ends, rolls back when it raises."""
-        with self.pool().connection() as con, con.transaction():
-            con.execute("SELECT set_config('app.user_id', %s, true)", (str(int(user_id)),))
-            yield con
+        user's rows. Commits when the block ends, rolls back when it raises. `snapshot`: every statement
+        sees the same snapshot (REPEATABLE READ), not each its own (READ COMMITTED, the default)."""
+        with self.pool().connection() as con:
+            if snapshot:
+                con.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+            try:
+                with con.transaction():
+                    con.execute("SELECT set_config('app.user_id', %s, true)", (str(int(user_id)),))
+                    yield con
+            finally:
+                if snapshot:
+                    try:
+                        con.isolation_level = None
+                    except psycopg.Error:  # a broken connection: the pool drops a closed one
+                        con.close()
 
     def token_user(self, token_hash: bytes) -> int | None:
         """The user a token (by its SHA-256) belongs to; None for no token or a removed user's."""

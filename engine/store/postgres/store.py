@@ -46,7 +46,7 @@ class Reader:
         self._store = store
 
     def execute(self, query: Any, params: Sequence[Any] | dict[str, Any] | None = None) -> Rows:
-        with self._store.read() as con:
+        with self._store._transaction() as con:
             cur = con.execute(query, params)
             return Rows(cur.fetchall() if cur.description is not None else [], cur.rowcount)
 
@@ -67,15 +67,13 @@ class PgStore:
         return getattr(self._local, "con", None)
 
     @contextlib.contextmanager
-    def _transaction(self, *, read_only: bool) -> Iterator[psycopg.Connection]:
+    def _transaction(self, *, snapshot: bool = False) -> Iterator[psycopg.Connection]:
         current = self._current()
         if current is not None:  # nested: join the outer transaction
             yield current
             return
         try:
-            with self.db.transaction(self.user_id) as con:
-                if read_only:
-                    con.execute("SET TRANSACTION READ ONLY")
+            with self.db.transaction(self.user_id, snapshot=snapshot) as con:
                 self._local.con = con
                 try:
                     yield con
@@ -86,11 +84,13 @@ class PgStore:
 
     def write(self, *, busy_ms: int | None = None) -> contextlib.AbstractContextManager[psycopg.Connection]:
         """One transaction for the user; committed when the block ends, rolled back when it raises."""
-        return self._transaction(read_only=False)
+        return self._transaction()
 
     def read(self) -> contextlib.AbstractContextManager[psycopg.Connection]:
-        """Several reads in one transaction (inside a write: that write's transaction)."""
-        return self._transaction(read_only=False)
+        """A consistent snapshot for several reads (REPEATABLE READ: an export's counts and its records, a
+        page and its count, agree however the user writes meanwhile); inside a write, that write's
+        transaction."""
+        return self._transaction(snapshot=True)
 
     @property
     def con(self) -> psycopg.Connection | Reader:
