@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QRect, QSize, Qt, Signal
+from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QFontDatabase, QGuiApplication
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -30,7 +30,7 @@ from .bridge import Bridge, EngineInfo
 
 if TYPE_CHECKING:
     from .bridge import HealthReport
-from .widgets import Banner, button, muted, scroller
+from .widgets import Banner, button, muted, scroller, usable_area
 
 OK, MISSING, WAIT = "✓", "✗", "…"
 
@@ -209,7 +209,7 @@ class RecoveryKeyDialog(QDialog):
         self.kept.toggled.connect(self.done_button.setEnabled)
         self.done_button.clicked.connect(self._done)
         screen = (parent.screen() if parent is not None else None) or QGuiApplication.primaryScreen()
-        area = screen.availableGeometry() if screen is not None else QRect(0, 0, 1280, 800)
+        area = usable_area(screen)
         narrow = area.width() < 560  # a small screen, or a large scale: Done goes under the checkbox
         bottom = QVBoxLayout() if narrow else QHBoxLayout()
         bottom.addWidget(self.kept, 1)
@@ -374,7 +374,7 @@ class WhereDialog(QDialog):
         layout.addLayout(buttons)
         self._choice_changed()
         screen = (parent.screen() if parent is not None else None) or QGuiApplication.primaryScreen()
-        area = screen.availableGeometry() if screen is not None else QRect(0, 0, 1280, 800)
+        area = usable_area(screen)
         room = QSize(area.width() - 24, area.height() - 48)
         self.setMaximumSize(room)
         self.resize(QSize(520, 400).boundedTo(room))

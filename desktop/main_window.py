@@ -6,6 +6,7 @@ window hides it to the tray when a tray exists (the app decides; see `close_to_t
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +39,7 @@ from .memory_browser import MemoryBrowser
 from .pending_deletes import UNDO_SECONDS
 from .settings_view import SettingsView
 from .status_bar import StatusBar
-from .widgets import scroller
+from .widgets import scroller, usable_area
 
 PAGES = (("Memories", "memories"), ("Ask", "ask"), ("Documents", "documents"), ("Graph", "graph"),
          ("Conflicts", "conflicts"), ("Activity", "activity"), ("Settings", "settings"))
@@ -67,6 +68,8 @@ class MainWindow(QMainWindow):
         self.close_to_tray = False
         self._painted = False
         self._placed = False
+        self._settling_until = 0.0
+        self._settle = QTimer(self, singleShot=True, interval=50, timeout=self.keep_on_screen)
         self._state = QSettings(str(state_file), QSettings.Format.IniFormat) if state_file else None
         self.setWindowTitle("Personal LLM")
         self.setWindowIcon(icons.app_icon())
@@ -80,6 +83,7 @@ class MainWindow(QMainWindow):
         self.pages.addWidget(self.memories)
         self._built = False
 
+        self._conflicts = 0  # shown beside "Conflicts" in the sidebar
         self.sidebar = QListWidget()
         self.sidebar.setObjectName("Sidebar")
         self.sidebar.setFixedWidth(self.WIDE_SIDEBAR)
@@ -117,7 +121,7 @@ class MainWindow(QMainWindow):
         hl = _WidthFirstLayout(holder)  # the scroll area sizes it to the window, not to its wrapped text
         hl.setContentsMargins(0, 0, 0, 0)
         hl.addWidget(right)
-        holder.setMinimumSize(self.MINIMUM_SIZE.width() - self.ICONS_ONLY, self.MINIMUM_SIZE.height() - 60)
+        holder.setMinimumSize(self.PAGE_MINIMUM)
         self.page_scroll = scroller(holder)
         layout.addWidget(self.page_scroll, 1)
         self.setCentralWidget(central)
@@ -135,12 +139,13 @@ class MainWindow(QMainWindow):
     # ------------------------------------------------------------------------------------------------
     DEFAULT_SIZE = QSize(1080, 700)
     MINIMUM_SIZE = QSize(640, 420)
+    PAGE_MINIMUM = QSize(560, 360)  # below this the page scrolls; beside a labelled sidebar it keeps this width
     WIDE_SIDEBAR = 184
     NARROW_SIDEBAR = 150
+    SIDEBAR_ITEM_EXTRA = 48  # beside an item's text and icon: the icon's gap, #Sidebar::item's padding and margin
 
     def screen_area(self) -> QRect:
-        screen = self.screen() or QApplication.primaryScreen()
-        return screen.availableGeometry() if screen is not None else QRect(0, 0, 1280, 800)
+        return usable_area(self.screen())
 
     def restore_geometry(self) -> None:
         """The size and place it had when last closed, kept on a screen; else a size that fits this one."""
@@ -160,8 +165,7 @@ class MainWindow(QMainWindow):
         """Shrink to the screen it is on (or the primary one) and move it fully inside."""
         screens = QApplication.screens()
         frame = self.frameGeometry()
-        area = next((s.availableGeometry() for s in screens if s.availableGeometry().intersects(frame)),
-                    self.screen_area())
+        area = next((usable_area(s) for s in screens if usable_area(s).intersects(frame)), self.screen_area())
         extra_w, extra_h = frame.width() - self.width(), frame.height() - self.height()  # the title bar, borders
         width, height = min(self.width(), area.width() - extra_w), min(self.height(), area.height() - extra_h)
         if self.minimumWidth() > width or self.minimumHeight() > height:  # a tiny screen: the frame fits too
@@ -178,7 +182,22 @@ class MainWindow(QMainWindow):
         super().showEvent(event)
         if not self._placed:  # the frame (title bar, borders) is known once shown: fit it on the screen too
             self._placed = True
-            QTimer.singleShot(0, self.keep_on_screen)
+            # A window manager frames and places the window after it is shown, on its own time (openbox put
+            # it where its bottom and the status bar fell off the screen): look again whenever it moves or
+            # resizes it in the first seconds, and after a while in case nothing told us.
+            self._settling_until = time.monotonic() + self.SETTLE_SECONDS
+            for ms in (0, 300, 1500):
+                QTimer.singleShot(ms, self.keep_on_screen)
+
+    SETTLE_SECONDS = 3.0
+
+    def _placed_by_window_manager(self) -> None:
+        if self._placed and time.monotonic() < self._settling_until:
+            self._settle.start()
+
+    def moveEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().moveEvent(event)
+        self._placed_by_window_manager()
 
     def save_geometry(self) -> None:
         if self._state is not None:
@@ -189,14 +208,8 @@ class MainWindow(QMainWindow):
 
     def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
         super().resizeEvent(event)
-        width = self.width()
-        icons_only = width < 760
-        self.sidebar.setFixedWidth(self.WIDE_SIDEBAR if width >= 1000 else
-                                   self.NARROW_SIDEBAR if not icons_only else self.ICONS_ONLY)
-        for i, (label, _key) in enumerate(PAGES):
-            item = self.sidebar.item(i)
-            if item is not None:
-                item.setText("" if icons_only else label)
+        self._fit_sidebar()
+        self._placed_by_window_manager()
         if self.first_run.isVisible():
             self.first_run.fit_height(self.height())
 
@@ -334,10 +347,39 @@ class MainWindow(QMainWindow):
     def _build_sidebar(self) -> None:
         self.sidebar.clear()
         color = theme.text_color()
-        for i, (label, icon) in enumerate(PAGES):
-            item = QListWidgetItem(icons.line_icon(icon, color), label)
-            item.setToolTip(f"{label} (Ctrl+{i + 1})")
-            self.sidebar.addItem(item)
+        for label, icon in PAGES:
+            self.sidebar.addItem(QListWidgetItem(icons.line_icon(icon, color), label))
+        self._fit_sidebar()
+
+    def _sidebar_label(self, row: int) -> str:
+        label, key = PAGES[row]
+        return f"{label} ({self._conflicts})" if key == "conflicts" and self._conflicts else label
+
+    def _fit_sidebar(self) -> None:
+        """The sidebar is as wide as its longest label (a count included), so no label is ever cut short
+        ("C…"); when the page beside it would drop below its minimum width, it shows icons only and each
+        icon's tooltip names its page."""
+        bar = self.sidebar
+        labels = [self._sidebar_label(i) for i in range(bar.count())]
+        for i, label in enumerate(labels):
+            bar.item(i).setToolTip(f"{label} (Ctrl+{i + 1})")
+        metrics = bar.fontMetrics()
+        # an item's width: its text, the icon and the gap beside it, the style sheet's padding and margin
+        text_need = max((metrics.horizontalAdvance(label) for label in labels), default=0)
+        need = text_need + bar.iconSize().width() + self.SIDEBAR_ITEM_EXTRA + 2 * bar.frameWidth()
+        if bar.count() and bar.count() * bar.sizeHintForRow(0) > bar.height():  # a short window: it scrolls
+            need += bar.verticalScrollBar().sizeHint().width()
+        page_minimum = self.PAGE_MINIMUM.width()
+        with_labels = self.width() - need >= page_minimum
+        width = max(need, self.WIDE_SIDEBAR if self.width() >= 1000 else self.NARROW_SIDEBAR) if with_labels \
+            else self.ICONS_ONLY
+        if width > need and self.width() - width < page_minimum:
+            width = need
+        bar.setFixedWidth(width)
+        for i, label in enumerate(labels):
+            text = label if with_labels else ""
+            if bar.item(i).text() != text:
+                bar.item(i).setText(text)
 
     def _wire(self) -> None:
         b = self.bridge
@@ -408,9 +450,8 @@ class MainWindow(QMainWindow):
         self.bridge.stats(done)
 
     def _conflicts_counted(self, n: int) -> None:
-        item = self.sidebar.item([key for _label, key in PAGES].index("conflicts"))
-        if item is not None:
-            item.setText(f"Conflicts ({n})" if n else "Conflicts")
+        self._conflicts = n
+        self._fit_sidebar()
 
     def _reveal_memory(self, uid: str) -> None:
         self.show_page("memories")

@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
 
 from . import drops, formatting, icons
 from .bridge import project_problem
-from .widgets import refill_editable
+from .widgets import refill_editable, usable_area
 
 KINDS = tuple((formatting.kind_label(k), k) for k in ("fact", "episodic", "procedural"))  # one vocabulary
 NO_PROJECT = "No project"
@@ -113,7 +113,7 @@ class QuickCapture(QWidget):
         """Show at the front, centred in the upper third of the screen under the mouse."""
         screen = QGuiApplication.screenAt(QCursor.pos()) or QGuiApplication.primaryScreen()
         if screen is not None:
-            area = screen.availableGeometry()
+            area = usable_area(screen)
             room = area.width() - 16
             # the hint beside the choices, on one line, where it fits; on a narrow screen (or a large scale)
             # on a row of its own, wrapped, instead of pushing the box past the screen's edge

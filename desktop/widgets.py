@@ -3,7 +3,8 @@ that grow to fit what they show."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QObject, QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QObject, QRect, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QGuiApplication, QScreen
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
@@ -15,6 +16,17 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+
+
+def usable_area(screen: QScreen | None = None) -> QRect:
+    """The part of `screen` (else the primary one) that a window may cover: its available geometry (less the
+    panels and the tray), kept inside the screen. With QT_SCALE_FACTOR set, Qt on X11 scales a panel's
+    height but not the offset it starts at (a 28-pixel panel on a 1600x1200 screen at scale 2 gave 0,28
+    800x586 for a screen 600 high), so the raw area ran past the screen's bottom, and the status bar with it."""
+    screen = screen or QGuiApplication.primaryScreen()
+    if screen is None:
+        return QRect(0, 0, 1280, 800)
+    return screen.availableGeometry().intersected(screen.geometry())
 
 
 def page_title(text: str) -> QLabel:
@@ -201,7 +213,7 @@ class _GrowToFit(QObject):
         need = self.needed_height()
         screen = self.dialog.screen()
         if screen is not None:
-            need = min(need, screen.availableGeometry().height() - 48)  # its title bar stays on the screen
+            need = min(need, usable_area(screen).height() - 48)  # its title bar stays on the screen
         self.dialog.setMinimumHeight(need)
         if self.dialog.height() < need:
             self.dialog.resize(self.dialog.width(), need)

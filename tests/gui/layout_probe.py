@@ -106,12 +106,38 @@ def too_narrow(root) -> list[str]:
     return found
 
 
+def sidebar_labels(window) -> list[dict]:
+    """Each sidebar entry: the text it shows, its page's name, and whether the text has the room to be shown
+    whole (Qt elides it, "C…", when the entry's size hint is wider than the list)."""
+    from desktop.main_window import PAGES
+
+    bar = window.sidebar
+    room = bar.viewport().width()
+    return [{"text": bar.item(i).text(), "page": label,
+             "fits": bar.sizeHintForIndex(bar.indexFromItem(bar.item(i))).width() <= room}
+            for i, (label, _key) in enumerate(PAGES)]
+
+
+def inside_screen(window) -> dict:
+    """Whether the window's frame and its status bar lie inside the screen itself (not only inside Qt's idea
+    of the screen's free area, which can run past it)."""
+    from PySide6.QtCore import QRect
+
+    screen = window.screen().geometry()
+    bar = window.status
+    bar_rect = QRect(bar.mapToGlobal(bar.rect().topLeft()), bar.size())
+    return {"frame": screen.contains(window.frameGeometry()), "status_bar": screen.contains(bar_rect),
+            "status_bar_visible": bar.isVisible()}
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("home", type=Path)
     parser.add_argument("--shots", type=Path)
     parser.add_argument("--tag", default="")
     parser.add_argument("--size", help="WxH: resize the window to this (logical pixels) instead of its default")
+    parser.add_argument("--platform-frame", action="store_true",
+                        help="wait for a window manager's frame before measuring (a real X server with one)")
     args = parser.parse_args(argv)
 
     from PySide6.QtWidgets import QApplication
@@ -147,6 +173,11 @@ def main(argv: list[str]) -> int:
         window.resize(w, h)
         window.keep_on_screen()
     settle(app, 0.5)
+    if args.platform_frame:  # a window manager frames and places the window after it is shown: wait for it
+        wait(app, lambda: window.frameGeometry() != window.geometry(), 10)
+        settle(app, 2.0)
+    window._conflicts_counted(12)  # the longest label: "Conflicts (12)"
+    settle(app, 0.2)
 
     area = window.screen_area()
     frame = window.frameGeometry()
@@ -157,6 +188,8 @@ def main(argv: list[str]) -> int:
         "on_screen": area.contains(frame),
         "pages": {},
         "recovery_key": recovery,
+        "sidebar": sidebar_labels(window),
+        "inside_screen": inside_screen(window),
     }
     pages = ["memories", "memory-editor", "memories-search", "ask", "documents", "activity", "settings"]
     for page in pages:

@@ -96,3 +96,29 @@ def test_the_editor_moves_into_a_drawer_when_narrow(qtbot, desktop):
     assert browser.tree.width() > browser.width() * 0.8  # the list keeps the width
     header = browser.tree.horizontalHeader()
     assert header.sectionSize(0) >= header.fontMetrics().horizontalAdvance("Memory") + 8
+
+
+def test_every_sidebar_label_is_shown_whole_or_the_sidebar_shows_icons(qtbot, desktop):
+    """The sidebar is as wide as its longest label, a count included ("Conflicts (12)" was cut to "C…"); the
+    default window on an 800x600 screen (or 1600x1200 at scale 2) keeps the labels; a narrower one shows
+    icons, whose tooltips name the page."""
+    from desktop.main_window import PAGES
+
+    window = desktop.window
+    bar = window.sidebar
+    window._conflicts_counted(12)
+    for width, height in ((736, 526), (800, 600), (900, 600), (1200, 760)):
+        window.resize(width, height)
+        qtbot.waitUntil(lambda w=width: window.width() == w, timeout=2000)
+        shown = [bar.item(i).text() for i in range(bar.count())]
+        assert shown == [label + (" (12)" if key == "conflicts" else "") for label, key in PAGES], (width, shown)
+        for i in range(bar.count()):
+            need = bar.sizeHintForIndex(bar.indexFromItem(bar.item(i))).width()
+            assert need <= bar.viewport().width(), (width, shown[i], need, bar.viewport().width())
+        assert window.pages.width() >= window.PAGE_MINIMUM.width()
+    window.resize(640, 420)
+    qtbot.waitUntil(lambda: window.width() == 640, timeout=2000)
+    assert [bar.item(i).text() for i in range(bar.count())] == [""] * len(PAGES)
+    assert bar.item(4).toolTip() == "Conflicts (12) (Ctrl+5)"
+    window._conflicts_counted(0)
+    assert bar.item(4).text() == "" and bar.item(4).toolTip() == "Conflicts (Ctrl+5)"

@@ -51,11 +51,20 @@ class XServer:
         self.display = f":{self.number}"
         return self
 
-    def start_tray_host(self) -> None:
+    def start_tray_host(self, *, reserve: bool = False) -> None:
+        """trayer at the top right; `reserve`: it keeps its strip of the screen from windows (a panel's strut,
+        so the screen's free area starts below it)."""
         self.procs.append(subprocess.Popen(
             ["trayer", "--edge", "top", "--align", "right", "--widthtype", "pixel", "--width", "120",
-             "--height", "28", "--transparent", "false", "--tint", "0x303030", "--SetDockType", "true"],
+             "--height", "28", "--transparent", "false", "--tint", "0x303030", "--SetDockType", "true",
+             "--SetPartialStrut", "true" if reserve else "false"],
             env=self.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        time.sleep(0.8)
+
+    def start_window_manager(self) -> None:
+        """openbox: it frames windows (a title bar) and places them itself, as a user's desktop does."""
+        self.procs.append(subprocess.Popen(["openbox"], env=self.env(), stdout=subprocess.DEVNULL,
+                                           stderr=subprocess.DEVNULL))
         time.sleep(0.8)
 
     def env(self, **extra: str) -> dict[str, str]:
