@@ -1,4 +1,4 @@
-"""A backup of a server's database is `pg_dump`; a restore on another PostgreSQL is the two roles made first,
+"""A backup of a server's database is `pg_dump`; a restore on another PostgreSQL is the roles made first,
 then `pg_restore` (docs/server.md, "Backups"): the users' tokens work there and their memories are found."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from pathlib import Path
 from engine import Engine, users
 from engine.config import Settings
 from engine.store.postgres.database import Database
+from engine.store.postgres.migrations import ROLES
 from tests.pg_server import LocalServer
 
 
@@ -28,8 +29,8 @@ def test_pg_dump_and_pg_restore_keep_users_tokens_and_memories(pg_server: LocalS
     other = LocalServer().start()
     try:
         with other.admin() as con:
-            con.execute("CREATE ROLE personal_llm_owner NOLOGIN")
-            con.execute("CREATE ROLE personal_llm_app NOLOGIN")
+            for role in ROLES:
+                con.execute(f"CREATE ROLE {role} NOLOGIN")
             con.execute("CREATE DATABASE personal_llm")
         url = other.url("personal_llm")
         subprocess.run([str(other.bin / "pg_restore"), "--exit-on-error", "-d", url, str(dump)], check=True,

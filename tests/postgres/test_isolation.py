@@ -11,7 +11,7 @@ from psycopg.types.json import Jsonb
 
 from engine import users
 from engine.store.postgres.database import Database
-from engine.store.postgres.migrations import APP, OWNER, USER_TABLES
+from engine.store.postgres.migrations import APP, OWNER, USER_TABLES, WORD_FUNCTIONS, WORDS
 from tests.postgres.sample import populate, user_tables
 
 
@@ -37,7 +37,9 @@ def test_every_user_table_is_secured_and_listed(pg_db: Database):
         tables = user_tables(con)
         secured = con.execute(
             "SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity, pg_get_userbyid(c.relowner), "
-            "(SELECT array_agg(pg_get_expr(p.polqual, p.polrelid) || ' / ' || pg_get_expr(p.polwithcheck, p.polrelid)) "
+            "(SELECT array_agg(p.polcmd::text || ' ' || array_to_string(ARRAY(SELECT CASE WHEN r = 0 THEN 'public' "
+            "ELSE pg_get_userbyid(r) END FROM unnest(p.polroles) r), ',') || ' ' || pg_get_expr(p.polqual, p.polrelid) "
+            "|| ' / ' || coalesce(pg_get_expr(p.polwithcheck, p.polrelid), '-') ORDER BY p.polname) "
             " FROM pg_policy p WHERE p.polrelid = c.oid) "
             "FROM pg_class c WHERE c.relname = ANY(%s) AND c.relnamespace = 'personal_llm'::regnamespace",
             (tables,)).fetchall()
@@ -46,7 +48,11 @@ def test_every_user_table_is_secured_and_listed(pg_db: Database):
     for name, enabled, forced, owner, policies in secured:
         assert enabled and forced and owner == OWNER, name
         expected = "(user_id = (current_setting('app.user_id'::text))::bigint)"
-        assert policies == [f"{expected} / {expected}"], name
+        own = f"* public {expected} / {expected}"
+        if name in WORD_FUNCTIONS:  # and the word search's functions read through the GIN index (below)
+            assert policies == [own, f"r {WORDS} true / -"], name
+        else:
+            assert policies == [own], name
 
 
 def test_every_table_holds_both_users_rows(two):
@@ -166,3 +172,49 @@ def test_a_login_role_that_is_only_an_app_member_is_isolated(two, pg_url: str):
             assert con.execute("SELECT session_user, current_user").fetchone() == ("plm_server", APP)
             assert {r[0] for r in con.execute("SELECT user_id FROM memories")} == {b}
         assert server.token_user(b"\0" * 32) is None
+
+
+def test_the_word_search_reads_through_the_index_only_the_users_own_rows(two, pg_url: str):
+    """The functions that find rows holding words run as a role every row is visible to (so PostgreSQL may use
+    the GIN index under row-level security): they return ids of the transaction's user's rows alone, fail
+    without a user, may be run by the app role only, and their role reads nothing but the words' columns."""
+    db, a, b = two
+    with db.transaction(a) as con:
+        own = {r[0] for r in con.execute("SELECT id FROM memories")}
+    for user in (a, b):
+        with db.transaction(user) as con:
+            mine = {table: {r[0] for r in con.execute(sql.SQL("SELECT id FROM {}").format(sql.Identifier(table)))}
+                    for table in WORD_FUNCTIONS}
+            for table, function in WORD_FUNCTIONS.items():
+                found = {r[0] for r in con.execute(
+                    sql.SQL("SELECT {}(to_tsquery('english', 'train | porto'))").format(
+                        sql.Identifier(function)))}
+                assert found == mine[table] and found, (table, user)  # every row holds one of them, and only these
+            assert own.isdisjoint(mine["memories"]) == (user == b)
+    with db.pool().connection() as con:
+        with db.transaction(a):
+            pass
+        with pytest.raises((errors.UndefinedObject, errors.InvalidTextRepresentation)), con.transaction():
+            con.execute("SELECT memories_with_words(to_tsquery('english', 'train'))")
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("SET search_path = personal_llm")
+        assert not admin.execute("SELECT pg_has_role(%s, %s, 'MEMBER')", (APP, WORDS)).fetchone()[0]
+        for table in user_tables(admin):
+            columns = {r[0] for r in admin.execute(
+                "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped",
+                (table,))}
+            readable = {c for c in columns if admin.execute("SELECT has_column_privilege(%s, %s, %s, 'SELECT')",
+                                                            (WORDS, table, c)).fetchone()[0]}
+            assert readable == ({"id", "user_id", "tsv"} if table in WORD_FUNCTIONS else set()), table
+            assert not admin.execute("SELECT has_table_privilege(%s, %s, 'INSERT, UPDATE, DELETE')",
+                                     (WORDS, table)).fetchone()[0]
+        for function in WORD_FUNCTIONS.values():
+            owner, definer, runs = admin.execute(
+                "SELECT pg_get_userbyid(proowner), prosecdef, ARRAY(SELECT grantee::regrole::text FROM "
+                "aclexplode(proacl) WHERE privilege_type = 'EXECUTE' AND grantee <> proowner) FROM pg_proc "
+                "WHERE proname = %s", (function,)).fetchone()
+            assert (owner, definer, runs) == (WORDS, True, [APP]), function
+        admin.execute(f"DROP ROLE IF EXISTS plm_server; CREATE ROLE plm_server LOGIN; GRANT {APP} TO plm_server")
+    url = pg_url.replace("postgresql://postgres@", "postgresql://plm_server@")
+    with Database(url) as server, server.transaction(b) as con, pytest.raises(errors.InsufficientPrivilege):
+        con.execute(f"SET LOCAL ROLE {WORDS}")

@@ -111,6 +111,29 @@ def test_init_is_idempotent_and_upgrades_an_empty_database(pg_empty_url: str):
         assert db.schema_version() == SCHEMA_VERSION
 
 
+def test_init_upgrades_a_database_of_the_version_before(pg_empty_url: str, monkeypatch: pytest.MonkeyPatch):
+    """A server made before the word search's functions (schema 2) gets them from `server init`, its rows kept."""
+    from engine.store.postgres import migrations, retrieval
+    from engine.store.types import Filter
+
+    with monkeypatch.context() as m:
+        m.setattr(migrations, "MIGRATIONS", migrations.MIGRATIONS[:2])
+        m.setattr(migrations, "SCHEMA_VERSION", 2)
+        with Database(pg_empty_url) as db:
+            assert db.init(bundled_space()).version == 2
+            alice = db.add_user("alice", users.token_hash(users.make_token()))
+            with db.transaction(alice) as con:
+                populate(con, "Alice")
+                with pytest.raises(psycopg.errors.UndefinedFunction), con.transaction():
+                    retrieval.count_memories(con, "train", Filter())
+    with Database(pg_empty_url) as db:
+        done = db.init(bundled_space())
+        assert (done.version, done.applied, done.space_changed) == (SCHEMA_VERSION, SCHEMA_VERSION - 2, False)
+        with db.transaction(alice) as con:
+            assert retrieval.count_memories(con, "train", Filter()) == 2
+            assert [h for h, _ in retrieval.lexical_memories(con, "Porto", 5, Filter())]
+
+
 def test_init_refuses_a_schema_newer_than_it_knows(pg_url: str):
     with psycopg.connect(pg_url) as con:
         con.execute("INSERT INTO personal_llm.schema_version VALUES (%s, 'm999_future', 0)", (SCHEMA_VERSION + 1,))

@@ -26,6 +26,9 @@ from psycopg import Connection, sql
 SCHEMA = "personal_llm"
 OWNER = "personal_llm_owner"
 APP = "personal_llm_app"
+# owns the functions that find a user's rows holding words through the full-text (GIN) indexes (m003)
+WORDS = "personal_llm_words"
+ROLES = (OWNER, APP, WORDS)
 MIGRATION_LOCK = 0x706C6C6D  # pg_advisory_xact_lock key: one init or upgrade at a time
 USER = "current_setting('app.user_id')::bigint"
 # the lexical side: PostgreSQL's English configuration (Snowball's English stemmer, the Porter stemmer's
@@ -472,9 +475,46 @@ def m002_extraction_queue(con: Connection) -> None:
     """)
 
 
+# The word search's functions (m003): {table: function}
+WORD_FUNCTIONS = {"memories": "memories_with_words", "chunks": "chunks_with_words"}
+
+
+def m003_words_through_the_index(con: Connection) -> None:
+    """The user's rows holding a query's words, found through the GIN index.
+
+    Under row-level security PostgreSQL checks the policy's condition before any that is not LEAKPROOF, and
+    `@@` is not: a search by words read every row of the user, filtered by the tsquery (the GIN index unused).
+    Each function below runs as the role `personal_llm_words` (SECURITY DEFINER), whose own policy lets it
+    see every row, so its statement may use the GIN index; the statement itself keeps to the transaction's
+    user (`user_id = current_setting('app.user_id')`, the policy's own condition: no user set, an error), and
+    returns row ids only, which the caller's statement reads under its own policy as before. The role may
+    read three columns (id, user_id, tsv) of two tables and nothing else and cannot log in; its only member
+    is the role that runs `server init` (a policy applies to a role's members too), never the app role, so
+    only these functions act as it for the server."""
+    con.execute(f"""
+        GRANT USAGE, CREATE ON SCHEMA {SCHEMA} TO {WORDS};
+        GRANT SELECT (id, user_id, tsv) ON memories, chunks TO {WORDS};
+        CREATE POLICY memories_words ON memories FOR SELECT TO {WORDS} USING (true);
+        CREATE POLICY chunks_words ON chunks FOR SELECT TO {WORDS} USING (true);
+    """)
+    con.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(WORDS)))
+    for table, function in WORD_FUNCTIONS.items():
+        con.execute(f"""
+            CREATE FUNCTION {SCHEMA}.{function}(q tsquery) RETURNS SETOF bigint
+                LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+                SELECT t.id FROM {SCHEMA}.{table} t WHERE t.user_id = {USER} AND t.tsv @@ q
+            $$;
+            REVOKE ALL ON FUNCTION {SCHEMA}.{function}(tsquery) FROM PUBLIC;
+            GRANT EXECUTE ON FUNCTION {SCHEMA}.{function}(tsquery) TO {APP};
+        """)
+    con.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(OWNER)))
+    con.execute(f"REVOKE CREATE ON SCHEMA {SCHEMA} FROM {WORDS}")
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     m001_initial,
     m002_extraction_queue,
+    m003_words_through_the_index,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -494,13 +534,13 @@ def search_path(con: Connection) -> sql.Composed:
 
 def bootstrap(con: Connection) -> None:
     """What the migrations stand on, made by the role that runs `init` (idempotent, one transaction):
-    pgvector, the two roles (the runner becomes a member of both, to act as them), the schema and
+    pgvector, the roles (the runner becomes a member of each, to act as them), the schema and
     `schema_version`."""
     con.execute("CREATE EXTENSION IF NOT EXISTS vector")
-    for role, attributes in ((OWNER, "NOLOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE"),
-                             (APP, "NOLOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE")):
+    for role in ROLES:
         if con.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone() is None:
-            con.execute(sql.SQL("CREATE ROLE {} " + attributes).format(sql.Identifier(role)))
+            con.execute(sql.SQL("CREATE ROLE {} NOLOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE").format(
+                sql.Identifier(role)))
         con.execute(sql.SQL("GRANT {} TO CURRENT_USER").format(sql.Identifier(role)))
     con.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {} AUTHORIZATION {}").format(
         sql.Identifier(SCHEMA), sql.Identifier(OWNER)))
