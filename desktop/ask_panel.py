@@ -32,6 +32,7 @@ from .bridge import Bridge
 from .widgets import Banner, EmptyState, button, muted, page_title
 
 ALL_PROJECTS = "All projects"
+AGENT_TIP = "Let an agent do the task step by step with tools: search, documents, dates… It asks before it changes anything."
 CITATION = re.compile(r"\[(\d{1,3})\]")
 STOPPED_AT = {"step_limit": "The agent used all its steps; this is what it found so far.",
               "time_limit": "The agent ran out of time; this is what it found so far."}
@@ -65,8 +66,7 @@ class AskPanel(QWidget):
         self.stop_button.clicked.connect(self.stop)
         self.stop_button.hide()
         self.agent_toggle = QCheckBox("Agent")
-        self.agent_toggle.setToolTip("Let an agent do the task step by step with tools: search, documents, "
-                                     "dates… It asks before it changes anything.")
+        self.agent_toggle.setToolTip(AGENT_TIP)
         self.agent_toggle.toggled.connect(self._agent_toggled)
         self.agent_picker = QComboBox()
         self.agent_picker.addItem("Research", "Research")
@@ -187,7 +187,13 @@ class AskPanel(QWidget):
     # ------------------------------------------------------------------------------------------------
     def _opened(self, info: Any) -> None:
         self.stack.setCurrentIndex(0)
-        self.bridge.list_agents(self._set_agents)
+        reason = info.unavailable.get("agents")
+        if reason is not None:  # a profile on a server: questions are answered there, agents run here only
+            self.agent_toggle.setChecked(False)
+        self.agent_toggle.setEnabled(reason is None)
+        self.agent_toggle.setToolTip(reason or AGENT_TIP)
+        if reason is None:
+            self.bridge.list_agents(self._set_agents)
 
     def _set_agents(self, agents: Any) -> None:
         current = self.agent_picker.currentData()
@@ -199,7 +205,7 @@ class AskPanel(QWidget):
 
     def showEvent(self, event) -> None:  # noqa: N802 - Qt override: agents added meanwhile (settings.json) appear
         super().showEvent(event)
-        if self.bridge.info is not None:
+        if self.bridge.info is not None and self.agent_toggle.isEnabled():
             self.bridge.list_agents(self._set_agents)
 
     def _agent_toggled(self, on: bool) -> None:

@@ -21,7 +21,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +51,7 @@ class EngineInfo:
     key_backend: str = ""  # where keyring keeps the key ("the macOS Keychain", "a plaintext file (…)")
     key_backend_secure: bool = True  # False: not a real system keychain (keyrings.alt's files)
     connection: Any = None  # engine Connection of a profile that lives on a server; None: on this computer
+    unavailable: Mapping[str, str] = field(default_factory=dict)  # what this profile does not offer, and why
 
 
 class _Relay(QObject):
@@ -260,7 +261,7 @@ class Bridge(QObject):
         info = EngineInfo(
             home=eng.home, store=eng.store_path, key_source=eng.key_source,
             created=self._created, settings=eng.settings.model_copy(deep=True), log_dir=log_dir(),
-            recovery_key=eng.recovery_key, connection=eng.connection(),
+            recovery_key=eng.recovery_key, connection=eng.connection(), unavailable=eng.unavailable(),
         )
         if eng.key_source == "keychain":
             backend, secure = eng.keychain_backend()
@@ -594,6 +595,48 @@ class Bridge(QObject):
             lambda results: self.ingest_finished.emit(list(results or [])),
             lambda message: (self.failed.emit(message), self.ingest_finished.emit([])),
         )
+
+    # ------------------------------------------------------------------------------------------------
+    # moving the memory between this computer and a server
+    # ------------------------------------------------------------------------------------------------
+    def push_to_server(self, url: str, token: str, fingerprint: str | None, done: Done, failed: Failed,
+                       progress: Callable[[int, int], None] | None = None) -> threading.Event:
+        """Copy this (local) profile's memories into the account at `url`, on the jobs thread; `done(Moved)`, or
+        done(None) when cancelled (set the event returned: it stops after the page being sent)."""
+        from engine import push_to_server
+
+        cancel = threading.Event()
+        report = self._progress(progress)
+        self._run(self._jobs, lambda e: push_to_server(e, url, token, fingerprint=fingerprint or None,
+                                                       progress=report, cancel=cancel), done, failed)
+        return cancel
+
+    def copy_to_local(self, name: str, done: Done, failed: Failed,
+                      progress: Callable[[int, int], None] | None = None) -> threading.Event:
+        """Copy this server profile's memories into the local profile called `name` (made when new), on the
+        jobs thread; `done(Copied)` (its `cancelled` set when stopped by the event returned)."""
+        from engine import copy_to_local
+
+        from .profile import named_profile, profile_home
+
+        cancel = threading.Event()
+        report = self._progress(progress)
+
+        def run(e: Engine) -> Any:
+            from engine import Engine, UserError, read_server_profile
+
+            try:
+                home = named_profile(profile_home(), name)
+            except SystemExit as problem:
+                raise UserError(str(problem)) from None
+            if read_server_profile(home) is not None:
+                raise UserError(f"The profile {name} lives on a server too: copy into a profile kept on this "
+                                "computer.")
+            with Engine.open(home, actor="desktop", interactive=False) as local:
+                return copy_to_local(e, local, progress=report, cancel=cancel)
+
+        self._run(self._jobs, run, done, failed)
+        return cancel
 
     def watch_status(self, done: Done) -> None:
         self.read(lambda e: e.watch_status(), done)

@@ -103,6 +103,10 @@ class ConflictCard(QFrame):
             b.setEnabled(not busy)
 
 
+NO_CONFLICTS = ("When tidying up finds two facts that contradict each other (it compares them with the language "
+                "model), they wait here for you to choose.")
+
+
 class ConflictsView(QWidget):
     memory_opened = Signal(str)
     status_posted = Signal(str)
@@ -119,9 +123,7 @@ class ConflictsView(QWidget):
         self.list_layout.setSpacing(12)
         self.list_layout.addStretch(1)
         scroll = scroller(self.list)
-        self.empty = EmptyState("No facts disagree.",
-                                "When tidying up finds two facts that contradict each other (it compares them with "
-                                "the language model), they wait here for you to choose.")
+        self.empty = EmptyState("No facts disagree.", NO_CONFLICTS)
         self.stack = QStackedWidget()
         self.stack.addWidget(scroll)
         self.stack.addWidget(self.empty)
@@ -138,11 +140,23 @@ class ConflictsView(QWidget):
         self._timer.setSingleShot(True)
         self._timer.setInterval(300)
         self._timer.timeout.connect(self.refresh)
-        bridge.opened.connect(lambda _info: self.refresh())
+        self.elsewhere = False  # conflicts are not found on this profile (unavailable: a profile on a server)
+        bridge.opened.connect(self._opened)
         bridge.changed.connect(lambda changes: self._timer.start() if changes.memories else None)
 
+    def _opened(self, info: Any) -> None:
+        reason = info.unavailable.get("conflicts")
+        self.elsewhere = reason is not None
+        if self.elsewhere:
+            self._show([])
+            self.empty.set_text("Conflicts are not listed for a profile on a server.", reason)
+        else:
+            self.empty.set_text("No facts disagree.", NO_CONFLICTS)
+        self.refresh()
+
     def refresh(self) -> None:
-        self.bridge.conflicts(self._show)
+        if not self.elsewhere:
+            self.bridge.conflicts(self._show)
 
     def _show(self, pairs: list[Any]) -> None:
         for card in self.cards:

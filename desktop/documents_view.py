@@ -34,6 +34,10 @@ STATUS_TEXT = {"added": "Added", "unchanged": "Unchanged", "replaced": "Updated"
                "cancelled": "Cancelled", "waiting": "Waiting", "reading": "Reading…", "done": "Done"}
 
 
+LOCAL_HINT = "Text, Markdown, PDF, Word, HTML and more · they stay on this computer, encrypted"
+SERVER_HINT = "Text, Markdown, PDF, Word, HTML and more · each file is uploaded to your server"
+
+
 class DropZone(QFrame):
     """A dashed area that takes files and folders (the whole window accepts drops too)."""
 
@@ -50,7 +54,7 @@ class DropZone(QFrame):
         icon.setAlignment(Qt.AlignmentFlag.AlignCenter)
         title = QLabel("Drop files or folders here to add them to your memory")
         title.setWordWrap(True)
-        hint = muted("Text, Markdown, PDF, Word, HTML and more · they stay on this computer, encrypted")
+        self.hint = hint = muted(LOCAL_HINT)
         self.browse = button("Add files…")
         self.browse.setToolTip("Choose files to add")
         self.browse.clicked.connect(self.browse_clicked.emit)
@@ -265,6 +269,7 @@ class DocumentsView(QWidget):
     # ------------------------------------------------------------------------------------------------
     def _opened(self, info: Any) -> None:
         self.stack.setCurrentIndex(0)
+        self.drop_zone.hint.setText(LOCAL_HINT if info.connection is None else SERVER_HINT)
         self.refresh()
 
     def _engine_changed(self, changes: Any) -> None:

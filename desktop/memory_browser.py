@@ -82,6 +82,7 @@ class Row:
     conflict: str | None = None
     passage: str | None = None  # a search hit on a long memory: the part that matched
     source: str = "user"
+    waiting: bool | str = False  # written here, waiting to be sent to the server (a str: why the server refused it)
 
     @classmethod
     def of(cls, item: Any) -> Row:
@@ -90,7 +91,8 @@ class Row:
                    when=item.at or item.created_at, created_at=item.created_at,
                    archived=bool(item.archived), conflict_with=item.conflict_with,
                    importance=float(item.importance), conflict=getattr(item, "conflict", None),
-                   passage=getattr(item, "passage", None), source=getattr(item, "source", "user"))
+                   passage=getattr(item, "passage", None), source=getattr(item, "source", "user"),
+                   waiting=(getattr(item, "meta", None) or {}).get("waiting") or False)
 
 
 class MemoryModel(QAbstractTableModel):
@@ -135,6 +137,8 @@ class MemoryModel(QAbstractTableModel):
                 return "⚠ Conflict" if r.conflict_with else "Archived" if r.archived else formatting.kind_label(r.kind)
             if col == 2:
                 return r.project or ""
+            if r.waiting:
+                return "Not sent" if isinstance(r.waiting, str) else "Waiting to send"
             return formatting.when(r.when, self._now)
         if role == Qt.ItemDataRole.UserRole:
             return r.id
@@ -142,7 +146,12 @@ class MemoryModel(QAbstractTableModel):
             return r.conflict or (r.passage or r.text)[:1000]
         if role == Qt.ItemDataRole.ToolTipRole and col == 2:
             return r.project  # shown whole where the column cuts it
+        if role == Qt.ItemDataRole.ToolTipRole and col == 3 and r.waiting:
+            return (f"The server refused it: {r.waiting}" if isinstance(r.waiting, str) else
+                    "Kept on this computer, encrypted, until the server can be reached; then sent.")
         if role == Qt.ItemDataRole.ForegroundRole:
+            if col == 3 and r.waiting:
+                return self._warn
             if col == 1 and r.conflict_with:
                 return self._warn
             if r.archived and col in (0, 1):
@@ -710,7 +719,8 @@ class MemoryBrowser(QWidget):
             if not self._projects_fitted:
                 months = [datetime(2000, m, 28).strftime("%b") for m in range(1, 13)]
                 header.resizeSection(1, wide(1, ["⚠ Conflict", "Archived", *formatting.KIND_LABELS.values()]))
-                header.resizeSection(3, wide(3, ["Today 00:00", "Yesterday 00:00", *(f"28 {m} 2000" for m in months)]))
+                header.resizeSection(3, wide(3, ["Today 00:00", "Yesterday 00:00", "Waiting to send",
+                                                 *(f"28 {m} 2000" for m in months)]))
             self._projects_fitted |= new | {""}
             header.resizeSection(2, min(wide(2, self._projects_fitted), room))
 
@@ -867,7 +877,7 @@ class MemoryBrowser(QWidget):
         if not (changes.memories or changes.action in ("consolidate", "resolve", "import")):
             return
         if (self._searching or self.search.text().strip() or not self._loaded
-                or changes.action in ("consolidate", "resolve", "import")
+                or changes.action in ("consolidate", "resolve", "import") or "*" in changes.memories
                 or len(self._changed | changes.memories) > LIVE_AT_MOST):
             self._live.stop()
             self._changed.clear()

@@ -167,8 +167,25 @@ class ServerBox(QGroupBox):
         row.addWidget(muted("Switch with `personal-llm-desktop --profile NAME`; a profile connects once."), 1)
         row.addWidget(self.disconnect, 0, Qt.AlignmentFlag.AlignTop)
         self.form.addRow("", row)
+        self.move_button = button("Copy to a server…")
+        self.move_button.clicked.connect(self.open_move)
+        self.move_note = muted("")
+        self.move_note.setWordWrap(True)
+        move_row = QHBoxLayout()
+        move_row.addWidget(self.move_note, 1)
+        move_row.addWidget(self.move_button, 0, Qt.AlignmentFlag.AlignTop)
+        self.form.addRow("Copy", move_row)
         self.form.addRow("", self.feedback)
+        self.move_dialog: MoveDialog | None = None
         sections.bridge.connection_changed.connect(self.show_connection)
+
+    def open_move(self) -> MoveDialog:
+        """Copy this profile's memories to a server (a local profile), or to this computer (a server profile)."""
+        info = self.sections.bridge.info
+        to_server = info is None or "push" not in info.unavailable
+        self.move_dialog = MoveDialog(self.sections.bridge, to_server=to_server, parent=self.window())
+        self.move_dialog.show()
+        return self.move_dialog
 
     def load(self, info: EngineInfo) -> None:
         connection = info.connection
@@ -176,6 +193,12 @@ class ServerBox(QGroupBox):
         for field in (self.certificate, self.health):
             self.form.setRowVisible(field, server)
         self.disconnect.setVisible(server)
+        to_server = "push" not in info.unavailable
+        self.move_button.setText("Copy to a server…" if to_server else "Copy to this computer…")
+        self.move_note.setText(
+            "Send your memories into your account on a Personal LLM server, to use them from several devices."
+            if to_server else
+            "Copy your memories from the server into a profile kept on this computer, encrypted.")
         if not server:
             self.where.setText(f"On this computer, encrypted: {info.store}")
             return
@@ -217,6 +240,143 @@ class ServerBox(QGroupBox):
             return
         self.sections.bridge.disconnect_server(lambda _none: self.disconnected.emit(),
                                                lambda message: self.feedback.set(message, "error"))
+
+
+class MoveDialog(QDialog):
+    """Copy the memories to a server (address and token) or to this computer (a profile's name), in the
+    bridge's jobs thread with a progress bar. Stop (or closing the dialog) ends it after the page being
+    copied; what was copied stays, and starting again completes it without copying anything twice."""
+
+    finished_ok = Signal(object)
+
+    def __init__(self, bridge: Bridge, *, to_server: bool, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.bridge = bridge
+        self.to_server = to_server
+        self.cancel: Any = None  # the running copy's stop (a threading.Event)
+        self.setWindowTitle("Copy your memory to a server" if to_server else "Copy your memory to this computer")
+        self.form = QFormLayout()
+        self.address = QLineEdit()
+        self.address.setPlaceholderText("https://memory.example.org:8765")
+        self.token = QLineEdit()
+        self.token.setEchoMode(QLineEdit.EchoMode.Password)
+        self.token.setPlaceholderText("pllm_…")
+        self.fingerprint = QLineEdit()
+        self.fingerprint.setPlaceholderText("only for a self-signed certificate: AB:CD:…")
+        self.name = QLineEdit("this-computer")
+        if to_server:
+            intro = ("Your memories are sent into your account, each with its own id: sending again, or after a stop, "
+                     "adds nothing twice. Documents, conversations and the graph are not sent yet.")
+            self.form.addRow("Address", self.address)
+            self.form.addRow("Token", self.token)
+            self.form.addRow("Fingerprint", self.fingerprint)
+        else:
+            intro = ("Your account's memories are copied into a profile kept on this computer, encrypted; open it "
+                     "with `personal-llm-desktop --profile NAME`. Copying again adds nothing twice.")
+            self.form.addRow("Profile", self.name)
+        self.progress = QProgressBar()
+        self.progress.hide()
+        self.result = Banner()
+        self.start = button("Copy", primary=True)
+        self.start.clicked.connect(self.run)
+        self.stop = button("Stop")
+        self.stop.clicked.connect(self.stop_copy)
+        self.stop.hide()
+        self.close_button = button("Close")
+        self.close_button.clicked.connect(self.reject)
+        buttons = QHBoxLayout()
+        buttons.addStretch(1)
+        buttons.addWidget(self.close_button)
+        buttons.addWidget(self.stop)
+        buttons.addWidget(self.start)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(20, 16, 20, 16)
+        layout.setSpacing(10)
+        note = muted(intro)
+        note.setWordWrap(True)
+        layout.addWidget(note)
+        layout.addLayout(self.form)
+        layout.addWidget(self.progress)
+        layout.addWidget(self.result)
+        layout.addLayout(buttons)
+        self.setMinimumWidth(min(520, max(320, self.screen().availableGeometry().width() - 40))
+                             if self.screen() else 520)
+        grow_to_fit(self)
+
+    @property
+    def running(self) -> bool:
+        return self.cancel is not None
+
+    def run(self) -> None:
+        if self.running:
+            return
+        if self.to_server and not (self.address.text().strip() and self.token.text().strip()):
+            self.result.set("Give the server's address and your token (`personal-llm server add-user` prints it).",
+                            "error")
+            return
+        if not self.to_server and not self.name.text().strip():
+            self.result.set("Name the profile to copy into.", "error")
+            return
+        self.start.setEnabled(False)
+        self.stop.show()
+        self.stop.setEnabled(True)
+        self.progress.setRange(0, 0)
+        self.progress.show()
+        self.result.set("Copying…", "info")
+        if self.to_server:
+            self.cancel = self.bridge.push_to_server(self.address.text().strip(), self.token.text().strip(),
+                                                     self.fingerprint.text().strip() or None, self._done,
+                                                     self._failed, self._progressed)
+        else:
+            self.cancel = self.bridge.copy_to_local(self.name.text().strip(), self._done, self._failed,
+                                                    self._progressed)
+
+    def stop_copy(self) -> None:
+        if self.cancel is not None:
+            self.cancel.set()
+            self.stop.setEnabled(False)
+            self.result.set("Stopping after the memories being copied now…", "info")
+
+    def _progressed(self, done: int, total: int) -> None:
+        if total > 0:
+            self.progress.setRange(0, total)
+            self.progress.setValue(min(done, total))
+            self.result.set(f"Copied {done:,} of {total:,} memories…", "info")
+
+    def _ended(self) -> None:
+        self.cancel = None
+        self.start.setEnabled(True)
+        self.stop.hide()
+
+    def _failed(self, message: str) -> None:
+        self._ended()
+        self.progress.hide()
+        self.result.set(message, "error")
+
+    def _done(self, value: Any) -> None:
+        self._ended()
+        moved = getattr(value, "moved", value)  # a copy to this computer: Copied (the moved, the new profile)
+        stopped = value is None or bool(getattr(value, "cancelled", False))
+        if stopped:
+            self.progress.hide()
+            copied = f"{moved.memories:,} memories were copied; " if moved is not None and moved.memories else ""
+            self.result.set(f"Stopped. {copied}copy again to complete it (nothing is copied twice).", "warn")
+        else:
+            self.progress.setRange(0, 1)
+            self.progress.setValue(1)
+            where = "on the server" if self.to_server else f"in the profile {self.name.text().strip()}"
+            self.result.set(f"Copied {moved.memories:,} memories: {moved.added:,} new {where}, the others were "
+                            "there already.", "ok")
+            self.close_button.setDefault(True)
+        key = getattr(value, "recovery_key", None)
+        if key:  # the profile made by this copy: its recovery key, shown once
+            self.key_dialog = RecoveryKeyDialog(key, parent=self)
+            self.key_dialog.show()
+        self.finished_ok.emit(value)
+
+    def reject(self) -> None:
+        self.stop_copy()  # closing stops the copy (cancel-safe: what was copied stays)
+        super().reject()
 
 
 # ----------------------------------------------------------------------------------------------------

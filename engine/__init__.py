@@ -31,7 +31,7 @@ if TYPE_CHECKING:
         disconnect_profile,
         read_server_profile,
     )
-    from .remote_app import Connection
+    from .remote_app import Connection, copy_to_local, push_to_server
     from .version import __version__
 
 _WHERE = {
@@ -49,7 +49,7 @@ _WHERE = {
     "SUPPORTED_EXTENSIONS": "parsers",
     "CertificateRefused": "remote", "ServerUnreachable": "remote", "TokenRefused": "remote", "check_server": "remote",
     "connect_profile": "remote", "disconnect_profile": "remote", "read_server_profile": "remote",
-    "Connection": "remote_app",
+    "Connection": "remote_app", "copy_to_local": "remote_app", "push_to_server": "remote_app",
     "__version__": "version",
 }
 
@@ -94,5 +94,6 @@ __all__ = [
     "AskFailed", "AskResult", "Source", "Cancelled", "Changes", "Engine", "EngineError", "ForgetResult", "HealthReport",
     "Hit", "KeyMissing", "Memory", "MemoryPage", "NotFound", "RememberResult", "Remembered", "Settings", "Stats", "UserError", "WrongKey", "__version__", "log_dir", "setup_logging",
     "SUPPORTED_EXTENSIONS", "CertificateRefused", "Connection", "ServerUnreachable", "TokenRefused", "check_server",
-    "connect_profile", "disconnect_profile", "open_profile", "read_server_profile",
+    "connect_profile", "disconnect_profile", "open_profile", "read_server_profile", "copy_to_local",
+    "push_to_server",
 ]

@@ -362,6 +362,11 @@ class Engine:
         keeps it on this computer."""
         return None
 
+    def unavailable(self) -> dict[str, str]:
+        """What this profile does not offer, each with the reason a page shows in its place (a profile on a
+        server: engine/remote_app.py); everything is here on this computer."""
+        return {}
+
     def mutation(self) -> Mutation:
         """`with eng.mutation() as (con, touched):` — one transaction; the vector mirror follows it."""
         return self.ctx.mutation()

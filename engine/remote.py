@@ -29,6 +29,7 @@ import os
 import re
 import secrets
 import ssl
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -360,6 +361,7 @@ def disconnect_profile(profile: ServerProfile, *, drop_outbox: bool = False) -> 
         raise UserError(f"{waiting} write{'s' if waiting != 1 else ''} of this profile still wait to be sent "
                         "(`personal-llm outbox`): send them first (any command that reaches the server does), or "
                         "disconnect with --discard to drop them.")
+    close_outbox(profile.home)
     for name in (SERVER_FILE, CERT_FILE, OUTBOX_FILE, OUTBOX_FILE + "-wal", OUTBOX_FILE + "-shm", OUTBOX_LOCK):
         (profile.home / name).unlink(missing_ok=True)
     _keychain("delete", profile.token_account)
@@ -382,29 +384,83 @@ def client_for(profile: ServerProfile) -> ServerClient:
 # ---------------------------------------------------------------------------------------------------------
 # the outbox
 # ---------------------------------------------------------------------------------------------------------
+class _OpenOutbox:
+    """A profile's outbox file as this process has it open: one connection, used by one thread at a time."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.file: Any = None  # OutboxFile, open
+        self.inode: tuple[int, int] | None = None  # (device, inode) of the file it opened
+
+
+_open_outboxes: dict[Path, _OpenOutbox] = {}
+_open_outboxes_lock = threading.Lock()
+
+
 class Outbox:
-    """The profile's encrypted outbox file, opened with its key from the keychain (made on first use)."""
+    """The profile's encrypted outbox file, opened with its key from the keychain (made on first use).
+
+    It is opened once per process and profile and kept open: `with Outbox(profile) as box` lends the open
+    file to this thread alone for the block (a lock), so a capture does not read the keychain and open the
+    file again for each step (keep, send, read the answer, count). A file replaced meanwhile by another
+    program (`disconnect`, then `connect` again) is opened again."""
 
     def __init__(self, profile: ServerProfile):
+        self.profile = profile
+        self.path = profile.home / OUTBOX_FILE
+        with _open_outboxes_lock:
+            self._open = _open_outboxes.setdefault(self.path, _OpenOutbox())
+
+    def _inode(self) -> tuple[int, int] | None:
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return None
+        return (st.st_dev, st.st_ino) if st.st_size > 0 else None
+
+    def _connect(self) -> Any:
         from .keys import pragma_for
         from .store.sqlite.outbox import OutboxFile
 
-        path = profile.home / OUTBOX_FILE
-        made = path.exists() and path.stat().st_size > 0
-        key = _keychain("get" if made else "peek", profile.outbox_account)
+        opened = self._open
+        if opened.file is not None:
+            if opened.inode is not None and self._inode() == opened.inode:
+                return opened.file
+            opened.file.close()  # removed or replaced by another program: the file there now is the outbox
+            opened.file = opened.inode = None
+        made = self._inode() is not None
+        key = _keychain("get" if made else "peek", self.profile.outbox_account)
         if key is None:
             if made:
-                raise UserError(f"The key of this profile's outbox ({path}) is not in the keychain, so the writes "
-                                "waiting in it cannot be read.")
+                raise UserError(f"The key of this profile's outbox ({self.path}) is not in the keychain, so the "
+                                "writes waiting in it cannot be read.")
             key = secrets.token_bytes(32).hex()
-            _keychain("set", profile.outbox_account, key)
-        self.file = OutboxFile(path, pragma_for(bytes.fromhex(key)))
+            _keychain("set", self.profile.outbox_account, key)
+        opened.file = OutboxFile(self.path, pragma_for(bytes.fromhex(key)))
+        opened.inode = self._inode()
+        return opened.file
 
     def __enter__(self) -> Any:
-        return self.file
+        self._open.lock.acquire()
+        try:
+            return self._connect()
+        except BaseException:
+            self._open.lock.release()
+            raise
 
     def __exit__(self, *exc: object) -> None:
-        self.file.close()
+        self._open.lock.release()
+
+
+def close_outbox(home: Path) -> None:
+    """Close this process's connection to the outbox of the profile at `home` (before its files go)."""
+    with _open_outboxes_lock:
+        opened = _open_outboxes.pop(home / OUTBOX_FILE, None)
+    if opened is not None:
+        with opened.lock:
+            if opened.file is not None:
+                opened.file.close()
+                opened.file = None
 
 
 @contextlib.contextmanager
@@ -453,33 +509,43 @@ def send_waiting(profile: ServerProfile, client: ServerClient,
     sent = Sent()
     if not (profile.home / OUTBOX_FILE).exists():
         return sent
-    with sending_lock(profile.home), Outbox(profile) as box:
-        total = box.count()[0]
+    box = Outbox(profile)  # held for each step only: the app reads its count while a write is on its way
+    with sending_lock(profile.home):
+        with box as f:
+            total = f.count()[0]
         after = 0
-        while (item := box.next(after)) is not None:
+        while True:
+            with box as f:
+                item = f.next(after)
+                if item is None:
+                    break
+                f.tried(item.seq)
             method, path, kw = _request_of(item)
-            box.tried(item.seq)
             try:
                 status, answer = client.request(method, path, timeout=SEND_TIMEOUT, **kw)
             except (ServerUnreachable, TokenRefused, CertificateRefused):
-                sent.waiting = box.count()[0]
+                with box as f:
+                    sent.waiting = f.count()[0]
                 if sent.waiting:
                     log.info("the outbox keeps %d writes: the server cannot take them now", sent.waiting)
                 raise
             except UserError as e:  # the server refuses this write for good: kept, and no longer in the way
-                box.refuse(item.seq, str(e))
+                with box as f:
+                    f.refuse(item.seq, str(e))
                 sent.refused += 1
                 after = item.seq
                 continue
             now_id = answer.get("id") if item.op == "remember" and isinstance(answer, dict) else None
-            box.answered(item, status, answer, now_id)
+            with box as f:
+                f.answered(item, status, answer, now_id)
             if status == 404:
                 sent.gone += 1
             else:
                 sent.delivered += 1
             if progress:
                 progress(sent.delivered + sent.gone, total)
-        sent.waiting = box.count()[0]
+        with box as f:
+            sent.waiting = f.count()[0]
     log.info("outbox: %d delivered, %d already gone, %d refused", sent.delivered, sent.gone, sent.refused)
     return sent
 

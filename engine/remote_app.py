@@ -8,8 +8,12 @@ opens a profile with `engine.open_profile` and never knows which of the two it h
   sends what waits in the outbox, so writes made offline leave as soon as the server answers again.
 - **`connection()`** says where the memory is, whether the server answered the last request, how long that
   took and how many writes wait in the outbox ("3 waiting to send").
-- What has no door on the server (the graph browser, the activity log, tidying up, watched folders, keys and
-  backups) says that it works on a local profile only, as the CLI does.
+- **What waits in the outbox shows where it will be**: a capture made offline is listed with the memories,
+  marked waiting (`meta["waiting"]`: True, or the server's reason when it refused it); an edit or a forget
+  waiting is shown done. When the server cannot be reached, a listing read before is shown again (with what
+  waits) instead of nothing; coming back, everything is read again.
+- What has no door on the server (the activity log, conflicts, agents, tidying up, watched folders, keys
+  and backups) is named by `unavailable()`, with the reason the app shows on that page.
 """
 
 from __future__ import annotations
@@ -18,14 +22,18 @@ import contextlib
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from .config import Settings, load_settings, settings_changes, settings_stamp, update_settings
 from .context import Changes
-from .errors import EngineError, UserError
+from .errors import Cancelled, EngineError, NotFound, UserError
 from .feed import StoreChanges
+from .memory_rules import EPISODIC_DISCOUNT, IMPORTANCE_BY_SOURCE
 from .remote import (
     OUTBOX_FILE,
     Outbox,
@@ -37,6 +45,9 @@ from .remote import (
 log = logging.getLogger(__name__)
 
 POLL_TIMEOUT = 5.0  # a poll of the change feed gives up after this (the next one tries again)
+WAITING = "waiting"  # in a Memory's meta: this device wrote it, and it waits in the outbox
+PAGES_KEPT = 16  # listings read last, shown again while the server cannot be reached
+EDITABLE = ("text", "kind", "project", "importance", "at", "archived")
 
 
 @dataclass(frozen=True)
@@ -73,6 +84,23 @@ class RemoteApp(RemoteEngine):
         self._latency: float | None = None
         self._memories: int | None = None
         self._sent = True  # the app sends the outbox on each poll (and after each write), not before a read
+        self._pages: OrderedDict[tuple[Any, ...], Any] = OrderedDict()  # the listings read last (MemoryPage)
+        self._pages_lock = threading.Lock()
+
+    def unavailable(self) -> dict[str, str]:
+        """What this profile does not offer, each with the reason a page shows in its place."""
+        where = f"This profile keeps its memory on your server ({self.server.url})"
+        return {
+            "activity": f"{where}; its log of changes is kept there, for its operator (`personal-llm audit` on "
+                        "the server). What waits to be sent from this computer is in Settings → Where your memory is.",
+            "conflicts": f"{where}. Facts that disagree are found and resolved on a profile kept on this computer; "
+                         "here, edit or archive either memory in Memories.",
+            "agents": "Agents run on a profile kept on this computer: their tools read its files.",
+            "folders": "Watched folders feed a profile kept on this computer. Add files on the Documents page: "
+                       "they are uploaded to your server.",
+            "tidy": f"{where}: tidying up runs there.",
+            "push": f"{where} already.",
+        }
 
     # ---- what the app is told -----------------------------------------------------------------------------
     def on_change(self, listener: Callable[[Changes], None]) -> None:
@@ -160,6 +188,9 @@ class RemoteApp(RemoteEngine):
     # ---- memories: each own write is announced, as the engine's are ----------------------------------------
     def remember(self, text: str, **kw: Any) -> Any:
         result = super().remember(text, **kw)
+        if result.id in self.waiting:
+            result = result.model_copy(update={"memory": result.memory.model_copy(
+                update={"meta": {**result.memory.meta, WAITING: True}})})
         self._emit(Changes("remember", {result.id}))
         return result
 
@@ -184,9 +215,103 @@ class RemoteApp(RemoteEngine):
 
     def memory_page(self, *, kind: str | None = None, project: str | None = None, archived: bool | None = False,
                     activity: bool | None = False, limit: int = 50, after: str | None = None, **_: Any) -> Any:
-        page = super().memory_page(kind=kind, project=project, archived=archived, activity=activity,
-                                   limit=min(limit, 500), after=after)
-        return page
+        """A page of the server's listing, with what waits in the outbox shown as it will be; while the server
+        cannot be reached, the same listing as last read (ServerUnreachable when it was never read)."""
+        limit = min(limit, 500)
+        key = (kind, project, archived, activity, limit, after)
+        try:
+            page = super().memory_page(kind=kind, project=project, archived=archived, activity=activity,
+                                       limit=limit, after=after)
+        except ServerUnreachable:
+            with self._pages_lock:
+                page = self._pages.get(key)
+            if page is None:
+                raise
+        else:
+            with self._pages_lock:
+                self._pages[key] = page
+                self._pages.move_to_end(key)
+                while len(self._pages) > PAGES_KEPT:
+                    self._pages.popitem(last=False)
+        return self._with_waiting(page, first=after is None, kind=kind, project=project, archived=archived)
+
+    def get(self, uid: str) -> Any:
+        """A memory as the server has it, with an edit or a forget waiting in the outbox applied; one captured
+        here that waits to be sent, as it will be stored."""
+        writes = self._waiting_writes()
+        for w in writes:
+            if w.op == "remember" and w.uid == uid:
+                return self._apply(self._kept(w), writes)
+        try:
+            memory = super().get(uid)
+        except ServerUnreachable:
+            with self._pages_lock:
+                seen = [m for page in self._pages.values() for m in page.memories if m.id == uid]
+            if not seen:
+                raise
+            memory = seen[-1]
+        found = self._apply(memory, writes)
+        if found is None:
+            raise NotFound(f"No memory with id {uid}.")
+        return found
+
+    # ---- what waits in the outbox, shown where it will be -------------------------------------------------
+    def _waiting_writes(self) -> list[Any]:
+        if not (self.home / OUTBOX_FILE).exists():
+            return []
+        with contextlib.suppress(EngineError, OSError), Outbox(self.server) as box:
+            return [w for w in box.waiting(with_data=False) if w.op in ("remember", "update", "forget")]
+        return []
+
+    @staticmethod
+    def _kept(w: Any) -> Any:
+        """A capture waiting in the outbox as the server will store it (the server's own defaults)."""
+        from .models import Memory
+
+        p = w.payload
+        kind = p.get("kind") or "fact"
+        made = datetime.fromtimestamp(w.made_at, UTC).isoformat(timespec="seconds")
+        importance = p.get("importance")
+        if importance is None:
+            importance = IMPORTANCE_BY_SOURCE["user"] - (EPISODIC_DISCOUNT if kind == "episodic" else 0.0)
+        return Memory.model_validate(dict(id=w.uid, kind=kind, text=p["text"], project=p.get("project"), importance=importance,
+                      created_at=made, updated_at=made, at=p.get("at"), meta={WAITING: w.refused or True}))
+
+    @staticmethod
+    def _apply(memory: Any, writes: list[Any]) -> Any:
+        """`memory` with the edits waiting for it applied (marked waiting); None when a forget of it waits."""
+        for w in writes:
+            if w.target != memory.id:
+                continue
+            if w.op == "forget":
+                return None
+            if w.op == "update":
+                fields = {k: v for k, v in w.payload.items() if k in EDITABLE}
+                memory = memory.model_copy(update={**fields, "meta": {**memory.meta, WAITING: w.refused or True}})
+        return memory
+
+    def _with_waiting(self, page: Any, *, first: bool, kind: str | None, project: str | None,
+                      archived: bool | None) -> Any:
+        writes = self._waiting_writes()
+        if not writes:
+            return page
+
+        def listed(m: Any) -> bool:
+            return ((kind is None or m.kind == kind)
+                    and (project is None or (m.project or "") == project)
+                    and (archived is None or m.archived == archived))
+
+        new = [self._kept(w) for w in reversed(writes) if w.op == "remember"] if first else []
+        out, added, gone = [], 0, 0
+        for m in [*new, *page.memories]:
+            shown = self._apply(m, writes)
+            if shown is not None and listed(shown):
+                out.append(shown)
+                added += m in new
+            elif m not in new:
+                gone += 1
+        total = None if page.total is None else max(0, page.total + added - gone)
+        return page.model_copy(update={"memories": out, "total": total})
 
     def projects(self) -> list[str]:
         return list(self._read("Listing projects", "GET", "/projects"))
@@ -198,13 +323,20 @@ class RemoteApp(RemoteEngine):
         return stats
 
     def conflicts(self) -> list[Any]:
-        return []  # resolved on a local profile, or through the server's own tools
+        return []  # resolved on a local profile (unavailable()["conflicts"])
 
     def ingest(self, paths: Any, *, project: str | None = None, progress: Any = None, cancel: Any = None,
                **_: Any) -> list[Any]:
         results = super().ingest(paths, project=project)
         self._emit(Changes("ingest", set(), {"*"}))
         return results
+
+    def document_passages(self, uid: str) -> list[Any]:
+        raise UserError("The passages of a document kept on your server are not shown in the app yet; Ask and "
+                        "search find them, and an answer cites them.")
+
+    def get_passage(self, uid: str) -> Any:
+        return self.document_passages(uid)
 
     def audit_runs(self, *, limit: int = 200) -> list[Any]:
         return []  # the server's activity log is its operator's (`personal-llm audit` there)
@@ -293,3 +425,73 @@ class RemoteApp(RemoteEngine):
 
         return keychain_backend()
 
+
+
+# ---------------------------------------------------------------------------------------------------------
+# moving a memory between this computer and a server, for the app (the CLI's push and pull)
+# ---------------------------------------------------------------------------------------------------------
+def _reporting(progress: Callable[[int, int], None] | None,
+               cancel: threading.Event | None) -> Callable[[int, int], None]:
+    """A progress callback that stops the move (Cancelled) once `cancel` is set: after the page being moved,
+    which is stored whole; the move is resumable, so running it again finishes it."""
+    def report(done: int, total: int) -> None:
+        if progress is not None:
+            progress(done, total)
+        if cancel is not None and cancel.is_set():
+            raise Cancelled()
+
+    return report
+
+
+def push_to_server(eng: Any, url: str, token: str, *, fingerprint: str | None = None,
+                   progress: Callable[[int, int], None] | None = None,
+                   cancel: threading.Event | None = None) -> Any:
+    """Send every memory of the local profile's engine `eng` into the account at `url` (engine.remote
+    push_store: each with its id, so nothing is stored twice). The server is checked first as `connect`
+    checks it. Returns what moved (remote.Moved)."""
+    from .remote import ServerClient, check_server, pinned_context, push_store
+
+    if eng.connection() is not None:
+        raise UserError("This profile keeps its memory on a server already.")
+    checked = check_server(url, token, fingerprint=fingerprint or None)
+    client = ServerClient(checked.url, token, fingerprint=checked.fingerprint,
+                          verify=pinned_context(checked.certificate) if checked.certificate else True)
+    try:
+        return push_store(eng, client, _reporting(progress, cancel))
+    finally:
+        client.close()
+
+
+@dataclass(frozen=True)
+class Copied:
+    moved: Any  # remote.Moved
+    home: Path
+    recovery_key: str | None  # the new profile's, when this copy made it: shown to the user once
+    cancelled: bool = False  # stopped by the user after `moved.memories` (run it again to complete it)
+
+
+def copy_to_local(eng: Any, local: Any, *, progress: Callable[[int, int], None] | None = None,
+                  cancel: threading.Event | None = None) -> Copied:
+    """Copy every memory of the server profile's account (`eng`, a RemoteApp) into `local`, the engine of a
+    profile kept on this computer (engine.remote pull_into: resumable, nothing stored twice); it is embedded
+    when that profile is opened. A profile made just now has its recovery key in the answer (once), cancelled
+    or not: a cancelled copy stays as far as it went, and running it again completes it."""
+    from .remote import Moved, RemoteEngine, pull_into
+
+    if not isinstance(eng, RemoteEngine):
+        raise UserError("This profile keeps its memory on this computer already.")
+    if local.connection() is not None:
+        raise UserError("That profile lives on a server too: copy into a profile kept on this computer.")
+    seen = [0]
+
+    def counted(done: int, total: int) -> None:
+        seen[0] = done
+        if progress is not None:
+            progress(done, total)
+
+    with RemoteEngine(eng.server) as remote:
+        try:
+            moved = pull_into(remote, local, _reporting(counted, cancel))
+        except Cancelled:
+            return Copied(Moved(memories=seen[0]), local.home, local.recovery_key, cancelled=True)
+    return Copied(moved, local.home, local.recovery_key)
