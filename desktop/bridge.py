@@ -82,6 +82,21 @@ def describe_error(error: BaseException) -> str:
             f"the details are in the log at {log_dir()}.")
 
 
+
+def search_caveat(e: Any) -> str:
+    """On a worker thread: a sentence when a search just made found by words only what meaning would find
+    too (the model still loading, or memories still waiting for their vectors); "" otherwise (and when
+    embeddings are off or failed, which the status bar says)."""
+    status = getattr(e, "embedding_status", None)  # a profile on a server: its search is the server's
+    if status is None:
+        return ""
+    state, sentence = status()
+    if state == "loading":
+        return "Found by words only for now: the embedding model is still loading."
+    if state == "ready" and "matches words" in sentence:
+        return sentence
+    return ""
+
 class Bridge(QObject):
     """Runs engine calls off the UI thread and reports back through signals (see module doc)."""
 
@@ -527,11 +542,21 @@ class Bridge(QObject):
 
     def recall(self, query: str, done: Done, *, k: int = 50, project: str | None = None, kind: str | None = None,
                since: float | None = None, include_archived: bool = False, include_chunks: bool = False,
-               failed: Failed | None = None) -> None:
-        """Search as the user types: not counted as use (record_access=False)."""
-        self.read(lambda e: e.recall(query, k=k, project=project, kind=kind, since=since,
-                                     include_archived=include_archived, include_chunks=include_chunks,
-                                     record_access=False), done, failed)
+               failed: Failed | None = None, words_only: Callable[[str], None] | None = None) -> None:
+        """Search as the user types: not counted as use (record_access=False). `words_only(sentence)`, after
+        `done`: why some or all of the results were found by their words alone ("" when none was)."""
+        def run(e: Engine) -> Any:
+            hits = e.recall(query, k=k, project=project, kind=kind, since=since, include_archived=include_archived,
+                            include_chunks=include_chunks, record_access=False)
+            return hits, (search_caveat(e) if words_only is not None else "")
+
+        def finish(value: Any) -> None:
+            hits, caveat = value
+            done(hits)
+            if words_only is not None:
+                words_only(caveat)
+
+        self.read(run, finish, failed)
 
     def projects(self, done: Done) -> None:
         self.read(lambda e: e.projects(), done)

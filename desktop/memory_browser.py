@@ -310,6 +310,11 @@ class MemoryBrowser(QWidget):
         self.count = muted("")
         self.count.setWordWrap(False)
         filters.addWidget(self.count)
+        # under a search found (partly) by words alone: why (the model loading, memories waiting for vectors)
+        self.words_only = muted("")
+        self.words_only.setObjectName("WordsOnly")
+        self.words_only.setWordWrap(True)
+        self.words_only.hide()
 
         self.model = MemoryModel(self)
         self.model.more_wanted.connect(self._fetch_more)
@@ -401,6 +406,7 @@ class MemoryBrowser(QWidget):
         layout.addWidget(self.banner)
         layout.addWidget(self.search)
         layout.addLayout(filters)
+        layout.addWidget(self.words_only)
         layout.addWidget(self.passages)
         layout.addWidget(splitter, 1)
         layout.addWidget(self.undo_bar)
@@ -487,6 +493,8 @@ class MemoryBrowser(QWidget):
                 if generation != self._generation:
                     return  # a newer search is on its way
                 rows = [r for r in (Row.of(i) for i in items) if self._wanted(r, show, since, project)]
+                if not deeper:  # until its count comes: what it found (not the listing's total)
+                    self._total = len(rows)
                 self._searching, self._fetching, self._reading = query, False, False
                 self._next = None
                 self.model.more = len(items) >= k and k < SEARCH_MAX
@@ -507,10 +515,16 @@ class MemoryBrowser(QWidget):
                     self._total = total if total is not None else self.model.rowCount()
                     self._show_count()
 
+            def words_only(caveat: str) -> None:
+                if generation == self._generation:
+                    self.words_only.setText(caveat)
+                    self.words_only.setVisible(bool(caveat))
+
             self.bridge.recall(query, done, k=k, project=project or None, kind=kind, since=since,
                                include_archived=show in ("archived", "all", "conflicts"),
-                               failed=self._search_failed)
+                               failed=self._search_failed, words_only=words_only)
         else:
+            self.words_only.hide()
             def paged(page: Any) -> None:
                 if generation != self._generation:
                     return

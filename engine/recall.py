@@ -214,12 +214,20 @@ class Retriever:
         not find the rest by meaning (it finds them by their words)."""
         return not self.memories.backfill.running or not self._backlog(self.ctx.con)
 
+    def words_only_now(self) -> bool:
+        """The model is still loading on the background thread (the app, `serve`): a recall finds by words now
+        instead of waiting for the load (the first search of the app waited 5-20 s for it), and by meaning
+        too once the model is loaded."""
+        return self.memories.backfill.running and self.space.available() and not self.space.embedder.ready
+
     def _backlog(self, con: Connection) -> bool:
         """More rows wait for a vector than a recall embeds first: the vectors cannot find candidates among
         them, so FTS5 searches every kept term (a word in all of 100,000 rows waiting found nothing)."""
         return self.space.pending(con) > self._CATCH_UP_BESIDE_BACKFILL
 
     def _query_vector(self, query: str) -> np.ndarray | None:
+        if self.words_only_now():
+            return None
         if not self.space.ensure():
             return None
         try:

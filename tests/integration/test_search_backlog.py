@@ -44,3 +44,46 @@ def test_without_a_backfill_a_search_embeds_what_waits_first(eng):
     assert eng.space.pending() == 10
     eng.recall("allotment", k=5, include_chunks=False)
     assert eng.space.pending() == 0
+
+
+def test_a_search_while_the_model_loads_in_the_background_answers_by_words_at_once(profile_home):
+    """The app's first search came while the background was still loading the model (a first start builds and
+    checks its runtime): it waited for the whole load, 5-20 s. Now it answers by words at once, and finds by
+    meaning too once the model is loaded."""
+    import threading
+
+    from engine import Engine
+    from engine.embeddings import Embedder
+    from engine.onnx_minilm import load_runtime
+
+    gate = threading.Event()
+
+    def held(path, **given):
+        gate.wait(90)  # the real model's load, held as long as the test needs: a slow first start
+        return load_runtime(path, **given)
+
+    e = Engine.open(profile_home, embedder=Embedder(runtime=held))
+    search: threading.Thread | None = None
+    try:
+        stored_unembedded(e, 300)
+        e.start_background()
+        assert e.embedding_status()[0] == "loading"
+        answer: dict = {}
+        search = threading.Thread(target=lambda: answer.update(hits=e.recall("allotment", k=20,
+                                                                              include_chunks=False)))
+        search.start()
+        search.join(30)
+        assert not search.is_alive(), "the search waited for the model's load"
+        hits = answer["hits"]
+        assert len(hits) == 20 and all(h.via == ["fts"] and "allotment" in h.text for h in hits)
+        gate.set()
+        assert e.space.embedder.wait_ready(120)
+        spare = e.remember("The spare key hangs on a hook by the back door").id
+        hits = e.recall("where is the extra key kept", k=5, include_chunks=False)
+        assert any(h.id == spare and "vector" in h.via for h in hits)  # meaning joins once loaded
+    finally:
+        gate.set()
+        if search is not None:
+            search.join(120)
+        e.stop_background()
+        e.close()
