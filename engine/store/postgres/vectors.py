@@ -1,9 +1,10 @@
 """Vectors on PostgreSQL: pgvector columns (`memory_vectors`, `memory_windows`, `chunk_vectors`) with HNSW
-(cosine) indexes, made for the server's embedding space by `server init` (migrations.ensure_space).
+(cosine) indexes on the vectors cast to half precision, made for the server's embedding space by `server init`
+(migrations.ensure_space, hnsw_index).
 
 A search asks the HNSW index for a wide set of candidates under the filter (`CANDIDATES` times k, at least
-`MIN_CANDIDATES`; pgvector 0.8's iterative scan keeps looking while the filter drops rows), then rescores them
-exactly: the cosine is computed from the stored vectors in numpy, and a memory with windows gets the best of
+`MIN_CANDIDATES`; pgvector 0.8's iterative scan keeps looking while the filter drops rows), ordered by the
+half-precision distance the index holds (`_ORDER`), then rescores them exactly from the stored vectors: the cosine is computed from the stored vectors in numpy, and a memory with windows gets the best of
 its own and its windows' cosines, as on SQLite. So the top k equals exact search whenever the true top k are
 among the candidates (bench/scale.py --backend postgres measures recall@10 against exact). Without an index
 (an empty table) PostgreSQL scans, which is exact.
@@ -40,6 +41,11 @@ def _literal(v: np.ndarray) -> str:
 # big-endian each), as bytes: numpy reads it at once, where parsing the text form of a recall's few hundred
 # candidates took a third of the server's time for it
 _BINARY = "vector_send(embedding)"
+
+
+# the order of a search: the distance in half precision, the expression the HNSW index is built on
+# (migrations.hnsw_index); another expression would not use the index and compute every distance
+_ORDER = "(v.embedding::halfvec({dim})) <=> (%s::halfvec({dim}))"
 
 
 def _unpack(data: bytes) -> np.ndarray:
@@ -182,15 +188,16 @@ class VectorIndex:
         name, key = _TABLES[self.table]
         join, args = _filter_sql(self.table, f)
         literal = _literal(q)
+        order = _ORDER.format(dim=int(self.dim))
         con.execute("SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', "
                     "'relaxed_order', true)", (str(max(EF_SEARCH, n)),))
         ids = [int(r[0]) for r in con.execute(
-            f"SELECT v.{key} FROM {name} v {join.format(key=key)} ORDER BY v.embedding <=> %s::vector LIMIT %s",
+            f"SELECT v.{key} FROM {name} v {join.format(key=key)} ORDER BY {order} LIMIT %s",
             (*args, literal, n)).fetchall()]
         if self.table == "memories" and windows:
             wjoin = join.format(key="memory_id")
             near = [int(r[0]) for r in con.execute(
-                f"SELECT v.memory_id FROM memory_windows v {wjoin} ORDER BY v.embedding <=> %s::vector LIMIT %s",
+                f"SELECT v.memory_id FROM memory_windows v {wjoin} ORDER BY {order} LIMIT %s",
                 (*args, literal, n)).fetchall()]
             ids += [i for i in dict.fromkeys(near) if i not in set(ids)]
         return ids
