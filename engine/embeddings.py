@@ -136,6 +136,8 @@ class Embedder:
         self._error: EmbeddingUnavailable | None = None
         self._load_lock = threading.Lock()
         self._encode_lock = threading.Lock()
+        self._turns = threading.Condition()  # a serialised runtime: small calls (a search) waiting go first
+        self._small_waiting = 0
         self._loaded = threading.Event()
         self._path: Path | None = None
         self._window_tokenizer = None  # tokenizers.Tokenizer without truncation; False: the model has none
@@ -268,8 +270,7 @@ class Embedder:
         if self._concurrent:
             return self._fast.encode(texts, batch_size=batch_size, n_threads=n_threads)
         if self._fast is not None:
-            with self._encode_lock:
-                return self._fast.encode(texts, batch_size=batch_size, n_threads=n_threads)
+            return self._encode_in_turn(texts, batch_size, n_threads, one)
         import torch
 
         with self._encode_lock:
@@ -279,6 +280,32 @@ class Embedder:
                 texts, batch_size=batch_size, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False
             )
         return np.ascontiguousarray(vecs, dtype=np.float32)
+
+    def _encode_in_turn(self, texts: list[str], batch_size: int, n_threads: int, small: bool) -> np.ndarray:
+        """A runtime that runs one call at a time (numpy): a batch goes TURN texts at a time and lets a small
+        call that waits (a search's question, a capture) in between, so that a search beside the background
+        embedding of a backlog waits for TURN texts, not for a whole batch of 64 and its windows (6-7 s)."""
+        fast = self._fast
+        if small or len(texts) <= self.TURN:
+            with self._turns:
+                self._small_waiting += small
+            try:
+                with self._encode_lock:
+                    return fast.encode(texts, batch_size=batch_size, n_threads=n_threads)  # type: ignore[no-any-return]
+            finally:
+                if small:
+                    with self._turns:
+                        self._small_waiting -= 1
+                        self._turns.notify_all()
+        parts = []
+        for start in range(0, len(texts), self.TURN):
+            with self._turns:
+                self._turns.wait_for(lambda: self._small_waiting == 0)
+            with self._encode_lock:
+                parts.append(fast.encode(texts[start:start + self.TURN], batch_size=batch_size, n_threads=n_threads))
+        return np.concatenate(parts)
+
+    TURN = 8  # texts of a batch encoded between two looks for a small call waiting (serialised runtimes)
 
     def encode_one(self, text: str) -> np.ndarray:
         return self.encode([text])[0]

@@ -363,3 +363,34 @@ def test_the_process_exits_cleanly_while_a_daemon_thread_is_inside_onnx_runtime(
     for _ in range(2):
         r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
         assert (r.returncode, r.stdout) == (0, "exiting\n"), r.stderr
+
+
+def test_on_a_serialised_runtime_a_question_goes_in_between_a_batch_and_vectors_stay_the_same():
+    """The numpy runtime runs one call at a time: a search's question asked while the background embeds a
+    batch of 64 waited for the whole batch (6-7 s beside a backlog). The batch now goes a few texts at a time
+    and the question is encoded at the first gap; the batch's vectors are what one call gives."""
+    calls: list[int] = []
+    batch_started = threading.Event()
+
+    class Recorded(MiniLM):  # the real numpy runtime; it notes how many texts each call encodes, in order
+        def encode(self, texts, **kw):
+            calls.append(len(texts))
+            if len(texts) > 1:
+                batch_started.set()
+            return super().encode(texts, **kw)
+
+    e = Embedder(runtime=lambda path, **_: Recorded(path))
+    e.load()
+    texts = [f"Note {i}: the harbour budget, the stapler and the passport in drawer {i}." for i in range(64)]
+    whole = MiniLM.encode(e._fast, texts)
+    calls.clear()
+    out: dict[str, np.ndarray] = {}
+    batch = threading.Thread(target=lambda: out.update(batch=e.encode(texts)))
+    batch.start()
+    assert batch_started.wait(60)
+    question = e.encode_one("Where is my passport?")
+    batch.join(120)
+    assert calls.index(1) < len(calls) - 1, calls  # the question was not left until the batch was done
+    assert sum(n for n in calls if n > 1) == 64 and max(calls) <= Embedder.TURN
+    assert np.abs(out["batch"] - whole).max() < 1e-5
+    assert np.abs(question - MiniLM.encode(e._fast, ["Where is my passport?"])[0]).max() < 1e-5
