@@ -141,7 +141,18 @@ def use_profile(words: list[str]) -> tuple[list[str], Path]:
     return words, base
 
 
+# Settings of libraries this process loads, made before they load (a process it starts inherits them):
+# - numpy's OpenBLAS starts on one thread, as the engine runs it (engine/minilm.py `blas`; a batch raises it
+#   for its block): the thread it otherwise starts per core at load only waits, and costs a short command
+#   ~20 ms of CPU on 2 cores, more with more cores;
+# - pydantic does not look for plugins among every installed package's entry points when it builds its
+#   first model (~20 ms): no plugin of pydantic's is used.
+LIBRARY_DEFAULTS = {"OPENBLAS_NUM_THREADS": "1", "PYDANTIC_DISABLE_PLUGINS": "__all__"}
+
+
 def main(argv: list[str] | None = None) -> int:
+    for name, value in LIBRARY_DEFAULTS.items():
+        os.environ.setdefault(name, value)
     words = [readable(a) for a in (sys.argv[1:] if argv is None else argv)]
     try:
         words, base = use_profile(words)

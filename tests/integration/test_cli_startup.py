@@ -87,3 +87,41 @@ def test_recall_in_process_imports_only_what_a_recall_needs():
     # the query was encoded by the numpy runtime over the memory-mapped weights: ONNX Runtime is not loaded
     assert "engine.minilm" in r["modules"] and not {"onnxruntime", "engine.onnx_minilm"} & set(r["modules"])
 
+
+
+SCANS = """
+import json, os, sys
+scanned = []
+
+
+def audit(event, args):
+    if event == "open" and isinstance(args[0], str) and args[0].endswith("entry_points.txt"):
+        scanned.append(args[0])
+
+
+sys.addaudithook(audit)
+from engine.cli import main
+code = 0
+try:
+    main(sys.argv[1:])
+except SystemExit as e:
+    code = e.code or 0
+print(json.dumps({"code": code, "scanned": len(scanned), "threads": len(os.listdir("/proc/self/task"))}),
+      file=sys.stderr)
+"""
+
+
+def test_recall_in_process_scans_no_entry_points_and_starts_no_blas_threads():
+    """Nothing a recall loads looks through every installed package's entry points (pydantic's plugins),
+    and numpy's BLAS, which the engine runs on one thread, starts no thread of its own per core."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "PYDANTIC_DISABLE_PLUGINS")}
+
+    def run_scans(*args: str) -> dict:
+        p = subprocess.run([sys.executable, "-c", SCANS, *args], capture_output=True, text=True, env=env, timeout=300)
+        return {**json.loads(p.stderr.strip().splitlines()[-1]), "out": p.stdout}
+
+    assert run_scans("remember", "My sister Alice lives in Lisbon.")["code"] == 0
+    r = run_scans("recall", "Where does my sister live?", "--json")
+    assert r["code"] == 0 and "Lisbon" in r["out"]
+    assert r["scanned"] == 0
+    assert r["threads"] == 1  # the main thread: the engine's own threads end when it closes
