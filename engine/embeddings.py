@@ -103,13 +103,9 @@ def _weights_intact(weights: Path, sha256: str) -> bool:
 def runtime_cache_dir() -> Path:
     """Where the embedding runtime keeps its check of the ONNX graph: cache/ in the profile when
     $PERSONAL_LLM_HOME moves it, else the platform's user cache dir."""
-    from .config import APP_NAME, HOME_ENV, home_dir
+    from .paths import cache_dir
 
-    if os.environ.get(HOME_ENV):
-        return home_dir() / "cache"
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir(APP_NAME))
+    return cache_dir()
 
 
 class Embedder:

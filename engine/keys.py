@@ -15,6 +15,7 @@ import logging
 import os
 import secrets
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Any, Literal
 
 from .errors import KeyMissing, UserError
 from .locking import creation_lock
-from .paths import PROFILE_FILE, write_atomic
+from .paths import PROFILE_FILE, cache_dir, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -76,13 +77,69 @@ def own_keychain_id(raw: dict[str, Any]) -> dict[str, Any]:
     return {**raw, "keychain_id": f"{raw['store_id']}-{secrets.token_hex(4)}"}
 
 
+# keyring's backend where nothing chooses it ($PYTHON_KEYRING_BACKEND, keyring's own config file): keyring
+# imports every backend it knows and asks each whether it works, in every process, ~0.1 s of a short command
+# on Linux (its macOS backend looks for its library with ldconfig; the Secret Service's opens D-Bus). The
+# backend that search found is remembered (its class name, in the cache folder) and loaded alone next time;
+# the search runs again when that backend no longer loads, or does not hold an entry asked for.
+BACKEND_FILE = "keychain-backend"
+_BACKEND_PACKAGES = ("keyring.backends.", "keyrings.alt.")
+_NOT_REMEMBERED = ("keyring.backends.fail.", "keyring.backends.null.", "keyring.backends.chainer.")
+_backend_lock = threading.Lock()
+_loaded: Any = None  # the remembered backend, loaded by this process
+
+
+def _keyring_backend() -> Any:
+    """The keyring backend this module reads and writes the profile's entries through."""
+    global _loaded
+    import keyring
+    import keyring.core
+    from keyring.util import platform_
+
+    if (keyring.core._keyring_backend is not None or os.environ.get("PYTHON_KEYRING_BACKEND")
+            or (Path(platform_.config_root()) / "keyringrc.cfg").exists()):
+        return keyring.get_keyring()  # chosen already, or by the user's configuration
+    with _backend_lock:
+        if _loaded is None and (name := _remembered_backend()):
+            try:
+                _loaded = keyring.core.load_keyring(name)  # raises when it cannot work here (now)
+            except Exception as e:
+                log.info("the keychain backend found last does not load: %s", type(e).__name__)
+        if _loaded is not None:
+            return _loaded
+    kr = keyring.get_keyring()  # the search
+    _remember_backend(kr)
+    return kr
+
+
+def _remembered_backend() -> str | None:
+    try:
+        name = (cache_dir() / BACKEND_FILE).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeError):
+        return None
+    ok = name.startswith(_BACKEND_PACKAGES) and not name.startswith(_NOT_REMEMBERED)
+    return name if ok and all(part.isidentifier() for part in name.split(".")) else None
+
+
+def _remember_backend(kr: Any) -> None:
+    """Remember the backend keyring's search chose (of a chain, the first: where it writes and reads first)."""
+    first = (list(getattr(kr, "backends", None) or []) or [kr])[0]
+    name = f"{type(first).__module__}.{type(first).__qualname__}"
+    try:
+        if (not name.startswith(_BACKEND_PACKAGES) or name.startswith(_NOT_REMEMBERED)
+                or getattr(first, "priority", 0) <= 0 or _remembered_backend() == name):
+            return
+        write_atomic(cache_dir() / BACKEND_FILE, name + "\n")
+    except Exception as e:  # a cache: never worth failing a command
+        log.info("the keychain backend was not remembered: %s", type(e).__name__)
+
+
 def keychain_usable() -> bool:
     """True when keyring has a real backend (not the 'fail' or a null one)."""
     try:
-        import keyring
         from keyring.backends import fail
 
-        kr = keyring.get_keyring()
+        kr = _keyring_backend()
         if isinstance(kr, fail.Keyring) or getattr(kr, "priority", 1) <= 0:
             return False
         kr.get_password(SERVICE, "probe")
@@ -128,7 +185,11 @@ def _keyring_get(account: str) -> str | None:
     import keyring
 
     try:
-        return keyring.get_password(SERVICE, account)
+        kr = _keyring_backend()
+        value = kr.get_password(SERVICE, account)
+        if value is None and kr is _loaded:  # keyring's search may find it in a backend it also looks in
+            value = keyring.get_password(SERVICE, account)
+        return value
     except Exception as e:
         raise KeyMissing(
             f"The keychain could not be read ({type(e).__name__}). Unlock it and try again; "
@@ -156,7 +217,13 @@ def _keyring_set(account: str, value: str) -> None:
     import keyring
 
     try:
-        keyring.set_password(SERVICE, account, value)
+        kr = _keyring_backend()
+        try:
+            kr.set_password(SERVICE, account, value)
+        except NotImplementedError:  # a backend that only reads: keyring's chain writes to the next one
+            if kr is not _loaded:
+                raise
+            keyring.set_password(SERVICE, account, value)
     except Exception as e:
         raise UserError(f"The keychain refused to store the key ({type(e).__name__}).") from e
 

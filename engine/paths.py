@@ -35,6 +35,16 @@ def log_dir() -> Path:
     return Path(platformdirs.user_log_dir(APP_NAME))
 
 
+def cache_dir() -> Path:
+    """What can be made again (the embedding runtime's check of its graph, the keychain backend found last):
+    cache/ in the profile when the profile is moved, else the platform's user cache dir."""
+    if os.environ.get(HOME_ENV):
+        return home_dir() / "cache"
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir(APP_NAME))
+
+
 def write_atomic(path: Path, data: str) -> None:
     """Write a small file so that a crash leaves either the old or the new content, never half. The file is
     private (0600: mkstemp makes it so), in a folder of the owner's alone."""

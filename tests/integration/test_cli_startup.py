@@ -125,3 +125,36 @@ def test_recall_in_process_scans_no_entry_points_and_starts_no_blas_threads():
     assert r["code"] == 0 and "Lisbon" in r["out"]
     assert r["scanned"] == 0
     assert r["threads"] == 1  # the main thread: the engine's own threads end when it closes
+
+
+SEARCHED = ("keyring.backends.macOS", "keyring.backends.Windows", "keyring.backends.SecretService",
+            "keyring.backends.kwallet", "keyring.backends.libsecret", "keyring.backends.chainer")
+
+
+def test_without_a_configured_keychain_backend_a_recall_loads_only_the_one_found_before(tmp_path):
+    """Where nothing chooses keyring's backend, keyring imports and asks every backend it knows (~0.1 s);
+    the one it found is remembered in the cache folder and a later command loads only that one. A
+    remembered backend that does not load here, or a name that is not a keyring backend, is searched for
+    again, and the store opens as before."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON_KEYRING_BACKEND"}
+    env.update(PERSONAL_LLM_HOME=str(tmp_path / "profile"), XDG_DATA_HOME=str(tmp_path / "data"),
+               XDG_CONFIG_HOME=str(tmp_path / "config"),  # no keyring config file
+               DBUS_SESSION_BUS_ADDRESS=f"unix:path={tmp_path / 'no-bus'}")  # no Secret Service: the file keyring
+
+    def cli(*args: str) -> dict:
+        p = subprocess.run([sys.executable, "-c", MODULES, *args], capture_output=True, text=True, env=env,
+                           timeout=300)
+        return {**json.loads(p.stderr.strip().splitlines()[-1]), "out": p.stdout}
+
+    remembered = tmp_path / "profile" / "cache" / "keychain-backend"
+    assert cli("remember", "My sister Alice lives in Lisbon.")["code"] == 0
+    assert remembered.read_text().strip() == "keyrings.alt.file.PlaintextKeyring"
+    assert (remembered.stat().st_mode & 0o777) == 0o600
+    r = cli("recall", "Where does my sister live?", "--json")
+    assert r["code"] == 0 and "Lisbon" in r["out"]
+    assert not [m for m in r["modules"] if m.startswith(SEARCHED)], r["modules"]
+    for stale in ("keyring.backends.SecretService.Keyring", "os.system", "keyrings.alt.file.NoSuchKeyring"):
+        remembered.write_text(stale + "\n")
+        r = cli("recall", "Where does my sister live?", "--json")
+        assert r["code"] == 0 and "Lisbon" in r["out"], r
+        assert remembered.read_text().strip() == "keyrings.alt.file.PlaintextKeyring"
