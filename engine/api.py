@@ -237,6 +237,29 @@ class ChangesAnswer(BaseModel):
     changes: list[ChangeItem]
 
 
+MAX_TRANSFER = 1000  # records in one POST /transfer/records
+
+
+class TransferInfo(BaseModel):
+    space: list[str | int] | None = Field(description="The embedding space of the stored vectors (provider, model, "
+                                                      "dimension, version); records' vectors must be of it")
+    max_records: int = Field(description="Records one POST /transfer/records takes")
+    counts: dict[str, int] = Field(description="Records GET /transfer/records gives, by type")
+
+
+class TransferBatch(BaseModel):
+    space: list[str | int] | None = Field(default=None, description="The space of the records' vectors (as GET "
+                                                                     "/transfer shows it); needed with vectors")
+    records: list[dict[str, Any]] = Field(min_length=1, description="Records of the export format, each with its "
+                                                                    "`type`; a memory or passage may carry its "
+                                                                    "`vector` (float32 little-endian, base64)")
+
+
+class TransferPage(BaseModel):
+    records: list[dict[str, Any]]
+    next: str | None = Field(description="Hand it back as `after` for the next page (null: that was the last)")
+
+
 # ---------------------------------------------------------------------------------------------------
 # middleware (pure ASGI: runs before routing, so no route can forget it)
 # ---------------------------------------------------------------------------------------------------
@@ -610,6 +633,7 @@ def create_app(engine: Any, token: str | None, allowed_origins: list[str] | None
         return await call_next(request)
 
     _add_routes(app, engine, call)
+    _transfer_routes(app, engine, call)
     _add_docs(app)
     from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
     from starlette.routing import Route
@@ -994,6 +1018,45 @@ def _add_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
         return ChangesAnswer(token=found.token, changes=[
             ChangeItem(action=c.action, memories=sorted(c.memories), documents=sorted(c.documents), graph=c.graph)
             for c in found.changes])
+
+
+def _transfer_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
+    """Moving a whole store in and out (a push, a pull: engine/remote.py): records with their vectors."""
+    from .transfer import MergeReport, RecordsRefused, SpaceDiffers
+
+    @app.get("/transfer", response_model=TransferInfo, tags=["transfer"],
+             summary="What a push must match (the embedding space) and what a pull will bring")
+    async def transfer_info() -> TransferInfo:
+        space, transfer = eng.space, eng.transfer  # the request's user's (a context variable, not the pool's)
+
+        def run() -> TransferInfo:
+            space.ensure()
+            return TransferInfo(space=transfer.vector_space(), max_records=MAX_TRANSFER, counts=transfer.counts())
+
+        return await call(run)
+
+    @app.post("/transfer/records", response_model=MergeReport, tags=["transfer"],
+              summary="Merge a batch of records (a push) in one transaction: a record already here by its uid is "
+                      "not stored again",
+              responses={409: {"model": ErrorBody, "description": "Vectors of another embedding space"}})
+    async def transfer_records(body: TransferBatch) -> MergeReport:
+        if len(body.records) > MAX_TRANSFER:
+            raise HTTPException(413, f"A batch holds at most {MAX_TRANSFER} records ({len(body.records)} were sent): "
+                                     "send them in several batches.")
+        try:
+            return await call(eng.transfer.merge, body.records, space=body.space, action="push", pool="write")
+        except SpaceDiffers as e:
+            raise HTTPException(409, str(e)) from e
+        except RecordsRefused as e:
+            raise HTTPException(422, str(e)) from e
+
+    @app.get("/transfer/records", response_model=TransferPage, tags=["transfer"],
+             summary="The records of this memory a page at a time (a pull), in dependency order")
+    async def transfer_page(after: Annotated[str | None, Query(max_length=100)] = None,
+                            limit: Annotated[int, Query(ge=1, le=MAX_TRANSFER)] = 500,
+                            vectors: Annotated[bool, Query(description="With the stored vectors")] = True) -> TransferPage:
+        found, nxt = await call(eng.transfer.page, after, limit, vectors=vectors)
+        return TransferPage(records=found, next=nxt)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ compatibility), and the conversions of times, projects and metadata they go thro
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -190,3 +191,49 @@ def clean_project(project: str | None) -> str | None:
 
 
 TIME_EPS = 5e-6  # times pass through ISO text with microsecond precision
+
+
+def _meta(raw: str | None) -> dict[str, Any]:
+    try:
+        value = json.loads(raw or "{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {"value": value}
+
+
+# a store's row (the columns each backend's export query reads, in this order) as its record
+ROW_TO_RECORD: dict[str, Callable[[tuple], Record]] = {
+    "document": lambda r: DocumentRecord(
+        uid=r[0], path=r[1], title=r[2], mime=r[3], content_hash=r[4], size=r[5], mtime=r[6], project=r[7],
+        chunk_count=r[8], created_at=to_iso(r[9]) or "", updated_at=to_iso(r[10]) or "", meta=_meta(r[11])),
+    "chunk": lambda r: ChunkRecord(
+        uid=r[0], document=r[1], position=r[2], text=r[3], locator=r[4] or "", page=r[5], heading=r[6],
+        token_count=r[7], extracted=bool(r[8])),
+    "conversation": lambda r: ConversationRecord(
+        uid=r[0], title=r[1], project=r[2], created_at=to_iso(r[3]) or "", updated_at=to_iso(r[4]) or "",
+        meta=_meta(r[5])),
+    "message": lambda r: MessageRecord(
+        conversation=r[0], role=r[1], content=r[2], created_at=to_iso(r[3]) or "", meta=_meta(r[4])),
+    "memory": lambda r: MemoryRecord(
+        uid=r[0], kind=r[1], text=r[2], importance=r[3], created_at=to_iso(r[4]) or "", updated_at=to_iso(r[5]) or "",
+        at=to_iso(r[6]), last_accessed_at=to_iso(r[7]), access_count=r[8], archived=bool(r[9]),
+        archived_at=to_iso(r[10]), project=r[11], source=r[12], document=r[13], conversation=r[14],
+        conflict_with=r[15], processed=bool(r[16]), extracted=bool(r[17]), meta=_meta(r[18]), decayed_at=to_iso(r[19])),
+    "derivation": lambda r: DerivationRecord(derived=r[0], source=r[1]),
+    "fact_check": lambda r: FactCheckRecord(a=r[0], b=r[1], pair_hash=r[2], verdict=r[3], checked_at=to_iso(r[4]) or ""),
+    "node": lambda r: NodeRecord(
+        name=r[0], norm_name=r[1], node_type=r[2], aliases=_aliases(r[3]), created_at=to_iso(r[4]) or "",
+        meta=_meta(r[5])),
+    "edge": lambda r: EdgeRecord(
+        src=r[0], rel=r[1], dst=r[2], weight=r[3], memory=r[4], chunk=r[5], created_at=to_iso(r[6]) or "",
+        meta=_meta(r[7])),
+    "audit": lambda r: AuditRecord(at=to_iso(r[0]) or "", actor=r[1], action=r[2], target=r[3], detail=_meta(r[4])),
+}
+
+
+def _aliases(raw: str | None) -> list[str]:
+    try:
+        value = json.loads(raw or "[]")
+    except ValueError:
+        return []
+    return [str(a) for a in value] if isinstance(value, list) else []

@@ -32,7 +32,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -779,6 +779,13 @@ class RemoteEngine:
         return [Document.model_validate(d) for d in self._read("Listing documents", "GET", "/documents",
                                                                 params=params)]
 
+    # ---- the graph ---------------------------------------------------------------------------------------
+    def neighbours(self, entity: str, hops: int = 1) -> Any:
+        from .graph import GraphView
+
+        return GraphView.model_validate(self._read("The graph", "GET", "/graph/neighbours",
+                                                   params={"entity": entity, "hops": hops}))
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
@@ -795,83 +802,127 @@ def open_remote(home: Path) -> RemoteEngine | None:
 # ---------------------------------------------------------------------------------------------------------
 # moving a store in and out
 # ---------------------------------------------------------------------------------------------------------
-PUSH_BATCH = 200
+TRANSFER_BATCH = 500  # records in one request of a push or a pull (the server takes up to its max_records)
 
 
 @dataclass
 class Moved:
-    memories: int = 0  # sent (or taken)
-    added: int = 0  # stored anew where they went
+    """What a push or a pull moved: `memories` sent (or taken), `added` of them stored anew where they went
+    (a memory there already, by its id or its content, is not stored twice), `archived` of those sent that
+    were archived; `added_by_type` and `skipped_by_type` for every type of record (documents, chunks,
+    conversations, messages, memories, derivations, fact checks, nodes, edges), `vectors` stored as they
+    came (not embedded again)."""
+
+    memories: int = 0
+    added: int = 0
     archived: int = 0
+    records: int = 0
+    vectors: int = 0
+    added_by_type: dict[str, int] = field(default_factory=dict)
+    skipped_by_type: dict[str, int] = field(default_factory=dict)
+
+    def count(self, report: Any) -> None:
+        for mine, theirs in ((self.added_by_type, report.added), (self.skipped_by_type, report.skipped)):
+            for kind, n in theirs.items():
+                mine[kind] = mine.get(kind, 0) + int(n)
+        self.added = self.added_by_type.get("memory", 0)
+        self.vectors += int(report.vectors)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"memories": self.memories, "added": self.added, "archived": self.archived, "records": self.records,
+                "vectors": self.vectors, "added_by_type": self.added_by_type, "skipped_by_type": self.skipped_by_type}
 
 
-def _pages(eng: Any, archived: bool) -> Iterator[list[Any]]:
-    after = None
-    while True:
-        page = eng.memory_page(archived=archived, activity=False, limit=PUSH_BATCH, after=after)
-        if page.memories:
-            yield list(page.memories)
-        if page.next is None:
-            return
-        after = page.next
+@dataclass(frozen=True)
+class TransferInfo:
+    space: list[Any] | None
+    max_records: int
+    counts: dict[str, int]
 
 
-def push_store(eng: Any, client: ServerClient, progress: Callable[[int, int], None] | None = None) -> Moved:
-    """Send every memory of the local engine `eng` to the server's account, with its own id, kind, text,
-    project, importance, event time and the time it was stored (and archived ones archived there too). The
-    ids make it idempotent and resumable: a memory sent before (a push run again, or one cut short) is
-    answered from the server's record of that id, stored nothing twice."""
+def transfer_info(client: ServerClient) -> TransferInfo:
+    """What the server's account takes and holds (GET /transfer)."""
+    status, body = client.request("GET", "/transfer")
+    if status == 404 or not isinstance(body, dict):
+        raise UserError(f"The server at {client.url} cannot take or give a whole store (it is an older version): "
+                        "update it first.")
+    return TransferInfo(space=body.get("space"), max_records=int(body.get("max_records") or 1),
+                        counts={k: int(v) for k, v in (body.get("counts") or {}).items()})
+
+
+def _same_space(a: Sequence[Any] | None, b: Sequence[Any] | None) -> bool:
+    return a is not None and b is not None and [str(x) for x in a] == [str(x) for x in b]
+
+
+def _model(space: Sequence[Any] | None) -> str:
+    return "no embedding model" if not space else f"{space[1]} ({space[2]} dimensions)"
+
+
+def push_store(eng: Any, client: ServerClient, progress: Callable[[int, int], None] | None = None, *,
+               batch: int | None = None) -> Moved:
+    """Send everything the local engine `eng` holds to the server's account, in batches: memories (each with
+    its own id, kind, text, project, importance, event time, the time it was stored, archived or not),
+    documents with their passages, conversations with their turns, facts derived from others, the graph
+    with each fact's provenance (the memory or passage it came from), and the vectors of memories and
+    passages, which the server stores as they are (its embedding space must be this store's: refused
+    otherwise, before anything is sent). The ids make it idempotent and resumable: a record sent before (a
+    push run again, or one cut short) is mapped to what the server holds, stored nothing twice; a batch is
+    one transaction there."""
+    info = transfer_info(client)
+    mine = eng.transfer.vector_space()
+    if mine is not None and not _same_space(mine, info.space):
+        raise UserError(f"The server's vectors are made by {_model(info.space)}, this store's by {_model(mine)}: "
+                        "they cannot travel, and nothing was sent. Push to a server that uses the same embedding "
+                        "model (its settings, then `personal-llm server init`).")
+    total = sum(eng.transfer.outgoing_counts().values())
     moved = Moved()
-    stats = eng.stats()
-    total = stats.memories + stats.archived
+    batch_size = max(1, min(batch or TRANSFER_BATCH, info.max_records))
+    for records in eng.transfer.outgoing(max_records=batch_size, vectors=mine is not None):
+        status, answer = client.request("POST", "/transfer/records", json={"space": mine, "records": records},
+                                        timeout=READ_TIMEOUT)
+        if status != 200 or not isinstance(answer, dict):
+            raise UserError(f"The server did not take the records (HTTP {status}).")
+        from .transfer import MergeReport
 
-    def held() -> int:  # the account's memories, archived ones included
-        answer = client.request("GET", "/stats")[1]
-        return int(answer["memories"]) + int(answer["archived"])
-
-    before = held()
-    for archived in (False, True):
-        for page in _pages(eng, archived):
-            items = [{"id": m.id, "text": m.text, "kind": m.kind, "project": m.project, "importance": m.importance,
-                      "at": m.at, "created_at": m.created_at} for m in page]
-            status, answer = client.request("POST", "/memory/batch", json={"items": items}, timeout=READ_TIMEOUT)
-            if status != 200 or not isinstance(answer, list):
-                raise UserError(f"The server did not take the memories (HTTP {status}).")
-            moved.memories += len(page)
-            if archived:
-                for r in answer:
-                    if not r["memory"]["archived"]:
-                        client.request("PATCH", f"/memory/{r['id']}", json={"archived": True})
-                        moved.archived += 1
-            if progress:
-                progress(moved.memories, total)
-    moved.added = held() - before
+        moved.count(MergeReport.model_validate(answer))
+        memories = [r for r in records if r["type"] == "memory"]
+        moved.memories += len(memories)
+        moved.archived += sum(1 for r in memories if r.get("archived"))
+        moved.records += len(records)
+        if progress:
+            progress(moved.records, total)
     return moved
 
 
 def pull_into(remote: RemoteEngine, eng: Any, progress: Callable[[int, int], None] | None = None) -> Moved:
-    """Copy every memory of the server profile's account into the local engine `eng` (a local encrypted
-    store), each with its own id and times: idempotent, as a push is."""
-    from .memories import Remembered
-
+    """Copy everything the server profile's account holds into the local engine `eng` (a local encrypted
+    store), as a push sends it, a page at a time: idempotent, as a push is. The vectors come along when this
+    store embeds with the server's model; otherwise they are made here."""
+    remote.send_outbox()  # what this profile wrote and did not send yet comes too
+    client = remote.client
+    info = transfer_info(client)
+    eng.space.ensure()
+    take_vectors = _same_space(eng.transfer.vector_space(), info.space)
+    total = sum(info.counts.values())
     moved = Moved()
-    stats = remote.stats()
-    total = stats.memories + stats.archived
-    mine = eng.stats()
-    before = mine.memories + mine.archived
-    for archived in (False, True):
-        for page in _pages(remote, archived):
-            results = eng.remember_many([Remembered(m.text, kind=m.kind, project=m.project, importance=m.importance,
-                                                    at=m.at, uid=m.id, created=m.created_at) for m in page],
-                                        embed="background")
-            moved.memories += len(page)
-            if archived:
-                for r in results:
-                    if not r.memory.archived:
-                        eng.update(r.id, archived=True)
-                        moved.archived += 1
+    after: str | None = None
+    limit = max(1, min(TRANSFER_BATCH, info.max_records))
+    while True:
+        params: dict[str, Any] = {"limit": limit, "vectors": take_vectors}
+        if after:
+            params["after"] = after
+        status, page = client.request("GET", "/transfer/records", params=params, timeout=READ_TIMEOUT)
+        if status != 200 or not isinstance(page, dict):
+            raise UserError(f"The server did not give its records (HTTP {status}).")
+        records = page.get("records") or []
+        if records:
+            moved.count(eng.transfer.merge(records, space=info.space if take_vectors else None, action="pull"))
+            memories = [r for r in records if r.get("type") == "memory"]
+            moved.memories += len(memories)
+            moved.archived += sum(1 for r in memories if r.get("archived"))
+            moved.records += len(records)
             if progress:
-                progress(moved.memories, total)
-    mine = eng.stats()
-    moved.added = mine.memories + mine.archived - before
-    return moved
+                progress(moved.records, max(total, moved.records))
+        after = page.get("next")
+        if not after:
+            return moved

@@ -18,16 +18,18 @@ and checked completely before one transaction writes it: a bad file changes noth
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import logging
 import os
 import secrets
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, Field, ValidationError
 
 from .backfill import Backfill
@@ -42,10 +44,14 @@ from .cipher import (
     parse_header,
 )
 from .context import Changes, Context
+from .embeddings import Windows
 from .errors import UserError
 from .partials import PART_MARK, clean_partials, name_unnamed, note_in_progress, open_part
 from .records import RECORDS, HeaderRecord, PlainMemory, to_iso, to_ts
+from .store import memories as memory_rows
+from .store import space as space_rows
 from .store import transfer as rows
+from .store import vectors as vector_rows
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +67,20 @@ class ExportResult(BaseModel):
     encrypted: bool
     bytes: int
     counts: dict[str, int] = Field(description="Records written, by type")
+
+
+class MergeReport(BaseModel):
+    added: dict[str, int] = Field(description="Records added, by type")
+    skipped: dict[str, int] = Field(description="Records already there (same uid, or same content), by type")
+    vectors: int = Field(default=0, description="Vectors stored as they came (not embedded again)")
+
+
+class RecordsRefused(UserError):
+    """A batch of records that cannot be merged: a record invalid, or a vector of another size."""
+
+
+class SpaceDiffers(UserError):
+    """Vectors made by another embedding model than the store's."""
 
 
 class PassphraseRequired(UserError):
@@ -294,7 +314,164 @@ class Transfer:
                             skipped=merger.skipped, embedded=embedded)
 
 
+    # ---- moving records between stores (a push, a pull: engine/remote.py) --------------------------------
+    def vector_space(self) -> list[Any] | None:
+        """The embedding space this store's vectors are of (provider, model, dimension, version); None when it
+        has none yet."""
+        stamp = space_rows.stamp(self.ctx.store.con)
+        return None if stamp is None else list(stamp)
+
+    def outgoing_counts(self) -> dict[str, int]:
+        """How many records of each type `outgoing` yields."""
+        return rows.count_outgoing(self.ctx.store.con)
+
+    def outgoing(self, *, max_records: int = 500, max_bytes: int = 4 * 2**20,
+                 vectors: bool = True) -> Iterator[list[dict[str, Any]]]:
+        """Everything a push sends, as batches of wire records (engine/records.py's, as JSON, with a memory's
+        or passage's current vector in `vector` and a memory's windows in `windows`: float32, little-endian,
+        base64), from one snapshot of the store. A document travels with its passages and a conversation with
+        its turns in one batch (unless they alone exceed `max_records`)."""
+        with self.ctx.store.read() as con:
+            batch: list[dict[str, Any]] = []
+            size = 0
+            for group in rows.outgoing(con):
+                items = [r.model_dump(mode="json") for r in group]
+                weight = sum(len(str(d.get("text") or d.get("content") or "")) + 300 for d in items)
+                weight += sum(VECTOR_WEIGHT for d in items if d["type"] in ("memory", "chunk"))
+                if batch and (len(batch) + len(items) > max_records or size + weight > max_bytes):
+                    yield self._with_vectors(con, batch) if vectors else batch
+                    batch, size = [], 0
+                while len(items) > max_records:  # a document of more passages than a batch holds
+                    yield self._with_vectors(con, items[:max_records]) if vectors else items[:max_records]
+                    items = items[max_records:]
+                batch += items
+                size += weight
+            if batch:
+                yield self._with_vectors(con, batch) if vectors else batch
+
+    def _with_vectors(self, con: Any, batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for table, kind in (("memories", "memory"), ("chunks", "chunk")):
+            found = rows.vectors_of(con, table, [d["uid"] for d in batch if d["type"] == kind])
+            for d in batch:
+                if d["type"] == kind and d["uid"] in found:
+                    vec, windows = found[d["uid"]]
+                    d["vector"] = _b64(vec)
+                    if windows:
+                        d["windows"] = [[start, end, _b64(v)] for start, end, v in windows]
+        return batch
+
+    def page(self, after: str | None, limit: int, *, vectors: bool = True) -> tuple[list[dict[str, Any]], str | None]:
+        """A page of this store's records for a pull (wire records, as `outgoing`'s) and the cursor of the
+        next (None: the last)."""
+        with self.ctx.store.read() as con:
+            found, nxt = rows.records_page(con, after, limit)
+            items = [r.model_dump(mode="json") for r in found]
+            return (self._with_vectors(con, items) if vectors else items), nxt
+
+    def counts(self) -> dict[str, int]:
+        """How many records of each type the pages hold."""
+        return rows.count_outgoing(self.ctx.store.con)
+
+    def merge(self, items: list[dict[str, Any]], *, space: Sequence[Any] | None = None,
+              action: str = "push") -> MergeReport:
+        """Merge a batch of wire records (as `outgoing` and `page` make them) into this store in one
+        transaction: a record whose uid is there already is mapped, never written twice, so a batch sent
+        again adds nothing. Vectors that came with new memories and passages are stored as they are when
+        `space` is this store's embedding space (otherwise refused: SpaceDiffers); rows without one wait
+        for the background embedder. Audited as `action`, with counts."""
+        parsed: dict[str, list[Any]] = {t: [] for t in RECORDS}
+        vecs: dict[tuple[str, str], tuple[np.ndarray, Windows | None]] = {}
+        for n, obj in enumerate(items):
+            kind = obj.get("type") if isinstance(obj, dict) else None
+            model = RECORDS.get(kind) if isinstance(kind, str) else None
+            if model is None or kind == "audit":
+                raise RecordsRefused(f"records[{n}]: {str(kind)[:40]!r} is not a type of record that moves "
+                                     f"(one of {', '.join(t for t in RECORDS if t != 'audit')}).")
+            try:
+                record = model.model_validate(obj)
+            except ValidationError as e:
+                raise RecordsRefused(f"records[{n}] ({kind}): {_problem(e)}.") from e
+            parsed[str(kind)].append(record)
+            if kind in ("memory", "chunk") and obj.get("vector") is not None:
+                vecs[(kind, record.uid)] = _vector_of(n, obj)  # type: ignore[attr-defined]
+        if vecs:
+            self._check_space(space, next(iter(vecs.values()))[0].shape[0])
+        with self.ctx.mutation() as (con, touched):
+            merger = rows.merger(con)
+            try:
+                merger.merge_export(con, parsed)
+            except UserError as e:
+                raise RecordsRefused(str(e)) from e
+            stored = 0
+            for table, kind, new in (("memories", "memory", merger.new_memories), ("chunks", "chunk", merger.new_chunks)):
+                have = [(rid, vecs[(kind, uid)]) for uid, rid in new.items() if (kind, uid) in vecs]
+                if have:
+                    ids = [rid for rid, _ in have]
+                    vector_rows.put(con, table, ids, np.stack([v for _, (v, _) in have]),
+                                    [w for _, (_, w) in have] if table == "memories" else None)
+                    memory_rows.mark_embedded(con, table, ids)
+                    stored += len(ids)
+            touched.memories.update(merger.new_memory_ids)
+            touched.chunks.update(merger.new_chunk_ids)
+            self.ctx.audit.record(action, None, {"added": merger.added, "skipped": merger.skipped, "vectors": stored},
+                                  con=con)
+        self.ctx.changes.emit(Changes(action, memories=set(merger.new_memory_uids),
+                                      documents=set(merger.new_document_uids), graph=merger.added.get("edge", 0) > 0))
+        if len(merger.new_memory_ids) + len(merger.new_chunk_ids) > stored:
+            self.backfill.wake()  # the rest is embedded here
+        return MergeReport(added=merger.added, skipped=merger.skipped, vectors=stored)
+
+    def _check_space(self, space: Sequence[Any] | None, dimension: int) -> None:
+        mine = self.vector_space() if self.space.ensure() else None
+        theirs = list(space) if space is not None else None
+        if mine is None or theirs is None or [str(x) for x in mine] != [str(x) for x in theirs]:
+            raise SpaceDiffers(
+                f"These vectors were made by {_model(theirs)}, and this store's are made by {_model(mine)}: "
+                "they cannot be compared. Send the records without their vectors (they are embedded again "
+                "here), or use the same embedding model on both sides.")
+        if int(mine[2]) != dimension:
+            raise RecordsRefused(f"A vector has {dimension} dimensions; this store's have {mine[2]}.")
 
 
-__all__ = ["ExportResult", "ImportResult", "PassphraseRequired", "Transfer", "WrongPassphrase",
-           "is_encrypted", "parse_import"]
+VECTOR_WEIGHT = 2200  # a 384-dimension vector in base64, with its key
+
+
+def _b64(vec: np.ndarray) -> str:
+    return base64.b64encode(np.asarray(vec, dtype="<f4").tobytes()).decode("ascii")
+
+
+def _unb64(n: int, text: Any) -> np.ndarray:
+    try:
+        raw = base64.b64decode(str(text), validate=True)
+    except (ValueError, TypeError) as e:
+        raise RecordsRefused(f"records[{n}]: a vector is not base64.") from e
+    if not raw or len(raw) % 4:
+        raise RecordsRefused(f"records[{n}]: a vector is not a whole number of float32 values.")
+    vec = np.frombuffer(raw, dtype="<f4").astype(np.float32)
+    if not np.all(np.isfinite(vec)):
+        raise RecordsRefused(f"records[{n}]: a vector holds a value that is not a number.")
+    return vec
+
+
+def _vector_of(n: int, obj: dict[str, Any]) -> tuple[np.ndarray, Windows | None]:
+    vec = _unb64(n, obj["vector"])
+    raw = obj.get("windows") or []
+    if not isinstance(raw, list):
+        raise RecordsRefused(f"records[{n}]: windows is a list of [start, end, vector].")
+    spans, wins = [], []
+    for w in raw:
+        if not (isinstance(w, list) and len(w) == 3 and isinstance(w[0], int) and isinstance(w[1], int)):
+            raise RecordsRefused(f"records[{n}]: windows is a list of [start, end, vector].")
+        spans.append((w[0], w[1]))
+        wins.append(_unb64(n, w[2]))
+    if any(len(w) != len(vec) for w in wins):
+        raise RecordsRefused(f"records[{n}]: its vectors differ in size.")
+    return vec, (Windows(vectors=np.stack(wins), spans=spans) if wins else None)
+
+
+def _model(space: Sequence[Any] | None) -> str:
+    return "no embedding model" if not space else f"{space[1]} ({space[2]} dimensions, {space[3]})"
+
+
+__all__ = ["ExportResult", "ImportResult", "MergeReport", "PassphraseRequired", "RecordsRefused", "SpaceDiffers",
+           "Transfer", "WrongPassphrase", "is_encrypted", "parse_import"]

@@ -133,16 +133,33 @@ def outbox(p: argparse.ArgumentParser) -> Handler:
 
 
 def _progress(verb: str) -> Callable[[int, int], None]:
+    """Progress on stderr: one line rewritten on a terminal, a line per batch otherwise."""
+    tty = sys.stderr.isatty()
+
     def show(done: int, total: int) -> None:
-        print(f"{verb} {done:,} of {total:,} memories", file=sys.stderr, flush=True)
+        line = f"{verb} {done:,} of {total:,} records"
+        print(f"\r{line}" if tty else line, end="" if tty and done < total else "\n", file=sys.stderr, flush=True)
 
     return show
+
+
+def _moved(moved) -> str:  # type: ignore[no-untyped-def]
+    """What moved, by type, for people: "1,000 memories (12 new), 20 documents (20 new), …"."""
+    names = {"memory": "memories", "document": "documents", "chunk": "passages", "conversation": "conversations",
+             "message": "turns", "node": "entities", "edge": "graph facts"}
+    parts = []
+    for kind, name in names.items():
+        added, skipped = moved.added_by_type.get(kind, 0), moved.skipped_by_type.get(kind, 0)
+        if added or skipped:
+            parts.append(f"{added + skipped:,} {name} ({added:,} new)")
+    return ", ".join(parts) or "nothing"
 
 
 def push(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("url", metavar="URL", help="the server's address, https://HOST[:PORT]")
     p.add_argument("--token", required=True, help="your API token on that server")
     p.add_argument("--fingerprint", metavar="SHA256", help="the server's self-signed certificate's fingerprint")
+    p.add_argument("--batch", type=int, metavar="N", help="records in one request (default 500; fewer on a slow link)")
     add_json(p)
 
     def run(a: argparse.Namespace, session: Session) -> int:
@@ -156,15 +173,14 @@ def push(p: argparse.ArgumentParser) -> Handler:
                               verify=pinned_context(checked.certificate) if checked.certificate else True)
         try:
             with session.open_engine() as eng:
-                moved = push_store(eng, client, None if a.json else _progress("pushed"))
+                moved = push_store(eng, client, None if a.json else _progress("pushed"), batch=a.batch)
         finally:
             client.close()
         if a.json:
-            print_json({"url": checked.url, "memories": moved.memories, "added": moved.added,
-                        "archived": moved.archived})
+            print_json({"url": checked.url, **moved.as_dict()})
         else:
-            console().print(f"Pushed {counted(moved.memories, 'memories')} to {escape(checked.url)}: "
-                            f"{moved.added:,} new there, the others were there already.")
+            console().print(f"Pushed to {escape(checked.url)}: {_moved(moved)}; {moved.vectors:,} vectors stored as "
+                            "they are. What was there already is not stored twice.")
         return 0
 
     return run
@@ -192,10 +208,10 @@ def pull(p: argparse.ArgumentParser) -> Handler:
             moved = pull_into(remote, eng, None if a.json else _progress("pulled"))
             eng.embed_pending()  # searchable by meaning when the command ends
         if a.json:
-            print_json({"into": a.into, "home": str(home), "memories": moved.memories, "added": moved.added})
+            print_json({"into": a.into, "home": str(home), **moved.as_dict()})
         else:
-            console().print(f"Pulled {counted(moved.memories, 'memories')} into the local profile "
-                            f"{escape(a.into)} ({moved.added:,} new): personal-llm --profile {escape(a.into)} …")
+            console().print(f"Pulled into the local profile {escape(a.into)}: {_moved(moved)}: personal-llm "
+                            f"--profile {escape(a.into)} …")
         return 0
 
     return run
@@ -206,8 +222,8 @@ COMMANDS = [
             connect),
     Command("disconnect", "stop using the server of this profile (its token leaves the keychain)", disconnect),
     Command("outbox", "the writes waiting for the server of a server profile (--send: send them now)", outbox),
-    Command("push", "upload this local profile's memories into your account on a server: push URL --token TOKEN",
-            push),
-    Command("pull", "copy the memories of a server profile's account into a local encrypted profile: pull --into NAME",
-            pull),
+    Command("push", "upload this local profile (memories, documents, conversations, the graph, vectors) into your "
+                    "account on a server: push URL --token TOKEN", push),
+    Command("pull", "copy a server profile's account (memories, documents, conversations, the graph, vectors) into a "
+                    "local encrypted profile: pull --into NAME", pull),
 ]

@@ -6,20 +6,26 @@ Row-level security confines every statement to that user: an export reads only t
 lookups (same uid, same content) find only their rows and its inserts take the user from the transaction (the
 columns' default), so an import never reads, matches or writes another user's rows. The records are the
 SQLite backend's, field for field: booleans and JSON are read back as that backend reads them.
+
+A push (engine/remote.py) sends records in batches, each merged in one transaction: a record whose uid is
+here already is mapped, never written twice, and ids from earlier batches resolve to the rows they made. A
+pull reads them a page at a time (`records_page`), with their vectors (`vectors_of`).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 from psycopg import Connection
 
 from ...errors import UserError
 from ...memory_rules import EPISODIC_DISCOUNT, IMPORTANCE_BY_SOURCE, check_text, content_hash, new_uid
 from ...records import (
+    ROW_TO_RECORD,
     TIME_EPS,
     AuditRecord,
     ChunkRecord,
@@ -39,7 +45,50 @@ from ...records import (
     to_json,
     to_ts,
 )
+from ..types import ACTIVITY_SOURCE
 from .migrations import SCHEMA_VERSION
+
+TRANSFER_LOCK = 0x70757368  # pg_advisory_xact_lock(key, user): one merge of a user's records at a time
+
+# each kind's page: its key columns first (the cursor), then the columns of ROW_TO_RECORD's row
+_J = "{a}.user_id = {b}.user_id AND {a}.id = {b}.{c}"
+PAGE_SQL: dict[str, tuple[int, str]] = {
+    "document": (1, "SELECT id, uid, path, title, mime, content_hash, size, mtime, project, chunk_count, created_at, "
+                    "updated_at, meta::text FROM documents WHERE status = 'ready' AND {after} ORDER BY id LIMIT %s"),
+    "chunk": (1, "SELECT c.id, c.uid, d.uid, c.position, c.text, c.locator, c.page, c.heading, c.token_count, "
+                 "c.extracted FROM chunks c JOIN documents d ON " + _J.format(a="d", b="c", c="document_id")
+                 + " AND d.status = 'ready' WHERE {after} ORDER BY c.id LIMIT %s"),
+    "conversation": (1, "SELECT id, uid, title, project, created_at, updated_at, meta::text FROM conversations "
+                        "WHERE {after} ORDER BY id LIMIT %s"),
+    "message": (1, "SELECT m.id, c.uid, m.role, m.content, m.created_at, m.meta::text FROM messages m "
+                   "JOIN conversations c ON " + _J.format(a="c", b="m", c="conversation_id")
+                   + " WHERE {after} ORDER BY m.id LIMIT %s"),
+    "memory": (1, "SELECT m.id, m.uid, m.kind, m.text, m.importance, m.created_at, m.updated_at, m.event_at, "
+                  "m.last_accessed_at, m.access_count, m.archived, m.archived_at, m.project, m.source, d.uid, c.uid, "
+                  "m.conflict_with, m.processed, m.extracted, m.meta::text, m.decayed_at FROM memories m "
+                  "LEFT JOIN documents d ON " + _J.format(a="d", b="m", c="document_id") + " AND d.status = 'ready' "
+                  "LEFT JOIN conversations c ON " + _J.format(a="c", b="m", c="conversation_id")
+                  + f" WHERE m.source <> '{ACTIVITY_SOURCE}' AND {{after}} ORDER BY m.id LIMIT %s"),
+    "derivation": (2, "SELECT x.derived_id, x.source_id, d.uid, s.uid FROM derivations x "
+                      "JOIN memories d ON " + _J.format(a="d", b="x", c="derived_id")
+                      + " JOIN memories s ON " + _J.format(a="s", b="x", c="source_id")
+                      + " WHERE {after} ORDER BY 1, 2 LIMIT %s"),
+    "fact_check": (2, "SELECT f.a, f.b, a.uid, b.uid, f.pair_hash, f.verdict, f.checked_at FROM fact_checks f "
+                      "JOIN memories a ON " + _J.format(a="a", b="f", c="a")
+                      + " JOIN memories b ON " + _J.format(a="b", b="f", c="b") + " WHERE {after} ORDER BY 1, 2 LIMIT %s"),
+    "node": (1, "SELECT id, name, norm_name, type, aliases::text, created_at, meta::text FROM nodes WHERE {after} "
+                "ORDER BY id LIMIT %s"),
+    "edge": (1, "SELECT e.id, s.norm_name, e.rel, t.norm_name, e.weight, m.uid, c.uid, e.created_at, e.meta::text "
+                "FROM edges e JOIN nodes s ON " + _J.format(a="s", b="e", c="src")
+                + " JOIN nodes t ON " + _J.format(a="t", b="e", c="dst")
+                + " LEFT JOIN memories m ON " + _J.format(a="m", b="e", c="memory_id")
+                + " LEFT JOIN chunks c ON " + _J.format(a="c", b="e", c="chunk_id")
+                + " WHERE {after} ORDER BY e.id LIMIT %s"),
+}
+_KEYS = {"document": ["id"], "chunk": ["c.id"], "conversation": ["id"], "message": ["m.id"], "memory": ["m.id"],
+         "derivation": ["x.derived_id", "x.source_id"], "fact_check": ["f.a", "f.b"], "node": ["id"], "edge": ["e.id"]}
+KINDS = tuple(PAGE_SQL)
+
 
 EXPORT_SQL: dict[str, str] = {
     "document": "SELECT uid, path, title, mime, content_hash, size, mtime, project, chunk_count, created_at, "
@@ -70,49 +119,15 @@ EXPORT_SQL: dict[str, str] = {
 }
 
 
-def _meta(raw: str | None) -> dict[str, Any]:
-    try:
-        value = json.loads(raw or "{}")
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {"value": value}
+def _first(cur: Any) -> Any:
+    """The first column of the one row a statement returns."""
+    row = cur.fetchone()
+    assert row is not None
+    return row[0]
 
 
-def _aliases(raw: str | None) -> list[str]:
-    try:
-        value = json.loads(raw or "[]")
-    except ValueError:
-        return []
-    return [str(a) for a in value] if isinstance(value, list) else []
-
-
-ROW_TO_RECORD: dict[str, Callable[[tuple], Record]] = {
-    "document": lambda r: DocumentRecord(
-        uid=r[0], path=r[1], title=r[2], mime=r[3], content_hash=r[4], size=r[5], mtime=r[6], project=r[7],
-        chunk_count=r[8], created_at=to_iso(r[9]) or "", updated_at=to_iso(r[10]) or "", meta=_meta(r[11])),
-    "chunk": lambda r: ChunkRecord(
-        uid=r[0], document=r[1], position=r[2], text=r[3], locator=r[4] or "", page=r[5], heading=r[6],
-        token_count=r[7], extracted=bool(r[8])),
-    "conversation": lambda r: ConversationRecord(
-        uid=r[0], title=r[1], project=r[2], created_at=to_iso(r[3]) or "", updated_at=to_iso(r[4]) or "",
-        meta=_meta(r[5])),
-    "message": lambda r: MessageRecord(
-        conversation=r[0], role=r[1], content=r[2], created_at=to_iso(r[3]) or "", meta=_meta(r[4])),
-    "memory": lambda r: MemoryRecord(
-        uid=r[0], kind=r[1], text=r[2], importance=r[3], created_at=to_iso(r[4]) or "", updated_at=to_iso(r[5]) or "",
-        at=to_iso(r[6]), last_accessed_at=to_iso(r[7]), access_count=r[8], archived=bool(r[9]),
-        archived_at=to_iso(r[10]), project=r[11], source=r[12], document=r[13], conversation=r[14],
-        conflict_with=r[15], processed=bool(r[16]), extracted=bool(r[17]), meta=_meta(r[18]), decayed_at=to_iso(r[19])),
-    "derivation": lambda r: DerivationRecord(derived=r[0], source=r[1]),
-    "fact_check": lambda r: FactCheckRecord(a=r[0], b=r[1], pair_hash=r[2], verdict=r[3], checked_at=to_iso(r[4]) or ""),
-    "node": lambda r: NodeRecord(
-        name=r[0], norm_name=r[1], node_type=r[2], aliases=_aliases(r[3]), created_at=to_iso(r[4]) or "",
-        meta=_meta(r[5])),
-    "edge": lambda r: EdgeRecord(
-        src=r[0], rel=r[1], dst=r[2], weight=r[3], memory=r[4], chunk=r[5], created_at=to_iso(r[6]) or "",
-        meta=_meta(r[7])),
-    "audit": lambda r: AuditRecord(at=to_iso(r[0]) or "", actor=r[1], action=r[2], target=r[3], detail=_meta(r[4])),
-}
+def _one(con: Connection, query: str, args: tuple | list) -> tuple | None:
+    return con.execute(query, args).fetchone()
 
 
 def schema_version(con: Connection) -> int:
@@ -141,20 +156,96 @@ def records(con: Connection) -> Iterator[Record]:
                 yield ROW_TO_RECORD[kind](row)
 
 
+def _cursor(after: str | None) -> tuple[int, list[int]]:
+    """(index of the kind, its last key) from a page's `next` ("kind:key[,key]"); the start for None."""
+    if not after:
+        return 0, []
+    try:
+        kind, _, keys = after.partition(":")
+        return KINDS.index(kind), [int(k) for k in keys.split(",")]
+    except ValueError as e:
+        raise UserError(f"{after[:60]!r} is not a page of records: start without `after`, then hand each page's "
+                        "`next` back.") from e
+
+
+def records_page(con: Connection, after: str | None, limit: int) -> tuple[list[Record], str | None]:
+    """Up to `limit` records after the cursor `after` (None: from the start), in dependency order (every
+    document, then every chunk, …), and the cursor of the next page (None: that was the last). The app's own
+    activity and the audit log are not among them."""
+    index, last = _cursor(after)
+    out: list[Record] = []
+    while index < len(KINDS) and len(out) < limit:
+        kind = KINDS[index]
+        width, sql = PAGE_SQL[kind]
+        keys = _KEYS[kind]
+        if last:
+            cond = f"({', '.join(keys)}) > ({', '.join(['%s'] * width)})" if width > 1 else f"{keys[0]} > %s"
+            args: list[Any] = [*last, limit - len(out)]
+        else:
+            cond, args = "true", [limit - len(out)]
+        rows = con.execute(sql.format(after=cond), args).fetchall()
+        out += [ROW_TO_RECORD[kind](r[width:]) for r in rows]
+        if len(out) >= limit and rows:
+            return out, f"{kind}:{','.join(str(k) for k in rows[-1][:width])}"
+        index, last = index + 1, []
+    return out, None
+
+
+def count_outgoing(con: Connection) -> dict[str, int]:
+    """How many records of each type a pull of this user's rows brings (records_page's: no activity, no audit)."""
+    counts = {}
+    for kind, (_, sql) in PAGE_SQL.items():
+        inner = sql.format(after="true").rsplit(" ORDER BY", 1)[0]
+        counts[kind] = int(_first(con.execute(f"SELECT count(*) FROM ({inner}) x")))
+    return counts
+
+
+def outgoing(con: Connection) -> Iterator[list[Record]]:
+    """Every record, each alone (records_page's order: a document's chunks may come in a later group)."""
+    for record in records(con):
+        yield [record]
+
+
+Vectors = dict[str, tuple[np.ndarray, list[tuple[int, int, np.ndarray]]]]
+
+
+def _unpack(data: bytes) -> np.ndarray:
+    return np.frombuffer(data, dtype=">f4", offset=4).astype(np.float32)
+
+
+def vectors_of(con: Connection, table: str, uids: list[str]) -> Vectors:
+    """The current vectors of these memories or chunks (by uid; those whose vector is of their present text),
+    each with its memory's windows as (start, end, vector): uid -> (vector, windows)."""
+    if not uids:
+        return {}
+    if table == "memories":
+        sql = ("SELECT m.id, m.uid, vector_send(v.embedding) FROM memories m JOIN memory_vectors v "
+               "ON v.user_id = m.user_id AND v.memory_id = m.id WHERE m.uid = ANY(%s) AND m.embedded_hash = m.content_hash")
+    else:
+        sql = ("SELECT c.id, c.uid, vector_send(v.embedding) FROM chunks c JOIN chunk_vectors v "
+               "ON v.user_id = c.user_id AND v.chunk_id = c.id WHERE c.uid = ANY(%s) AND c.embedded_hash = c.content_hash")
+    found = {int(r[0]): (str(r[1]), _unpack(r[2])) for r in con.execute(sql, (list(uids),)).fetchall()}
+    windows: dict[int, list[tuple[int, int, np.ndarray]]] = {}
+    if table == "memories" and found:
+        for rid, start, end, data in con.execute(
+                'SELECT memory_id, start, "end", vector_send(embedding) FROM memory_windows WHERE memory_id = ANY(%s) '
+                "ORDER BY memory_id, id", (list(found),)).fetchall():
+            windows.setdefault(int(rid), []).append((int(start), int(end), _unpack(data)))
+    return {uid: (vec, windows.get(rid, [])) for rid, (uid, vec) in found.items()}
+
+
 # ---------------------------------------------------------------------------------------------------
-# merging into a store (inside one transaction)
+# merging into a user's rows (inside one transaction)
 # ---------------------------------------------------------------------------------------------------
 def merger(con: Connection) -> Merger:
-    """A new merge of an export's records into the store `con` writes (in its transaction)."""
+    """A new merge of records into the transaction's user's rows. Merges of one user take turns (an
+    advisory lock held to the transaction's end), so two pushes at once store each record once."""
+    con.execute("SELECT pg_advisory_xact_lock(%s, current_setting('app.user_id')::integer)", (TRANSFER_LOCK,))
     return Merger()
 
 
-def _one(con: Connection, query: str, args: tuple | list) -> tuple | None:
-    return con.execute(query, args).fetchone()
-
-
 class Merger:
-    """Adds what is new, maps what is already there; old uids resolve to this user's rows."""
+    """Adds what is new, maps what is already there (by uid, then as SQLite's merge does by content)."""
 
     def __init__(self) -> None:
         self.added: dict[str, int] = {}
@@ -163,25 +254,38 @@ class Merger:
         self.chunk_ids: dict[str, int] = {}
         self.conv_ids: dict[str, int] = {}
         self.mem_ids: dict[str, int] = {}
-        self.mem_uids: dict[str, str] = {}  # uid in the file -> uid in this store
+        self.mem_uids: dict[str, str] = {}
         self.node_ids: dict[str, int] = {}
         self.new_memory_ids: list[int] = []
         self.new_memory_uids: list[str] = []
         self.new_chunk_ids: list[int] = []
         self.new_document_uids: list[str] = []
+        self.new_memories: dict[str, int] = {}
+        self.new_chunks: dict[str, int] = {}
 
     def _count(self, kind: str, added: bool) -> None:
         bucket = self.added if added else self.skipped
         bucket[kind] = bucket.get(kind, 0) + 1
 
-    # ---- the whole export ----------------------------------------------------------------------------
+    def _known(self, con: Connection, known: dict[str, int], table: str, uid: str | None) -> int | None:
+        if not uid:
+            return None
+        if uid not in known:
+            row = con.execute(f"SELECT id FROM {table} WHERE uid = %s", (uid,)).fetchone()
+            if row is None:
+                return None
+            known[uid] = int(row[0])
+        return known[uid]
+
     def merge_export(self, con: Connection, records: dict[str, list[Any]]) -> None:
-        new_docs = {r.uid for r in records["document"] if self._document(con, r)}
+        for r in records["document"]:
+            self._document(con, r)
         for r in records["chunk"]:
-            self._chunk(con, r, new_docs)
-        new_convs = {r.uid for r in records["conversation"] if self._conversation(con, r)}
+            self._chunk(con, r)
+        for r in records["conversation"]:
+            self._conversation(con, r)
         for r in records["message"]:
-            self._message(con, r, new_convs)
+            self._message(con, r)
         for r in records["memory"]:
             self._memory(con, r)
         self._fix_conflicts(con, records["memory"])
@@ -193,7 +297,7 @@ class Merger:
             self._node(con, r)
         for r in records["edge"]:
             self._edge(con, r)
-        for r in records["audit"]:
+        for r in records.get("audit", []):
             self._audit(con, r)
 
     def merge_plain(self, con: Connection, items: list[PlainMemory]) -> None:
@@ -202,93 +306,83 @@ class Merger:
             importance = item.importance
             if importance is None:
                 importance = IMPORTANCE_BY_SOURCE["import"] - (EPISODIC_DISCOUNT if item.kind == "episodic" else 0.0)
-            at = to_ts(item.at)
-            rec = MemoryRecord(uid=new_uid("mem"), kind=item.kind, text=check_text(item.text),
-                               importance=importance, created_at=now, updated_at=now, at=to_iso(at),
-                               project=item.project, source="import")
-            self._memory(con, rec)
+            self._memory(con, MemoryRecord(uid=new_uid("mem"), kind=item.kind, text=check_text(item.text),
+                                           importance=importance, created_at=now, updated_at=now,
+                                           at=to_iso(to_ts(item.at)), project=item.project, source="import"))
 
     # ---- documents and chunks ------------------------------------------------------------------------
-    def _document(self, con: Connection, r: DocumentRecord) -> bool:
-        """True when the document was added (its chunks follow it)."""
+    def _document(self, con: Connection, r: DocumentRecord) -> None:
         project = clean_project(r.project)
-        row = _one(con, "SELECT id FROM documents WHERE uid = %s", (r.uid,)) or _one(
-            con, "SELECT id FROM documents WHERE content_hash = %s AND project IS NOT DISTINCT FROM %s "
-                 "AND status = 'ready' ORDER BY id LIMIT 1", (r.content_hash, project))
+        row = con.execute("SELECT id FROM documents WHERE uid = %s", (r.uid,)).fetchone() or con.execute(
+            "SELECT id FROM documents WHERE content_hash = %s AND project IS NOT DISTINCT FROM %s AND status = 'ready' "
+            "ORDER BY id LIMIT 1", (r.content_hash, project)).fetchone()
         if row is not None:
             self.doc_ids[r.uid] = int(row[0])
             self._count("document", False)
-            return False
-        row = _one(con, "INSERT INTO documents(uid, path, title, mime, content_hash, size, mtime, project, status, "
-                        "chunk_count, created_at, updated_at, meta) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'ready', "
-                        "%s, %s, %s, %s::jsonb) RETURNING id",
-                   (r.uid, r.path, r.title, r.mime, r.content_hash, r.size, r.mtime, project, r.chunk_count,
-                    required_ts(r.created_at), required_ts(r.updated_at), to_json(r.meta)))
-        assert row is not None
-        self.doc_ids[r.uid] = int(row[0])
+            return
+        rid = _first(con.execute(
+            "INSERT INTO documents(uid, path, title, mime, content_hash, size, mtime, project, status, chunk_count, "
+            "created_at, updated_at, meta) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,'ready',%s,%s,%s,%s::jsonb) RETURNING id",
+            (r.uid, r.path, r.title, r.mime, r.content_hash, r.size, r.mtime, project, r.chunk_count,
+             required_ts(r.created_at), required_ts(r.updated_at), to_json(r.meta))))
+        self.doc_ids[r.uid] = int(rid)
         self.new_document_uids.append(r.uid)
         self._count("document", True)
-        return True
 
-    def _chunk(self, con: Connection, r: ChunkRecord, new_docs: set[str]) -> None:
-        doc_id = self.doc_ids.get(r.document)
+    def _chunk(self, con: Connection, r: ChunkRecord) -> None:
+        doc_id = self._known(con, self.doc_ids, "documents", r.document)
         if doc_id is None:
-            raise UserError(f"The export is inconsistent: chunk {r.uid} belongs to a document it does not hold.")
-        if r.document not in new_docs:  # the document was already here: map to its chunk at that position
-            row = _one(con, "SELECT id FROM chunks WHERE uid = %s OR (document_id = %s AND position = %s) "
-                            "ORDER BY uid = %s DESC LIMIT 1", (r.uid, doc_id, r.position, r.uid))
-            if row is not None:
-                self.chunk_ids[r.uid] = int(row[0])
+            raise UserError(f"The records are inconsistent: passage {r.uid} belongs to a document they do not hold.")
+        row = con.execute("SELECT id FROM chunks WHERE uid = %s OR (document_id = %s AND position = %s) "
+                          "ORDER BY uid = %s DESC LIMIT 1", (r.uid, doc_id, r.position, r.uid)).fetchone()
+        if row is not None:
+            self.chunk_ids[r.uid] = int(row[0])
             self._count("chunk", False)
             return
-        uid = r.uid
-        if _one(con, "SELECT 1 FROM chunks WHERE uid = %s", (uid,)):
-            uid = new_uid("chk")
-        row = _one(con, "INSERT INTO chunks(uid, document_id, position, text, content_hash, locator, page, heading, "
-                        "token_count, extracted) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
-                   (uid, doc_id, r.position, r.text, content_hash(r.text), r.locator, r.page, r.heading,
-                    r.token_count, bool(r.extracted)))
-        assert row is not None
-        rid = int(row[0])
+        rid = int(_first(con.execute(
+            "INSERT INTO chunks(uid, document_id, position, text, content_hash, locator, page, heading, token_count, "
+            "extracted) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) RETURNING id",
+            (r.uid, doc_id, r.position, r.text, content_hash(r.text), r.locator, r.page, r.heading, r.token_count,
+             r.extracted))))
         self.chunk_ids[r.uid] = rid
         self.new_chunk_ids.append(rid)
+        self.new_chunks[r.uid] = rid
         self._count("chunk", True)
 
     # ---- conversations -------------------------------------------------------------------------------
-    def _conversation(self, con: Connection, r: ConversationRecord) -> bool:
-        row = _one(con, "SELECT id FROM conversations WHERE uid = %s", (r.uid,))
-        if row is not None:
-            self.conv_ids[r.uid] = int(row[0])
+    def _conversation(self, con: Connection, r: ConversationRecord) -> None:
+        if self._known(con, self.conv_ids, "conversations", r.uid) is not None:
             self._count("conversation", False)
-            return False
-        row = _one(con, "INSERT INTO conversations(uid, title, project, created_at, updated_at, meta) "
-                        "VALUES (%s, %s, %s, %s, %s, %s::jsonb) RETURNING id",
-                   (r.uid, r.title, clean_project(r.project), required_ts(r.created_at), required_ts(r.updated_at),
-                    to_json(r.meta)))
-        assert row is not None
-        self.conv_ids[r.uid] = int(row[0])
+            return
+        rid = _first(con.execute(
+            "INSERT INTO conversations(uid, title, project, created_at, updated_at, meta) "
+            "VALUES (%s,%s,%s,%s,%s,%s::jsonb) RETURNING id",
+            (r.uid, r.title, clean_project(r.project), required_ts(r.created_at), required_ts(r.updated_at),
+             to_json(r.meta))))
+        self.conv_ids[r.uid] = int(rid)
         self._count("conversation", True)
-        return True
 
-    def _message(self, con: Connection, r: MessageRecord, new_convs: set[str]) -> None:
-        conv_id = self.conv_ids.get(r.conversation)
+    def _message(self, con: Connection, r: MessageRecord) -> None:
+        conv_id = self._known(con, self.conv_ids, "conversations", r.conversation)
         if conv_id is None:
-            raise UserError("The export is inconsistent: a message belongs to a conversation it does not hold.")
-        if r.conversation not in new_convs:
+            raise UserError("The records are inconsistent: a turn belongs to a conversation they do not hold.")
+        at = required_ts(r.created_at)
+        if con.execute("SELECT 1 FROM messages WHERE conversation_id = %s AND role = %s AND created_at BETWEEN %s "
+                       "AND %s AND content = %s", (conv_id, r.role, at - TIME_EPS, at + TIME_EPS, r.content)).fetchone():
             self._count("message", False)
             return
         con.execute("INSERT INTO messages(conversation_id, role, content, created_at, meta) "
-                    "VALUES (%s, %s, %s, %s, %s::jsonb)",
-                    (conv_id, r.role, r.content, required_ts(r.created_at), to_json(r.meta)))
+                    "VALUES (%s,%s,%s,%s,%s::jsonb)", (conv_id, r.role, r.content, at, to_json(r.meta)))
         self._count("message", True)
 
     # ---- memories ------------------------------------------------------------------------------------
     def _existing_memory(self, con: Connection, r: MemoryRecord, chash: str, project: str | None,
                          event_at: float | None) -> tuple[int, str] | None:
-        row = _one(con, "SELECT id, uid FROM memories WHERE uid = %s", (r.uid,))
+        row = con.execute("SELECT id, uid FROM memories WHERE uid = %s", (r.uid,)).fetchone()
         if row is not None:
             return int(row[0]), str(row[1])
-        sql = "SELECT id, uid FROM memories WHERE content_hash = %s AND kind = %s AND project IS NOT DISTINCT FROM %s"
+        sql = ("SELECT id, uid FROM memories WHERE content_hash = %s AND kind = %s "
+               "AND project IS NOT DISTINCT FROM %s")
         args: list[Any] = [chash, r.kind, project]
         if r.kind == "episodic":  # separate events with the same words are separate memories
             if event_at is None:
@@ -296,7 +390,7 @@ class Merger:
             else:
                 sql += " AND event_at BETWEEN %s AND %s"
                 args += [event_at - TIME_EPS, event_at + TIME_EPS]
-        row = _one(con, sql + " ORDER BY id LIMIT 1", args)
+        row = con.execute(sql + " ORDER BY id LIMIT 1", args).fetchone()
         return None if row is None else (int(row[0]), str(row[1]))
 
     def _memory(self, con: Connection, r: MemoryRecord) -> None:
@@ -307,83 +401,86 @@ class Merger:
             self.mem_ids[r.uid], self.mem_uids[r.uid] = found
             self._count("memory", False)
             return
-        doc_id = self.doc_ids.get(r.document) if r.document else None
-        conv_id = self.conv_ids.get(r.conversation) if r.conversation else None
-        row = _one(con,
-                   "INSERT INTO memories(uid, kind, text, content_hash, importance, created_at, updated_at, event_at, "
-                   "last_accessed_at, access_count, archived, archived_at, project, source, document_id, "
-                   "conversation_id, conflict_with, processed, extracted, decayed_at, meta) VALUES (%s, %s, %s, %s, "
-                   "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, NULL, %s, %s, %s, %s::jsonb) RETURNING id",
-                   (r.uid, r.kind, text, chash, r.importance, required_ts(r.created_at), required_ts(r.updated_at),
-                    event_at, to_ts(r.last_accessed_at), r.access_count, bool(r.archived), to_ts(r.archived_at),
-                    project, r.source, doc_id, conv_id, bool(r.processed), bool(r.extracted), to_ts(r.decayed_at),
-                    to_json(r.meta)))
-        assert row is not None
-        rid = int(row[0])
+        doc_id = self._known(con, self.doc_ids, "documents", r.document)
+        conv_id = self._known(con, self.conv_ids, "conversations", r.conversation)
+        rid = int(_first(con.execute(
+            "INSERT INTO memories(uid, kind, text, content_hash, importance, created_at, updated_at, event_at, "
+            "last_accessed_at, access_count, archived, archived_at, project, source, document_id, conversation_id, "
+            "conflict_with, processed, extracted, decayed_at, meta) "
+            "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s::jsonb) RETURNING id",
+            (r.uid, r.kind, text, chash, r.importance, required_ts(r.created_at), required_ts(r.updated_at), event_at,
+             to_ts(r.last_accessed_at), r.access_count, r.archived, to_ts(r.archived_at), project, r.source,
+             doc_id, conv_id, None, r.processed, r.extracted, to_ts(r.decayed_at), to_json(r.meta)))))
         self.mem_ids[r.uid], self.mem_uids[r.uid] = rid, r.uid
         self.new_memory_ids.append(rid)
         self.new_memory_uids.append(r.uid)
+        self.new_memories[r.uid] = rid
         self._count("memory", True)
 
     def _fix_conflicts(self, con: Connection, records: list[MemoryRecord]) -> None:
-        """Flags between memories, once both ends are known (the other may be earlier or later in the file)."""
         new = set(self.new_memory_uids)
         for r in records:
             if not r.conflict_with or r.uid not in new:
                 continue
             other = self.mem_uids.get(r.conflict_with)
-            if other is None and _one(con, "SELECT 1 FROM memories WHERE uid = %s", (r.conflict_with,)):
+            if other is None and con.execute("SELECT 1 FROM memories WHERE uid = %s", (r.conflict_with,)).fetchone():
                 other = r.conflict_with
             if other is not None:
                 con.execute("UPDATE memories SET conflict_with = %s WHERE uid = %s", (other, r.uid))
 
     def _derivation(self, con: Connection, r: DerivationRecord) -> None:
-        derived, source = self.mem_ids.get(r.derived), self.mem_ids.get(r.source)
+        derived = self._known(con, self.mem_ids, "memories", r.derived)
+        source = self._known(con, self.mem_ids, "memories", r.source)
         if derived is None or source is None:
             self._count("derivation", False)
             return
-        cur = con.execute("INSERT INTO derivations(derived_id, source_id) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+        cur = con.execute("INSERT INTO derivations(derived_id, source_id) VALUES (%s,%s) ON CONFLICT DO NOTHING",
                           (derived, source))
         self._count("derivation", cur.rowcount > 0)
 
     def _fact_check(self, con: Connection, r: FactCheckRecord) -> None:
-        a, b = self.mem_ids.get(r.a), self.mem_ids.get(r.b)
+        a, b = self._known(con, self.mem_ids, "memories", r.a), self._known(con, self.mem_ids, "memories", r.b)
         if a is None or b is None or a == b:
             self._count("fact_check", False)
             return
         a, b = min(a, b), max(a, b)
-        cur = con.execute("INSERT INTO fact_checks(a, b, pair_hash, verdict, checked_at) VALUES (%s, %s, %s, %s, %s) "
+        cur = con.execute("INSERT INTO fact_checks(a, b, pair_hash, verdict, checked_at) VALUES (%s,%s,%s,%s,%s) "
                           "ON CONFLICT DO NOTHING", (a, b, r.pair_hash, r.verdict, required_ts(r.checked_at)))
         self._count("fact_check", cur.rowcount > 0)
 
     # ---- graph ---------------------------------------------------------------------------------------
     def _node(self, con: Connection, r: NodeRecord) -> None:
-        row = _one(con, "INSERT INTO nodes(name, norm_name, type, aliases, created_at, meta) "
-                        "VALUES (%s, %s, %s, %s::jsonb, %s, %s::jsonb) ON CONFLICT (user_id, norm_name) DO NOTHING "
-                        "RETURNING id",
-                   (r.name, r.norm_name, r.node_type, json.dumps(r.aliases, ensure_ascii=False),
-                    required_ts(r.created_at), to_json(r.meta)))
+        row = con.execute(
+            "INSERT INTO nodes(name, norm_name, type, aliases, created_at, meta) VALUES (%s,%s,%s,%s::jsonb,%s,%s::jsonb) "
+            "ON CONFLICT (user_id, norm_name) DO NOTHING RETURNING id",
+            (r.name, r.norm_name, r.node_type, json.dumps(r.aliases, ensure_ascii=False), required_ts(r.created_at),
+             to_json(r.meta))).fetchone()
         self._count("node", row is not None)
-        if row is None:
-            row = _one(con, "SELECT id FROM nodes WHERE norm_name = %s", (r.norm_name,))
-        assert row is not None
-        self.node_ids[r.norm_name] = int(row[0])
+        self.node_ids.pop(r.norm_name, None)
+        if row is not None:
+            self.node_ids[r.norm_name] = int(row[0])
+
+    def _node_id(self, con: Connection, norm_name: str) -> int | None:
+        if norm_name not in self.node_ids:
+            row = con.execute("SELECT id FROM nodes WHERE norm_name = %s", (norm_name,)).fetchone()
+            if row is None:
+                return None
+            self.node_ids[norm_name] = int(row[0])
+        return self.node_ids[norm_name]
 
     def _edge(self, con: Connection, r: EdgeRecord) -> None:
-        src, dst = self.node_ids.get(r.src), self.node_ids.get(r.dst)
-        mem = self.mem_ids.get(r.memory) if r.memory else None
-        chunk = self.chunk_ids.get(r.chunk) if r.chunk else None
+        src, dst = self._node_id(con, r.src), self._node_id(con, r.dst)
+        mem = self._known(con, self.mem_ids, "memories", r.memory)
+        chunk = self._known(con, self.chunk_ids, "chunks", r.chunk)
         if src is None or dst is None or (mem is None and chunk is None):  # no provenance, no edge
             self._count("edge", False)
             return
-        exists = _one(con, "SELECT 1 FROM edges WHERE src = %s AND rel = %s AND dst = %s "
-                           "AND memory_id IS NOT DISTINCT FROM %s AND chunk_id IS NOT DISTINCT FROM %s",
-                      (src, r.rel, dst, mem, chunk))
-        if exists:
+        if con.execute("SELECT 1 FROM edges WHERE src = %s AND rel = %s AND dst = %s AND memory_id IS NOT DISTINCT "
+                       "FROM %s AND chunk_id IS NOT DISTINCT FROM %s", (src, r.rel, dst, mem, chunk)).fetchone():
             self._count("edge", False)
             return
         con.execute("INSERT INTO edges(src, rel, dst, weight, memory_id, chunk_id, created_at, meta) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s::jsonb)",
+                    "VALUES (%s,%s,%s,%s,%s,%s,%s,%s::jsonb)",
                     (src, r.rel, dst, r.weight, mem, chunk, required_ts(r.created_at), to_json(r.meta)))
         self._count("edge", True)
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
+
+import numpy as np
 
 from ...errors import UserError
 from ...memory_rules import EPISODIC_DISCOUNT, IMPORTANCE_BY_SOURCE, check_text, content_hash, new_uid
 from ...records import (
+    ROW_TO_RECORD,
     TIME_EPS,
     AuditRecord,
     ChunkRecord,
@@ -30,8 +33,10 @@ from ...records import (
     to_json,
     to_ts,
 )
+from ..types import ACTIVITY_SOURCE
 from . import memories as memory_rows
-from .db import Connection
+from . import vectors as vector_rows
+from .db import Connection, marks, padded
 from .migrations import SCHEMA_VERSION
 
 EXPORT_SQL: dict[str, str] = {
@@ -57,51 +62,6 @@ EXPORT_SQL: dict[str, str] = {
             "LEFT JOIN memories m ON m.id = e.memory_id LEFT JOIN chunks c ON c.id = e.chunk_id ORDER BY e.id",
     "audit": "SELECT at, actor, action, target, detail FROM audit ORDER BY id",
 }
-
-
-def _meta(raw: str | None) -> dict[str, Any]:
-    try:
-        value = json.loads(raw or "{}")
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {"value": value}
-
-
-ROW_TO_RECORD: dict[str, Callable[[tuple], Record]] = {
-    "document": lambda r: DocumentRecord(
-        uid=r[0], path=r[1], title=r[2], mime=r[3], content_hash=r[4], size=r[5], mtime=r[6], project=r[7],
-        chunk_count=r[8], created_at=to_iso(r[9]) or "", updated_at=to_iso(r[10]) or "", meta=_meta(r[11])),
-    "chunk": lambda r: ChunkRecord(
-        uid=r[0], document=r[1], position=r[2], text=r[3], locator=r[4] or "", page=r[5], heading=r[6],
-        token_count=r[7], extracted=bool(r[8])),
-    "conversation": lambda r: ConversationRecord(
-        uid=r[0], title=r[1], project=r[2], created_at=to_iso(r[3]) or "", updated_at=to_iso(r[4]) or "",
-        meta=_meta(r[5])),
-    "message": lambda r: MessageRecord(
-        conversation=r[0], role=r[1], content=r[2], created_at=to_iso(r[3]) or "", meta=_meta(r[4])),
-    "memory": lambda r: MemoryRecord(
-        uid=r[0], kind=r[1], text=r[2], importance=r[3], created_at=to_iso(r[4]) or "", updated_at=to_iso(r[5]) or "",
-        at=to_iso(r[6]), last_accessed_at=to_iso(r[7]), access_count=r[8], archived=bool(r[9]),
-        archived_at=to_iso(r[10]), project=r[11], source=r[12], document=r[13], conversation=r[14],
-        conflict_with=r[15], processed=bool(r[16]), extracted=bool(r[17]), meta=_meta(r[18]), decayed_at=to_iso(r[19])),
-    "derivation": lambda r: DerivationRecord(derived=r[0], source=r[1]),
-    "fact_check": lambda r: FactCheckRecord(a=r[0], b=r[1], pair_hash=r[2], verdict=r[3], checked_at=to_iso(r[4]) or ""),
-    "node": lambda r: NodeRecord(
-        name=r[0], norm_name=r[1], node_type=r[2], aliases=_aliases(r[3]), created_at=to_iso(r[4]) or "",
-        meta=_meta(r[5])),
-    "edge": lambda r: EdgeRecord(
-        src=r[0], rel=r[1], dst=r[2], weight=r[3], memory=r[4], chunk=r[5], created_at=to_iso(r[6]) or "",
-        meta=_meta(r[7])),
-    "audit": lambda r: AuditRecord(at=to_iso(r[0]) or "", actor=r[1], action=r[2], target=r[3], detail=_meta(r[4])),
-}
-
-
-def _aliases(raw: str | None) -> list[str]:
-    try:
-        value = json.loads(raw or "[]")
-    except ValueError:
-        return []
-    return [str(a) for a in value] if isinstance(value, list) else []
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -133,6 +93,8 @@ class Merger:
         self.new_memory_uids: list[str] = []
         self.new_chunk_ids: list[int] = []
         self.new_document_uids: list[str] = []
+        self.new_memories: dict[str, int] = {}  # uid -> row id of the memories and chunks this merge added
+        self.new_chunks: dict[str, int] = {}
 
     def _count(self, kind: str, added: bool) -> None:
         bucket = self.added if added else self.skipped
@@ -140,12 +102,14 @@ class Merger:
 
     # ---- the whole export ----------------------------------------------------------------------------
     def merge_export(self, con: Connection, records: dict[str, list[Any]]) -> None:
-        new_docs = {r.uid for r in records["document"] if self._document(con, r)}
+        for r in records["document"]:
+            self._document(con, r)
         for r in records["chunk"]:
-            self._chunk(con, r, new_docs)
-        new_convs = {r.uid for r in records["conversation"] if self._conversation(con, r)}
+            self._chunk(con, r)
+        for r in records["conversation"]:
+            self._conversation(con, r)
         for r in records["message"]:
-            self._message(con, r, new_convs)
+            self._message(con, r)
         for r in records["memory"]:
             self._memory(con, r)
         self._fix_conflicts(con, records["memory"])
@@ -193,15 +157,14 @@ class Merger:
         self._count("document", True)
         return True
 
-    def _chunk(self, con: Connection, r: ChunkRecord, new_docs: set[str]) -> None:
-        doc_id = self.doc_ids.get(r.document)
+    def _chunk(self, con: Connection, r: ChunkRecord) -> None:
+        doc_id = self._known(con, self.doc_ids, "documents", r.document)
         if doc_id is None:
             raise UserError(f"The export is inconsistent: chunk {r.uid} belongs to a document it does not hold.")
-        if r.document not in new_docs:  # the document was already here: map to its chunk at that position
-            row = con.execute("SELECT id FROM chunks WHERE uid = ? OR (document_id = ? AND position = ?) "
-                              "ORDER BY uid = ? DESC LIMIT 1", (r.uid, doc_id, r.position, r.uid)).fetchone()
-            if row is not None:
-                self.chunk_ids[r.uid] = row[0]
+        row = con.execute("SELECT id FROM chunks WHERE uid = ? OR (document_id = ? AND position = ?) "
+                          "ORDER BY uid = ? DESC LIMIT 1", (r.uid, doc_id, r.position, r.uid)).fetchone()
+        if row is not None:  # there already (the document was, or an earlier part of this transfer brought it)
+            self.chunk_ids[r.uid] = row[0]
             self._count("chunk", False)
             return
         uid = r.uid
@@ -215,7 +178,19 @@ class Merger:
         rid = int(cur.lastrowid or 0)
         self.chunk_ids[r.uid] = rid
         self.new_chunk_ids.append(rid)
+        self.new_chunks[r.uid] = rid
         self._count("chunk", True)
+
+    def _known(self, con: Connection, known: dict[str, int], table: str, uid: str | None) -> int | None:
+        """The row id of `uid` in `table`: mapped by this merge, or already in the store (a transfer in parts)."""
+        if not uid:
+            return None
+        if uid not in known:
+            row = con.execute(f"SELECT id FROM {table} WHERE uid = ?", (uid,)).fetchone()
+            if row is None:
+                return None
+            known[uid] = row[0]
+        return known[uid]
 
     # ---- conversations -------------------------------------------------------------------------------
     def _conversation(self, con: Connection, r: ConversationRecord) -> bool:
@@ -231,15 +206,17 @@ class Merger:
         self._count("conversation", True)
         return True
 
-    def _message(self, con: Connection, r: MessageRecord, new_convs: set[str]) -> None:
-        conv_id = self.conv_ids.get(r.conversation)
+    def _message(self, con: Connection, r: MessageRecord) -> None:
+        conv_id = self._known(con, self.conv_ids, "conversations", r.conversation)
         if conv_id is None:
             raise UserError("The export is inconsistent: a message belongs to a conversation it does not hold.")
-        if r.conversation not in new_convs:
-            self._count("message", False)
+        at = required_ts(r.created_at)
+        if con.execute("SELECT 1 FROM messages WHERE conversation_id = ? AND role = ? AND created_at BETWEEN ? AND ? "
+                       "AND content = ?", (conv_id, r.role, at - TIME_EPS, at + TIME_EPS, r.content)).fetchone():
+            self._count("message", False)  # the same turn is there (the conversation was, or an earlier part)
             return
         con.execute("INSERT INTO messages(conversation_id, role, content, created_at, meta) VALUES (?,?,?,?,?)",
-                    (conv_id, r.role, r.content, required_ts(r.created_at), to_json(r.meta)))
+                    (conv_id, r.role, r.content, at, to_json(r.meta)))
         self._count("message", True)
 
     # ---- memories ------------------------------------------------------------------------------------
@@ -267,8 +244,8 @@ class Merger:
             self.mem_ids[r.uid], self.mem_uids[r.uid] = found
             self._count("memory", False)
             return
-        doc_id = self.doc_ids.get(r.document) if r.document else None
-        conv_id = self.conv_ids.get(r.conversation) if r.conversation else None
+        doc_id = self._known(con, self.doc_ids, "documents", r.document)
+        conv_id = self._known(con, self.conv_ids, "conversations", r.conversation)
         cur = con.execute(
             "INSERT INTO memories(uid, kind, text, content_hash, importance, created_at, updated_at, event_at, "
             "last_accessed_at, access_count, archived, archived_at, project, source, document_id, conversation_id, "
@@ -280,6 +257,7 @@ class Merger:
         self.mem_ids[r.uid], self.mem_uids[r.uid] = rid, r.uid
         self.new_memory_ids.append(rid)
         self.new_memory_uids.append(r.uid)
+        self.new_memories[r.uid] = rid
         self._count("memory", True)
 
     def _fix_conflicts(self, con: Connection, records: list[MemoryRecord]) -> None:
@@ -295,7 +273,8 @@ class Merger:
                 con.execute("UPDATE memories SET conflict_with = ? WHERE uid = ?", (other, r.uid))
 
     def _derivation(self, con: Connection, r: DerivationRecord) -> None:
-        derived, source = self.mem_ids.get(r.derived), self.mem_ids.get(r.source)
+        derived = self._known(con, self.mem_ids, "memories", r.derived)
+        source = self._known(con, self.mem_ids, "memories", r.source)
         if derived is None or source is None:
             self._count("derivation", False)
             return
@@ -303,7 +282,7 @@ class Merger:
         self._count("derivation", cur.rowcount > 0)
 
     def _fact_check(self, con: Connection, r: FactCheckRecord) -> None:
-        a, b = self.mem_ids.get(r.a), self.mem_ids.get(r.b)
+        a, b = self._known(con, self.mem_ids, "memories", r.a), self._known(con, self.mem_ids, "memories", r.b)
         if a is None or b is None or a == b:
             self._count("fact_check", False)
             return
@@ -322,10 +301,18 @@ class Merger:
         self.node_ids[r.norm_name] = con.execute("SELECT id FROM nodes WHERE norm_name = ?",
                                                  (r.norm_name,)).fetchone()[0]
 
+    def _node_id(self, con: Connection, norm_name: str) -> int | None:
+        if norm_name not in self.node_ids:
+            row = con.execute("SELECT id FROM nodes WHERE norm_name = ?", (norm_name,)).fetchone()
+            if row is None:
+                return None
+            self.node_ids[norm_name] = row[0]
+        return self.node_ids[norm_name]
+
     def _edge(self, con: Connection, r: EdgeRecord) -> None:
-        src, dst = self.node_ids.get(r.src), self.node_ids.get(r.dst)
-        mem = self.mem_ids.get(r.memory) if r.memory else None
-        chunk = self.chunk_ids.get(r.chunk) if r.chunk else None
+        src, dst = self._node_id(con, r.src), self._node_id(con, r.dst)
+        mem = self._known(con, self.mem_ids, "memories", r.memory)
+        chunk = self._known(con, self.chunk_ids, "chunks", r.chunk)
         if src is None or dst is None or (mem is None and chunk is None):  # no provenance, no edge
             self._count("edge", False)
             return
@@ -365,3 +352,93 @@ def records(con: Connection) -> Iterator[Record]:
     for kind, sql in EXPORT_SQL.items():
         for row in con.execute(sql):
             yield ROW_TO_RECORD[kind](row)
+
+
+# ---------------------------------------------------------------------------------------------------
+# a push: this store's records in groups, with their vectors
+# ---------------------------------------------------------------------------------------------------
+_OUTGOING_MEMORY = EXPORT_SQL["memory"].replace(" ORDER BY m.id", f" WHERE m.source <> '{ACTIVITY_SOURCE}' ORDER BY m.id")
+_DOCUMENTS = EXPORT_SQL["document"].replace("SELECT uid,", "SELECT id, uid,")
+_CHUNKS_OF = ("SELECT c.uid, d.uid, c.position, c.text, c.locator, c.page, c.heading, c.token_count, c.extracted "
+              "FROM chunks c JOIN documents d ON d.id = c.document_id WHERE c.document_id = ? ORDER BY c.position")
+_CONVERSATIONS = EXPORT_SQL["conversation"].replace("SELECT uid,", "SELECT id, uid,")
+_MESSAGES_OF = ("SELECT c.uid, m.role, m.content, m.created_at, m.meta FROM messages m "
+                "JOIN conversations c ON c.id = m.conversation_id WHERE m.conversation_id = ? ORDER BY m.id")
+OUTGOING_KINDS = ("document", "chunk", "conversation", "message", "memory", "derivation", "fact_check", "node", "edge")
+
+
+def count_outgoing(con: Connection) -> dict[str, int]:
+    """How many records of each type a push of this store sends."""
+    counts = {kind: n for kind, n in count_records(con).items() if kind in OUTGOING_KINDS}
+    counts["memory"] = con.execute(f"SELECT count(*) FROM ({_OUTGOING_MEMORY})").fetchone()[0]
+    return counts
+
+
+def outgoing(con: Connection) -> Iterator[list[Record]]:
+    """Every record a push sends, in dependency order, in groups that travel together: a document with its
+    passages, a conversation with its turns, every other record alone. The app's own activity (memories of
+    ACTIVITY_SOURCE) and the audit log stay: where the records go, their writes are audited there."""
+    for doc in con.execute(_DOCUMENTS).fetchall():
+        yield [ROW_TO_RECORD["document"](doc[1:]),
+               *(ROW_TO_RECORD["chunk"](r) for r in con.execute(_CHUNKS_OF, (doc[0],)).fetchall())]
+    for conv in con.execute(_CONVERSATIONS).fetchall():
+        yield [ROW_TO_RECORD["conversation"](conv[1:]),
+               *(ROW_TO_RECORD["message"](r) for r in con.execute(_MESSAGES_OF, (conv[0],)).fetchall())]
+    for kind, sql in (("memory", _OUTGOING_MEMORY), ("derivation", EXPORT_SQL["derivation"]),
+                      ("fact_check", EXPORT_SQL["fact_check"]), ("node", EXPORT_SQL["node"]),
+                      ("edge", EXPORT_SQL["edge"])):
+        for row in con.execute(sql):
+            yield [ROW_TO_RECORD[kind](row)]
+
+
+Vectors = dict[str, tuple[np.ndarray, list[tuple[int, int, np.ndarray]]]]
+
+
+def vectors_of(con: Connection, table: str, uids: list[str]) -> Vectors:
+    """The current vectors of these memories or chunks (by uid; those whose vector is of their present text),
+    each with its memory's windows as (start, end, vector): uid -> (vector, windows)."""
+    if not uids or con.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (f"vec_{table}_f32",)).fetchone() is None:
+        return {}
+    name = "memories" if table == "memories" else "chunks"
+    ids: dict[int, str] = {}
+    for p in range(0, len(uids), 500):
+        part = uids[p : p + 500]
+        ids.update((int(r[0]), str(r[1])) for r in con.execute(
+            f"SELECT id, uid FROM {name} WHERE uid IN ({marks(part)}) AND embedded_hash = content_hash",
+            padded(part)).fetchall())
+    found = vector_rows.read_vectors(con, name, list(ids))
+    windows: dict[int, list[tuple[int, int, np.ndarray]]] = {}
+    if name == "memories" and found and vector_rows.has_windows(con):
+        keys = list(found)
+        for p in range(0, len(keys), 500):
+            rids = keys[p : p + 500]
+            for rid, start, end, blob in con.execute(
+                    "SELECT w.memory_id, w.start, w.end, v.embedding FROM memory_windows w "
+                    f"JOIN vec_memory_windows v ON v.rowid = w.id WHERE w.memory_id IN ({marks(rids)}) "
+                    "ORDER BY w.memory_id, w.id", padded(rids)).fetchall():
+                windows.setdefault(int(rid), []).append((int(start), int(end), np.frombuffer(blob, dtype=np.float32)))
+    return {ids[rid]: (vec, windows.get(rid, [])) for rid, vec in found.items()}
+
+
+def records_page(con: Connection, after: str | None, limit: int) -> tuple[list[Record], str | None]:
+    """Up to `limit` records after the cursor `after` ("kind:offset"; None: from the start), in dependency
+    order, and the cursor of the next page (None: that was the last). The app's own activity and the audit
+    log are not among them."""
+    queries = {kind: (_OUTGOING_MEMORY if kind == "memory" else EXPORT_SQL[kind]) for kind in OUTGOING_KINDS}
+    kinds = list(queries)
+    index, offset = 0, 0
+    if after:
+        kind, _, raw = after.partition(":")
+        if kind not in queries or not raw.isdigit():
+            raise UserError(f"{after[:60]!r} is not a page of records: start without `after`, then hand each page's "
+                            "`next` back.")
+        index, offset = kinds.index(kind), int(raw)
+    out: list[Record] = []
+    while index < len(kinds) and len(out) < limit:
+        kind = kinds[index]
+        found = con.execute(f"{queries[kind]} LIMIT ? OFFSET ?", (limit - len(out), offset)).fetchall()
+        out += [ROW_TO_RECORD[kind](r) for r in found]
+        if len(out) >= limit and found:
+            return out, f"{kind}:{offset + len(found)}"
+        index, offset = index + 1, 0
+    return out, None
