@@ -108,6 +108,7 @@ class MainWindow(QMainWindow):
         self._card_box = card_box
         card_box.hide()
         self.first_run.dismissed.connect(card_box.hide)
+        self.first_run.dismissed.connect(lambda: self._fit_later.start())
 
         central = QWidget()
         layout = QHBoxLayout(central)
@@ -122,7 +123,10 @@ class MainWindow(QMainWindow):
         hl.setContentsMargins(0, 0, 0, 0)
         hl.addWidget(right)
         holder.setMinimumSize(self.PAGE_MINIMUM)
+        self._holder = holder
         self.page_scroll = scroller(holder)
+        self._fit_later = QTimer(self, singleShot=True, interval=0, timeout=self._fit_page_height)
+        self.memories.installEventFilter(self)
         layout.addWidget(self.page_scroll, 1)
         self.setCentralWidget(central)
         self.status = StatusBar()
@@ -284,6 +288,7 @@ class MainWindow(QMainWindow):
         self.settings = SettingsView(b)
         for page in (self.ask, self.documents, self.graph, self.conflicts, self.activity, self.settings):
             self.pages.addWidget(page)
+            page.installEventFilter(self)  # its minimum height changed: the scroll area follows
         for page in (self.graph, self.conflicts):
             page.memory_opened.connect(self._reveal_memory)
             page.status_posted.connect(self.status.post)
@@ -339,6 +344,7 @@ class MainWindow(QMainWindow):
         self.first_run.show_report(info, health)
         self.first_run.fit_height(self.height())
         self._card_box.show()
+        self._fit_later.start()
 
     def show_error(self, message: str) -> None:
         QMessageBox.warning(self, "Personal LLM", message)
@@ -370,6 +376,9 @@ class MainWindow(QMainWindow):
         if bar.count() and bar.count() * bar.sizeHintForRow(0) > bar.height():  # a short window: it scrolls
             need += bar.verticalScrollBar().sizeHint().width()
         page_minimum = self.PAGE_MINIMUM.width()
+        holder = getattr(self, "_holder", None)
+        if holder is not None and holder.minimumHeight() > self.page_scroll.viewport().height():
+            page_minimum += self.page_scroll.verticalScrollBar().sizeHint().width()  # the page scrolls
         with_labels = self.width() - need >= page_minimum
         width = max(need, self.WIDE_SIDEBAR if self.width() >= 1000 else self.NARROW_SIDEBAR) if with_labels \
             else self.ICONS_ONLY
@@ -419,6 +428,25 @@ class MainWindow(QMainWindow):
             self.build_pages()
         if 0 <= row < self.pages.count():
             self.pages.setCurrentIndex(row)
+            self._fit_page_height()
+
+    def _fit_page_height(self) -> None:
+        """The page area is at least as tall as the page shown needs (the welcome card above it included): a
+        window shorter than that scrolls the page instead of squeezing it, which laid the Graph's drawing
+        over its list of facts at 720x450."""
+        page = self.pages.currentWidget()
+        need = page.minimumSizeHint().height() if page is not None else 0
+        if self._card_box.isVisible():
+            need += self._card_box.sizeHint().height()
+        height = max(self.PAGE_MINIMUM.height(), need)
+        if self._holder.minimumHeight() != height:
+            self._holder.setMinimumHeight(height)
+            self._fit_sidebar()
+
+    def eventFilter(self, watched, event: QEvent) -> bool:  # noqa: N802 - Qt override
+        if event.type() == QEvent.Type.LayoutRequest and watched is self.pages.currentWidget():
+            self._fit_later.start()
+        return super().eventFilter(watched, event)
 
     def _opened(self, _info: EngineInfo) -> None:
         self._refresh_projects()

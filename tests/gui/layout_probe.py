@@ -176,8 +176,6 @@ def main(argv: list[str]) -> int:
     if args.platform_frame:  # a window manager frames and places the window after it is shown: wait for it
         wait(app, lambda: window.frameGeometry() != window.geometry(), 10)
         settle(app, 2.0)
-    window._conflicts_counted(12)  # the longest label: "Conflicts (12)"
-    settle(app, 0.2)
 
     area = window.screen_area()
     frame = window.frameGeometry()
@@ -188,7 +186,6 @@ def main(argv: list[str]) -> int:
         "on_screen": area.contains(frame),
         "pages": {},
         "recovery_key": recovery,
-        "sidebar": sidebar_labels(window),
         "inside_screen": inside_screen(window),
     }
     pages = ["memories", "memory-editor", "memories-search", "ask", "documents", "activity", "settings"]
@@ -215,6 +212,9 @@ def main(argv: list[str]) -> int:
             window.memories.close_drawer()
         if page == "memories-search":
             window.memories.search.setText("")
+    window._conflicts_counted(12)  # the longest label: "Conflicts (12)" (after the pictures: there are none)
+    settle(app, 0.2)
+    report["sidebar"] = sidebar_labels(window)
     print(json.dumps(report))
     sys.stdout.flush()
     desktop.quit()

@@ -122,3 +122,25 @@ def test_every_sidebar_label_is_shown_whole_or_the_sidebar_shows_icons(qtbot, de
     assert bar.item(4).toolTip() == "Conflicts (12) (Ctrl+5)"
     window._conflicts_counted(0)
     assert bar.item(4).text() == "" and bar.item(4).toolTip() == "Conflicts (Ctrl+5)"
+
+
+def test_a_page_taller_than_a_small_window_scrolls_instead_of_being_squeezed(qtbot, desktop):
+    """At 720x450 (a 1440x900 screen at scale 2) the Graph page was squeezed below its minimum height, and
+    its drawing lay over its list of facts: every page now gets at least the height it needs, and the page
+    area scrolls when the window has less."""
+    from desktop.main_window import PAGES
+
+    window = desktop.window
+    window.build_pages()
+    for width, height in ((662, 420), (640, 300)):
+        window.resize(width, height)
+        qtbot.waitUntil(lambda w=width: window.width() == w, timeout=2000)
+        for _label, key in PAGES:
+            window.show_page(key)
+            page = window.pages.currentWidget()
+            qtbot.wait(30)
+            assert page.height() >= page.minimumSizeHint().height(), (key, width, height, page.height(), page.minimumSizeHint(), window._holder.minimumHeight(), window._holder.height())
+        window.show_page("graph")
+        qtbot.wait(50)
+        canvas, facts = window.graph.canvas, window.graph.facts
+        assert canvas.height() >= canvas.minimumHeight() and facts.height() >= facts.minimumHeight()
