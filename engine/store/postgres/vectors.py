@@ -16,6 +16,7 @@ mirrors catch up, have nothing to do here.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -33,8 +34,9 @@ _TABLES = {"memories": ("memory_vectors", "memory_id"), "chunks": ("chunk_vector
 
 
 def _literal(v: np.ndarray) -> str:
-    """A vector as pgvector reads it from text: '[0.1,0.2,…]'."""
-    return "[" + ",".join(repr(float(x)) for x in np.asarray(v, dtype=np.float32)) + "]"
+    """A vector as pgvector reads it from text: '[0.1,0.2,…]' (written by json's C encoder: the same text as
+    each float's repr, a tenth of the time, which was most of storing a push's 1,000 vectors)."""
+    return json.dumps(np.asarray(v, dtype=np.float32).tolist(), separators=(",", ":"))
 
 
 # a stored vector read in pgvector's binary form (`vector_send`: int16 dimension, int16 unused, then float4
