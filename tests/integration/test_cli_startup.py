@@ -84,6 +84,8 @@ def test_recall_in_process_imports_only_what_a_recall_needs():
     unused = {"engine.ask", "engine.ingest", "engine.parsers", "engine.chunking", "engine.imports", "engine.transfer",
               "engine.records", "engine.watch", "engine.consolidation", "engine.selftest", "engine.api"}
     assert unused.isdisjoint(r["modules"]), sorted(unused & set(r["modules"]))
+    # nor the server's, the app's or the terminal tables' libraries (--json prints no table)
+    assert not {"fastapi", "starlette", "uvicorn", "PySide6", "rich"} & {m.split(".")[0] for m in r["modules"]}
     # the query was encoded by the numpy runtime over the memory-mapped weights: ONNX Runtime is not loaded
     assert "engine.minilm" in r["modules"] and not {"onnxruntime", "engine.onnx_minilm"} & set(r["modules"])
 
