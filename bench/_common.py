@@ -303,26 +303,32 @@ class HttpClient:
         r.raise_for_status()
         return r.json()
 
-    def settle(self, limit: float = 3600.0, every: float = 5.0) -> None:
+    def settle(self, stall: float = 900.0, every: float = 5.0) -> None:
         """Wait until every stored memory has its vector: what was stored before the server's model was loaded
         and long texts wait for the server's background embedder (a recall embeds a backlog of at most 64 itself
-        first, and leaves a longer one to it). Asks /stats every `every` seconds; a backlog still there after
-        `limit` seconds ends the run (a question asked before would find part of the data by words only)."""
-        t0 = time.monotonic()
-        first = shown = None
+        first, and leaves a longer one to it). Asks /stats every `every` seconds; a backlog that did not shrink
+        for `stall` seconds ends the run (a question asked before would find part of the data by words only)."""
+        t0 = last_move = time.monotonic()
+        first = shown = before = None
         while pending := self.client.get("/stats").json().get("pending_embeddings", 0):
-            waited = time.monotonic() - t0
+            now = time.monotonic()
+            waited = now - t0
             if first is None:
                 first = pending
+            if pending != before:
+                before, last_move = pending, now
             if shown is None or waited - shown >= 60:
                 rate = f", {(first - pending) / waited:.1f}/s" if waited else ""
-                print(f"  {pending} memories waiting for their vectors ({waited:.0f}s{rate})", flush=True)
+                print(f"  {pending} memories waiting for their vectors ({waited:.0f}s{rate}; load average "
+                      f"{os.getloadavg()[0]:.1f})", flush=True)
                 shown = waited
-            if waited > limit:
-                raise SystemExit(f"{pending} memories still wait for their vectors after {limit:.0f} s")
+            if now - last_move > stall:
+                raise SystemExit(f"{pending} memories still wait for their vectors: none embedded in {stall:.0f} s")
             time.sleep(every)
+        took = time.monotonic() - t0
+        rate = f", {first / took:.2f}/s" if first and took else ""
         print(f"every memory has its vector ({first or 0} waited for it after the last was stored, "
-              f"{time.monotonic() - t0:.1f}s)", flush=True)
+              f"{took:.1f}s{rate}; load average {os.getloadavg()[0]:.1f})", flush=True)
 
     def close(self) -> None:
         self.client.close()

@@ -207,6 +207,7 @@ class Retriever:
 
     _CATCH_UP = 512  # rows waiting for a vector that a recall embeds before it searches
     _CATCH_UP_BESIDE_BACKFILL = 64  # ... when this process embeds in the background: only what was just written
+    _CATCH_UP_WAIT = 1.0  # seconds a recall waits at most for a batch the backfill is embedding (then: words)
 
     def _catch_up(self) -> bool:
         """Whether a recall embeds the rows waiting for a vector first. Beside a running backfill, a backlog is
@@ -234,7 +235,7 @@ class Retriever:
             if (self.ctx.store.read_only is None and rows.anything_unembedded(self.ctx.con)
                     and self.space.embedder.ready and self._catch_up()):
                 try:
-                    self.space.embed_pending(limit=self._CATCH_UP)
+                    self.space.embed_pending(limit=self._CATCH_UP, wait=self._CATCH_UP_WAIT)
                 except (DiskFull, StoreReadOnly) as e:  # a recall still answers from what is embedded
                     log.info("rows waiting for vectors not embedded now: %s", type(e).__name__)
             return self.space.embedder.encode_one(query)

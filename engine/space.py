@@ -102,6 +102,10 @@ class VectorSpace:
         self.late: LateDuplicates | None = None  # the memories part, set by the facade (it depends on this)
         self._checked = False
         self._lock = threading.Lock()
+        # one batch of waiting rows embedded at a time: the backfill, a recall catching up and an ingest
+        # beside each other take turns (the second finds the first's rows done) instead of embedding the
+        # same rows twice over, each at half speed
+        self._filling = threading.Lock()
 
     def mutation(self) -> Mutation:
         """`with space.mutation() as (con, touched):` — one transaction; the vector mirror follows it."""
@@ -190,8 +194,9 @@ class VectorSpace:
 
     def embed_pending(self, *, limit: int | None = None, batch_size: int = 64,
                       progress: Callable[[int, int], None] | None = None,
-                      cancel: threading.Event | None = None) -> int:
-        """Embed rows stored without a current vector (new, edited, or after a space change)."""
+                      cancel: threading.Event | None = None, wait: float | None = None) -> int:
+        """Embed rows stored without a current vector (new, edited, or after a space change). `wait`: seconds to
+        wait at most for a batch another thread is embedding (a recall's catch-up); then it stops there."""
         if not self.ensure():
             return 0
         con = self.store.con
@@ -203,13 +208,18 @@ class VectorSpace:
             while done < total:
                 if cancel is not None and cancel.is_set():
                     return done
-                batch = space_rows.waiting(con, table, min(batch_size, total - done))
-                if not batch:
-                    break
-                texts = [r[1] for r in batch]
-                vecs = self.embedder.encode(texts, batch_size=batch_size)
-                wins = self.embedder.encode_windows(texts, batch_size=batch_size) if table == "memories" else None
-                self.store_vectors(table, [(r[0], r[2]) for r in batch], vecs, wins)
+                if not self._filling.acquire(timeout=-1 if wait is None else wait):
+                    return done
+                try:
+                    batch = space_rows.waiting(con, table, min(batch_size, total - done))
+                    if not batch:
+                        break
+                    texts = [r[1] for r in batch]
+                    vecs = self.embedder.encode(texts, batch_size=batch_size)
+                    wins = self.embedder.encode_windows(texts, batch_size=batch_size) if table == "memories" else None
+                    self.store_vectors(table, [(r[0], r[2]) for r in batch], vecs, wins)
+                finally:
+                    self._filling.release()
                 done += len(batch)
                 if progress:
                     progress(done, total)
@@ -222,8 +232,9 @@ class VectorSpace:
         late: set[str] = set()
         with self.mutation() as (con, touched):
             keep_ids, keep_vecs, keep_wins = [], [], []
+            now = space_rows.content_hashes(con, table, [rid for rid, _ in rows])
             for n, ((rid, chash), vec) in enumerate(zip(rows, vecs, strict=True)):
-                if space_rows.content_hash(con, table, rid) != chash:
+                if now.get(rid) != chash:
                     continue  # deleted or edited meanwhile: the next pass embeds the new text
                 keep_ids.append(rid)
                 keep_vecs.append(vec)

@@ -76,6 +76,16 @@ def test_eval_beir_through_the_api_waits_for_the_background_embedder(tmp_path: P
     assert summary["pass1 nDCG@10"] == summary["pass2 nDCG@10"] == 1.0
 
 
+@pytest.mark.timeout(900)  # the server loads the model
+def test_backlog_drain_times_the_servers_background_embedder_against_the_model(tmp_path: Path):
+    data = beir_set(tmp_path / "tiny")
+    long_docs = [{"_id": d, "title": t, "text": " ".join([x] * 16)} for d, (t, x) in DOCS.items()]
+    (data / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in long_docs))
+    proc = run_bench("backlog_drain.py", str(data), "--n", "4", "--backend", "sqlite", tmp=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "stored 4 in" in proc.stdout and "drain/raw" in proc.stdout and "recall during drain" in proc.stdout
+
+
 def test_eval_locomo_scores_evidence_and_the_floor(tmp_path: Path):
     turns = [("Ana", "I adopted a grey cat called Pixel last week."), ("Ben", "Lovely! I am training for a marathon."),
              ("Ana", "My sister moved to Lisbon for a new job."), ("Ben", "I ran twenty kilometres on Sunday.")]

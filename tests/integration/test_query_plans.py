@@ -147,7 +147,7 @@ def test_get_update_and_forget_read_by_key(con, store):
     assert_indexed(plans_of(con, memory_rows.uids_of, "memories", [rid]))
     assert_indexed(plans_of(con, memory_rows.row_of, uid))
     assert_indexed(plans_of(con, memory_rows.record_use, [uid], 0.0, 0.1))
-    assert_indexed(plans_of(con, space_rows.content_hash, "memories", rid))
+    assert_indexed(plans_of(con, space_rows.content_hashes, "memories", [rid, rid + 1]))
     assert_indexed(plans_of(con, document_rows.derived_memories, 1))
     con.execute("BEGIN")
     try:  # the statements that change rows, undone afterwards

@@ -4,8 +4,10 @@ and says how many memories hold its words."""
 
 from __future__ import annotations
 
+import threading
 import time
 
+from engine.embeddings import Embedder
 from engine.memory_rules import content_hash
 from engine.store import memories as memory_rows
 
@@ -87,3 +89,75 @@ def test_a_search_while_the_model_loads_in_the_background_answers_by_words_at_on
             search.join(120)
         e.stop_background()
         e.close()
+
+
+class Counting(Embedder):
+    """The bundled model, counting the texts it is given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts = 0
+        self._count = threading.Lock()
+
+    def encode(self, texts, **kw):
+        with self._count:
+            self.texts += len(texts)
+        return super().encode(texts, **kw)
+
+
+def test_two_embedders_of_one_backlog_take_turns_instead_of_embedding_it_twice(profile_home):
+    """The backfill, a recall catching up and an ingest may embed the waiting rows at once: each row is
+    embedded once (each used to take the same rows, and every one was embedded twice at half speed)."""
+    from engine import Engine
+
+    counting = Counting()
+    counting.load()
+    eng = Engine.open(profile_home, actor="sdk", embedder=counting)
+    try:
+        stored_unembedded(eng, 120)
+        start = threading.Barrier(2)
+        done: list[int] = []
+
+        def embed() -> None:
+            start.wait()
+            done.append(eng.space.embed_pending())
+
+        threads = [threading.Thread(target=embed) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert eng.space.pending() == 0 and sum(done) == 120
+        assert counting.texts == 120
+    finally:
+        eng.close()
+
+
+def test_a_search_does_not_wait_long_for_the_batch_the_backfill_is_embedding(eng):
+    """A few rows wait, and another thread is embedding them (the backfill, in the middle of its batch): a
+    search waits at most a second for it, then answers by words (it used to embed the same rows again, or
+    wait the whole batch: minutes on a server's busy machine)."""
+    stored_unembedded(eng, 5)
+    eng.start_background()
+    eng.backfill.paused = True
+    try:
+        held = threading.Event()
+        release = threading.Event()
+
+        def backfill_batch() -> None:  # as the backfill holds it while its batch is encoded
+            with eng.space._filling:
+                held.set()
+                release.wait(30)
+
+        t = threading.Thread(target=backfill_batch)
+        t.start()
+        held.wait(10)
+        t0 = time.perf_counter()
+        hits = eng.recall("allotment", k=5, include_chunks=False)
+        took = time.perf_counter() - t0
+        release.set()
+        t.join()
+        assert len(hits) == 5 and eng.space.pending() == 5  # found by words, nothing embedded twice
+        assert 0.9 < took < 10, took
+    finally:
+        eng.stop_background()

@@ -43,8 +43,8 @@ def waiting(con: Any, table: str, limit: int) -> list[tuple[int, str, str]]:
     return [(int(r[0]), str(r[1]), str(r[2])) for r in con.execute(sql, (limit,)).fetchall()]
 
 
-def content_hash(con: Any, table: str, rid: int) -> str | None:
-    """The row's current content hash (None when it is gone)."""
+def content_hashes(con: Any, table: str, ids: list[int]) -> dict[int, str]:
+    """{row id: its current content hash} of those of these rows still there."""
     name = "memories" if table == "memories" else "chunks"
-    row = con.execute(f"SELECT content_hash FROM {name} WHERE id = %s", (rid,)).fetchone()
-    return None if row is None else str(row[0])
+    rows = con.execute(f"SELECT id, content_hash FROM {name} WHERE id = ANY(%s)", (list(map(int, ids)),))
+    return {int(r[0]): str(r[1]) for r in rows.fetchall()}

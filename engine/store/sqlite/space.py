@@ -50,8 +50,11 @@ def waiting(con: Connection, table: str, limit: int) -> list[tuple[int, str, str
     ).fetchall()
 
 
-def content_hash(con: Connection, table: str, rid: int) -> str | None:
-    """The row's current content hash (None when it is gone)."""
-    row = con.execute(f"SELECT content_hash FROM {table} WHERE id = ?", (rid,)).fetchone()
-    return None if row is None else row[0]
-
+def content_hashes(con: Connection, table: str, ids: list[int]) -> dict[int, str]:
+    """{row id: its current content hash} of those of these rows still there."""
+    out: dict[int, str] = {}
+    for start in range(0, len(ids), 500):
+        part = ids[start : start + 500]
+        out.update(con.execute(f"SELECT id, content_hash FROM {table} WHERE id IN ({','.join('?' * len(part))})",
+                               part).fetchall())
+    return out
