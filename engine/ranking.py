@@ -182,6 +182,13 @@ TIME_WEIGHT = 0.3
 # A question naming one speaker of a conversation: another speaker's turn keeps (1 - SPEAKER_WEIGHT) of its
 # relevance for order.
 SPEAKER_WEIGHT = 0.3
+# What a conversation turn says of its speaker (terms.voice): a turn in the first person keeps its relevance for
+# order, one that speaks of neither speaker keeps VOICE_FACTORS["none"] of it and one that speaks only of the
+# person it talks to ("Your plan sounds great!", "How was your day?") VOICE_FACTORS["you"]. What people tell of
+# themselves is what questions about them ask for: on the dev sets 83% (REALTALK) and 93% (LoCoMo) of the
+# evidence turns of a question naming one speaker are in that speaker's first person, against 62% and 66% of
+# their turns; 2-5% speak only of "you", against 15% and 22%.
+VOICE_FACTORS = {"self": 1.0, "none": 0.95, "you": 0.75}
 
 
 def boost_gate(top_similarity: float) -> float:

@@ -26,7 +26,7 @@ from .store import Connection, retrieval
 from .store import recall as rows
 from .store import types as store_types
 from .store.types import Filter, LexicalPlan
-from .terms import asks_about_activity, focus, named_speakers, speaker, terms, with_speaker
+from .terms import asks_about_activity, focus, named_speakers, speaker, terms, voice, with_speaker
 
 log = logging.getLogger(__name__)
 
@@ -258,12 +258,18 @@ class Retriever:
 
     def _speaker_factors(self, con: Connection, query: str, ids: list[int],
                          addressed: dict[str, tuple[str, str | None]]) -> dict[int, float]:
-        """{row id: factor on its relevance for order} for conversation turns ("Name: text") when the question
+        """{row id: factor on its relevance for order} for conversation turns ("Name: text"). When the question
         names one of the speakers among them (by their label, or by the name the other one calls them,
-        `addressed`): the others' turns keep 1 - SPEAKER_WEIGHT of it."""
+        `addressed`), the others' turns keep 1 - SPEAKER_WEIGHT of it. A turn not in its speaker's first person
+        keeps ranking.VOICE_FACTORS of it (less when it speaks only of "you"), while any candidate turn is in
+        the first person (a conversation in another language is left as it is)."""
         if not ids:
             return {}
-        said = {rid: who for rid, head in rows.turn_heads(con, ids) if (who := speaker(head))}
+        texts = {rid: text for rid, text in rows.turn_texts(con, ids) if speaker(text)}
+        said = {rid: str(speaker(text)) for rid, text in texts.items()}
+        voices = {rid: voice(text) or "self" for rid, text in texts.items()}
+        factors = ({rid: ranking.VOICE_FACTORS[v] for rid, v in voices.items()}
+                   if "self" in voices.values() else {})
         speakers = set(said.values())
         named = named_speakers(query, speakers)
         for by, to in addressed.values():
@@ -271,9 +277,11 @@ class Retriever:
                 named.add(to)
             elif by in speakers and len(speakers) == 2:
                 named |= speakers - {by}
-        if len(named) != 1:
-            return {}
-        return {rid: 1.0 if who in named else 1.0 - ranking.SPEAKER_WEIGHT for rid, who in said.items()}
+        if len(named) == 1:
+            for rid, who in said.items():
+                if who not in named:
+                    factors[rid] = factors.get(rid, 1.0) * (1.0 - ranking.SPEAKER_WEIGHT)
+        return factors
 
     def _hydrate(self, con: Connection, fused: dict[tuple[str, int], float], cos: dict[tuple[str, int], float],
                  lex: set, dense: set, graph: set | frozenset = frozenset(),
@@ -284,7 +292,7 @@ class Retriever:
         mids = [i for (t, i) in fused if t == "m"]
         cids = [i for (t, i) in fused if t == "c"]
         found: list[tuple[Hit, float | None]] = []  # (hit, its event time)
-        factors: dict[str, float] = {}  # uid: the speaker factor
+        factors: dict[str, float] = {}  # uid: the speaker and voice factor
         if mids:
             for m in rows.memory_rows(con, mids):
                 key = ("m", m.id)

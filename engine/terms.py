@@ -43,6 +43,23 @@ def speaker(text: str) -> str | None:
     return m.group(1).lower() if m else None
 
 
+# Who a conversation turn speaks of: its speaker ("I", "my", "we"; "Im", "ive" as typed in chats; "I'm" is read
+# as "I" "m") or only the person it speaks to ("you", "your"; "u", "ur").
+FIRST_PERSON = frozenset("i me my mine myself we our ours ourselves im ive".split())
+SECOND_PERSON = frozenset("you your yours yourself yourselves u ur ya".split())
+
+
+def voice(text: str) -> str | None:
+    """For a turn "Name: text": "self" when it speaks of its speaker (a first-person word), "you" when only of
+    the person spoken to, "none" when of neither; None for any other text."""
+    if speaker(text) is None:
+        return None
+    words = {w.lower() for w in WORD.findall(text.split(":", 1)[1])}
+    if words & FIRST_PERSON:
+        return "self"
+    return "you" if words & SECOND_PERSON else "none"
+
+
 def _bigrams(word: str) -> set[str]:
     return {word[i : i + 2] for i in range(len(word) - 1)}
 

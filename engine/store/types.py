@@ -137,6 +137,9 @@ class Tallies:
 # is under PRUNE_MIN_DF) only the term kept when nothing else occurs can be past it.
 LEXICAL_BUDGET = 10_000
 
+# Recall reads this many characters of a conversation turn to tell who said it and whom it speaks of.
+TURN_CHARS = 1000
+
 
 @dataclass
 class LexicalPlan:

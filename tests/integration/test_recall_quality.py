@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from engine import relevance
+from engine import ranking, relevance, store
 from tests import backends
 
 FACTS = [
@@ -107,6 +107,41 @@ def test_a_question_naming_a_speaker_prefers_their_turns(eng):
     for name, mine, theirs in (("Noor", ids[1], ids[0]), ("Ravi", ids[0], ids[1])):
         top = [h.id for h in eng.recall(f"Where does {name} live, in the city or a suburb?", k=4, project="chat")]
         assert top.index(mine) < top.index(theirs), name
+
+
+def test_what_a_speaker_says_of_themselves_comes_before_what_they_ask_the_other(eng):
+    """A question about Lena is answered by what she tells of herself, not by her questions about the other's
+    cooking, though those hold more of the question's words."""
+    for project, turns, question in (
+        ("dinner", [("Lena", "You cook so well, what did you cook for dinner tonight?"),
+                    ("Lena", "I made a mushroom risotto tonight, my first one."),
+                    ("Omar", "I burned the rice again.")], "What did Lena cook for dinner?"),
+        ("books", [("Mia", "You read so many crime novels, which novel do you read next?"),
+                   ("Mia", "My shelf is full of thrillers, I finish one a week on the train."),
+                   ("Tom", "I finished a history book yesterday.")], "What novels does Mia read?"),
+    ):
+        ids = _talk(eng, turns, project=project)
+        top = [h.id for h in eng.recall(question, k=3, project=project)]
+        assert top[:2] == [ids[1], ids[0]], project
+
+
+def test_turns_in_a_language_without_these_pronouns_keep_their_relevance(eng):
+    """The voice of a turn is read only where some turn speaks in the first person: a conversation in another
+    language is ranked as before."""
+    german = _talk(eng, [("Lena", "Du kochst so gut, was hast du heute gekocht?"),
+                         ("Omar", "Heute gab es ein Pilzrisotto, mein erstes."),
+                         ("Lena", "Klingt lecker!")], project="de")
+    english = _talk(eng, [("Lena", "You cook so well, what did you cook tonight?"),
+                          ("Omar", "I made a mushroom risotto, my first one."),
+                          ("Lena", "Sounds good!")], project="en")
+    with eng.store.read() as con:
+        def factors(ids):
+            rids = [store.memories.by_uid(con, uid).id for uid in ids]
+            found = eng.retrieval._speaker_factors(con, "What was cooked?", rids, {})
+            return [found.get(r, 1.0) for r in rids]
+
+        assert factors(german) == [1.0, 1.0, 1.0]
+        assert factors(english) == [ranking.VOICE_FACTORS["you"], 1.0, ranking.VOICE_FACTORS["none"]]
 
 
 def test_a_misspelled_speaker_name_still_names_the_speaker(eng):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..types import MemoryRow
+from ..types import TURN_CHARS, MemoryRow
 from .memories import COLS
 
 
@@ -23,11 +23,11 @@ def memory_rows(con: Any, ids: list[int]) -> list[MemoryRow]:
             con.execute(f"SELECT {COLS} FROM memories WHERE id = ANY(%s)", (list(map(int, ids)),)).fetchall()]
 
 
-def turn_heads(con: Any, ids: list[int]) -> list[tuple[int, str]]:
-    """(row id, the first 64 characters of its text) of the episodic memories among these rows."""
+def turn_texts(con: Any, ids: list[int]) -> list[tuple[int, str]]:
+    """(row id, its text's first TURN_CHARS characters) of the episodic memories among these rows."""
     return [(int(r[0]), str(r[1])) for r in con.execute(
-        "SELECT id, substr(text, 1, 64) FROM memories WHERE kind = 'episodic' AND id = ANY(%s)",
-        (list(map(int, ids)),)).fetchall()]
+        "SELECT id, substr(text, 1, %s) FROM memories WHERE kind = 'episodic' AND id = ANY(%s)",
+        (TURN_CHARS, list(map(int, ids)))).fetchall()]
 
 
 def asking(con: Any, ids: list[int]) -> list[int]:

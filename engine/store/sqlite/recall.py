@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..types import MemoryRow
+from ..types import TURN_CHARS, MemoryRow
 from . import vectors
 from .db import Connection, marks, padded
 from .memories import COLS
@@ -25,10 +25,10 @@ def memory_rows(con: Connection, ids: list[int]) -> list[MemoryRow]:
             con.execute(f"SELECT {COLS} FROM memories WHERE id IN ({marks(ids)})", padded(ids)).fetchall()]
 
 
-def turn_heads(con: Connection, ids: list[int]) -> list[tuple[int, str]]:
-    """(row id, the first 64 characters of its text) of the episodic memories among these rows."""
-    return con.execute(f"SELECT id, substr(text, 1, 64) FROM memories WHERE kind = 'episodic' AND id IN ({marks(ids)})",
-                       padded(ids)).fetchall()
+def turn_texts(con: Connection, ids: list[int]) -> list[tuple[int, str]]:
+    """(row id, its text's first TURN_CHARS characters) of the episodic memories among these rows."""
+    return con.execute(f"SELECT id, substr(text, 1, {TURN_CHARS}) FROM memories WHERE kind = 'episodic' "
+                       f"AND id IN ({marks(ids)})", padded(ids)).fetchall()
 
 
 def asking(con: Connection, ids: list[int]) -> list[int]:
