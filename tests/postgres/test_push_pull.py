@@ -32,6 +32,7 @@ from tests.postgres.test_devices import cli, cli_json, files_hold
 WORDS = ("kettle", "violin", "garden", "passport", "bicycle", "ladder", "invoice", "harbour", "lantern", "orchard",
          "compass", "teapot", "blanket", "mirror", "satchel", "chimney", "pebble", "tunnel", "saddle", "canvas")
 OWNED = (("Adaeze Okonkwo", "Greenhouse Nine"), ("Tomasz Wielki", "the red canal boat"))
+TOTAL = 1003  # memories
 LOGBOOK = "The lighthouse keeper's logbook is kept in the brass chest under the stairs."
 
 
@@ -67,8 +68,8 @@ def served(pg_url: str, tmp_path: Path, profile_home: Path, llm: OllamaTestServe
 
 def _local_store(home: Path, folder: Path, llm_url: str) -> dict[str, Any]:
     """A local profile: two memories the graph is read from, 1,000 memories of every kind (some with projects
-    and event times, five archived), 20 documents (one long, of several passages), a conversation with Ask;
-    everything embedded."""
+    and event times, five archived), a long one (embedded in windows), 20 documents (one long, of several
+    passages), a conversation with Ask; everything embedded."""
     from engine import Engine
     from engine.memories import Remembered
 
@@ -79,6 +80,8 @@ def _local_store(home: Path, folder: Path, llm_url: str) -> dict[str, Any]:
                          project="house" if i % 4 == 0 else None, importance=round(0.1 + (i % 9) / 10, 2),
                          at=f"2025-0{1 + i % 9}-1{i % 10}T08:00:00+00:00" if i % 3 == 1 else None)
               for i in range(1000)]
+    items.append(Remembered(" ".join(f"On day {d} of the voyage the {WORDS[d % 20]} was stowed in hold {d % 7}."
+                                     for d in range(120)), kind="episodic"))  # longer than the model's window
     folder.mkdir()
     for i in range(20):
         body = [f"Manual {i} for the {WORDS[i]}: clean it monthly and keep it dry."]
@@ -109,7 +112,7 @@ def pg_rows(pg_url: str, sql: str) -> list[tuple]:
 
 def pg_counts(pg_url: str) -> dict[str, int]:
     tables = ("memories", "documents", "chunks", "conversations", "messages", "nodes", "edges", "memory_vectors",
-              "chunk_vectors")
+              "memory_windows", "chunk_vectors")
     return {t: pg_rows(pg_url, f"SELECT count(*) FROM {t}")[0][0] for t in tables}
 
 
@@ -126,10 +129,12 @@ def local_view(home: Path) -> dict[str, Any]:
         with eng.store.read() as con:
             chunks = sorted(r[0] for r in con.execute("SELECT uid FROM chunks").fetchall())
             turns = con.execute("SELECT role, content FROM messages ORDER BY id").fetchall()
+            windows = con.execute("SELECT count(*) FROM memory_windows").fetchone()[0]
             vecs = rows.transfer.vectors_of(con, "memories", list(memories))
             chunk_vecs = rows.transfer.vectors_of(con, "chunks", chunks)
         graph = {who: sorted((e.text, tuple(e.sources)) for e in eng.neighbours(who).edges) for who, _ in OWNED}
     return {"memories": memories, "documents": documents, "chunks": chunks, "turns": turns, "graph": graph,
+            "windows": windows,
             "vectors": {uid: v for uid, (v, _) in vecs.items()}, "chunk_vectors": {u: v for u, (v, _) in chunk_vecs.items()}}
 
 
@@ -138,8 +143,8 @@ def test_a_whole_store_moves_into_the_account_and_back(served, pg_url: str, prof
     server, token = served
     made = _local_store(profile_home, tmp_path / "manuals", llm.url)
     local = local_view(profile_home)
-    assert len(local["memories"]) == 1002 and len(local["documents"]) == 20 and len(local["chunks"]) > 21
-    assert len(local["vectors"]) == 1002 and len(local["chunk_vectors"]) == len(local["chunks"])
+    assert len(local["memories"]) == TOTAL and len(local["documents"]) == 20 and len(local["chunks"]) > 21
+    assert len(local["vectors"]) == TOTAL and len(local["chunk_vectors"]) == len(local["chunks"])
 
     # kill -9 of the server in the middle of a push; pushed again, it finishes
     pusher = subprocess.Popen([sys.executable, "-m", "engine.cli", "push", server.url, "--token", token, "--batch",
@@ -153,25 +158,25 @@ def test_a_whole_store_moves_into_the_account_and_back(served, pg_url: str, prof
     _, err = pusher.communicate(timeout=120)
     assert pusher.returncode == 1 and ("cannot be reached" in err or "did not answer" in err), err
     cut = pg_counts(pg_url)
-    assert 100 <= cut["memories"] < 1002
+    assert 100 <= cut["memories"] < TOTAL
     server.start()
     started = time.monotonic()
     done = cli_json("push", server.url, "--token", token)
     took = time.monotonic() - started
     print(f"push of the rest: {done['records']} records in {took:.1f} s")
-    assert done["memories"] == 1002 and done["added"] == 1002 - cut["memories"]
+    assert done["memories"] == TOTAL and done["added"] == TOTAL - cut["memories"]
     assert done["added_by_type"].get("edge") == 2
     counts = pg_counts(pg_url)
-    assert counts == {"memories": 1002, "documents": 20, "chunks": len(local["chunks"]), "conversations": 1,
-                      "messages": len(local["turns"]), "nodes": 4, "edges": 2, "memory_vectors": 1002,
-                      "chunk_vectors": len(local["chunks"])}
+    assert counts == {"memories": TOTAL, "documents": 20, "chunks": len(local["chunks"]), "conversations": 1,
+                      "messages": len(local["turns"]), "nodes": 4, "edges": 2, "memory_vectors": TOTAL,
+                      "memory_windows": local["windows"], "chunk_vectors": len(local["chunks"])}
     assert pg_rows(pg_url, "SELECT count(*) FROM memories WHERE embedded_hash IS DISTINCT FROM content_hash")[0][0] == 0
     audit = pg_rows(pg_url, "SELECT count(*), sum((detail->'added'->>'memory')::int) FROM audit WHERE action = 'push'")
-    assert audit[0][1] == 1002  # every batch that landed is audited, with what it added
+    assert audit[0][1] == TOTAL  # every batch that landed is audited, with what it added
 
     # pushed again: nothing doubles
     again = cli_json("push", server.url, "--token", token)
-    assert again["added_by_type"] == {} and again["skipped_by_type"]["memory"] == 1002
+    assert again["added_by_type"] == {} and again["skipped_by_type"]["memory"] == TOTAL
     assert pg_counts(pg_url) == counts
 
     # the vectors travelled as they were: the server's equal the local store's
@@ -198,7 +203,7 @@ def test_a_whole_store_moves_into_the_account_and_back(served, pg_url: str, prof
 
     # pulled into a new local profile: the same things, vectors included
     pulled = cli_json("--profile", "desk", "pull", "--into", "copy")
-    assert pulled["added"] == 1002 and pulled["vectors"] >= 1002 + len(local["chunks"])
+    assert pulled["added"] == TOTAL and pulled["vectors"] >= TOTAL + len(local["chunks"])
     assert cli_json("--profile", "desk", "pull", "--into", "copy")["added_by_type"] == {}  # again: nothing doubles
     copy_home = profile_home / "profiles" / "copy"
     assert files_hold(copy_home, "beside the") == []  # encrypted
@@ -208,7 +213,7 @@ def test_a_whole_store_moves_into_the_account_and_back(served, pg_url: str, prof
     asked_there = [("user", "Where is the lighthouse keeper's logbook?"), ("assistant", answer["answer"])]
     assert [tuple(t) for t in copy["turns"]] == [tuple(t) for t in local["turns"]] + asked_there
     assert copy["graph"] == local["graph"]
-    assert set(copy["vectors"]) == set(local["vectors"])
+    assert set(copy["vectors"]) == set(local["vectors"]) and copy["windows"] == local["windows"] > 1
     assert all(np.allclose(copy["vectors"][u], local["vectors"][u], atol=1e-6) for u in made["uids"][:50])
     assert all(np.allclose(copy["chunk_vectors"][u], v, atol=1e-6) for u, v in local["chunk_vectors"].items())
 
