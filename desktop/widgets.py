@@ -191,32 +191,68 @@ class _GrowToFit(QObject):
         super().__init__(dialog)
         self.dialog = dialog
         self._pending = False
+        self.body: QScrollArea | None = None  # the scroll area the dialog's fields moved into, on a short screen
+        self._around = 0
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt API)
-        if watched is self.dialog and event.type() in (QEvent.Type.LayoutRequest, QEvent.Type.Show) \
-                and not self._pending:
+        watching = watched is self.dialog or (self.body is not None and watched is self.body.widget())
+        if watching and event.type() in (QEvent.Type.LayoutRequest, QEvent.Type.Show) and not self._pending:
             self._pending = True
             QTimer.singleShot(0, self.fit)  # once the layout has taken in what changed
         return False
 
     def needed_height(self) -> int:
-        layout = self.dialog.layout()
+        """The height the dialog's fields and text need at its width (in the scroll area, once there)."""
+        layout = self.body.widget().layout() if self.body is not None else self.dialog.layout()
         if layout is None:
             return 0
         layout.activate()
+        width = self.body.viewport().width() if self.body is not None else self.dialog.width()
         if layout.hasHeightForWidth():
-            return layout.totalHeightForWidth(self.dialog.width())
-        return layout.totalSizeHint().height()
+            return layout.totalHeightForWidth(width) + self._around
+        return layout.totalSizeHint().height() + self._around
 
     def fit(self) -> None:
         self._pending = False
         need = self.needed_height()
         screen = self.dialog.screen()
-        if screen is not None:
-            need = min(need, usable_area(screen).height() - 48)  # its title bar stays on the screen
+        room = usable_area(screen).height() - 48 if screen is not None else need  # its title bar stays on it
+        if need > room and self.body is None:
+            self._scroll_body()  # a short screen (or a large scale): the fields keep their height and scroll
+            need = self.needed_height()
+        need = min(need, room)
         self.dialog.setMinimumHeight(need)
         if self.dialog.height() < need:
             self.dialog.resize(self.dialog.width(), need)
+
+    def _scroll_body(self) -> None:
+        """Move the dialog's layout, with its fields, into a scroll area that fills the dialog; its last row (the
+        buttons) stays under it, always in view."""
+        layout = self.dialog.layout()
+        margins = layout.contentsMargins()
+        # moving a widget to another parent hides it: those the dialog showed are shown again after
+        shown = [w for w in self.dialog.findChildren(QWidget) if w.isVisibleTo(self.dialog)]
+        last = layout.takeAt(layout.count() - 1) if layout.count() > 1 else None
+        inner = QWidget()
+        inner.setLayout(layout)  # takes the layout, and the widgets in it, from the dialog
+        self.body = scroller(inner, across=False)
+        outer = QVBoxLayout(self.dialog)
+        outer.setContentsMargins(0, 0, 0, margins.bottom())
+        outer.addWidget(self.body, 1)
+        self._around = 2
+        row = QWidget()
+        if last is not None:
+            rl = QVBoxLayout(row)
+            rl.setContentsMargins(margins.left(), 8, margins.right(), 0)
+            if last.layout() is not None:
+                rl.addLayout(last.layout())
+            elif last.widget() is not None:
+                rl.addWidget(last.widget())
+            outer.addWidget(row)
+            self._around += row.sizeHint().height() + margins.bottom()
+        for w in [self.body, inner, *([row] if last is not None else []), *shown]:
+            w.show()  # under a dialog not shown yet, this only undoes the hiding
+        inner.installEventFilter(self)  # what it shows grows: fit again
 
 
 def grow_to_fit(dialog: QDialog) -> None:

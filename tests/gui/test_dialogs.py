@@ -206,3 +206,21 @@ def test_restore_asks_before_replacing_the_store(qtbot, desktop):
     assert asked and "Everything stored after this snapshot" in asked[0]
     assert engine_of(desktop) is eng and eng.get(later).text == "Written after the snapshot."
     assert dialog.restore_button.isEnabled() and dialog.message.text == ""
+
+
+def test_a_dialog_taller_than_the_screen_scrolls_its_fields_and_keeps_its_buttons_in_view(qtbot, desktop):
+    """On a short screen (720x450 at scale 2) the export dialog could not grow enough: Qt squeezed its fields
+    to a few pixels. Now what does not fit scrolls, the fields keep their height and the buttons stay."""
+    export = sections(desktop).transfer.open_export()
+    qtbot.addWidget(export)
+    qtbot.waitExposed(export)
+    export.result.set("\n".join(f"Line {i} of a long message about the export." for i in range(60)), "error")
+    settle(qtbot)
+    room = export.screen().availableGeometry().height()
+    assert export.height() <= room
+    assert export.path.height() >= export.path.sizeHint().height()
+    assert export.passphrase.height() >= export.passphrase.sizeHint().height()
+    assert cut_fields(export) == []  # the long message too: whole, in the scroll area
+    for b in (export.start, export.close_button):
+        at = b.mapTo(export, b.rect().topLeft())
+        assert b.isVisible() and export.rect().contains(at) and at.y() + b.height() <= export.height(), b.text()
