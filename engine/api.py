@@ -728,6 +728,92 @@ class _AgentRuns:
         return True
 
 
+EXPORT_PIECE = 1 << 16  # bytes of an export sent at a time
+EXPORT_AHEAD = 16  # pieces made ahead of the client: a slow client holds the export back, not the memory
+
+
+def _export_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
+    """`GET /export` and `POST /import`: this app's export files, for a desktop profile or a server's user."""
+    from .errors import Cancelled
+    from .transfer import ImportResult
+
+    @app.get("/export", tags=["documents"], response_class=StreamingResponse,
+             summary="Everything you own, as this app's export file (JSON Lines, from one snapshot)",
+             responses={200: {"content": {"application/x-ndjson": {}},
+                              "description": "The export: a header line (with the count of each type of record), "
+                                             "then the records (docs/api.md); not encrypted: the client's to protect"}})
+    async def export_all() -> StreamingResponse:
+        import queue
+
+        loop = asyncio.get_running_loop()
+        pieces: queue.Queue[bytes] = queue.Queue(maxsize=EXPORT_AHEAD)
+        gone = threading.Event()  # the client went away: the export stops
+        export_to = eng.export_to  # the request's user's engine (looked up in the request's context)
+        buffer = bytearray()
+
+        def put(piece: bytes) -> None:
+            while not gone.is_set():
+                try:
+                    pieces.put(piece, timeout=0.25)
+                    return
+                except queue.Full:
+                    continue
+            raise Cancelled("The client stopped reading the export.")
+
+        def write(data: bytes) -> None:
+            buffer.extend(data)
+            if len(buffer) >= EXPORT_PIECE:
+                put(bytes(buffer))
+                buffer.clear()
+
+        def run() -> dict[str, int]:
+            counts = export_to(write)
+            if buffer:
+                put(bytes(buffer))
+            return counts
+
+        def take() -> bytes | None:
+            try:
+                return pieces.get(timeout=0.25)
+            except queue.Empty:
+                return None
+
+        job = asyncio.ensure_future(call(run, pool="long"))
+        job.add_done_callback(lambda done: done.cancelled() or done.exception())  # retrieved: logged below
+        first = None
+        while first is None and not (job.done() and pieces.empty()):  # nothing sent yet: an error is a status
+            first = await loop.run_in_executor(None, take)
+        if first is None:
+            job.result()  # raises the export's error (answered as any route's), else nothing to send
+            first = b""
+
+        async def stream() -> Any:
+            try:
+                yield first
+                while True:
+                    piece = await loop.run_in_executor(None, take)
+                    if piece is not None:
+                        yield piece
+                    elif job.done() and pieces.empty():
+                        break
+                if job.exception() is not None:  # cut short: the header's counts tell the client
+                    e = job.exception()
+                    log.error("GET /export failed while sending: %s", type(e).__name__)
+            finally:
+                gone.set()
+
+        return StreamingResponse(stream(), media_type="application/x-ndjson",
+                                 headers={"Content-Disposition": 'attachment; filename="personal-llm-export.jsonl"'})
+
+    @app.post("/import", response_model=ImportResult, tags=["documents"],
+              summary="Merge an export of this app (or JSON Lines of memories) whose bytes the client sends "
+                      "(multipart form: `file`; `passphrase` for an encrypted one)")
+    async def import_export(file: Annotated[UploadFile, File(description="The export file (.jsonl or encrypted)")],
+                            passphrase: Annotated[str | None, Form(max_length=1024)] = None) -> ImportResult:
+        data = await file.read()
+        return await call(eng.import_upload, data, file.filename or "the file", passphrase=passphrase, pool="long")
+
+
 def _agent_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
     from .agent import ConfirmRequest, new_run_id
     from .errors import Cancelled
@@ -837,6 +923,7 @@ def _add_docs(app: FastAPI) -> None:
 
 def _add_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
     _agent_routes(app, eng, call)
+    _export_routes(app, eng, call)
 
     @app.post("/ingest", response_model=list[IngestResult], tags=["documents"],
               summary="Ingest files or folders under the folders you allowed, or a text (one result per file)")

@@ -747,9 +747,16 @@ class Engine:
                progress: Progress | None = None) -> ExportResult:
         return self.transfer.export(path, encrypt_passphrase=encrypt_passphrase, progress=progress)
 
+    def export_to(self, write: Callable[[bytes], Any], progress: Progress | None = None) -> dict[str, int]:
+        return self.transfer.export_to(write, progress)
+
     def import_(self, path: Path | str, *, passphrase: str | None = None, embed: bool = True,
                 progress: Progress | None = None) -> ImportResult:
         return self.transfer.import_(path, passphrase=passphrase, embed=embed, progress=progress)
+
+    def import_upload(self, data: bytes, filename: str, *, passphrase: str | None = None,
+                      embed: bool = True) -> ImportResult:
+        return self.transfer.import_upload(data, filename, passphrase=passphrase, embed=embed)
 
     def import_chatgpt(self, path: Path | str, *, project: str | None = None,
                        progress: Callable[[int, int], None] | None = None,

@@ -52,6 +52,7 @@ PROFILES_DIR = "profiles"
 PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 CONNECT_TIMEOUT = 5.0
 READ_TIMEOUT = 120.0  # an answer from a language model, an upload being parsed
+IMPORT_TIMEOUT = 3600.0  # an import: checked, written and embedded before the server answers
 SEND_TIMEOUT = 60.0
 BUSY_RETRIES = 3
 
@@ -231,13 +232,38 @@ class ServerClient:
                 time.sleep(min(float(r.headers["retry-after"] or 1), 5.0))
                 r = self._http.request(method, path, **kw)
         except httpx.ConnectError as e:
-            if "CERTIFICATE_VERIFY_FAILED" in str(e):
-                raise CertificateRefused(f"The certificate of {self.url} is not the one this profile trusts: not "
-                                         "connected. If the server has a new certificate, connect again.") from e
-            raise ServerUnreachable(f"The server at {self.url} cannot be reached ({_reason(e)}).") from e
+            raise self._unreachable(e) from e
         except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as e:
             raise ServerUnreachable(f"The server at {self.url} did not answer ({_reason(e)}).") from e
         self._check_pin(r)
+        return self._answer(r)
+
+    def _unreachable(self, e: Exception) -> EngineError:
+        if "CERTIFICATE_VERIFY_FAILED" in str(e):
+            return CertificateRefused(f"The certificate of {self.url} is not the one this profile trusts: not "
+                                      "connected. If the server has a new certificate, connect again.")
+        return ServerUnreachable(f"The server at {self.url} cannot be reached ({_reason(e)}).")
+
+    def download(self, path: str, write: Callable[[bytes], Any]) -> None:
+        """GET `path`, its body given to `write` piece by piece as it arrives (an export: never all in memory).
+        Errors as `request`'s; a 404 is NotFound."""
+        import httpx
+
+        try:
+            with self._http.stream("GET", path) as r:
+                self._check_pin(r)
+                if not 200 <= r.status_code < 300:
+                    r.read()
+                    status, body = self._answer(r)
+                    raise NotFound(_said(body.get("detail") if isinstance(body, dict) else None) or "Not found.")
+                for piece in r.iter_bytes():
+                    write(piece)
+        except httpx.ConnectError as e:
+            raise self._unreachable(e) from e
+        except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as e:
+            raise ServerUnreachable(f"The server at {self.url} did not answer ({_reason(e)}).") from e
+
+    def _answer(self, r: Any) -> tuple[int, Any]:
         try:
             body = r.json() if r.content else None
         except ValueError:
@@ -786,11 +812,80 @@ class RemoteEngine:
         return GraphView.model_validate(self._read("The graph", "GET", "/graph/neighbours",
                                                    params={"entity": entity, "hops": hops}))
 
+    # ---- export and import ---------------------------------------------------------------------------------
+    def export(self, path: str | Path, *, encrypt_passphrase: str | None = None, **_: Any) -> Any:
+        """The account's export (`GET /export`) written to `path` on this device as `Engine.export` writes
+        one: atomically, private, encrypted here when there is a passphrase (it never leaves the device)."""
+        from .transfer import ExportResult, write_export_file
+
+        def produce(write: Callable[[bytes], Any]) -> dict[str, int]:
+            received = _Received(write)
+            try:
+                self._flush_first()
+                self.client.download("/export", received.feed)
+            except ServerUnreachable as e:
+                raise ServerUnreachable(f"Export needs the server, and {str(e)[0].lower()}{str(e)[1:]}"
+                                        + self._waiting_note()) from e
+            return received.counts()
+
+        written, size, counts = write_export_file(path, self.home, produce, encrypt_passphrase)
+        return ExportResult(path=str(written), encrypted=encrypt_passphrase is not None, bytes=size, counts=counts)
+
+    def import_(self, path: str | Path, *, passphrase: str | None = None, **_: Any) -> Any:
+        """Merge an export (or JSON Lines of memories) into the account (`POST /import`): the file is read and
+        decrypted on this device, sent over the profile's connection, checked whole by the server and written
+        in one transaction there (or not at all)."""
+        from .transfer import ImportResult, read_export_file
+
+        source = Path(path).expanduser().absolute()
+        text, encrypted = read_export_file(source, passphrase)
+        body = self._read("Import", "POST", "/import", timeout=IMPORT_TIMEOUT,
+                          files={"file": (source.name, text.encode("utf-8"), "application/x-ndjson")})
+        return ImportResult.model_validate({**body, "path": str(source), "encrypted": encrypted})
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
         raise UserError(f"This profile keeps its memory on a server ({self.server.url}); this command works on a "
                         "local profile only, or through the server's own tools.")
+
+
+class _Received:
+    """An export arriving from the server: passed on as it comes, its records counted against its header's
+    counts, so an export cut short is refused (and its partial file removed), never kept as if whole."""
+
+    def __init__(self, write: Callable[[bytes], Any]) -> None:
+        self._write = write
+        self._head = b""
+        self._header: dict[str, Any] | None = None
+        self._lines = 0
+        self._last = b"\n"
+
+    def feed(self, piece: bytes) -> None:
+        if self._header is None:
+            self._head += piece
+            end = self._head.find(b"\n")
+            if end < 0:
+                if len(self._head) > 1 << 20:
+                    raise UserError("The server's export does not start with its header.")
+                return
+            try:
+                header = json.loads(self._head[:end])
+            except ValueError:
+                header = None
+            if not isinstance(header, dict) or header.get("type") != "header":
+                raise UserError("The server's export does not start with its header.")
+            self._header, piece, self._head = header, self._head, b""
+        if piece:
+            self._lines += piece.count(b"\n")
+            self._last = piece[-1:]
+            self._write(piece)
+
+    def counts(self) -> dict[str, int]:
+        counts = {str(k): int(v) for k, v in ((self._header or {}).get("counts") or {}).items()}
+        if self._header is None or self._last != b"\n" or self._lines != 1 + sum(counts.values()):
+            raise ServerUnreachable("The export from the server was cut short; nothing was written. Try again.")
+        return counts
 
 
 def open_remote(home: Path) -> RemoteEngine | None:

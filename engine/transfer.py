@@ -8,7 +8,9 @@ Times are ISO 8601 in UTC.
 
 With a passphrase the JSONL is encrypted (engine/cipher.py: scrypt and AES-256-GCM segments).
 
-An export is written where no one sees it until it is whole (engine/partials.py).
+An export is written where no one sees it until it is whole (engine/partials.py). The HTTP API streams the
+same JSON Lines (`GET /export`, `export_to`) and merges a file's bytes (`POST /import`, `import_upload`); a
+server profile writes (and encrypts) the file on its device (engine/remote.py).
 
 Import merges: a record whose uid is already there, or a memory with the same content, kind and project
 (and, for an event, the same time), is skipped, so importing twice adds nothing. A plain JSONL of
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import io
 import json
 import logging
 import os
@@ -27,7 +30,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 
 import numpy as np
 from pydantic import BaseModel, Field, ValidationError
@@ -96,29 +99,76 @@ class ImportResult(BaseModel):
     embedded: int = Field(default=0, description="Rows embedded after the import")
 
 
-def _read_text(path: Path, passphrase: str | None) -> tuple[str, bool]:
+def read_export_file(path: Path, passphrase: str | None) -> tuple[str, bool]:
     """The file's JSONL text, decrypted when it is encrypted."""
     try:
         with open(path, "rb") as f:
-            first = f.readline(MAX_HEADER_LINE)
-            head = parse_header(first.rstrip(b"\r\n"))
-            if head is None:
-                data, encrypted = first + f.read(), False
-            else:
-                if not passphrase:
-                    raise PassphraseRequired(
-                        f"{path.name} is encrypted; give its passphrase (or set {PASSPHRASE_ENV}).")
-                data, encrypted = decrypt(f, first.rstrip(b"\r\n"), head, passphrase), True
+            return read_export(f, path.name, passphrase)
     except FileNotFoundError as e:
         raise UserError(f"There is no file at {path}.") from e
     except IsADirectoryError as e:
         raise UserError(f"{path} is a folder; give the export file.") from e
     except PermissionError as e:
         raise UserError(f"{path} cannot be read (permission denied).") from e
+
+
+def read_export(f: BinaryIO, name: str, passphrase: str | None) -> tuple[str, bool]:
+    """The JSONL text of an export (or plain JSONL) read from `f`, decrypted when it is encrypted; and whether
+    it was. `name` names it in errors."""
+    first = f.readline(MAX_HEADER_LINE)
+    head = parse_header(first.rstrip(b"\r\n"))
+    if head is None:
+        data, encrypted = first + f.read(), False
+    else:
+        if not passphrase:
+            raise PassphraseRequired(f"{name} is encrypted; give its passphrase (or set {PASSPHRASE_ENV}).")
+        data, encrypted = decrypt(f, first.rstrip(b"\r\n"), head, passphrase), True
     try:
         return data.decode("utf-8-sig"), encrypted
     except UnicodeDecodeError as e:
-        raise UserError(f"{path.name} is not a JSON Lines text file (it is not UTF-8).") from e
+        raise UserError(f"{name} is not a JSON Lines text file (it is not UTF-8).") from e
+
+
+def write_export_file(path: Path | str, home: Path, produce: Callable[[Callable[[bytes], Any]], dict[str, int]],
+                      encrypt_passphrase: str | None = None) -> tuple[Path, int, dict[str, int]]:
+    """Write the export `produce(write)` writes (and returns the counts of) to `path`, atomically: a private
+    partial file (0600), encrypted as it is written when there is a passphrase, renamed once whole.
+    Returns (the path, its size, the counts)."""
+    path = Path(path).expanduser().absolute()
+    if path.is_dir():
+        raise UserError(f"{path} is a folder; give a file name for the export.")
+    if not path.parent.is_dir():
+        raise UserError(f"The folder {path.parent} does not exist.")
+    clean_partials(path.parent)
+    tmp = path.with_name(f".{path.name}.{PART_MARK}-{os.getpid()}-{secrets.token_hex(4)}.part")
+    note = note_in_progress(home, tmp)
+    try:
+        fd, named = open_part(tmp)
+        with os.fdopen(fd, "wb") as raw:
+            enc = EncryptingWriter(raw, encrypt_passphrase) if encrypt_passphrase is not None else None
+            counts = produce(enc.write if enc is not None else raw.write)
+            if enc is not None:
+                enc.finish()
+            raw.flush()
+            os.fsync(raw.fileno())
+            if not named:  # give the unnamed file its partial name, then its own, now that it is whole
+                name_unnamed(raw.fileno(), tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    finally:
+        if note is not None:
+            with contextlib.suppress(OSError):
+                note.unlink()
+    with contextlib.suppress(OSError):  # make the rename durable
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    return path, path.stat().st_size, counts
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -221,45 +271,20 @@ class Transfer:
 
         With `encrypt_passphrase` the file is encrypted (scrypt + AES-256-GCM). The file is private (0600).
         """
-        path = Path(path).expanduser().absolute()
-        if path.is_dir():
-            raise UserError(f"{path} is a folder; give a file name for the export.")
-        if not path.parent.is_dir():
-            raise UserError(f"The folder {path.parent} does not exist.")
-        clean_partials(path.parent)
-        tmp = path.with_name(f".{path.name}.{PART_MARK}-{os.getpid()}-{secrets.token_hex(4)}.part")
-        note = note_in_progress(self.ctx.home, tmp)
-        try:
-            fd, named = open_part(tmp)
-            with os.fdopen(fd, "wb") as raw:
-                enc = EncryptingWriter(raw, encrypt_passphrase) if encrypt_passphrase is not None else None
-                counts = self._write_export(enc.write if enc is not None else raw.write, progress)
-                if enc is not None:
-                    enc.finish()
-                raw.flush()
-                os.fsync(raw.fileno())
-                if not named:  # give the unnamed file its partial name, then its own, now that it is whole
-                    name_unnamed(raw.fileno(), tmp)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        finally:
-            if note is not None:
-                with contextlib.suppress(OSError):
-                    note.unlink()
-        with contextlib.suppress(OSError):  # make the rename durable
-            dfd = os.open(path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-        size = path.stat().st_size
+        path, size, counts = write_export_file(path, self.ctx.home, lambda write: self._write_export(write, progress),
+                                               encrypt_passphrase)
         self.ctx.audit.record("export", None, {"counts": counts, "encrypted": encrypt_passphrase is not None})
         log.info("exported %s records (%d bytes, encrypted=%s)", sum(counts.values()), size,
                  encrypt_passphrase is not None)
         return ExportResult(path=str(path), encrypted=encrypt_passphrase is not None, bytes=size, counts=counts)
+
+    def export_to(self, write: Callable[[bytes], Any], progress: Progress | None = None) -> dict[str, int]:
+        """Write the export's JSON Lines (never encrypted: the caller's to protect) with `write`, from one
+        snapshot; returns the records written by type. The HTTP API's export (`GET /export`) streams it."""
+        counts = self._write_export(write, progress)
+        self.ctx.audit.record("export", None, {"counts": counts, "encrypted": False})
+        log.info("exported %s records (streamed)", sum(counts.values()))
+        return counts
 
     def _write_export(self, write: Callable[[bytes], Any], progress: Progress | None) -> dict[str, int]:
         from .version import __version__
@@ -287,7 +312,17 @@ class Transfer:
         the rows (now, when `embed` and the model is available; otherwise in the background).
         """
         path = Path(path).expanduser().absolute()
-        text, encrypted = _read_text(path, passphrase)
+        text, encrypted = read_export_file(path, passphrase)
+        return self._import_text(text, encrypted, str(path), embed, progress)
+
+    def import_upload(self, data: bytes, filename: str, *, passphrase: str | None = None, embed: bool = True,
+                      progress: Progress | None = None) -> ImportResult:
+        """`import_` of a file whose bytes were sent (the HTTP API's `POST /import`): never written to a disk."""
+        text, encrypted = read_export(io.BytesIO(data), filename or "The file", passphrase)
+        return self._import_text(text, encrypted, filename, embed, progress)
+
+    def _import_text(self, text: str, encrypted: bool, name: str, embed: bool,
+                     progress: Progress | None) -> ImportResult:
         parsed = parse_import(text)
         with self.ctx.mutation() as (con, touched):
             merger = rows.merger(con)
@@ -310,7 +345,7 @@ class Transfer:
         if not embedded:
             self.backfill.wake()
         log.info("imported (%s): added %s, skipped %s", parsed.format, merger.added, merger.skipped)
-        return ImportResult(path=str(path), format=parsed.format, encrypted=encrypted, added=merger.added,
+        return ImportResult(path=name, format=parsed.format, encrypted=encrypted, added=merger.added,
                             skipped=merger.skipped, embedded=embedded)
 
 
@@ -474,4 +509,5 @@ def _model(space: Sequence[Any] | None) -> str:
 
 
 __all__ = ["ExportResult", "ImportResult", "MergeReport", "PassphraseRequired", "RecordsRefused", "SpaceDiffers",
-           "Transfer", "WrongPassphrase", "is_encrypted", "parse_import"]
+           "Transfer", "WrongPassphrase", "is_encrypted", "parse_import", "read_export", "read_export_file",
+           "write_export_file"]

@@ -15,6 +15,7 @@ import pytest
 
 from engine import Engine, UserError
 from engine.transfer import PassphraseRequired, WrongPassphrase, is_encrypted
+from tests.integration.test_api import live  # noqa: F401 (the served app, a fixture)
 
 CLI = shutil.which("personal-llm", path=str(Path(sys.executable).parent)) or "personal-llm"
 PASS = "correct horse battery staple"
@@ -279,8 +280,8 @@ def test_truncated_plain_export_is_refused(eng: Engine, other: Engine, tmp_path:
         other.import_(newer)
 
 
-@pytest.mark.postgres_pending("the CLI reaches a server's user through a connected profile and the HTTP API, which "
-                              "has no route for this app's export files yet: a server profile's `export` refuses")
+@pytest.mark.sqlite_only("the CLI of a desktop profile, on its own file; a server profile's `export` and `import` "
+                         "(through the HTTP API) run against a real server in tests/postgres/test_transfer_on_postgres.py")
 def test_cli_export_and_import_round_trip(eng: Engine, tmp_path: Path, profile_home: Path):
     seed(eng)
     expected = snapshot(eng)
@@ -309,3 +310,41 @@ def test_cli_export_and_import_round_trip(eng: Engine, tmp_path: Path, profile_h
 
     with Engine.open(tmp_path / "fresh", embedder=eng.embedder) as copy:
         assert snapshot(copy) == expected
+
+
+def test_http_export_and_import(live, other: Engine, tmp_path: Path):  # noqa: F811 (the fixture imported above)
+    """GET /export streams what `export` writes (from one snapshot); POST /import merges a file's bytes."""
+    seed(live.eng)
+    r = live.client.get("/export")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("application/x-ndjson")
+    lines = [json.loads(x) for x in r.content.decode("utf-8").splitlines()]
+    header, records = lines[0], lines[1:]
+    assert header["type"] == "header" and len(records) == sum(header["counts"].values())
+    assert header["counts"]["memory"] == 9 and header["counts"]["chunk"] == 2 and header["counts"]["edge"] == 2
+
+    imp = other.import_upload(r.content, "me.jsonl")
+    assert imp.added["memory"] == 9 and imp.embedded == 11
+    assert snapshot(other) == snapshot(live.eng)
+
+    again = live.client.post("/import", files={"file": ("me.jsonl", r.content)})
+    assert again.status_code == 200, again.text
+    assert again.json()["added"] == {} and again.json()["skipped"]["memory"] == 9
+    plain = json.dumps({"text": "Prefers the aisle seat on night trains.", "kind": "fact"}) + "\n"
+    added = live.client.post("/import", files={"file": ("plain.jsonl", plain.encode())}).json()
+    assert added["added"] == {"memory": 1} and added["format"] == "plain"
+    assert live.eng.recall("night train seat", k=1)[0].text == "Prefers the aisle seat on night trains."
+    held = snapshot(live.eng)
+
+    encrypted = tmp_path / "me.enc"
+    other.export(encrypted, encrypt_passphrase=PASS)
+    refused = live.client.post("/import", files={"file": ("me.enc", encrypted.read_bytes())})
+    assert refused.status_code == 400 and "passphrase" in refused.json()["detail"]
+    wrong = live.client.post("/import", files={"file": ("me.enc", encrypted.read_bytes())},
+                             data={"passphrase": "wrong horse"})
+    assert wrong.status_code == 400
+    bad = live.client.post("/import", files={"file": ("bad.jsonl", b'{"text": "x", "kind": "dream"}\n')})
+    assert bad.status_code == 400 and "Line 1" in bad.json()["detail"]
+    assert snapshot(live.eng) == held  # the refused files changed nothing
+    opened = live.client.post("/import", files={"file": ("me.enc", encrypted.read_bytes())}, data={"passphrase": PASS})
+    assert opened.status_code == 200 and opened.json()["encrypted"] is True
+    assert opened.json()["skipped"]["memory"] == 9 and "memory" not in opened.json()["added"]

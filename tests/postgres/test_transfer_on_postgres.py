@@ -6,6 +6,9 @@ both backends.)"""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -117,3 +120,54 @@ def test_an_export_moves_between_a_server_and_a_desktop(engines, tmp_path: Path,
     assert back.added["memory"] == memory_rows(alice) + 1
     assert fields(engines["bob"]) == expected
     assert [h.text for h in engines["bob"].recall("bike lock", k=1)] == ["The desktop alone knows the bike lock is 0707."]
+
+
+def cli(*args: str, env: dict[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    p = subprocess.run([sys.executable, "-m", "engine.cli", *args], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
+    if check:
+        assert p.returncode == 0, p.stderr
+    assert "Traceback" not in p.stderr
+    return p
+
+
+def test_a_server_profile_exports_and_imports_through_the_api(served, profile_home: Path, tmp_path: Path):
+    """`personal-llm export` and `import` on profiles connected to a real server: the export is the account's
+    (encrypted on the device), the import goes into the importing account alone."""
+    alice, bob = served.client(served.alice), served.client(served.bob)
+    for text in ALICE:
+        assert alice.post("/memory/remember", json={"text": text, "project": "home"}).status_code == 200
+    assert alice.post("/ingest/upload", files={"file": ("boiler.md", b"# Boiler\n\nThe boiler's service code is 77.")},
+                      ).status_code == 200
+    assert bob.post("/memory/remember", json={"text": BOB[1]}).status_code == 200
+    cli("connect", served.url, "--token", served.alice, "--profile", "alice")
+    cli("connect", served.url, "--token", served.bob, "--profile", "bob")
+
+    out = tmp_path / "alice.enc"
+    secret = {"PERSONAL_LLM_EXPORT_PASSPHRASE": "a long passphrase"}
+    done = json.loads(cli("--profile", "alice", "export", str(out), "--encrypt", "--json", env=secret).stdout)
+    assert done["encrypted"] and done["counts"]["memory"] >= len(ALICE) and done["counts"]["chunk"] >= 1
+    data = out.read_bytes()
+    assert b"Lisbon" not in data and b"boiler" not in data  # encrypted on the device
+    assert oct(out.stat().st_mode & 0o777) == "0o600"
+    before = alice.get("/export").content
+
+    imported = json.loads(cli("--profile", "bob", "import", str(out), "--json", env=secret).stdout)
+    assert imported["encrypted"] and imported["added"]["memory"] == done["counts"]["memory"]
+    assert imported["added"]["document"] == 1 and imported["embedded"] >= len(ALICE)
+    hits = bob.get("/memory/recall", params={"q": "Which city does my sister live in?", "k": 1}).json()
+    assert [h["text"] for h in hits] == [ALICE[1]]
+    assert bob.get("/memory/recall", params={"q": "boiler service code", "k": 3}).json()
+
+    after = alice.get("/export").content  # Alice's account: the same records (but the export just logged)
+    strip = lambda raw: [x for x in raw.decode().splitlines()[1:] if '"type":"audit"' not in x.replace(" ", "")]  # noqa: E731
+    assert strip(after) == strip(before)
+    assert b"8812" not in after
+    again = json.loads(cli("--profile", "bob", "import", str(out), "--json", env=secret).stdout)
+    assert "memory" not in again["added"] and again["skipped"]["memory"] == done["counts"]["memory"]
+
+    wrong = cli("--profile", "bob", "import", str(out), env={"PERSONAL_LLM_EXPORT_PASSPHRASE": "nope"}, check=False)
+    assert wrong.returncode == 1 and "passphrase" in wrong.stderr
+    plain = tmp_path / "bob.jsonl"
+    mine = json.loads(cli("--profile", "bob", "export", str(plain), "--json").stdout)
+    assert "8812" in plain.read_text(encoding="utf-8") and mine["counts"]["memory"] == imported["added"]["memory"] + 1
