@@ -8,6 +8,10 @@ vectors) in big transactions, with the row triggers off for the load (`session_r
 written once per batch instead; the HNSW indexes are dropped before a fill and built after it
 (`index="after"`), or kept and filled row by row (`index="during"`). A superuser is not held to row-level
 security, and COPY FROM is refused on a table that is; the rows carry their user's id.
+
+The build after a fill is the product's index (migrations.hnsw_index: on the vectors cast to halfvec), made
+in a session with room for the whole graph (`BUILD`: maintenance_work_mem; pgvector builds far faster while
+the graph fits, and says so when it stops fitting) and a parallel worker beside the leader.
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ DURABLE = (
     "shared_buffers=2GB", "maintenance_work_mem=2GB", "max_wal_size=8GB", "checkpoint_timeout=30min",
     "max_parallel_maintenance_workers=1", "effective_cache_size=8GB",
 )
+# the session that builds the HNSW indexes: room for a million vectors' graph (1.1 KB each in half precision),
+# one parallel worker beside the leader (the machine's 2 cores)
+BUILD = ("SET maintenance_work_mem = '6GB'", "SET max_parallel_maintenance_workers = 1")
 HNSW = {"memory_vectors": "memory_vectors_hnsw", "chunk_vectors": "chunk_vectors_hnsw",
         "memory_windows": "memory_windows_hnsw"}
 
@@ -84,8 +91,9 @@ class PgFill:
     random unit vector, through COPY; keeps every stored vector for the exact search recall@10 is measured
     against (as bench/scale.py's Fill)."""
 
-    def __init__(self, url: str, user_id: int, *, index: str = "after", seed: int = 1) -> None:
+    def __init__(self, url: str, user_id: int, *, index: str = "after", seed: int = 1, vectors=unit_vectors) -> None:
         self.url = url
+        self.vectors = vectors  # (numpy Generator, n) -> n unit vectors (bench/_vectors.py)
         self.user_id = user_id
         self.index = index
         self.rng = random.Random(seed)
@@ -94,6 +102,7 @@ class PgFill:
         self.vecs: dict[str, list[np.ndarray]] = {"memories": [], "chunks": []}
         self.count = 0
         self.last = {"rows s": 0.0, "index s": 0.0}
+        self.last_build: dict[str, float] = {}
 
     def grow(self, target: int, progress: bool = True) -> float:
         """Fill up to `target` items; returns the seconds taken (rows and index). `self.last` splits them."""
@@ -124,7 +133,7 @@ class PgFill:
                         cp.write_row((self.user_id, rid, new_uid("mem"),
                                       self.rng.choice(("fact", "episodic", "procedural")), text, h, self.rng.random(),
                                       when, when, self.rng.choice((None, "work", "home")), "user", True, True, h))
-                v = unit_vectors(self.nrng, n_mem)
+                v = self.vectors(self.nrng, n_mem)
                 self._vectors(con, "memory_vectors", "memory_id", mids, v)
                 self.ids["memories"].append(mids)
                 self.vecs["memories"].append(v)
@@ -145,7 +154,7 @@ class PgFill:
                         pos = j % CHUNKS_PER_DOC
                         cp.write_row((self.user_id, rid, new_uid("chk"), dids[j // CHUNKS_PER_DOC], pos, text, h,
                                       f"p{pos}", 60, True, h))
-                v = unit_vectors(self.nrng, n_chunk)
+                v = self.vectors(self.nrng, n_chunk)
                 self._vectors(con, "chunk_vectors", "chunk_id", cids, v)
                 self.ids["chunks"].append(cids)
                 self.vecs["chunks"].append(v)
@@ -167,18 +176,30 @@ class PgFill:
             rows_s = time.perf_counter() - t0
             t1 = time.perf_counter()
             if self.index == "after":
-                self.build_indexes(con)
+                self.last_build = self.build_indexes(con, progress)
             con.execute("ANALYZE")
             con.commit()
         self.last = {"rows s": rows_s, "index s": time.perf_counter() - t1}
         return time.perf_counter() - t0
 
     @staticmethod
-    def build_indexes(con: psycopg.Connection) -> None:
-        for table, name in HNSW.items():
-            con.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw (embedding vector_cosine_ops)").format(
-                sql.Identifier(name), sql.Identifier(table)))
-        con.commit()
+    def build_indexes(con: psycopg.Connection, progress: bool = False) -> dict[str, float]:
+        """The product's HNSW indexes (migrations.hnsw_index), in a session with room for their graphs (BUILD);
+        seconds each. A NOTICE of pgvector (the graph no longer fits) is printed."""
+        from engine.store.postgres.migrations import hnsw_index
+
+        con.add_notice_handler(lambda d: print(f"    PostgreSQL: {d.message_primary}", flush=True))
+        for setting in BUILD:
+            con.execute(setting)
+        took = {}
+        for table in HNSW:
+            t0 = time.perf_counter()
+            con.execute(hnsw_index(table, DIM))
+            con.commit()
+            took[table] = time.perf_counter() - t0
+            if progress:
+                print(f"    HNSW index of {table}: {took[table]:.0f}s", flush=True)
+        return took
 
     def _vectors(self, con: psycopg.Connection, table: str, key: str, ids: np.ndarray, vecs: np.ndarray) -> None:
         data = binary_vectors(self.user_id, ids, vecs)

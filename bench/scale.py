@@ -4,15 +4,18 @@ same run.
 
     python bench/scale.py [--sizes 1000 10000 100000 1000000] [--ops 60] [--queries 30] [--dir DIR [--keep]]
                           [--reopens 3] [--fill-only] [--backend sqlite postgres] [--pg-index after|during]
+                          [--vectors text|random]
 
 With --keep, a profile already in DIR (from an earlier run with --dir DIR --keep) is grown from where it
 is instead of being made again, and kept afterwards: filling a million items takes a long while.
 
 One encrypted store (a throwaway profile, or DIR) grows from size to size. The fill is synthetic so that a
 million items are feasible: half memories (note-like sentences from a made-up Zipf vocabulary) and half
-document chunks (100 per document), each with a **random unit vector**, inserted directly through the
+document chunks (100 per document), each with a **made-up unit vector** (bench/_vectors.py: `--vectors text`,
+the default, draws them with the mean and covariance of the bundled model's embeddings of real sentences;
+`--vectors random`, uniformly on the sphere, the worst case for a graph index), inserted directly through the
 storage layer (`engine/storage`, `engine/vectors.put`) in transactions of 20,000 rows — not through
-`remember`, whose embedding alone would take hours at this size. Recall therefore ranks random vectors:
+`remember`, whose embedding alone would take hours at this size. Recall therefore ranks made-up vectors:
 fine for timing and for comparing the vector search with exact search, not for relevance (retrieval.md).
 
 At each size, through the engine facade with the real embedding model:
@@ -39,7 +42,8 @@ At each size, through the engine facade with the real embedding model:
 --backend postgres (alone, or beside sqlite in one run, `--backend sqlite postgres`): the same synthetic fill
 for one user of a PostgreSQL 18 + pgvector database (a real server from tests/pg_server.py, run durable:
 fsync and synchronous commits on), loaded through COPY in transactions of 100,000 rows with the HNSW
-indexes built after the fill (`--pg-index during`: kept and filled row by row, to compare); at each size,
+indexes (the product's, on halfvec) built after the fill, in a session with room for the graph and one
+parallel worker (bench/_pg.py; `--pg-index during`: kept and filled row by row, to compare); at each size,
 through that user's engine (Engine.for_user, the server's): recall end to end, the vector search and its
 recall@10 against exact numpy top-10, remember (with its vector), get, forget (a memory just made, and one of
 the fill's), and the sizes of the HNSW indexes. With both backends a table puts them side by side.
@@ -66,6 +70,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._common import fmt_table  # noqa: E402
+from bench._vectors import KINDS, generator  # noqa: E402
 from bench.recall_latency import percentile, sentence  # noqa: E402
 
 DIM = 384
@@ -82,8 +87,9 @@ def unit_vectors(rng: np.random.Generator, n: int) -> np.ndarray:
 class Fill:
     """Grows the store with synthetic memories and chunks; keeps every stored vector for the floor."""
 
-    def __init__(self, eng):
+    def __init__(self, eng, vectors=unit_vectors):
         self.eng = eng
+        self.vectors = vectors  # (numpy Generator, n) -> n unit vectors (bench/_vectors.py)
         self.rng = random.Random(1)
         self.nrng = np.random.default_rng(1)
         self.ids: dict[str, list[np.ndarray]] = {"memories": [], "chunks": []}
@@ -124,7 +130,7 @@ class Fill:
                         chash=content_hash(text), importance=self.rng.random(), now=now - self.rng.random() * 3e7,
                         event_at=None, project=self.rng.choice((None, "work", "home")), source="user", meta=None,
                         conversation_id=None, document_id=None, done=True, dedup_pending=False))
-                v = unit_vectors(self.nrng, len(ids))
+                v = self.vectors(self.nrng, len(ids))
                 vectors.put(con, "memories", ids, v)
                 memory_rows.mark_embedded(con, "memories", ids)
                 self.ids["memories"].append(np.array(ids, dtype=np.int64))
@@ -142,7 +148,7 @@ class Fill:
                         rows.append((new_uid("chk"), doc, pos, text, content_hash(text), f"p{pos}", None, None, 60))
                     cids += doc_rows.insert_chunks(con, doc, rows)
                 con.executemany("UPDATE chunks SET extracted = 1 WHERE id = ?", [(i,) for i in cids])
-                v = unit_vectors(self.nrng, len(cids))
+                v = self.vectors(self.nrng, len(cids))
                 vectors.put(con, "chunks", cids, v)
                 memory_rows.mark_embedded(con, "chunks", cids)
                 self.ids["chunks"].append(np.array(cids, dtype=np.int64))
@@ -167,6 +173,17 @@ class Fill:
                                np.ones(sum(len(x) for x in self.ids["chunks"]), np.int8)])
         mat = np.concatenate([*self.vecs["memories"], *self.vecs["chunks"]])
         return ids, code, mat
+
+
+def make_probes(fill, mat: np.ndarray, queries: int) -> list[np.ndarray]:
+    """The vector search's questions: half new vectors of the fill's kind, half stored vectors with noise
+    (a question near something stored)."""
+    nrng = np.random.default_rng(7)
+    probes = list(fill.vectors(nrng, queries // 2))
+    for p in nrng.integers(0, len(mat), queries - queries // 2):
+        v = mat[p] + 0.5 * unit_vectors(nrng, 1)[0] / np.sqrt(2)
+        probes.append(v / np.linalg.norm(v))
+    return probes
 
 
 def one_blas_thread():
@@ -319,11 +336,7 @@ def measure(eng, fill: Fill, home: Path, ops: int, queries: int, rng: random.Ran
 
     res: dict = {}
     ids, code, mat = fill.matrix()
-    nrng = np.random.default_rng(7)
-    probes = list(unit_vectors(nrng, queries // 2))
-    for p in nrng.integers(0, len(mat), queries - queries // 2):
-        v = mat[p] + 0.5 * unit_vectors(nrng, 1)[0] / np.sqrt(2)
-        probes.append(v / np.linalg.norm(v))
+    probes = make_probes(fill, mat, queries)
     found = total = 0
     vec_t, np_t = [], []
     for q in probes:
@@ -453,7 +466,10 @@ def main() -> int:
                     help="postgres: also measure the vector search with other candidates and ef_search settings")
     ap.add_argument("--pg-index", choices=("after", "during"), default="after",
                     help="postgres: build the HNSW indexes after each fill, or keep them during it")
+    ap.add_argument("--vectors", choices=KINDS, default="text",
+                    help="the fill's vectors: text-like (the model's statistics) or uniformly random (bench/_vectors.py)")
     a = ap.parse_args()
+    a.make_vectors = generator(a.vectors)
     if a.keep and not a.dir:
         ap.error("--keep needs --dir")
     if "postgres" in a.backend and (a.keep or a.fill_only):
@@ -482,7 +498,7 @@ def run_sqlite(a) -> dict[int, dict]:
     eng = Engine.open(base / "profile", actor="sdk")
     eng.embedder.load()
     eng.space.ensure()
-    fill = Fill(eng)
+    fill = Fill(eng, a.make_vectors)
     if a.keep:
         fill.resume()
         print(f"kept profile: {fill.count:,} items", flush=True)
@@ -523,7 +539,7 @@ def run_sqlite(a) -> dict[int, dict]:
                 base_eng = Engine.open(base_home, actor="sdk")
                 base_eng.embedder.load()
                 base_eng.space.ensure()
-                baseline = Side(base_eng, Fill(base_eng), base_home, random.Random(4))
+                baseline = Side(base_eng, Fill(base_eng, a.make_vectors), base_home, random.Random(4))
             baseline.fill.grow(a.sizes[0])
             base_eng.fts.wait(600)
             # opened again, as the measured store was (`reopen`): an engine that made its store and wrote it
@@ -623,11 +639,7 @@ def pg_measure(eng, fill, ops: int, queries: int, rng: random.Random,
 
     res: dict = {}
     ids, code, mat = fill.matrix()
-    nrng = np.random.default_rng(7)
-    probes = list(unit_vectors(nrng, queries // 2))
-    for p in nrng.integers(0, len(mat), queries - queries // 2):
-        v = mat[p] + 0.5 * unit_vectors(nrng, 1)[0] / np.sqrt(2)
-        probes.append(v / np.linalg.norm(v))
+    probes = make_probes(fill, mat, queries)
     exact, np_t = [], []
     for q in probes:
         q = q.astype(np.float32)
@@ -731,7 +743,7 @@ def run_postgres(a) -> dict[int, dict]:
             user = db.add_user("bench", token_hash(make_token()))
             embedder = Embedder()
             embedder.load()
-            fill = PgFill(url, user, index=a.pg_index)
+            fill = PgFill(url, user, index=a.pg_index, vectors=a.make_vectors)
             rng = random.Random(3)
             for n in a.sizes:
                 took = fill.grow(n)
