@@ -70,6 +70,10 @@ WORKERS = 4  # reads at once
 WRITE_WORKERS = 2  # writes being prepared (embedded) at once; they commit one at a time
 LONG_WORKERS = 2  # ingests and answers at once
 MCP_WORKERS = 4  # MCP tool calls (over HTTP at MCP_PATH) at once
+# A server of many users (serve --database): PostgreSQL runs the users' transactions side by side (the one
+# writer at a time above is a SQLite file's), so reads and writes each get this many at once; one user's
+# import in flight then holds one of them, not half of every user's writes (bench/api_load.py --server).
+SERVER_WORKERS = 16
 MCP_PATH = "/mcp"
 MAX_BATCH = 1000  # memories in one POST /memory/batch
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
@@ -576,11 +580,13 @@ def create_app(engine: Any, token: str | None, allowed_origins: list[str] | None
     own name, with TLS)."""
     if not token and authenticate is None:
         raise ValueError("the API needs a token")
-    pools = {"read": ThreadPoolExecutor(max_workers=workers, thread_name_prefix="api-read"),
-             "write": ThreadPoolExecutor(max_workers=WRITE_WORKERS, thread_name_prefix="api-write"),
+    many = authenticate is not None
+    pools = {"read": ThreadPoolExecutor(max_workers=SERVER_WORKERS if many else workers, thread_name_prefix="api-read"),
+             "write": ThreadPoolExecutor(max_workers=SERVER_WORKERS if many else WRITE_WORKERS,
+                                         thread_name_prefix="api-write"),
              "long": ThreadPoolExecutor(max_workers=LONG_WORKERS, thread_name_prefix="api-long"),
              "mcp": ThreadPoolExecutor(max_workers=MCP_WORKERS, thread_name_prefix="api-mcp")}
-    mcp_manager = _mcp_manager(engine, pools["mcp"], many_users=authenticate is not None)
+    mcp_manager = _mcp_manager(engine, pools["mcp"], many_users=many)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):

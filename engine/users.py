@@ -25,6 +25,9 @@ except ModuleNotFoundError as e:
                     "install personal-llm[server] (pip install 'personal-llm[server]', or scripts/setup server)."
                     ) from None
 
+# connections the server's pool opens at most: the API's reads and writes at once (api.SERVER_WORKERS each), its
+# long requests and MCP calls, and the users' background work (PostgreSQL's default max_connections is 100)
+CONNECTIONS = 48
 TOKEN_PREFIX = "pllm_"  # says what a token is for when one turns up in a file or a paste
 
 
@@ -89,7 +92,7 @@ def authenticate(db: Database, token: str) -> int | None:
 def open_database(url: str) -> Database:
     """The database at `url` for serving its users: refused with a clear message when its schema is missing or
     not this version's (`personal-llm server init` makes or upgrades it). The caller closes it."""
-    db = Database(checked_url(url))
+    db = Database(checked_url(url), max_size=CONNECTIONS)
     try:
         version = db.schema_version()
         if version != SCHEMA_VERSION:

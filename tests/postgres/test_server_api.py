@@ -69,3 +69,35 @@ def test_listening_beyond_loopback_needs_tls(pg_url: str, tmp_path: Path):
                            "--port", "0"], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
     assert "--tls-cert" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_imports_in_flight_do_not_hold_other_users_writes(server):
+    """PostgreSQL runs different users' transactions side by side: while Alice's two big imports are being
+    embedded and stored, Bob's single memory is stored at once (it waited for one of them to finish when every
+    user's writes shared two workers, as a SQLite file's writer does)."""
+    import threading
+
+    url, alice, bob, _ = server
+    a = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {alice}"}, timeout=600)
+    b = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {bob}"}, timeout=600)
+    b.post("/memory/remember", json={"text": "Warm: the model is loaded and Bob's engine made."}).raise_for_status()
+    finished: list[float] = []
+
+    def batch(n: int) -> None:
+        items = [{"text": f"Imported note {n}.{i}: the shed's {i}th shelf holds box {i * 7 + n}.", "kind": "episodic"}
+                 for i in range(1000)]
+        a.post("/memory/batch", json={"items": items}).raise_for_status()
+        finished.append(time.monotonic())
+
+    imports = [threading.Thread(target=batch, args=(n,)) for n in range(2)]
+    for t in imports:
+        t.start()
+    time.sleep(1.0)  # both in flight
+    r = b.post("/memory/remember", json={"text": "Bob's train to Porto leaves at 9:40 from platform 4."})
+    stored = time.monotonic()
+    assert r.status_code == 200, r.text
+    assert not finished, "Bob's write waited for an import of Alice's"
+    for t in imports:
+        t.join()
+    assert a.get("/stats").json()["memories"] == 2000 and b.get("/stats").json()["memories"] == 2
+    assert len(finished) == 2 and stored < min(finished)
