@@ -24,12 +24,14 @@ written is printed.
 
 --server: a PostgreSQL 18 + pgvector server (tests/pg_server.py, durable commits) and a database set up by
 `personal-llm server init` with USERS users, each filled with ITEMS synthetic memories and chunks (random
-unit vectors, through COPY: bench/_pg.py); then `personal-llm serve --database` in a process of its own, and
-for SECONDS: CLIENTS client threads per user, each choosing remember or recall at random, and beside them
-one importer, a user of its own storing memories IMPORT_BATCH at a time through POST /memory/batch (one
-transaction and one batch embedding each). Printed: p50 and p99 of each operation, errors, the importer's
-memories per second; then every user's count of memories (GET /stats) against the fill plus what the server
-acknowledged, and every acknowledged id looked up in the database: nothing acknowledged may be missing.
+unit vectors, text-like by default: bench/_vectors.py; through COPY: bench/_pg.py); then `personal-llm serve
+--database` in a process of its own, and for SECONDS: CLIENTS client threads per user, each choosing remember
+or recall at random, and beside them one importer, a user of its own storing memories IMPORT_BATCH at a time
+through POST /memory/batch (one transaction and one batch embedding each); then, as the same run's baseline,
+one client alone for SECONDS. Printed: p50 and p99 of each operation, errors, the importer's memories per
+second, the server process's CPU (cores) and the machine's load average at each phase's start and end; then
+every user's count of memories (GET /stats) against the fill plus what the server acknowledged, and every
+acknowledged id looked up in the database: nothing acknowledged may be missing or counted twice.
 """
 
 from __future__ import annotations
@@ -141,16 +143,24 @@ def burners(n: int) -> list[subprocess.Popen]:
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def server_load(a) -> int:
     """--server (see the module doc)."""
     import httpx
     import psycopg
 
     from bench._pg import HNSW, PgFill, admin, make_database, start_server
+    from bench._vectors import generator
     from engine import users
     from engine.store.postgres.database import Database
     from tests.postgres.crash import start_server as serve
 
+    vectors = generator(a.vectors)
     pg = start_server()
     home = Path(tempfile.mkdtemp(prefix="pllm-api-load-"))
     proc = None
@@ -166,7 +176,7 @@ def server_load(a) -> int:
                 con.execute(f"DROP INDEX {index}")
             con.commit()
             for n, name in enumerate(names):
-                PgFill(url, ids[name].id, index="during", seed=n).grow(a.items, progress=False)
+                PgFill(url, ids[name].id, index="during", seed=n, vectors=vectors).grow(a.items, progress=False)
             PgFill.build_indexes(con)
         print(f"filled {a.users} users x {a.items:,} items in {time.perf_counter() - t0:.0f}s", flush=True)
         proc, address = serve(url, home)
@@ -175,65 +185,75 @@ def server_load(a) -> int:
                    for n, t in tokens.items()}
         for c in clients.values():  # each user's engine made, the model warm
             c.get("/memory/recall", params={"q": "warm up", "k": 10}).raise_for_status()
-        lat: dict[str, list[float]] = {"remember": [], "recall": [], "import (batch)": []}
-        errors: list[str] = []
         acked: dict[str, set[str]] = {n: set() for n in tokens}
         lock = threading.Lock()
-        stop = time.monotonic() + a.seconds
 
-        def client(name: str, seed: int) -> None:
-            rng = random.Random(seed)
-            while time.monotonic() < stop:
-                op = rng.choice(("remember", "recall"))
-                t0 = time.perf_counter()
-                try:
-                    if op == "remember":
-                        r = clients[name].post("/memory/remember", json={
-                            "text": f"{sentence(rng)} ({name} {rng.random():.9f})"})
-                    else:
-                        r = clients[name].get("/memory/recall", params={"q": sentence(rng).replace(".", "?"), "k": 10})
-                except Exception as e:  # a transport error is an error of the run, counted
-                    with lock:
-                        errors.append(f"{op}: {type(e).__name__}")
-                    continue
-                dt = time.perf_counter() - t0
-                with lock:
-                    if r.status_code != 200:
-                        errors.append(f"{op}: {r.status_code}")
+        def phase(who: list[str], clients_each: int, importer_on: bool) -> dict:
+            """CLIENTS_EACH client threads for each user of WHO, and the importer if IMPORTER_ON, for SECONDS."""
+            lat: dict[str, list[float]] = {"remember": [], "recall": [], "import (batch)": []}
+            errors: list[str] = []
+            stop = time.monotonic() + a.seconds
+
+            def client(name: str, seed: int) -> None:
+                rng = random.Random(seed)
+                while time.monotonic() < stop:
+                    op = rng.choice(("remember", "recall"))
+                    t0 = time.perf_counter()
+                    try:
+                        if op == "remember":
+                            r = clients[name].post("/memory/remember", json={
+                                "text": f"{sentence(rng)} ({name} {rng.random():.9f})"})
+                        else:
+                            r = clients[name].get("/memory/recall",
+                                                  params={"q": sentence(rng).replace(".", "?"), "k": 10})
+                    except Exception as e:  # a transport error is an error of the run, counted
+                        with lock:
+                            errors.append(f"{op}: {type(e).__name__}")
                         continue
-                    lat[op].append(dt)
-                    if op == "remember":
-                        acked[name].add(r.json()["id"])
-
-        def importer() -> None:
-            rng = random.Random(99)
-            while time.monotonic() < stop:
-                items = [{"text": f"Imported {sentence(rng)} ({rng.random():.9f})", "kind": "episodic",
-                          "project": "import"} for _ in range(a.import_batch)]
-                t0 = time.perf_counter()
-                try:
-                    r = clients["importer"].post("/memory/batch", json={"items": items})
-                except Exception as e:
+                    dt = time.perf_counter() - t0
                     with lock:
-                        errors.append(f"import: {type(e).__name__}")
-                    continue
-                dt = time.perf_counter() - t0
-                with lock:
-                    if r.status_code != 200:
-                        errors.append(f"import: {r.status_code}")
-                        continue
-                    lat["import (batch)"].append(dt)
-                    acked["importer"].update(x["id"] for x in r.json())
+                        if r.status_code != 200:
+                            errors.append(f"{op}: {r.status_code}")
+                            continue
+                        lat[op].append(dt)
+                        if op == "remember":
+                            acked[name].add(r.json()["id"])
 
-        threads = [threading.Thread(target=client, args=(n, i * 100 + j))
-                   for i, n in enumerate(names) for j in range(a.clients)]
-        threads.append(threading.Thread(target=importer))
-        t0 = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        wall = time.perf_counter() - t0
+            def importer() -> None:
+                rng = random.Random(99)
+                while time.monotonic() < stop:
+                    items = [{"text": f"Imported {sentence(rng)} ({rng.random():.9f})", "kind": "episodic",
+                              "project": "import"} for _ in range(a.import_batch)]
+                    t0 = time.perf_counter()
+                    try:
+                        r = clients["importer"].post("/memory/batch", json={"items": items})
+                    except Exception as e:
+                        with lock:
+                            errors.append(f"import: {type(e).__name__}")
+                        continue
+                    dt = time.perf_counter() - t0
+                    with lock:
+                        if r.status_code != 200:
+                            errors.append(f"import: {r.status_code}")
+                            continue
+                        lat["import (batch)"].append(dt)
+                        acked["importer"].update(x["id"] for x in r.json())
+
+            threads = [threading.Thread(target=client, args=(n, i * 100 + j + 7 * len(who)))
+                       for i, n in enumerate(who) for j in range(clients_each)]
+            if importer_on:
+                threads.append(threading.Thread(target=importer))
+            cpu0, load0 = cpu_seconds(proc.pid), os.getloadavg()
+            t0 = time.perf_counter()
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            return {"lat": lat, "errors": errors, "wall": time.perf_counter() - t0, "load": (load0, os.getloadavg()),
+                    "server cpu": cpu_seconds(proc.pid) - cpu0}
+
+        phases = {f"{a.users} users x {a.clients} clients + importer": phase(names, a.clients, True),
+                  "one client alone (baseline)": phase(names[:1], 1, False)}
         # nothing acknowledged is lost: each user's count, and every acknowledged id in the database
         counted = {n: clients[n].get("/stats").json()["memories"] for n in tokens}
         with psycopg.connect(url) as con:
@@ -247,23 +267,40 @@ def server_load(a) -> int:
             proc.wait(60)
         pg.stop()
         shutil.rmtree(home, ignore_errors=True)
-    rows = [[op, len(xs), f"{percentile(xs, 0.5) * 1000:.0f}" if xs else "-",
-             f"{percentile(xs, 0.99) * 1000:.0f}" if xs else "-", f"{len(xs) / wall:.1f}/s"] for op, xs in lat.items()]
+    rows = []
+    for label, r in phases.items():
+        for op, xs in r["lat"].items():
+            if xs:
+                rows.append([label, op, len(xs), f"{percentile(xs, 0.5) * 1000:.0f}", f"{percentile(xs, 0.99) * 1000:.0f}",
+                             f"{len(xs) / r['wall']:.1f}/s"])
+        done = sum(len(xs) for op, xs in r["lat"].items() if op != "import (batch)")
+        (l0, _, _), (l1, _, _) = r["load"]
+        rows.append([label, "all requests", done, f"errors {len(r['errors'])}", "",
+                     f"{done / r['wall']:.1f}/s; server CPU {r['server cpu'] / r['wall']:.2f} cores; "
+                     f"load average {l0:.1f} -> {l1:.1f}"])
     print()
     print(f"`serve --database`: {a.users} users x {a.clients} clients (remember or recall at random) + one importer "
-          f"(POST /memory/batch of {a.import_batch}), {a.seconds:.0f} s; each user filled with {a.items:,} items")
-    print(fmt_table(["operation", "n", "p50 ms", "p99 ms", "rate"], rows))
-    imported = len(lat["import (batch)"]) * a.import_batch
-    print(f"importer: {imported:,} memories, {imported / wall:.1f} memories/s; errors: {len(errors)}"
+          f"(POST /memory/batch of {a.import_batch}), {a.seconds:.0f} s; then one client alone, {a.seconds:.0f} s; "
+          f"each user filled with {a.items:,} items")
+    print(fmt_table(["phase", "operation", "n", "p50 ms", "p99 ms", "rate"], rows))
+    main_phase = next(iter(phases.values()))
+    imported = len(main_phase["lat"]["import (batch)"]) * a.import_batch
+    errors = [e for r in phases.values() for e in r["errors"]]
+    print(f"importer: {imported:,} memories, {imported / main_phase['wall']:.1f} memories/s; errors: {len(errors)}"
           + (f" ({', '.join(sorted(set(errors)))})" if errors else ""))
-    lost = 0
+    lost = miscounted = 0
     for n in tokens:
-        want = (0 if n == "importer" else a.items // 2) + len(acked[n])
+        fill = 0 if n == "importer" else a.items // 2
+        want = fill + len(acked[n])
         missing = acked[n] - stored[n]
         lost += len(missing)
-        print(f"  {n}: {counted[n]:,} memories (fill {0 if n == 'importer' else a.items // 2:,} + {len(acked[n]):,} "
-              f"acknowledged = {want:,}); acknowledged and missing: {len(missing)}")
-    print("nothing acknowledged lost" if lost == 0 else f"LOST: {lost} acknowledged memories", flush=True)
+        miscounted += counted[n] != len(stored[n])
+        print(f"  {n}: {counted[n]:,} memories counted, {len(stored[n]):,} rows (fill {fill:,} + {len(acked[n]):,} "
+              f"acknowledged = {want:,}; stored without an answer, the client gave up: {len(stored[n]) - want:,}); "
+              f"acknowledged and missing: {len(missing)}")
+    print("nothing acknowledged lost" if lost == 0 else f"LOST: {lost} acknowledged memories",
+          "" if miscounted == 0 else f"; {miscounted} users' counts differ from their rows", flush=True)
+    lost += miscounted
     return 0 if lost == 0 else 1
 
 
@@ -281,6 +318,8 @@ def main() -> int:
     ap.add_argument("--users", type=int, default=8, help="--server: users, each with CLIENTS client threads")
     ap.add_argument("--clients", type=int, default=4, help="--server: client threads per user")
     ap.add_argument("--import-batch", type=int, default=200, help="--server: memories per POST /memory/batch")
+    ap.add_argument("--vectors", choices=("text", "random"), default="text",
+                    help="--server: the fill's vectors (bench/_vectors.py)")
     a = ap.parse_args()
     if a.server:
         a.items = 5_000 if a.items is None else a.items
