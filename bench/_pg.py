@@ -39,7 +39,7 @@ DURABLE = (
 )
 # the session that builds the HNSW indexes: room for a million vectors' graph (1.1 KB each in half precision),
 # one parallel worker beside the leader (the machine's 2 cores)
-BUILD = ("SET maintenance_work_mem = '6GB'", "SET max_parallel_maintenance_workers = 1")
+BUILD = ("SET maintenance_work_mem = '3GB'", "SET max_parallel_maintenance_workers = 1")
 HNSW = {"memory_vectors": "memory_vectors_hnsw", "chunk_vectors": "chunk_vectors_hnsw",
         "memory_windows": "memory_windows_hnsw"}
 
