@@ -37,3 +37,21 @@ def test_the_count_follows_a_delete_its_undo_and_the_forget(qtbot, qasync_loop, 
                         timeout=5000)
     finally:
         app.quit()
+
+
+def test_a_search_never_counts_the_listing_as_its_matches(qtbot, desktop):
+    """Between a search's results and its count, the counter said "100 of 150 matches": the listing's total
+    (150 memories), not what the search found; it now says what it found until the count comes."""
+    eng = engine_of(desktop)
+    for i in range(150):  # 120 hold "allotment"
+        eng.remember(f"Seed note {i} for the allotment" if i < 120 else f"The gate code {i} is in the drawer",
+                     embed="none")
+    browser = desktop.window.memories
+    browser.refresh()
+    qtbot.waitUntil(lambda: browser.count.text() == "150 memories", timeout=20_000)
+    shown: list[str] = []
+    original = browser.count.setText
+    browser.count.setText = lambda text: (shown.append(text), original(text))  # type: ignore[method-assign]
+    browser.search.setText("allotment")
+    qtbot.waitUntil(lambda: browser.count.text() == "100 of 120 matches", timeout=10_000)
+    assert "100 of 150 matches" not in shown, shown
