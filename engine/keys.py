@@ -80,8 +80,9 @@ def own_keychain_id(raw: dict[str, Any]) -> dict[str, Any]:
 # keyring's backend where nothing chooses it ($PYTHON_KEYRING_BACKEND, keyring's own config file): keyring
 # imports every backend it knows and asks each whether it works, in every process, ~0.1 s of a short command
 # on Linux (its macOS backend looks for its library with ldconfig; the Secret Service's opens D-Bus). The
-# backend that search found is remembered (its class name, in the cache folder) and loaded alone next time;
-# the search runs again when that backend no longer loads, or does not hold an entry asked for.
+# backend that search found (the one written to last) is remembered (its class name, in the cache folder)
+# and reads load it alone; the search runs again when it no longer loads or lacks an entry asked for, and
+# for every write (rare: a new store, a rotation, a new token), so that an entry goes where keyring puts it.
 BACKEND_FILE = "keychain-backend"
 _BACKEND_PACKAGES = ("keyring.backends.", "keyrings.alt.")
 _NOT_REMEMBERED = ("keyring.backends.fail.", "keyring.backends.null.", "keyring.backends.chainer.")
@@ -90,14 +91,12 @@ _loaded: Any = None  # the remembered backend, loaded by this process
 
 
 def _keyring_backend() -> Any:
-    """The keyring backend this module reads and writes the profile's entries through."""
+    """The keyring backend this module reads the profile's entries through."""
     global _loaded
     import keyring
     import keyring.core
-    from keyring.util import platform_
 
-    if (keyring.core._keyring_backend is not None or os.environ.get("PYTHON_KEYRING_BACKEND")
-            or (Path(platform_.config_root()) / "keyringrc.cfg").exists()):
+    if keyring.core._keyring_backend is not None or _configured():
         return keyring.get_keyring()  # chosen already, or by the user's configuration
     with _backend_lock:
         if _loaded is None and (name := _remembered_backend()):
@@ -110,6 +109,14 @@ def _keyring_backend() -> Any:
     kr = keyring.get_keyring()  # the search
     _remember_backend(kr)
     return kr
+
+
+def _configured() -> bool:
+    """True when the user's configuration chooses keyring's backend."""
+    from keyring.util import platform_
+
+    config = Path(platform_.config_root()) / "keyringrc.cfg"
+    return bool(os.environ.get("PYTHON_KEYRING_BACKEND")) or config.exists()
 
 
 def _remembered_backend() -> str | None:
@@ -217,15 +224,11 @@ def _keyring_set(account: str, value: str) -> None:
     import keyring
 
     try:
-        kr = _keyring_backend()
-        try:
-            kr.set_password(SERVICE, account, value)
-        except NotImplementedError:  # a backend that only reads: keyring's chain writes to the next one
-            if kr is not _loaded:
-                raise
-            keyring.set_password(SERVICE, account, value)
+        keyring.set_password(SERVICE, account, value)  # where keyring's own choice puts it
     except Exception as e:
         raise UserError(f"The keychain refused to store the key ({type(e).__name__}).") from e
+    if not _configured():
+        _remember_backend(keyring.get_keyring())  # later reads look there first
 
 
 def read_profile(home: Path) -> Profile | None:

@@ -65,6 +65,17 @@ def serving(home: Path) -> Iterator[subprocess.Popen]:
         proc.wait(60)
 
 
+def model_loaded(home: Path) -> None:
+    """Wait until the running server's model is loaded: until then it answers a recall by words alone
+    (engine/recall.py `words_only_now`), as the app's search does."""
+    from engine.cli import remote
+
+    deadline = time.monotonic() + 300
+    while not (remote.ask(home, "/stats", {}) or {}).get("embedding_ready"):
+        assert time.monotonic() < deadline, "the server's model did not load"
+        time.sleep(0.2)
+
+
 @pytest.fixture
 def filled(profile_home: Path) -> Path:
     for text, project in NOTES:
@@ -111,6 +122,7 @@ def test_recall_through_a_running_server_is_the_recall_in_process(filled: Path):
         path = filled / "serving.json"
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
         assert json.loads(path.read_text())["pid"] == server.pid
+        model_loaded(filled)
         for q in QUERIES:
             before = answered(filled)
             p = run("recall", *q, "--json")
