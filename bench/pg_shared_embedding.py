@@ -2,7 +2,7 @@
 user's ingest.
 
     python bench/pg_shared_embedding.py [--users 4] [--recalls 50] [--memories 200] [--doc-kb 300]
-                                        [--gather 0.003] [--bulk-nice 10] [--unshared] [--skip-concurrent]
+                                        [--gather 0.003] [--bulk-nice 0] [--unshared] [--skip-concurrent]
 
 A PostgreSQL 18 + pgvector server (tests/pg_server.py, commits durable) with a database set up as `personal-llm
 server init` does and USERS users; the HTTP API of `personal-llm serve --database` (engine/server.py's Users
@@ -36,6 +36,7 @@ import httpx  # noqa: E402
 
 from bench._pg import make_database  # noqa: E402
 from bench.recall_latency import percentile, sentence  # noqa: E402
+from engine.shared_embedder import BULK_NICE  # noqa: E402
 from tests.pg_server import LocalServer  # noqa: E402
 
 SETTINGS = ("listen_addresses=", "fsync=on", "full_page_writes=on", "synchronous_commit=on",
@@ -99,8 +100,8 @@ def main() -> int:
     ap.add_argument("--memories", type=int, default=200, help="memories each user stores first")
     ap.add_argument("--doc-kb", type=int, default=300, help="size of the uploaded document (kilobytes of text)")
     ap.add_argument("--gather", type=float, default=0.003, help="seconds the shared queue gathers a batch")
-    ap.add_argument("--bulk-nice", type=int, default=10,
-                    help="CPU priority of the big encodes below the queries' (0: the same)")
+    ap.add_argument("--bulk-nice", type=int, default=BULK_NICE,
+                    help=f"CPU priority of the big encodes below the queries' (default {BULK_NICE}: the same)")
     ap.add_argument("--unshared", action="store_true", help="a plain embedder: every encode its own model call")
     ap.add_argument("--skip-concurrent", action="store_true", help="only phase 3 (recall during an ingest)")
     a = ap.parse_args()

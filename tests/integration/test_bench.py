@@ -83,7 +83,7 @@ def test_backlog_drain_times_the_servers_background_embedder_against_the_model(t
     (data / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in long_docs))
     proc = run_bench("backlog_drain.py", str(data), "--n", "4", "--backend", "sqlite", tmp=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "stored 4 in" in proc.stdout and "drain/raw" in proc.stdout and "recall during drain" in proc.stdout
+    assert "stored 4 in" in proc.stdout and "embedded/raw" in proc.stdout and "recall during drain" in proc.stdout
 
 
 def test_eval_locomo_scores_evidence_and_the_floor(tmp_path: Path):
