@@ -187,11 +187,10 @@ class MainWindow(QMainWindow):
         if not self._placed:  # the frame (title bar, borders) is known once shown: fit it on the screen too
             self._placed = True
             # A window manager frames and places the window after it is shown, on its own time (openbox put
-            # it where its bottom and the status bar fell off the screen): look again whenever it moves or
-            # resizes it in the first seconds, and after a while in case nothing told us.
+            # it where its bottom and the status bar fell off the screen): look again whenever it moves it
+            # in the first seconds.
             self._settling_until = time.monotonic() + self.SETTLE_SECONDS
-            for ms in (0, 300, 1500):
-                QTimer.singleShot(ms, self.keep_on_screen)
+            QTimer.singleShot(0, self.keep_on_screen)
 
     SETTLE_SECONDS = 3.0
 
@@ -213,7 +212,7 @@ class MainWindow(QMainWindow):
     def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
         super().resizeEvent(event)
         self._fit_sidebar()
-        self._placed_by_window_manager()
+        self.status.fit()  # its parts in the window's width (a bar that needs more runs past the window's edge)
         if self.first_run.isVisible():
             self.first_run.fit_height(self.height())
 

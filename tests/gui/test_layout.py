@@ -144,3 +144,29 @@ def test_a_page_taller_than_a_small_window_scrolls_instead_of_being_squeezed(qtb
         qtbot.wait(50)
         canvas, facts = window.graph.canvas, window.graph.facts
         assert canvas.height() >= canvas.minimumHeight() and facts.height() >= facts.minimumHeight()
+
+
+def test_the_status_bar_shows_every_part_whole_in_a_narrow_window(qtbot, desktop):
+    """Paused, in a window 640 wide (800x600 at a scale of 1.25, or a tiled window), the status bar's parts
+    ran off its end ("Answers ready" and the search model's state were not shown at all): they take their
+    short forms, and the counter goes (the Memories page shows it) when even those do not fit."""
+    window, status = desktop.window, desktop.window.status
+    window.resize(1200, 700)
+    desktop.bridge.set_paused(True)
+    qtbot.waitUntil(lambda: status.paused.isVisible() and bool(status.llm.text()), timeout=10_000)
+    status.set_count("1,208 memories · 14 documents · 2 to resolve")  # as a used profile's reads
+    assert status.paused.text() == "Paused: nothing runs in the background"
+    for width in (640, 900, 1200):
+        window.resize(width, 500)
+        qtbot.waitUntil(lambda w=width: window.width() == w, timeout=2000)
+        qtbot.wait(50)
+        parts = [w for w in (status.paused, status.resume, status.count, status.llm, status.model) if w.isVisible()]
+        assert status.llm in parts and status.model in parts and status.resume in parts
+        for part in parts:
+            at = part.mapTo(window, part.rect().topLeft())  # inside the window, not only inside the bar
+            assert part.width() + 2 >= part.sizeHint().width() and at.x() + part.width() <= window.width(), (
+                width, part.text(), part.width(), part.sizeHint().width(), at.x(), status.width())
+    assert status.paused.text() == "Paused: nothing runs in the background"  # whole again when wide
+    window.resize(640, 500)
+    qtbot.waitUntil(lambda: status.paused.text() == "Paused", timeout=2000)
+    assert status.paused.toolTip() == "Paused: nothing runs in the background"
