@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import ipaddress
 import json
 import logging
 import os
@@ -186,10 +187,19 @@ def pinned_context(der: bytes) -> ssl.SSLContext:
     return ctx
 
 
+def is_loopback(host: str) -> bool:
+    """A name or address of this computer itself (here, not in engine/server.py: checking a URL should not
+    import the server, a third of a `push`'s time)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def check_url(url: str) -> str:
     """The server's base URL, checked: https, or http on loopback only."""
-    from .server import is_loopback
-
     url = url.strip().rstrip("/")
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:

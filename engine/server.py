@@ -12,7 +12,6 @@ certificate and its key), or `--behind-proxy` said out loud for a TLS proxy in f
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import signal
 import socket
@@ -26,6 +25,7 @@ from .config import home_dir, load_settings
 from .embeddings import Embedder, NoEmbedder
 from .engine import Engine
 from .errors import UserError
+from .remote import is_loopback
 from .shared_embedder import SharedEmbedder
 from .users import Database, authenticate, open_database
 
@@ -33,15 +33,6 @@ log = logging.getLogger(__name__)
 
 TOKEN_TTL = 10.0  # seconds a token's user is remembered (a removed user is refused within this)
 DEFAULT_PORT = 8765
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def check_listening(host: str, tls_cert: str | None, tls_key: str | None, behind_proxy: bool) -> None:
