@@ -626,7 +626,8 @@ def report(results: dict[int, dict], baseline_size: int) -> None:
     print(fmt_table(header, rows))
     print("\nfloor = the same query embedding + numpy float32 brute-force top-10 over the same vectors, in this run,"
           " on one BLAS thread.")
-    print("The fill is synthetic (random unit vectors, made-up sentences), inserted through the storage layer.")
+    print("The fill is synthetic (made-up unit vectors, bench/_vectors.py; made-up sentences), inserted through the "
+          "storage layer.")
     flat = [op for op in ops if op in results[first]["baseline"]]
     print(f"Flat operations ({', '.join(flat)}): each ratio is to a {baseline_size:,}-item store kept open beside the "
           "measured one and timed in turn with it, operation by operation (its medians, ms, at each size: "
