@@ -207,7 +207,7 @@ class Retriever:
 
     _CATCH_UP = 512  # rows waiting for a vector that a recall embeds before it searches
     _CATCH_UP_BESIDE_BACKFILL = 64  # ... when this process embeds in the background: only what was just written
-    _CATCH_UP_WAIT = 1.0  # seconds a recall waits at most for a batch the backfill is embedding (then: words)
+    _CATCH_UP_WAIT = 1.0  # seconds a recall waits at most for a few rows the backfill is embedding (then: words)
 
     def _catch_up(self) -> bool:
         """Whether a recall embeds the rows waiting for a vector first. Beside a running backfill, a backlog is

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from .embeddings import Embedder, EmbeddingUnavailable, NoEmbedder, Windows
+from .embeddings import SMALL_BATCH, Embedder, EmbeddingUnavailable, NoEmbedder, Windows
 from .store import Connection, Store, vectors
 from .store import memories as memory_rows
 from .store import space as space_rows
@@ -106,6 +106,7 @@ class VectorSpace:
         # beside each other take turns (the second finds the first's rows done) instead of embedding the
         # same rows twice over, each at half speed
         self._filling = threading.Lock()
+        self._in_hand = 0  # rows of the batch being embedded
 
     def mutation(self) -> Mutation:
         """`with space.mutation() as (con, touched):` — one transaction; the vector mirror follows it."""
@@ -196,7 +197,8 @@ class VectorSpace:
                       progress: Callable[[int, int], None] | None = None,
                       cancel: threading.Event | None = None, wait: float | None = None) -> int:
         """Embed rows stored without a current vector (new, edited, or after a space change). `wait`: seconds to
-        wait at most for a batch another thread is embedding (a recall's catch-up); then it stops there."""
+        wait at most for a batch of up to SMALL_BATCH rows another thread is embedding (a recall's catch-up: what
+        was just stored); beside a bigger batch, or after that, it stops there."""
         if not self.ensure():
             return 0
         con = self.store.con
@@ -208,17 +210,22 @@ class VectorSpace:
             while done < total:
                 if cancel is not None and cancel.is_set():
                     return done
-                if not self._filling.acquire(timeout=-1 if wait is None else wait):
+                if wait is None:
+                    self._filling.acquire()
+                elif not (self._filling.acquire(False) or (self._in_hand <= SMALL_BATCH
+                                                           and self._filling.acquire(timeout=wait))):
                     return done
                 try:
                     batch = space_rows.waiting(con, table, min(batch_size, total - done))
                     if not batch:
                         break
+                    self._in_hand = len(batch)
                     texts = [r[1] for r in batch]
                     vecs = self.embedder.encode(texts, batch_size=batch_size)
                     wins = self.embedder.encode_windows(texts, batch_size=batch_size) if table == "memories" else None
                     self.store_vectors(table, [(r[0], r[2]) for r in batch], vecs, wins)
                 finally:
+                    self._in_hand = 0
                     self._filling.release()
                 done += len(batch)
                 if progress:
