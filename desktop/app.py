@@ -277,7 +277,8 @@ class DesktopApp(QObject):
 
     def _open_failed(self, message: str, needs_passphrase: bool) -> None:
         if needs_passphrase:
-            phrase = self._ask_passphrase(retry=self.bridge.store_exists() and self._passphrase_tries > 0)
+            phrase = self._ask_passphrase(retry=(self.bridge.store_exists() or self.bridge.uses_passphrase())
+                                          and self._passphrase_tries > 0)
             self._passphrase_tries += 1
             if phrase:
                 self.bridge.open(passphrase=phrase)
@@ -307,7 +308,7 @@ class DesktopApp(QObject):
             phrase, ok = QInputDialog.getText(self.window, "Unlock your memory", prompt, QLineEdit.EchoMode.Password)
             return phrase if ok and phrase else None
 
-        if self.bridge.store_exists():
+        if self.bridge.store_exists() or self.bridge.uses_passphrase():
             return ask(("That passphrase does not open your memory. Try again:\n" if retry else "")
                        + "No keychain is available on this computer, so your memory is protected by a "
                        "passphrase.\nEnter it to open your memory:")
@@ -354,6 +355,10 @@ class DesktopApp(QObject):
         startup_report.mark("captured")
         self.capture.mark_saved(result)
         connection = self.bridge.connection
+        if connection is not None and getattr(connection, "token_refused", False):
+            self.window.status.post("Kept, waiting to send: the server refused this computer's token (Settings → "
+                                    "Where your memory is → Use a new token).", 10)
+            return
         if connection is not None and connection.reachable is False:
             self.window.status.post("Waiting to send.", 6)
             return

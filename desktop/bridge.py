@@ -188,10 +188,12 @@ class Bridge(QObject):
         return Engine.store_exists(self._home)
 
     def uses_passphrase(self) -> bool:
-        """True when this profile's store is opened with a passphrase (no keychain)."""
-        from engine import Engine
+        """True when this profile is opened with a passphrase (no keychain): its store's key, or the token of its
+        server."""
+        from engine import Engine, read_server_profile
 
-        return Engine.uses_passphrase(self._home)
+        server = read_server_profile(self._profile_home())
+        return server.protected is not None if server is not None else Engine.uses_passphrase(self._home)
 
     def is_server_profile(self) -> bool:
         """True when this profile keeps its memory on a server (`personal-llm connect`, or the first run)."""
@@ -216,18 +218,19 @@ class Bridge(QObject):
         return eng
 
     def connect_server(self, url: str, token: str, fingerprint: str | None, done: Done,
-                       failed: Callable[[str, str | None], None]) -> None:
+                       failed: Callable[[str, str | None], None], *, passphrase: str | None = None) -> None:
         """Make this (new) profile one that lives on the server at `url`: the server and the token are
         checked (TLS verified, or the certificate pinned by `fingerprint`), the token goes to the keychain;
         then `done(memories on the server)`. `failed(message, fingerprint)`: the fingerprint of a certificate
-        no authority vouches for, to show the user, or None."""
+        no authority vouches for, to show the user, or None. Without a keychain `passphrase` protects the token
+        (and opens the profile at each start)."""
         def run() -> int:
             from engine import check_server, connect_profile
 
             home = self._profile_home()
             home.mkdir(parents=True, exist_ok=True)
             checked = check_server(url, token, fingerprint=fingerprint or None)
-            connect_profile(home, checked, token)
+            connect_profile(home, checked, token, passphrase=passphrase)
             return checked.memories
 
         def finished(future: Future[int]) -> None:
@@ -253,6 +256,11 @@ class Bridge(QObject):
             disconnect_profile(server)
 
         self.write(run, done, failed)
+
+    def renew_token(self, token: str, done: Done, failed: Failed) -> None:
+        """A server profile whose token was refused (revoked): connect it again with a new one, checked by the
+        server first; the writes waiting in the outbox stay and leave with the next poll. `done(Connection)`."""
+        self.write(lambda e: e.renew_token(token, self._passphrase), done, failed)
 
     def _after_open(self, future: Future[Engine]) -> None:
         if future.cancelled():  # the app quit before the store was opened
@@ -337,8 +345,8 @@ class Bridge(QObject):
         if self._closing:
             return
         before, self.connection = self.connection, connection
-        if before is None or (before.reachable, before.waiting, before.detail) != (
-                connection.reachable, connection.waiting, connection.detail):
+        if before is None or (before.reachable, before.waiting, before.detail, before.memories) != (
+                connection.reachable, connection.waiting, connection.detail, connection.memories):
             self.connection_changed.emit(connection)
 
     def _polled(self, found: Any) -> None:
@@ -414,12 +422,12 @@ class Bridge(QObject):
             try:
                 value = fn(engine_future.result())
             except BaseException as e:  # noqa: BLE001 - every failure goes back to the UI as a sentence
-                from engine import Cancelled, ServerUnreachable, UserError
+                from engine import Cancelled, ServerUnreachable, TokenRefused, UserError
 
                 if isinstance(e, Cancelled):
                     value, e = None, None  # a user's cancel is not an error
-                elif isinstance(e, ServerUnreachable) and failed is None:
-                    log.info("a read waits for the server")  # the status bar says it is offline; no dialog
+                elif isinstance(e, ServerUnreachable | TokenRefused) and failed is None:
+                    log.info("a read waits for the server")  # the status bar says offline, or the token refused
                     return
                 else:
                     if not isinstance(e, UserError):

@@ -336,6 +336,20 @@ class WhereDialog(QDialog):
         form.setContentsMargins(24, 0, 0, 0)
         form.addRow("Address", self.address)
         form.addRow("Token", self.token)
+        self.needs_passphrase = not bridge.keychain_available()  # then a passphrase protects the token
+        self.passphrase = QLineEdit()
+        self.passphrase.setEchoMode(QLineEdit.EchoMode.Password)
+        self.passphrase.setPlaceholderText("at least 8 characters")
+        self.again = QLineEdit()
+        self.again.setEchoMode(QLineEdit.EchoMode.Password)
+        self.passphrase_note = muted("No keychain is available on this computer, so a passphrase protects your "
+                                     "token (it is never written to a file as it is). You type it when Personal "
+                                     "LLM starts.")
+        self.passphrase_note.setWordWrap(True)
+        if self.needs_passphrase:
+            form.addRow("", self.passphrase_note)
+            form.addRow("Passphrase", self.passphrase)
+            form.addRow("Again", self.again)
         self.server_form = QWidget()
         sf = QVBoxLayout(self.server_form)
         sf.setContentsMargins(0, 0, 0, 0)
@@ -406,9 +420,19 @@ class WhereDialog(QDialog):
         if self._fingerprint is not None and not self.trust.isChecked():
             self.problem.set("Compare the fingerprint with your server's, then tick the box to trust it.", "error")
             return
+        passphrase = None
+        if self.needs_passphrase:
+            passphrase = self.passphrase.text()
+            if problem := self.bridge.passphrase_problem(passphrase):
+                self.problem.set(problem, "error")
+                return
+            if self.again.text() != passphrase:
+                self.problem.set("The two passphrases differ; type the same one twice.", "error")
+                return
         self.problem.set("Checking the server and the token…", "info")
         self.go.setEnabled(False)
-        self.bridge.connect_server(url, token, self._fingerprint, self._connected, self._refused)
+        self.bridge.connect_server(url, token, self._fingerprint, self._connected, self._refused,
+                                   passphrase=passphrase)
 
     def _connected(self, _memories: int) -> None:
         self.go.setEnabled(True)

@@ -75,26 +75,42 @@ class FoldersBox(QGroupBox):
         row.addWidget(self.add_button)
         row.addWidget(self.pause_button)
         row.addWidget(self.remove_button)
-        layout = QVBoxLayout(self)
+        self.body = QWidget()  # what a profile that has watched folders shows
+        layout = QVBoxLayout(self.body)
+        layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(muted("Files in these folders are kept indexed: new and changed files are added, "
                                "deleted ones are forgotten. Hidden files, links and very large files are skipped."))
         layout.addWidget(self.list)
         layout.addLayout(row)
         layout.addWidget(self.watching)
         layout.addWidget(self.feedback)
+        self.not_here = muted("")  # why this profile has none (a profile on a server)
+        self.not_here.setWordWrap(True)
+        self.not_here.hide()
+        outer = QVBoxLayout(self)
+        outer.addWidget(self.not_here)
+        outer.addWidget(self.body)
         self._folders: list[Any] = []
         self._indexing: str | None = None  # the folder just added, while its first scan runs
         self._refresh_soon = QTimer(self)
         self._refresh_soon.setSingleShot(True)
         self._refresh_soon.setInterval(300)
         self._refresh_soon.timeout.connect(self.refresh)
-        bridge.opened.connect(lambda _info: self.refresh())
+        bridge.opened.connect(self._opened)
         bridge.changed.connect(self._engine_changed)
         self._selection_changed()
 
+    def _opened(self, info: Any) -> None:
+        reason = info.unavailable.get("folders")
+        self.not_here.setText(reason or "")
+        self.not_here.setVisible(reason is not None)
+        self.body.setVisible(reason is None)
+        self.refresh()
+
     # ------------------------------------------------------------------------------------------------
     def refresh(self) -> None:
-        if self.bridge.info is not None:
+        info = self.bridge.info
+        if info is not None and "folders" not in info.unavailable:
             self.bridge.watch_status(self._populate)
 
     def add_folder(self, path: str, project: str | None = None) -> None:

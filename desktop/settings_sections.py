@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
+    QInputDialog,
     QLabel,
     QLineEdit,
     QListWidget,
@@ -155,6 +156,11 @@ class ServerBox(QGroupBox):
         self.certificate.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.health = QLabel("")
         self.health.setWordWrap(True)
+        self.renew = button("Use a new token…")
+        self.renew.setToolTip("The server refused this computer's token: give the new one (`personal-llm server "
+                              "add-user` prints a user's token); what waits to be sent stays and is sent then")
+        self.renew.clicked.connect(self.ask_new_token)
+        self.renew.hide()
         self.disconnect = button("Disconnect…")
         self.disconnect.setToolTip("Stop using this server on this computer (your memory stays on the server)")
         self.disconnect.clicked.connect(self.confirm_disconnect)
@@ -165,6 +171,7 @@ class ServerBox(QGroupBox):
         self.form.addRow("Server", self.health)
         row = QHBoxLayout()
         row.addWidget(muted("Switch with `personal-llm-desktop --profile NAME`; a profile connects once."), 1)
+        row.addWidget(self.renew, 0, Qt.AlignmentFlag.AlignTop)
         row.addWidget(self.disconnect, 0, Qt.AlignmentFlag.AlignTop)
         self.form.addRow("", row)
         self.move_button = button("Copy to a server…")
@@ -214,7 +221,11 @@ class ServerBox(QGroupBox):
         if connection is None:
             return
         waiting = (f" {connection.waiting} waiting to send." if connection.waiting else " Nothing waiting to send.")
-        if connection.reachable is None:
+        self.renew.setVisible(bool(getattr(connection, "token_refused", False)))
+        if getattr(connection, "token_refused", False):
+            self.health.setText(f"● Token refused. {connection.detail}".strip() + waiting)
+            self.health.setStyleSheet("color: #DC2626;")
+        elif connection.reachable is None:
             self.health.setText("◌ Checking…" + waiting)
             self.health.setStyleSheet("color: #9DA0AA;")
         elif connection.reachable:
@@ -225,6 +236,29 @@ class ServerBox(QGroupBox):
         else:
             self.health.setText(f"● Cannot be reached. {connection.detail}".strip() + waiting)
             self.health.setStyleSheet("color: #D97706;")
+
+    def ask_new_token(self) -> None:
+        token, ok = QInputDialog.getText(self.window(), "Use a new token",
+                                         "The server refused this computer's token (it was revoked, or its user "
+                                         "removed).\nYour new token (`personal-llm server add-user` prints one):",
+                                         QLineEdit.EchoMode.Password)
+        if ok and token.strip():
+            self.renew_token(token.strip())
+
+    def renew_token(self, token: str) -> None:
+        self.feedback.set("Checking the new token…", "info")
+        self.renew.setEnabled(False)
+
+        def done(connection: Any) -> None:
+            self.renew.setEnabled(True)
+            self.feedback.set("Connected again: what waited is being sent.", "ok")
+            self.show_connection(connection)
+
+        def failed(message: str) -> None:
+            self.renew.setEnabled(True)
+            self.feedback.set(message, "error")
+
+        self.sections.bridge.renew_token(token, done, failed)
 
     def confirm_disconnect(self) -> None:
         connection = self.sections.bridge.connection

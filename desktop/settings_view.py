@@ -216,9 +216,9 @@ class SettingsView(QWidget):
     # ------------------------------------------------------------------------------------------------
     def load(self, info: EngineInfo) -> None:
         self.setEnabled(True)
-        local = info.connection is None  # on a server, search and answers are the server's; folders are local
-        for box in (self.llm_box, self.data_box, self.folders, self.maintenance_box):
-            box.setVisible(local)
+        local = info.connection is None  # on a server, search and answers are the server's
+        for box in (self.llm_box, self.data_box, self.maintenance_box):
+            box.setVisible(local)  # watched folders say themselves why a profile on a server has none
         s = info.settings
         self._settings = s
         self._show(s, FIELDS)

@@ -126,9 +126,15 @@ class StatusBar(QStatusBar):
         not, and how many writes wait to be sent."""
         if connection is None:
             self.server.hide()
+            self.model.show()
             return
+        self.model.hide()  # search runs on the server: its state is the server's ("● Server")
         waiting = f" · {connection.waiting} waiting to send" if connection.waiting else ""
-        if connection.reachable is False:
+        if getattr(connection, "token_refused", False):
+            self.server.setText("● Token refused" + waiting)
+            self.server.setStyleSheet("color: #DC2626;")
+            self.server.setToolTip(f"{connection.detail} Settings → Where your memory is → Use a new token.")
+        elif connection.reachable is False:
             self.server.setText("● Offline" + waiting)
             self.server.setStyleSheet(f"color: {PAUSED_COLOR};")
             self.server.setToolTip(connection.detail or f"{connection.url} cannot be reached.")

@@ -79,7 +79,8 @@ def open_profile(home=None, *, actor: str = "sdk", **engine_options):  # noqa: A
     if server is not None:
         from .remote_app import RemoteApp
 
-        return RemoteApp(server, actor=actor)
+        return RemoteApp(server, actor=actor, passphrase=engine_options.get("passphrase"),
+                         interactive=bool(engine_options.get("interactive", False)))
     from .engine import Engine
 
     return Engine.open(where, actor=actor, **engine_options)

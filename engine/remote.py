@@ -5,7 +5,11 @@ use, so that a command works the same on a local profile and on a server profile
 - **The profile.** `connection.json` in the profile's folder names the server (its URL, and for a self-signed
   certificate the SHA-256 fingerprint it was pinned by, with the certificate itself in `server-cert.pem`)
   and the id of the profile's keychain entries. The token is only in the keychain (service
-  `personal-llm`, account `server-token-ID`): never in a file of the profile, never in a log.
+  `personal-llm`, account `server-token-ID`): never in a file of the profile, never in a log. Without a
+  keychain, as a local store does, a passphrase protects it: connection.json then holds a random key
+  wrapped by the passphrase (scrypt, AES-256-GCM: engine/recovery.py) and, sealed with that key, the token
+  and the outbox's key; the passphrase is asked for when the profile is used (PERSONAL_LLM_PASSPHRASE, a
+  terminal's prompt, or the app's).
 - **TLS is verified**: against the system's authorities, or, for a pinned profile, against the pinned
   certificate alone (and its fingerprint checked when connecting). Plain HTTP only on loopback.
 - **Writes go through the outbox** (engine/store/sqlite/outbox.py): an encrypted file of the profile whose
@@ -39,7 +43,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from .errors import EngineError, NotFound, UserError
+from .errors import EngineError, KeyMissing, NotFound, UserError, WrongKey
 from .memory_rules import EPISODIC_DISCOUNT, IMPORTANCE_BY_SOURCE, new_uid, parse_time
 from .paths import write_atomic
 
@@ -93,6 +97,7 @@ class ServerProfile:
     url: str
     id: str
     fingerprint: str | None = None
+    protected: dict[str, Any] | None = None  # no keychain: {"wrap": the key wrapped by the passphrase, "sealed": …}
 
     @property
     def token_account(self) -> str:
@@ -103,7 +108,10 @@ class ServerProfile:
         return f"outbox-{self.id}"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"url": self.url, "id": self.id, "fingerprint": self.fingerprint}
+        out: dict[str, Any] = {"url": self.url, "id": self.id, "fingerprint": self.fingerprint}
+        if self.protected is not None:
+            out["protected"] = self.protected
+        return out
 
 
 def read_server_profile(home: Path) -> ServerProfile | None:
@@ -113,7 +121,11 @@ def read_server_profile(home: Path) -> ServerProfile | None:
         return None
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
-        return ServerProfile(home=home, url=str(raw["url"]), id=str(raw["id"]), fingerprint=raw.get("fingerprint"))
+        protected = raw.get("protected")
+        if protected is not None and not (isinstance(protected, dict) and {"wrap", "sealed"} <= protected.keys()):
+            raise ValueError("protected")
+        return ServerProfile(home=home, url=str(raw["url"]), id=str(raw["id"]), fingerprint=raw.get("fingerprint"),
+                             protected=protected)
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise UserError(f"{path} is damaged: connect this profile again (`personal-llm connect`).") from e
 
@@ -137,11 +149,39 @@ def _keychain(action: str, account: str, value: str | None = None) -> str | None
 
 
 def token_of(profile: ServerProfile) -> str:
+    if profile.protected is not None:
+        return _unsealed(profile)["token"]
     token = _keychain("get", profile.token_account)
     if not token:
         raise TokenRefused(f"The keychain holds no token for the server profile at {profile.home}: connect it "
                            f"again (`personal-llm connect {profile.url} --token TOKEN`).")
     return token
+
+
+# profiles protected by a passphrase, unlocked by this process: (their key, the secrets it sealed); never written
+_unlocked: dict[Path, tuple[bytes, dict[str, str]]] = {}
+
+
+def unlock_profile(profile: ServerProfile, passphrase: str | None = None, *, interactive: bool = False) -> None:
+    """A server profile protected by a passphrase (no keychain): its token and outbox key unsealed for this
+    process. The passphrase as given, else PERSONAL_LLM_PASSPHRASE, else typed in a terminal (`interactive`);
+    KeyMissing without one, WrongKey when it is not this profile's. Nothing for a profile in the keychain."""
+    if profile.protected is None or profile.home in _unlocked:
+        return
+    from . import keys, recovery
+
+    phrase = passphrase or keys._passphrase(confirm=False, interactive=interactive)
+    dk = recovery.unwrap(phrase, profile.protected["wrap"], profile.id)
+    found = recovery.unseal(dk, profile.protected["sealed"], profile.id) if dk is not None else None
+    if dk is None or not found or "token" not in found:
+        raise WrongKey(f"That passphrase does not unlock the server profile at {profile.home}. Nothing was changed.")
+    _unlocked[profile.home] = (dk, found)
+
+
+def _unsealed(profile: ServerProfile) -> dict[str, str]:
+    if profile.home not in _unlocked:
+        unlock_profile(profile)  # PERSONAL_LLM_PASSPHRASE, or KeyMissing
+    return _unlocked[profile.home][1]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -359,23 +399,26 @@ def check_server(url: str, token: str, *, fingerprint: str | None = None) -> Che
     return Checked(url=url, fingerprint=pin, certificate=der, memories=int(stats.get("memories", 0)))
 
 
-def connect_profile(home: Path, checked: Checked, token: str) -> ServerProfile:
+def connect_profile(home: Path, checked: Checked, token: str, *, passphrase: str | None = None) -> ServerProfile:
     """Make `home` a server profile for what `check_server` found: the token into the keychain, the
     certificate (when pinned) and connection.json into the folder. Refused where the folder holds a local store
-    (push it instead) or where no keychain keeps the token."""
+    (push it instead). Without a keychain, `passphrase` protects the token and the outbox's key (sealed in
+    connection.json, see the module doc); connecting again keeps the outbox and its key (the passphrase
+    the profile had unlocks them)."""
     from .keys import keychain_usable
     from .paths import STORE_FILE
 
     if (home / STORE_FILE).exists():
         raise UserError(f"The profile at {home} keeps its memory on this computer. Connect another profile "
                         "(--profile NAME), or move this one's memory to the server with `personal-llm push`.")
-    if not keychain_usable():
-        raise UserError("No keychain is available to keep the server's token (it is never written to a file): "
-                        "start or unlock your keychain and connect again.")
     old = read_server_profile(home)
     profile = ServerProfile(home=home, url=checked.url, id=old.id if old else secrets.token_hex(8),
                             fingerprint=checked.fingerprint)
-    _keychain("set", profile.token_account, token)
+    if keychain_usable() and not (old is not None and old.protected is not None):
+        _keychain("set", profile.token_account, token)
+    else:
+        profile = _protected(profile, old, token, passphrase)
+    close_outbox(home)  # opened again with this connection's key
     cert = home / CERT_FILE
     if checked.certificate is not None:
         write_atomic(cert, ssl.DER_cert_to_PEM_cert(checked.certificate))
@@ -383,6 +426,53 @@ def connect_profile(home: Path, checked: Checked, token: str) -> ServerProfile:
         cert.unlink(missing_ok=True)
     write_atomic(home / SERVER_FILE, json.dumps(profile.as_dict(), indent=2))
     return profile
+
+
+def _protected(profile: ServerProfile, old: ServerProfile | None, token: str,
+               passphrase: str | None) -> ServerProfile:
+    """`profile` with its token sealed under a key wrapped by the passphrase (no keychain). Connected again
+    (a new token), the key and the outbox's key stay: unlocked by this process already, or by `passphrase`."""
+    from . import recovery
+    from .keys import keychain_usable, passphrase_problem
+
+    home = profile.home
+    if old is not None and old.protected is not None:
+        if home not in _unlocked:
+            if not passphrase:
+                raise KeyMissing("Give the passphrase of this server profile to connect it again (PERSONAL_LLM_"
+                                 "PASSPHRASE, or typed).")
+            unlock_profile(old, passphrase)  # WrongKey: not the passphrase this profile had
+        dk, found = _unlocked[home]
+        wrap, outbox_key = old.protected["wrap"], found["outbox"]
+    else:
+        if not passphrase:
+            raise KeyMissing("No keychain is available on this computer to keep the server's token (it is never "
+                             "written to a file as it is): give a passphrase (PERSONAL_LLM_PASSPHRASE, or typed) "
+                             "to protect it. It is asked for when the profile is used.")
+        if problem := passphrase_problem(passphrase):
+            raise UserError(problem + " Nothing was changed.")
+        outbox_key = secrets.token_bytes(32).hex()
+        if old is not None and (home / OUTBOX_FILE).exists():
+            kept = _keychain("peek", old.outbox_account) if keychain_usable() else None
+            if kept is None and _outbox_waiting(old):
+                raise UserError("This profile's outbox is encrypted with a key kept in a keychain this computer "
+                                "no longer offers: connect again where that keychain is (or `disconnect --discard` "
+                                "first, dropping what waits in it).")
+            outbox_key = kept or outbox_key
+        dk = recovery.new_data_key()
+        kdf = recovery.new_kdf("passphrase")
+        wrap = recovery.wrap(recovery.derive(passphrase, kdf), dk, profile.id, kdf)
+    sealed = {"token": token, "outbox": outbox_key}
+    _unlocked[home] = (dk, sealed)
+    return ServerProfile(home=home, url=profile.url, id=profile.id, fingerprint=profile.fingerprint,
+                         protected={"wrap": wrap, "sealed": recovery.seal(dk, sealed, profile.id)})
+
+
+def _outbox_waiting(profile: ServerProfile) -> bool:
+    try:
+        return (profile.home / OUTBOX_FILE).stat().st_size > 0
+    except OSError:
+        return False
 
 
 def disconnect_profile(profile: ServerProfile, *, drop_outbox: bool = False) -> int:
@@ -398,10 +488,12 @@ def disconnect_profile(profile: ServerProfile, *, drop_outbox: bool = False) -> 
                         "(`personal-llm outbox`): send them first (any command that reaches the server does), or "
                         "disconnect with --discard to drop them.")
     close_outbox(profile.home)
+    _unlocked.pop(profile.home, None)
     for name in (SERVER_FILE, CERT_FILE, OUTBOX_FILE, OUTBOX_FILE + "-wal", OUTBOX_FILE + "-shm", OUTBOX_LOCK):
         (profile.home / name).unlink(missing_ok=True)
-    _keychain("delete", profile.token_account)
-    _keychain("delete", profile.outbox_account)
+    if profile.protected is None:
+        _keychain("delete", profile.token_account)
+        _keychain("delete", profile.outbox_account)
     return waiting
 
 
@@ -465,7 +557,10 @@ class Outbox:
             opened.file.close()  # removed or replaced by another program: the file there now is the outbox
             opened.file = opened.inode = None
         made = self._inode() is not None
-        key = _keychain("get" if made else "peek", self.profile.outbox_account)
+        if self.profile.protected is not None:
+            key: str | None = _unsealed(self.profile)["outbox"]
+        else:
+            key = _keychain("get" if made else "peek", self.profile.outbox_account)
         if key is None:
             if made:
                 raise UserError(f"The key of this profile's outbox ({self.path}) is not in the keychain, so the "
@@ -610,7 +705,8 @@ class RemoteEngine:
 
     profile = None  # no desktop profile: paths on this device are uploaded, never named to the server
 
-    def __init__(self, server: ServerProfile):
+    def __init__(self, server: ServerProfile, *, passphrase: str | None = None, interactive: bool = False):
+        unlock_profile(server, passphrase, interactive=interactive)  # a profile protected by a passphrase
         self.server = server
         self.home = server.home
         self.notices: list[str] = []
@@ -898,10 +994,11 @@ class _Received:
         return counts
 
 
-def open_remote(home: Path) -> RemoteEngine | None:
-    """The engine of the server profile at `home`; None for a local profile."""
+def open_remote(home: Path, *, interactive: bool = True) -> RemoteEngine | None:
+    """The engine of the server profile at `home` (its passphrase typed in a terminal when it has one and
+    PERSONAL_LLM_PASSPHRASE is not set); None for a local profile."""
     server = read_server_profile(home)
-    return None if server is None else RemoteEngine(server)
+    return None if server is None else RemoteEngine(server, interactive=interactive)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -62,6 +62,7 @@ class Connection:
     refused: int  # of those, the ones the server refused (they wait for `personal-llm outbox --drop`)
     latency_ms: float | None  # the last request that reached the server
     memories: int | None = None
+    token_refused: bool = False  # the server refused the token (revoked): writes wait until a new one is given
 
 
 class RemoteApp(RemoteEngine):
@@ -69,8 +70,9 @@ class RemoteApp(RemoteEngine):
 
     key_source = "server"
 
-    def __init__(self, server: Any, *, actor: str = "desktop"):
-        super().__init__(server)
+    def __init__(self, server: Any, *, actor: str = "desktop", passphrase: str | None = None,
+                 interactive: bool = False):
+        super().__init__(server, passphrase=passphrase, interactive=interactive)
         self.actor = actor
         self.paused = False
         self.store_path = server.url
@@ -81,8 +83,10 @@ class RemoteApp(RemoteEngine):
         self._state_lock = threading.Lock()
         self._reachable: bool | None = None
         self._detail = ""
+        self._token_refused = False
         self._latency: float | None = None
         self._memories: int | None = None
+        self._stats: Any = None  # the server's counts, read last
         self._sent = True  # the app sends the outbox on each poll (and after each write), not before a read
         self._pages: OrderedDict[tuple[Any, ...], Any] = OrderedDict()  # the listings read last (MemoryPage)
         self._pages_lock = threading.Lock()
@@ -113,9 +117,9 @@ class RemoteApp(RemoteEngine):
             except Exception:
                 log.exception("change listener failed")
 
-    def _reached(self, ok: bool, detail: str = "", latency: float | None = None) -> None:
+    def _reached(self, ok: bool, detail: str = "", latency: float | None = None, *, refused: bool = False) -> None:
         with self._state_lock:
-            self._reachable, self._detail = ok, detail
+            self._reachable, self._detail, self._token_refused = ok, detail, refused
             if latency is not None:
                 self._latency = latency
 
@@ -128,14 +132,14 @@ class RemoteApp(RemoteEngine):
         with self._state_lock:
             return Connection(url=self.server.url, fingerprint=self.server.fingerprint, reachable=self._reachable,
                               detail=self._detail, waiting=waiting + refused, refused=refused,
-                              latency_ms=self._latency, memories=self._memories)
+                              latency_ms=self._latency, memories=self._memories, token_refused=self._token_refused)
 
     def _timed(self, method: str, path: str, **kw: Any) -> tuple[int, Any]:
         t0 = time.perf_counter()
         try:
             answer = self.client.request(method, path, **kw)
         except (ServerUnreachable, TokenRefused) as e:
-            self._reached(False, str(e))
+            self._reached(False, str(e), refused=isinstance(e, TokenRefused))
             raise
         self._reached(True, "", (time.perf_counter() - t0) * 1000)
         return answer
@@ -144,7 +148,7 @@ class RemoteApp(RemoteEngine):
         try:
             body = super()._read(what, method, path, **kw)
         except (ServerUnreachable, TokenRefused) as e:
-            self._reached(False, str(e))
+            self._reached(False, str(e), refused=isinstance(e, TokenRefused))
             raise
         self._reached(True)
         return body
@@ -158,7 +162,7 @@ class RemoteApp(RemoteEngine):
             try:
                 self.send_outbox()
             except (ServerUnreachable, TokenRefused) as e:
-                self._reached(False, str(e))
+                self._reached(False, str(e), refused=isinstance(e, TokenRefused))
                 raise
         params = {} if token is None else {"since": token}
         _status, body = self._timed("GET", "/changes", params=params, timeout=POLL_TIMEOUT)
@@ -167,6 +171,19 @@ class RemoteApp(RemoteEngine):
         if was is False:
             changes.append(Changes("reconnected", {"*"}, {"*"}, True))
         return StoreChanges(int(body["token"]), changes)
+
+    def renew_token(self, token: str, passphrase: str | None = None) -> Connection:
+        """Connect this profile again with a new token (the old one was revoked): checked by the server first,
+        kept as the old one was (keychain, or sealed under the profile's passphrase); the outbox and its writes
+        stay, and leave with the next poll."""
+        from .remote import check_server, client_for, connect_profile
+
+        checked = check_server(self.server.url, token, fingerprint=self.server.fingerprint)
+        profile = connect_profile(self.home, checked, token, passphrase=passphrase)
+        old, self.server, self.client = self.client, profile, client_for(profile)
+        old.close()
+        self._reached(True)
+        return self.connection()
 
     def send_outbox(self, progress: Callable[[int, int], None] | None = None) -> Any:
         sent = super().send_outbox(progress)
@@ -177,7 +194,11 @@ class RemoteApp(RemoteEngine):
     def _write(self, op: str, uid: str, target: str | None, payload: dict[str, Any],
                data: bytes | None = None) -> tuple[int, Any] | None:
         t0 = time.perf_counter()
-        answer = super()._write(op, uid, target, payload, data)
+        try:
+            answer = super()._write(op, uid, target, payload, data)
+        except TokenRefused as e:  # kept in the outbox, as offline; the app says that the token needs renewing
+            self._reached(False, str(e), refused=True)
+            return None
         if answer is None:
             self._reached(False, self.notices[-1] if self.notices else "")
             del self.notices[:]
@@ -317,7 +338,20 @@ class RemoteApp(RemoteEngine):
         return list(self._read("Listing projects", "GET", "/projects"))
 
     def stats(self) -> Any:
-        stats = super().stats()
+        """The server's counts, with the captures waiting in the outbox counted (as the listing shows them);
+        while the server cannot be reached, the counts read last (ServerUnreachable when never read)."""
+        try:
+            stats = super().stats()
+        except ServerUnreachable:
+            with self._state_lock:
+                stats = self._stats
+            if stats is None:
+                raise
+            stats = stats.model_copy(deep=True)
+        else:
+            with self._state_lock:
+                self._stats = stats.model_copy(deep=True)
+        stats.memories += sum(1 for w in self._waiting_writes() if w.op == "remember")
         with self._state_lock:
             self._memories = stats.memories
         return stats

@@ -42,7 +42,7 @@ def connect(p: argparse.ArgumentParser) -> Handler:
 
     def run(a: argparse.Namespace, session: Session) -> int:
         from ..locking import private_dir
-        from ..remote import CertificateRefused, check_server, connect_profile
+        from ..remote import CertificateRefused, check_server, connect_profile, read_server_profile
 
         home = _home(a, session)
         try:
@@ -52,7 +52,14 @@ def connect(p: argparse.ArgumentParser) -> Handler:
                 print_json({"connected": False, "fingerprint": e.fingerprint})
             raise
         private_dir(home)
-        profile = connect_profile(home, checked, a.token)
+        from ..keys import _passphrase, keychain_usable
+
+        passphrase = None
+        old = read_server_profile(home)
+        if not keychain_usable() or (old is not None and old.protected is not None):
+            # no keychain: a passphrase protects the token (PERSONAL_LLM_PASSPHRASE, or typed twice)
+            passphrase = _passphrase(confirm=old is None or old.protected is None)
+        profile = connect_profile(home, checked, a.token, passphrase=passphrase)
         if a.json:
             print_json({"connected": True, "profile": a.profile, "home": str(home), **profile.as_dict(),
                         "memories": checked.memories})
@@ -60,7 +67,8 @@ def connect(p: argparse.ArgumentParser) -> Handler:
             pinned = f" (certificate pinned: {profile.fingerprint})" if profile.fingerprint else ""
             use = f"personal-llm --profile {a.profile} …" if a.profile else "every command of this profile"
             console().print(f"Connected to {escape(profile.url)}{pinned}: {counted(checked.memories, 'memories')} "
-                            f"there. {use} uses it; the token is in the keychain.")
+                            f"there. {use} uses it; the token is "
+                            + ("protected by your passphrase." if profile.protected else "in the keychain."))
         return 0
 
     return run

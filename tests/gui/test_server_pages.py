@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from PySide6.QtCore import Qt
 
 from tests import pg_server as pg
 from tests.gui.test_server_profile import capture, texts_on_server
@@ -77,7 +78,9 @@ def test_every_page_on_a_server_profile(qtbot, qasync_loop, profile_home, lexica
         assert not w.ask.agent_toggle.isEnabled()
         assert "computer" in w.ask.agent_toggle.toolTip()
         w.show_page("settings")
-        assert not w.settings.folders.isVisible()  # watched folders feed a profile on this computer
+        folders = w.settings.folders  # watched folders feed a profile on this computer: it says so
+        assert folders.not_here.isVisible() and not folders.body.isVisible()
+        assert "Documents" in folders.not_here.text()
         w.show_page("documents")
         assert "uploaded to your server" in w.documents.drop_zone.hint.text()
 
@@ -100,6 +103,7 @@ def test_every_page_on_a_server_profile(qtbot, qasync_loop, profile_home, lexica
         [waiting] = [uid for uid in browser.visible_ids() if when_column(browser, uid) == "Waiting to send"]
         assert browser.model.get(waiting).text == "The plumber's number is 555 0199"
         qtbot.waitUntil(lambda: w.status.server.text() == "● Offline · 1 waiting to send", timeout=10_000)
+        qtbot.waitUntil(lambda: w.status.count.text().startswith("2 memories"), timeout=10_000)  # as listed
         browser.refresh()
         qtbot.waitUntil(lambda: not browser._reading, timeout=10_000)
         qtbot.wait(300)
@@ -117,3 +121,164 @@ def test_every_page_on_a_server_profile(qtbot, qasync_loop, profile_home, lexica
         assert errors == []
     finally:
         app.quit()
+
+
+def test_a_revoked_token_says_so_keeps_the_capture_and_a_new_token_sends_it(
+        qtbot, qasync_loop, profile_home, lexical_embedder, server, pg_url, monkeypatch):
+    from engine import users
+
+    srv, token = server
+    app, errors = connected_app(qtbot, profile_home, srv.url, token, lexical_embedder, monkeypatch)
+    w = app.window
+    try:
+        w.build_pages()
+        status = w.status
+        qtbot.waitUntil(lambda: status.server.text() == "● Server", timeout=10_000)
+        users.remove(pg_url, "alice", forget=False)  # revoked: the server refuses it within its 10 s
+        qtbot.waitUntil(lambda: status.server.text().startswith("● Token refused"), timeout=30_000)
+        capture(qtbot, app, "The spare key is under the blue pot")  # kept, not failed
+        qtbot.waitUntil(lambda: status.server.text() == "● Token refused · 1 waiting to send", timeout=10_000)
+        assert "refused this profile's token" in status.server.toolTip()
+        assert "Use a new token" in status.currentMessage()
+        w.show_page("settings")
+        box = w.settings.sections.server
+        qtbot.waitUntil(lambda: box.renew.isVisible(), timeout=10_000)
+        assert box.health.text().startswith("● Token refused.") and "1 waiting to send" in box.health.text()
+        assert texts_on_server(pg_url) == []
+
+        # a wrong token is refused with the reason, and the capture still waits
+        box.renew_token("pllm_not-a-token")
+        qtbot.waitUntil(lambda: "refused this profile's token" in box.feedback.text, timeout=15_000)
+        # the new token (another account here: a user's second token has no command yet) takes it, once
+        new = users.add(pg_url, "alice-laptop")
+        box.renew_token(new)
+        qtbot.waitUntil(lambda: status.server.text() == "● Server", timeout=20_000)
+        assert not box.renew.isVisible()
+        qtbot.waitUntil(lambda: texts_on_server(pg_url) == ["The spare key is under the blue pot"], timeout=10_000)
+        assert new not in "".join(p.read_text(errors="replace") for p in profile_home.rglob("*.json"))
+        assert errors == []
+    finally:
+        app.quit()
+
+
+def test_without_a_keychain_a_passphrase_protects_the_servers_token(
+        qtbot, qasync_loop, profile_home, lexical_embedder, server, pg_url, monkeypatch):
+    import keyring.core
+    from PySide6.QtWidgets import QInputDialog
+
+    from desktop.app import DesktopApp
+    from engine import remote
+
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.fail.Keyring")
+    monkeypatch.delenv("PERSONAL_LLM_PASSPHRASE", raising=False)
+    keyring.core._keyring_backend = None
+    srv, token = server
+    app = DesktopApp(profile_home, embedder=lexical_embedder, use_tray=False, use_hotkey=False, undo_seconds=0.4)
+    qtbot.addWidget(app.window)
+    qtbot.addWidget(app.capture)
+    try:
+        qtbot.waitUntil(lambda: app.where_dialog is not None and app.where_dialog.isVisible(), timeout=10_000)
+        dialog = app.where_dialog
+        dialog.server.setChecked(True)
+        assert dialog.passphrase.isVisible() and "No keychain" in dialog.passphrase_note.text()
+        qtbot.keyClicks(dialog.address, srv.url)
+        qtbot.keyClicks(dialog.token, token)
+        qtbot.keyClicks(dialog.passphrase, "short")
+        qtbot.mouseClick(dialog.go, Qt.MouseButton.LeftButton)
+        assert "at least 8 characters" in dialog.problem.label.text()
+        dialog.passphrase.setText("correct horse battery")
+        dialog.again.setText("correct horse battery")
+        qtbot.mouseClick(dialog.go, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: app.bridge.info is not None, timeout=30_000)
+        capture(qtbot, app, "The gate code is 1984")
+        srv.stop()
+        capture(qtbot, app, "The alarm code is 2468")  # into the outbox, encrypted with the sealed key
+        qtbot.waitUntil(lambda: app.window.status.server.text() == "● Offline · 1 waiting to send", timeout=10_000)
+    finally:
+        app.quit()
+    files = [p for p in profile_home.rglob("*") if p.is_file()]
+    assert not any(token.encode() in p.read_bytes() or b"2468" in p.read_bytes() for p in files)
+    assert "protected" in (profile_home / "connection.json").read_text()
+
+    # a new start (a new process: nothing unlocked) asks for the passphrase; a wrong one is asked again
+    remote._unlocked.clear()
+    remote.close_outbox(profile_home)
+    prompts: list[str] = []
+    replies = ["wrong passphrase", "correct horse battery"]
+
+    def get_text(parent, title, label, echo):
+        prompts.append(label)
+        return (replies.pop(0), True) if replies else ("", False)
+
+    monkeypatch.setattr(QInputDialog, "getText", staticmethod(get_text))
+    srv.start()
+    app = DesktopApp(profile_home, embedder=lexical_embedder, use_tray=False, use_hotkey=False, undo_seconds=0.4)
+    qtbot.addWidget(app.window)
+    qtbot.addWidget(app.capture)
+    try:
+        qtbot.waitUntil(lambda: app.bridge.info is not None, timeout=30_000)
+        assert len(prompts) == 2 and "Enter it" in prompts[0] and "does not open" in prompts[1]
+        qtbot.waitUntil(lambda: app.window.status.server.text() == "● Server", timeout=20_000)
+        qtbot.waitUntil(lambda: texts_on_server(pg_url) == ["The gate code is 1984", "The alarm code is 2468"],
+                        timeout=10_000)
+    finally:
+        app.quit()
+        keyring.core._keyring_backend = None
+
+
+def test_settings_copies_a_local_memory_to_the_server_and_back_with_progress_and_a_stop(
+        qtbot, qasync_loop, profile_home, tmp_path, lexical_embedder, server, pg_url, monkeypatch):
+    from engine import Remembered
+    from tests.gui.conftest import engine_of, make_desktop
+
+    srv, token = server
+    app = make_desktop(qtbot, profile_home, lexical_embedder)  # a local profile
+    try:
+        engine_of(app).remember_many([Remembered(f"Local note number {i} about the garden") for i in range(450)])
+        app.window.show_page("settings")
+        box = app.window.settings.sections.server
+        assert box.move_button.text() == "Copy to a server…"
+        dialog = box.open_move()
+        dialog.address.setText(srv.url)
+        dialog.token.setText(token)
+        seen: list[tuple[int, int]] = []
+        dialog.bridge_progress = dialog._progressed
+
+        def progressed(done: int, total: int) -> None:
+            seen.append((done, total))
+            dialog.bridge_progress(done, total)
+            if len(seen) == 1:
+                dialog.stop_copy()  # the user stops it after the first page
+
+        monkeypatch.setattr(dialog, "_progressed", progressed)
+        dialog.run()
+        assert dialog.running and not dialog.start.isEnabled()
+        qtbot.waitUntil(lambda: not dialog.running, timeout=60_000)
+        assert seen[0] == (200, 450) and dialog.result.text.startswith("Stopped.")
+        assert len(texts_on_server(pg_url)) == 200
+        monkeypatch.setattr(dialog, "_progressed", dialog.bridge_progress)
+        dialog.run()  # again: the rest, nothing twice
+        qtbot.waitUntil(lambda: not dialog.running, timeout=60_000)
+        assert "450 memories: 250 new on the server" in dialog.result.text
+        assert len(texts_on_server(pg_url)) == 450 and dialog.progress.value() == dialog.progress.maximum()
+    finally:
+        app.quit()
+
+    # and back: a server profile copies its account into a profile kept on this computer
+    device = tmp_path / "device"
+    back, errors = connected_app(qtbot, device, srv.url, token, lexical_embedder, monkeypatch)
+    try:
+        back.window.build_pages()
+        back.window.show_page("settings")
+        box = back.window.settings.sections.server
+        assert box.move_button.text() == "Copy to this computer…"
+        dialog = box.open_move()
+        dialog.name.setText("copy")
+        dialog.run()
+        qtbot.waitUntil(lambda: not dialog.running, timeout=120_000)
+        assert "450 memories: 450 new in the profile copy" in dialog.result.text, dialog.result.text
+        assert dialog.key_dialog.isVisible()  # the new profile's recovery key, shown once
+        assert (profile_home / "profiles" / "copy" / "memory.db").exists()
+        assert errors == []
+    finally:
+        back.quit()

@@ -236,3 +236,32 @@ def test_a_server_killed_during_delivery_loses_and_doubles_nothing(served, pg_ur
     assert cli_json("outbox") == []
     _check_arrived(pg_url, made)
 
+
+def test_without_a_keychain_a_passphrase_protects_the_token_and_the_outbox(served, pg_url: str, profile_home: Path,
+                                                                           monkeypatch):
+    server, token = served
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.fail.Keyring")
+    monkeypatch.delenv("PERSONAL_LLM_PASSPHRASE", raising=False)
+    refused = cli("connect", server.url, "--token", token, "--profile", "laptop", check=False)
+    assert refused.returncode == 1 and "No keychain" in refused.stderr and "PERSONAL_LLM_PASSPHRASE" in refused.stderr
+    laptop = profile_home / "profiles" / "laptop"
+    assert not (laptop / "connection.json").exists()
+    monkeypatch.setenv("PERSONAL_LLM_PASSPHRASE", "correct horse battery")
+    assert cli_json("connect", server.url, "--token", token, "--profile", "laptop")["connected"]
+    remembered = cli_json("--profile", "laptop", "remember", "The gate code is 1984")
+    assert [m[0] for m in server_memories(pg_url)] == [remembered["id"]]
+    server.stop()
+    assert cli_json("--profile", "laptop", "remember", "The alarm code is 2468")["waiting"]
+    assert files_hold(profile_home, token) == [] and files_hold(profile_home, "2468") == []  # never in the clear
+
+    monkeypatch.setenv("PERSONAL_LLM_PASSPHRASE", "not the passphrase")
+    wrong = cli("--profile", "laptop", "outbox", check=False)
+    assert wrong.returncode == 1 and "does not unlock the server profile" in wrong.stderr
+    monkeypatch.delenv("PERSONAL_LLM_PASSPHRASE")
+    none = cli("--profile", "laptop", "outbox", check=False)
+    assert none.returncode == 1 and "PERSONAL_LLM_PASSPHRASE" in none.stderr
+    monkeypatch.setenv("PERSONAL_LLM_PASSPHRASE", "correct horse battery")
+    assert [w["text"] for w in cli_json("--profile", "laptop", "outbox")] == ["The alarm code is 2468"]
+    server.start()
+    cli("--profile", "laptop", "outbox", "--send")
+    assert [m[1] for m in server_memories(pg_url)] == ["The gate code is 1984", "The alarm code is 2468"]
