@@ -288,6 +288,7 @@ class MoveDialog(QDialog):
         self.bridge = bridge
         self.to_server = to_server
         self.cancel: Any = None  # the running copy's stop (a threading.Event)
+        self._copied = 0  # memories copied so far by the running copy
         self.setWindowTitle("Copy your memory to a server" if to_server else "Copy your memory to this computer")
         self.form = QFormLayout()
         self.address = QLineEdit()
@@ -352,6 +353,7 @@ class MoveDialog(QDialog):
             self.result.set("Name the profile to copy into.", "error")
             return
         self.start.setEnabled(False)
+        self._copied = 0
         self.stop.show()
         self.stop.setEnabled(True)
         self.progress.setRange(0, 0)
@@ -372,6 +374,7 @@ class MoveDialog(QDialog):
             self.result.set("Stopping after the memories being copied now…", "info")
 
     def _progressed(self, done: int, total: int) -> None:
+        self._copied = done
         if total > 0:
             self.progress.setRange(0, total)
             self.progress.setValue(min(done, total))
@@ -393,8 +396,9 @@ class MoveDialog(QDialog):
         stopped = value is None or bool(getattr(value, "cancelled", False))
         if stopped:
             self.progress.hide()
-            copied = f"{moved.memories:,} memories were copied; " if moved is not None and moved.memories else ""
-            self.result.set(f"Stopped. {copied}copy again to complete it (nothing is copied twice).", "warn")
+            n = max(self._copied, moved.memories if moved is not None else 0)
+            copied = f": {n:,} memories were copied" if n else ""
+            self.result.set(f"Stopped{copied}. Copy again to complete it (nothing is copied twice).", "warn")
         else:
             self.progress.setRange(0, 1)
             self.progress.setValue(1)

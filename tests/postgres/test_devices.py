@@ -265,3 +265,39 @@ def test_without_a_keychain_a_passphrase_protects_the_token_and_the_outbox(serve
     server.start()
     cli("--profile", "laptop", "outbox", "--send")
     assert [m[1] for m in server_memories(pg_url)] == ["The gate code is 1984", "The alarm code is 2468"]
+
+
+def test_the_outbox_is_opened_once_per_process_and_shared_by_threads(served, pg_url: str, profile_home: Path,
+                                                                     monkeypatch):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from engine import check_server, connect_profile, open_profile
+    from engine.store.sqlite import outbox
+
+    server, token = served
+    home = profile_home / "profiles" / "laptop"
+    home.mkdir(parents=True)
+    connect_profile(home, check_server(server.url, token), token)
+    opened: list[Path] = []
+    real = outbox.OutboxFile.__init__
+
+    def counted(self, path, key_pragma):  # noqa: ANN001 - the real file, opened and counted
+        opened.append(path)
+        real(self, path, key_pragma)
+
+    monkeypatch.setattr(outbox.OutboxFile, "__init__", counted)
+    app = open_profile(home, actor="desktop")
+    try:
+        with ThreadPoolExecutor(4) as pool:  # captures and the status bar's count from several threads at once
+            made = list(pool.map(lambda i: app.remember(f"Note {i} about the allotment"), range(12)))
+            assert all(pool.map(lambda _i: app.connection().waiting == 0, range(12)))
+        assert len(opened) == 1  # it was opened three or four times per capture
+        assert sorted(m[0] for m in server_memories(pg_url)) == sorted(r.id for r in made)
+        server.stop()
+        waiting = [app.remember(f"Offline note {i}") for i in range(3)]
+        assert app.connection().waiting == 3 and len(opened) == 1
+        server.start()
+        app.send_outbox()
+        assert {r.id for r in waiting} <= {m[0] for m in server_memories(pg_url)}
+    finally:
+        app.close()
