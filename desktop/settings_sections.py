@@ -300,13 +300,13 @@ class MoveDialog(QDialog):
         self.fingerprint.setPlaceholderText("only for a self-signed certificate: AB:CD:…")
         self.name = QLineEdit("this-computer")
         if to_server:
-            intro = ("Your memories are sent into your account, each with its own id: sending again, or after a stop, "
-                     "adds nothing twice. Documents, conversations and the graph are not sent yet.")
+            intro = ("Your memories, documents, conversations and the graph are sent into your account, each with its "
+                     "own id: sending again, or after a stop, adds nothing twice.")
             self.form.addRow("Address", self.address)
             self.form.addRow("Token", self.token)
             self.form.addRow("Fingerprint", self.fingerprint)
         else:
-            intro = ("Your account's memories are copied into a profile kept on this computer, encrypted; open it "
+            intro = ("Everything in your account is copied into a profile kept on this computer, encrypted; open it "
                      "with `personal-llm-desktop --profile NAME`. Copying again adds nothing twice.")
             self.form.addRow("Profile", self.name)
         self.progress = QProgressBar()
@@ -378,7 +378,7 @@ class MoveDialog(QDialog):
         if total > 0:
             self.progress.setRange(0, total)
             self.progress.setValue(min(done, total))
-            self.result.set(f"Copied {done:,} of {total:,} memories…", "info")
+            self.result.set(f"Copied {done:,} of {total:,} items…", "info")
 
     def _ended(self) -> None:
         self.cancel = None
@@ -396,15 +396,15 @@ class MoveDialog(QDialog):
         stopped = value is None or bool(getattr(value, "cancelled", False))
         if stopped:
             self.progress.hide()
-            n = max(self._copied, moved.memories if moved is not None else 0)
-            copied = f": {n:,} memories were copied" if n else ""
+            n = max(self._copied, moved.records if moved is not None else 0)
+            copied = f": {n:,} items were copied" if n else ""
             self.result.set(f"Stopped{copied}. Copy again to complete it (nothing is copied twice).", "warn")
         else:
             self.progress.setRange(0, 1)
             self.progress.setValue(1)
             where = "on the server" if self.to_server else f"in the profile {self.name.text().strip()}"
-            self.result.set(f"Copied {moved.memories:,} memories: {moved.added:,} new {where}, the others were "
-                            "there already.", "ok")
+            self.result.set(f"Copied {moved.records:,} items, {moved.memories:,} of them memories: {moved.added:,} "
+                            f"memories new {where}, the others were there already.", "ok")
             self.close_button.setDefault(True)
         key = getattr(value, "recovery_key", None)
         if key:  # the profile made by this copy: its recovery key, shown once

@@ -527,5 +527,5 @@ def copy_to_local(eng: Any, local: Any, *, progress: Callable[[int, int], None] 
         try:
             moved = pull_into(remote, local, _reporting(counted, cancel))
         except Cancelled:
-            return Copied(Moved(memories=seen[0]), local.home, local.recovery_key, cancelled=True)
+            return Copied(Moved(records=seen[0]), local.home, local.recovery_key, cancelled=True)
     return Copied(moved, local.home, local.recovery_key)

@@ -234,7 +234,7 @@ def test_settings_copies_a_local_memory_to_the_server_and_back_with_progress_and
     srv, token = server
     app = make_desktop(qtbot, profile_home, lexical_embedder)  # a local profile
     try:
-        engine_of(app).remember_many([Remembered(f"Local note number {i} about the garden") for i in range(450)])
+        engine_of(app).remember_many([Remembered(f"Local note number {i} about the garden") for i in range(1200)])
         app.window.show_page("settings")
         box = app.window.settings.sections.server
         assert box.move_button.text() == "Copy to a server…"
@@ -248,20 +248,20 @@ def test_settings_copies_a_local_memory_to_the_server_and_back_with_progress_and
             seen.append((done, total))
             dialog.bridge_progress(done, total)
             if len(seen) == 1:
-                dialog.stop_copy()  # the user stops it after the first page
+                dialog.stop_copy()  # the user stops it after the first batch
 
         monkeypatch.setattr(dialog, "_progressed", progressed)
         dialog.run()
         assert dialog.running and not dialog.start.isEnabled()
-        qtbot.waitUntil(lambda: not dialog.running, timeout=60_000)
-        assert seen[0] == (200, 450) and dialog.result.text.startswith("Stopped: ")
-        sent = len(texts_on_server(pg_url))  # the page on its way when Stop was pressed is stored whole
-        assert sent in (200, 400) and f"{sent} memories were copied" in dialog.result.text
+        qtbot.waitUntil(lambda: not dialog.running, timeout=120_000)
+        assert seen[0][0] == 500 and dialog.result.text.startswith("Stopped: ")
+        sent = len(texts_on_server(pg_url))  # the batch on its way when Stop was pressed is stored whole
+        assert sent in (500, 1000) and f"{sent:,} items were copied" in dialog.result.text
         monkeypatch.setattr(dialog, "_progressed", dialog.bridge_progress)
         dialog.run()  # again: the rest, nothing twice
-        qtbot.waitUntil(lambda: not dialog.running, timeout=60_000)
-        assert f"450 memories: {450 - sent} new on the server" in dialog.result.text
-        assert len(texts_on_server(pg_url)) == 450 and dialog.progress.value() == dialog.progress.maximum()
+        qtbot.waitUntil(lambda: not dialog.running, timeout=120_000)
+        assert f"1,200 of them memories: {1200 - sent:,} memories new on the server" in dialog.result.text
+        assert len(texts_on_server(pg_url)) == 1200 and dialog.progress.value() == dialog.progress.maximum()
     finally:
         app.quit()
 
@@ -277,7 +277,7 @@ def test_settings_copies_a_local_memory_to_the_server_and_back_with_progress_and
         dialog.name.setText("copy")
         dialog.run()
         qtbot.waitUntil(lambda: not dialog.running, timeout=120_000)
-        assert "450 memories: 450 new in the profile copy" in dialog.result.text, dialog.result.text
+        assert "1,200 of them memories: 1,200 memories new in the profile copy" in dialog.result.text, dialog.result.text
         assert dialog.key_dialog.isVisible()  # the new profile's recovery key, shown once
         assert (profile_home / "profiles" / "copy" / "memory.db").exists()
         assert errors == []
