@@ -85,8 +85,8 @@ def test_every_page_on_a_server_profile(qtbot, qasync_loop, profile_home, lexica
         assert "uploaded to your server" in w.documents.drop_zone.hint.text()
 
         # what it offers reads the server: the graph's entities, a search, Ask's sources
-        w.show_page("graph")
-        qtbot.wait(1500)
+        w.show_page("graph")  # read from the server: no facts yet (no language model there), said as such
+        qtbot.waitUntil(lambda: "of your server" in w.graph.empty.hint.text(), timeout=10_000)
         w.show_page("memories")
         w.memories.search.setText("boiler")
         qtbot.waitUntil(lambda: len(w.memories.visible_ids()) == 1, timeout=10_000)
