@@ -25,7 +25,6 @@ from ..types import ACTIVITY_SOURCE, Filter, LexicalPlan
 TEXT_SEARCH = "english"
 _TABLE = {"memories_fts": "memories", "chunks_fts": "chunks"}
 LEXICAL_FIRST = 200
-_LEXEME = re.compile(r"'((?:[^']|'')*)':([0-9A-D,]+)")
 
 
 # The functions that find the user's rows holding a tsquery's words through the GIN index (migration m003):
@@ -153,18 +152,28 @@ def _stems(con: Any, ts: list[str]) -> dict[str, list[str]]:
             _stem_cache.clear()
         for t, text in con.execute(f"SELECT t, plainto_tsquery('{TEXT_SEARCH}', t)::text "
                                    "FROM unnest(%s::text[]) AS t", (new,)).fetchall():
-            _stem_cache[str(t)] = re.findall(r"'((?:[^']|'')*)'", text or "")
+            _stem_cache[str(t)] = [s.replace("''", "'").replace("\\\\", "\\")
+                                   for s in re.findall(r"'((?:[^']|'')*)'", text or "")]
     return {t: _stem_cache[t] for t in ts}
 
 
-def _counts(vector: str) -> tuple[dict[str, int], int]:
-    """({lexeme: occurrences}, the row's length in tokens) of a tsvector's text."""
-    counts = {m.group(1): len(m.group(2).split(",")) for m in _LEXEME.finditer(vector)}
-    return counts, sum(counts.values())
+def _terms_of(alias: str) -> str:
+    """What BM25 needs of a row, computed by PostgreSQL from its tsvector: its length in tokens (its count of
+    positions), and the searched lexemes it holds (%s: their array) with their occurrences, as two arrays.
+    (Reading every row's whole tsvector as text and parsing it here took over half of a recall's time in the
+    server's process.)"""
+    return (f"(SELECT coalesce(sum(coalesce(array_length(u.positions, 1), 0)), 0) FROM unnest({alias}.tsv) u), "
+            f"ARRAY(SELECT u.lexeme FROM unnest({alias}.tsv) u WHERE u.lexeme = ANY(%s::text[]) ORDER BY 1), "
+            f"ARRAY(SELECT coalesce(array_length(u.positions, 1), 0) FROM unnest({alias}.tsv) u "
+            f"WHERE u.lexeme = ANY(%s::text[]) ORDER BY u.lexeme)")
+
+
+def _lexemes(stems: dict[str, list[str]]) -> list[str]:
+    return sorted({s for group in stems.values() for s in group})
 
 
 def _average_length(con: Any, fts: str) -> float:
-    """The mean length of a row in tokens, as `_counts` measures a row: its count of positions (`length(tsv)`
+    """The mean length of a row in tokens, as `_terms_of` measures a row: its count of positions (`length(tsv)`
     is its count of distinct lexemes, shorter: with it every row looked longer than the mean)."""
     row = con.execute(f"SELECT avg((SELECT sum(coalesce(array_length(u.positions, 1), 1)) FROM unnest(s.tsv) u)) "
                       f"FROM (SELECT tsv FROM {_TABLE[fts]} LIMIT 10000) s").fetchone()
@@ -203,22 +212,25 @@ def _mean_length(con: Any, fts: str, n: int, who: tuple[str, str]) -> float:
     return mean
 
 
-def _bm25(con: Any, fts: str, ts: list[str], rows: list[tuple[int, str]], dfs: dict[str, int], n: int,
-          who: tuple[str, str]) -> dict[int, float]:
-    """{row id: BM25 of the terms} for rows given with their tsvector text, as FTS5's bm25() scores (`n`, `who`:
-    `_sizes`)."""
+def _bm25(con: Any, fts: str, ts: list[str], stems: dict[str, list[str]], rows: list[tuple], dfs: dict[str, int],
+          n: int, who: tuple[str, str]) -> dict[int, float]:
+    """{row id: BM25 of the terms} for rows given as (id, length, lexemes, their occurrences) (`_terms_of`), as
+    FTS5's bm25() scores (`n`, `who`: `_sizes`)."""
     mean = _mean_length(con, fts, n, who) or 1.0
-    stems = _stems(con, ts)
+    weighted = [(ranking.bm25_idf(n, dfs.get(t, 0)), stems[t]) for t in ts]
     out: dict[int, float] = {}
-    for rid, vector in rows:
-        counts, length = _counts(vector)
+    for rid, length, lexemes, occurrences in rows:
+        if not lexemes:
+            continue
+        counts = dict(zip(lexemes, occurrences, strict=True))
+        size = int(length) or mean
         score = 0.0
-        for t in ts:
-            tf = max((counts.get(s, 0) for s in stems[t]), default=0)
+        for idf, group in weighted:
+            tf = max([counts.get(s, 0) for s in group], default=0)
             if tf:
-                score += lexical.bm25(ranking.bm25_idf(n, dfs.get(t, 0)), tf, length or mean, mean)
+                score += lexical.bm25(idf, tf, size, mean)
         if score > 0:
-            out[rid] = score
+            out[int(rid)] = score
     return out
 
 
@@ -236,15 +248,17 @@ def _lexical(con: Any, fts: str, ts: list[str], limit: int, join: str, where: li
     else:
         n, who, dfs = _sizes(con, fts, ts)
     q, qargs = _query(ts)
+    stems = _stems(con, ts)
+    lexemes = _lexemes(stems)
     one = f"plainto_tsquery('{TEXT_SEARCH}', %s)"
     order = " + ".join(f"%s * ts_rank({alias}.tsv, {one}, 1)" for _ in ts)
     order_args = [a for t in ts for a in (ranking.bm25_idf(n, dfs[t]), t)]
-    rows = con.execute(
-        f"SELECT {alias}.id, {alias}.tsv::text FROM {_TABLE[fts]} {alias} {join} WHERE {_holding(alias, fts, q)}"
-        + "".join(" AND " + w for w in where)
-        + f" ORDER BY {order} DESC, {alias}.id LIMIT %s",
-        [*qargs, *args, *order_args, max(LEXICAL_FIRST, 4 * limit)]).fetchall()
-    scored = _bm25(con, fts, ts, [(int(r[0]), str(r[1])) for r in rows], dfs, n, who)
+    rows = con.execute(  # the best rows first, then what BM25 needs of those only
+        f"SELECT s.id, {_terms_of('s')} FROM (SELECT {alias}.id, {alias}.tsv FROM {_TABLE[fts]} {alias} {join} "
+        f"WHERE {_holding(alias, fts, q)}" + "".join(" AND " + w for w in where)
+        + f" ORDER BY {order} DESC, {alias}.id LIMIT %s) s",
+        [lexemes, lexemes, *qargs, *args, *order_args, max(LEXICAL_FIRST, 4 * limit)]).fetchall()
+    scored = _bm25(con, fts, ts, stems, rows, dfs, n, who)
     return sorted(scored.items(), key=lambda x: (-x[1], x[0]))[:limit]
 
 
@@ -285,8 +299,11 @@ def term_scores(con: Any, fts: str, terms: list[str], ids: list[int], dfs: dict[
     frequencies given."""
     if not terms or not ids:
         return {}
-    rows = con.execute(f"SELECT id, tsv::text FROM {_TABLE[fts]} WHERE id = ANY(%s)", (sorted(set(ids)),)).fetchall()
-    return _bm25(con, fts, terms, [(int(r[0]), str(r[1])) for r in rows], dfs, *_sizes(con, fts)[:2])
+    stems = _stems(con, terms)
+    lexemes = _lexemes(stems)
+    rows = con.execute(f"SELECT t.id, {_terms_of('t')} FROM {_TABLE[fts]} t WHERE t.id = ANY(%s)",
+                       (lexemes, lexemes, sorted(set(ids)))).fetchall()
+    return _bm25(con, fts, terms, stems, rows, dfs, *_sizes(con, fts)[:2])
 
 
 def passing(con: Any, keys: list[tuple[str, int]], f: Filter) -> list[tuple[str, int]]:
