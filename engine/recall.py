@@ -213,13 +213,21 @@ class Retriever:
         """Whether a recall embeds the rows waiting for a vector first. Beside a running backfill, a backlog is
         the backfill's to embed: a search that embedded 512 of 100,000 waiting rows took 15 s, and still did
         not find the rest by meaning (it finds them by their words)."""
-        return not self.memories.backfill.running or not self._backlog(self.ctx.con)
+        if self.memories.backfill.running or getattr(self.space.embedder, "one_shot", False):
+            # a one-shot process (a CLI command) embeds a few rows with the question, never a backlog's batch
+            return not self._backlog(self.ctx.con)
+        return True
+
+    # who asks searches as the user types and would rather see words now than the best answer in seconds
+    _WORDS_WHILE_LOADING = frozenset({"desktop"})
 
     def words_only_now(self) -> bool:
-        """The model is still loading on the background thread (the app, `serve`): a recall finds by words now
-        instead of waiting for the load (the first search of the app waited 5-20 s for it), and by meaning
-        too once the model is loaded."""
-        return self.memories.backfill.running and self.space.available() and not self.space.embedder.ready
+        """The app's model is still loading on the background thread: its search finds by words now instead of
+        waiting for the load (the app's first search waited 5-20 s for it), and by meaning too once the model
+        is loaded. A client of the HTTP API, MCP or the CLI asked a question: it waits for the load (seconds)
+        and gets the same answer it will get later."""
+        return (self.ctx.actor in self._WORDS_WHILE_LOADING and self.memories.backfill.running
+                and self.space.available() and not self.space.embedder.ready)
 
     def _backlog(self, con: Connection) -> bool:
         """More rows wait for a vector than a recall embeds first: the vectors cannot find candidates among
@@ -232,13 +240,17 @@ class Retriever:
         if not self.space.ensure():
             return None
         try:
+            # the question first: it loads the model if this process has not yet, so the rows waiting for a
+            # vector (a memory stored before the model was loaded) are embedded now and found by meaning by
+            # this recall, not only by the next one
+            qvec = self.space.embedder.encode_one(query)
             if (self.ctx.store.read_only is None and rows.anything_unembedded(self.ctx.con)
-                    and self.space.embedder.ready and self._catch_up()):
+                    and self._catch_up()):
                 try:
                     self.space.embed_pending(limit=self._CATCH_UP, wait=self._CATCH_UP_WAIT)
                 except (DiskFull, StoreReadOnly) as e:  # a recall still answers from what is embedded
                     log.info("rows waiting for vectors not embedded now: %s", type(e).__name__)
-            return self.space.embedder.encode_one(query)
+            return qvec
         except EmbeddingUnavailable:
             return None
 

@@ -64,7 +64,7 @@ def test_a_search_while_the_model_loads_in_the_background_answers_by_words_at_on
         gate.wait(90)  # the real model's load, held as long as the test needs: a slow first start
         return load_runtime(path, **given)
 
-    e = Engine.open(profile_home, embedder=Embedder(runtime=held))
+    e = Engine.open(profile_home, actor="desktop", embedder=Embedder(runtime=held))
     search: threading.Thread | None = None
     try:
         stored_unembedded(e, 300)
@@ -83,6 +83,44 @@ def test_a_search_while_the_model_loads_in_the_background_answers_by_words_at_on
         spare = e.remember("The spare key hangs on a hook by the back door").id
         hits = e.recall("where is the extra key kept", k=5, include_chunks=False)
         assert any(h.id == spare and "vector" in h.via for h in hits)  # meaning joins once loaded
+    finally:
+        gate.set()
+        if search is not None:
+            search.join(120)
+        e.stop_background()
+        e.close()
+
+
+def test_a_client_of_the_api_waits_for_the_model_and_gets_the_answer_by_meaning(profile_home):
+    """A question through the HTTP API, MCP or the CLI (not the app's search as the user types) waits for the
+    model's load instead of answering by words alone: the same answer it gets a second later."""
+    from engine import Engine
+    from engine.embeddings import Embedder
+    from engine.onnx_minilm import load_runtime
+
+    gate = threading.Event()
+
+    def held(path, **given):
+        gate.wait(90)
+        return load_runtime(path, **given)
+
+    with Engine.open(profile_home) as first:  # stored with its vector, by a process that loaded the model
+        spare = first.remember("The spare key hangs on a hook by the back door").id
+    e = Engine.open(profile_home, actor="api", embedder=Embedder(runtime=held))
+    search: threading.Thread | None = None
+    try:
+        e.start_background()
+        assert e.embedding_status()[0] == "loading"
+        answer: dict = {}
+        search = threading.Thread(target=lambda: answer.update(
+            hits=e.recall("where is the extra key kept", k=5, include_chunks=False)))
+        search.start()
+        search.join(3)
+        assert search.is_alive(), "the question was answered before the model it needs had loaded"
+        gate.set()
+        search.join(120)
+        assert not search.is_alive()
+        assert any(h.id == spare and "vector" in h.via for h in answer["hits"]), [(h.id, h.via) for h in answer["hits"]]
     finally:
         gate.set()
         if search is not None:
@@ -166,3 +204,42 @@ def test_a_search_does_not_wait_long_for_the_batch_the_backfill_is_embedding(eng
             assert least < took < most, (in_hand, took)
     finally:
         eng.stop_background()
+
+
+def test_the_first_recall_of_a_process_finds_by_meaning_what_was_stored_before_the_model_loaded(profile_home):
+    """A memory stored while the process had no model loaded waits for its vector; the first recall used to
+    check for such rows before its own question loaded the model, so it searched the vectors without them and
+    found nothing ("the spare key" has one word in common with the question, which in a store of one memory
+    weighs nothing): only the second recall found it."""
+    from engine import Engine
+
+    with Engine.open(profile_home) as e:
+        spare = e.remember("The spare key hangs on a hook by the back door").id
+        assert e.space.pending() == 1  # stored before any model was loaded in this process
+        hits = e.recall("where is the extra key kept", k=5, include_chunks=False)
+        assert [h.id for h in hits] == [spare] and "vector" in hits[0].via
+    with Engine.open(profile_home, one_shot=True) as e:  # a CLI command's process, as `personal-llm recall`
+        assert e.space.pending() == 0
+        hits = e.recall("where is the extra key kept", k=5, include_chunks=False)
+        assert [h.id for h in hits] == [spare] and "vector" in hits[0].via
+
+
+def test_a_one_shot_process_embeds_a_few_waiting_rows_with_its_question_but_leaves_a_backlog(profile_home):
+    from engine import Engine
+
+    with Engine.open(profile_home) as e:
+        stored_unembedded(e, 10)
+    with Engine.open(profile_home, one_shot=True) as e:
+        e.recall("allotment", k=5, include_chunks=False)
+        assert e.space.pending() == 0
+        stored_unembedded_more = 200
+        with e.store.write() as con:
+            for i in range(stored_unembedded_more):
+                text = f"Later note {i} about the greenhouse"
+                memory_rows.insert(con, uid=f"mem_late{i:05d}", kind="fact", text=text, chash=content_hash(text),
+                                   importance=0.5, now=time.time() - i, event_at=None, project=None,
+                                   source="user", meta=None, conversation_id=None, document_id=None, done=True,
+                                   dedup_pending=False)
+        hits = e.recall("greenhouse", k=5, include_chunks=False)
+        assert len(hits) == 5  # found by words
+        assert e.space.pending() == stored_unembedded_more  # a backlog is not a CLI command's to embed
