@@ -22,6 +22,27 @@ def stored_unembedded(eng, n: int) -> None:
                                meta=None, conversation_id=None, document_id=None, done=True, dedup_pending=False)
 
 
+def held_model() -> tuple[threading.Event, Embedder]:
+    """The real model, its load held until the event is set: a slow first start."""
+    from engine.onnx_minilm import load_runtime
+
+    gate = threading.Event()
+
+    def held(path, **given):
+        gate.wait(90)
+        return load_runtime(path, **given)
+
+    return gate, Embedder(runtime=held)
+
+
+def closed(e, gate: threading.Event, search: threading.Thread | None) -> None:
+    gate.set()
+    if search is not None:
+        search.join(120)
+    e.stop_background()
+    e.close()
+
+
 def test_a_search_leaves_a_backlog_to_the_backfill_and_finds_by_words(eng):
     stored_unembedded(eng, 300)
     eng.remember("The shed key is archived now", embed="none")
@@ -52,19 +73,10 @@ def test_a_search_while_the_model_loads_in_the_background_answers_by_words_at_on
     """The app's first search came while the background was still loading the model (a first start builds and
     checks its runtime): it waited for the whole load, 5-20 s. Now it answers by words at once, and finds by
     meaning too once the model is loaded."""
-    import threading
-
     from engine import Engine
-    from engine.embeddings import Embedder
-    from engine.onnx_minilm import load_runtime
 
-    gate = threading.Event()
-
-    def held(path, **given):
-        gate.wait(90)  # the real model's load, held as long as the test needs: a slow first start
-        return load_runtime(path, **given)
-
-    e = Engine.open(profile_home, actor="desktop", embedder=Embedder(runtime=held))
+    gate, embedder = held_model()
+    e = Engine.open(profile_home, actor="desktop", embedder=embedder)
     search: threading.Thread | None = None
     try:
         stored_unembedded(e, 300)
@@ -84,29 +96,18 @@ def test_a_search_while_the_model_loads_in_the_background_answers_by_words_at_on
         hits = e.recall("where is the extra key kept", k=5, include_chunks=False)
         assert any(h.id == spare and "vector" in h.via for h in hits)  # meaning joins once loaded
     finally:
-        gate.set()
-        if search is not None:
-            search.join(120)
-        e.stop_background()
-        e.close()
+        closed(e, gate, search)
 
 
 def test_a_client_of_the_api_waits_for_the_model_and_gets_the_answer_by_meaning(profile_home):
     """A question through the HTTP API, MCP or the CLI (not the app's search as the user types) waits for the
     model's load instead of answering by words alone: the same answer it gets a second later."""
     from engine import Engine
-    from engine.embeddings import Embedder
-    from engine.onnx_minilm import load_runtime
 
-    gate = threading.Event()
-
-    def held(path, **given):
-        gate.wait(90)
-        return load_runtime(path, **given)
-
+    gate, embedder = held_model()
     with Engine.open(profile_home) as first:  # stored with its vector, by a process that loaded the model
         spare = first.remember("The spare key hangs on a hook by the back door").id
-    e = Engine.open(profile_home, actor="api", embedder=Embedder(runtime=held))
+    e = Engine.open(profile_home, actor="api", embedder=embedder)
     search: threading.Thread | None = None
     try:
         e.start_background()
@@ -122,11 +123,7 @@ def test_a_client_of_the_api_waits_for_the_model_and_gets_the_answer_by_meaning(
         assert not search.is_alive()
         assert any(h.id == spare and "vector" in h.via for h in answer["hits"]), [(h.id, h.via) for h in answer["hits"]]
     finally:
-        gate.set()
-        if search is not None:
-            search.join(120)
-        e.stop_background()
-        e.close()
+        closed(e, gate, search)
 
 
 class Counting(Embedder):
