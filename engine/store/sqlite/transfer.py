@@ -4,14 +4,13 @@ into this store (inside one transaction)."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from ...errors import UserError
-from ...memory_rules import EPISODIC_DISCOUNT, IMPORTANCE_BY_SOURCE, check_text, content_hash, new_uid
+from ...memory_rules import check_text, content_hash, new_uid
 from ...records import (
     ROW_TO_RECORD,
     TIME_EPS,
@@ -25,14 +24,13 @@ from ...records import (
     MemoryRecord,
     MessageRecord,
     NodeRecord,
-    PlainMemory,
     Record,
     clean_project,
     required_ts,
-    to_iso,
     to_json,
     to_ts,
 )
+from ..merging import MergeBase
 from ..types import ACTIVITY_SOURCE
 from . import memories as memory_rows
 from . import vectors as vector_rows
@@ -77,64 +75,8 @@ def merger(con: Connection) -> Merger:
     return Merger()
 
 
-class Merger:
+class Merger(MergeBase):
     """Adds what is new, maps what is already there; old uids resolve to this store's rows."""
-
-    def __init__(self) -> None:
-        self.added: dict[str, int] = {}
-        self.skipped: dict[str, int] = {}
-        self.doc_ids: dict[str, int] = {}
-        self.chunk_ids: dict[str, int] = {}
-        self.conv_ids: dict[str, int] = {}
-        self.mem_ids: dict[str, int] = {}
-        self.mem_uids: dict[str, str] = {}  # uid in the file -> uid in this store
-        self.node_ids: dict[str, int] = {}
-        self.new_memory_ids: list[int] = []
-        self.new_memory_uids: list[str] = []
-        self.new_chunk_ids: list[int] = []
-        self.new_document_uids: list[str] = []
-        self.new_memories: dict[str, int] = {}  # uid -> row id of the memories and chunks this merge added
-        self.new_chunks: dict[str, int] = {}
-
-    def _count(self, kind: str, added: bool) -> None:
-        bucket = self.added if added else self.skipped
-        bucket[kind] = bucket.get(kind, 0) + 1
-
-    # ---- the whole export ----------------------------------------------------------------------------
-    def merge_export(self, con: Connection, records: dict[str, list[Any]]) -> None:
-        for r in records["document"]:
-            self._document(con, r)
-        for r in records["chunk"]:
-            self._chunk(con, r)
-        for r in records["conversation"]:
-            self._conversation(con, r)
-        for r in records["message"]:
-            self._message(con, r)
-        for r in records["memory"]:
-            self._memory(con, r)
-        self._fix_conflicts(con, records["memory"])
-        for r in records["derivation"]:
-            self._derivation(con, r)
-        for r in records["fact_check"]:
-            self._fact_check(con, r)
-        for r in records["node"]:
-            self._node(con, r)
-        for r in records["edge"]:
-            self._edge(con, r)
-        for r in records["audit"]:
-            self._audit(con, r)
-
-    def merge_plain(self, con: Connection, items: list[PlainMemory]) -> None:
-        now = to_iso(time.time()) or ""
-        for item in items:
-            importance = item.importance
-            if importance is None:
-                importance = IMPORTANCE_BY_SOURCE["import"] - (EPISODIC_DISCOUNT if item.kind == "episodic" else 0.0)
-            at = to_ts(item.at)
-            rec = MemoryRecord(uid=new_uid("mem"), kind=item.kind, text=check_text(item.text),
-                               importance=importance, created_at=now, updated_at=now, at=to_iso(at),
-                               project=item.project, source="import")
-            self._memory(con, rec)
 
     # ---- documents and chunks ------------------------------------------------------------------------
     def _document(self, con: Connection, r: DocumentRecord) -> bool:
