@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 from pathlib import Path
@@ -32,23 +31,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._common import fmt_table  # noqa: E402
 from bench._pg import _HEADER, _TRAILER, BUILD, admin, binary_vectors, start_server, unit_vectors  # noqa: E402
+from bench._vectors import sentences  # noqa: E402
 from bench.recall_latency import percentile  # noqa: E402
 from tests.pg_server import new_database  # noqa: E402
 
 EF = (40, 100, 200, 400)
 CANDIDATES = 40
-
-
-def sentences(data: Path, n: int) -> list[str]:
-    out: list[str] = []
-    with open(data / "corpus.jsonl", encoding="utf-8") as f:
-        for line in f:
-            for s in re.split(r"(?<=[.!?])\s+", json.loads(line)["text"]):
-                if len(s) >= 40:
-                    out.append(s)
-                    if len(out) == n:
-                        return out
-    return out
 
 
 INDEXES = {  # how the column is indexed, and how a search orders by it
