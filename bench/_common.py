@@ -174,6 +174,10 @@ def add_http_args(ap) -> None:
                     help="a running `personal-llm serve` (for example over PostgreSQL) to store into and ask, "
                          "with --token; implies --http. The user's store should not already hold the data")
     ap.add_argument("--token", help="the API token of the --server's user (`personal-llm server add-user`)")
+    ap.add_argument("--fill-from", metavar="CACHE_DIR",
+                    help="--backend postgres: fill the user's account with `personal-llm push` of the SQLite store "
+                         "an earlier `--http --cache-dir CACHE_DIR` run of the same data kept (its texts, times and "
+                         "vectors travel as they are, nothing is embedded again), then ask through the API as usual")
 
 
 def check_http_args(ap, args) -> None:
@@ -187,6 +191,8 @@ def check_http_args(ap, args) -> None:
         args.http = True
     if args.pg_data and args.backend != "postgres":
         ap.error("--pg-data is for --backend postgres")
+    if args.fill_from and args.backend != "postgres":
+        ap.error("--fill-from is for --backend postgres")
 
 
 def target_name(args) -> str:
@@ -225,7 +231,10 @@ def http_target(args, key: str) -> Iterator[tuple[HttpClient, bool, Path | None]
                 (runs / "token").write_text(pg.add_user(url, "bench"))
             url = pg.url(name)
             with ServedDatabase(url) as base, HttpClient(url=base, token=(runs / "token").read_text()) as api:
-                yield api, ready, runs if keep else None
+                filled = not ready and bool(args.fill_from)
+                if filled:
+                    push_cached(Path(args.fill_from) / key, base, (runs / "token").read_text(), runs)
+                yield api, ready or filled, runs if keep or filled else None
                 if keep and not ready:
                     (runs / "READY").write_text(time.strftime("%Y-%m-%d %H:%M:%S"))
         return
@@ -345,6 +354,34 @@ class HttpClient:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def push_cached(cached: Path, url: str, token: str, runs: Path) -> None:
+    """`personal-llm push URL` of the SQLite profile an earlier `--http --cache-dir` run kept in `cached` (from a
+    throwaway copy), and what that run learnt of its data (the *.json files) copied into `runs`."""
+    import subprocess
+
+    if not (cached / "READY").exists():
+        raise SystemExit(f"--fill-from: {cached} holds no finished run of this data (run it with --http "
+                         f"--cache-dir {cached.parent} first)")
+    tmp = tempfile.mkdtemp(prefix="pllm-bench-")
+    try:
+        for name in ("profile", "xdg-data"):
+            if (cached / name).exists():
+                shutil.copytree(cached / name, Path(tmp) / name)
+        env = {**os.environ, "PERSONAL_LLM_HOME": str(Path(tmp) / "profile"),
+               "XDG_DATA_HOME": str(Path(tmp) / "xdg-data"),
+               "PYTHON_KEYRING_BACKEND": "keyrings.alt.file.PlaintextKeyring"}
+        t0 = time.perf_counter()
+        done = subprocess.run([*cli(), "push", url, "--token", token], env=env, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"personal-llm push failed: {done.stderr.strip()[-2000:]}")
+        print(f"pushed the SQLite store of {cached} in {time.perf_counter() - t0:.1f}s", flush=True)
+    finally:
+        cleanup(tmp)
+    for kept in cached.glob("*.json"):
+        shutil.copy(kept, runs / kept.name)
 
 
 def copy_home(home: Path) -> tuple[Path, str]:

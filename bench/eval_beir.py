@@ -1,7 +1,7 @@
 """nDCG@10 on a BEIR data set (SciFact) through the engine's public interface.
 
     .venv/bin/python bench/eval_beir.py DIR [--split test] [--out results.json] [--cache-dir DIR]
-        [--http [--backend postgres [--pg-data DIR]] | --server URL --token T]
+        [--http [--backend postgres [--pg-data DIR] [--fill-from CACHE_DIR]] | --server URL --token T]
 
 DIR holds corpus.jsonl, queries.jsonl and qrels/SPLIT.tsv. Every document (title + abstract) becomes one
 memory of kind fact in project "scifact"; every query of the split is asked through `Engine.recall`

@@ -1,7 +1,7 @@
 """Evidence recall on LoCoMo or REALTALK (long-term conversations), through the engine's public interface.
 
     .venv/bin/python bench/eval_locomo.py PATH [--out results.json] [--cache-dir DIR]
-        [--http [--backend postgres [--pg-data DIR]] | --server URL --token T]
+        [--http [--backend postgres [--pg-data DIR] [--fill-from CACHE_DIR]] | --server URL --token T]
 
 PATH is a LoCoMo-format JSON file (a list of samples), or a REALTALK chat file or a folder of them (one
 `Chat_*.json` per chat: `session_N` turns with their own `date_time`, and `qa`). Every turn becomes one
