@@ -14,6 +14,7 @@ HOME_ENV = "PERSONAL_LLM_HOME"
 STORE_FILE = "memory.db"
 PROFILE_FILE = "profile.json"
 SETTINGS_FILE = "settings.json"
+CONNECTION_FILE = "connection.json"  # a profile that lives on a server (engine/remote.py)
 
 
 def home_dir() -> Path:

@@ -45,11 +45,11 @@ from urllib.parse import urlsplit
 
 from .errors import EngineError, KeyMissing, NotFound, UserError, WrongKey
 from .memory_rules import EPISODIC_DISCOUNT, IMPORTANCE_BY_SOURCE, new_uid, parse_time
-from .paths import write_atomic
+from .paths import CONNECTION_FILE, write_atomic
 
 log = logging.getLogger(__name__)
 
-SERVER_FILE = "connection.json"
+SERVER_FILE = CONNECTION_FILE
 CERT_FILE = "server-cert.pem"
 OUTBOX_FILE = "outbox.db"
 OUTBOX_LOCK = "outbox.lock"

@@ -82,7 +82,8 @@ def test_recall_in_process_imports_only_what_a_recall_needs():
     r = modules("recall", "Where does my sister live?", "--json")
     assert r["code"] == 0 and "Lisbon" in r["out"]
     unused = {"engine.ask", "engine.ingest", "engine.parsers", "engine.chunking", "engine.imports", "engine.transfer",
-              "engine.records", "engine.watch", "engine.consolidation", "engine.selftest", "engine.api"}
+              "engine.records", "engine.watch", "engine.consolidation", "engine.selftest", "engine.api",
+              "engine.remote"}  # the client of a profile that lives on a server: this one is on this computer
     assert unused.isdisjoint(r["modules"]), sorted(unused & set(r["modules"]))
     # nor the server's, the app's or the terminal tables' libraries (--json prints no table)
     assert not {"fastapi", "starlette", "uvicorn", "PySide6", "rich"} & {m.split(".")[0] for m in r["modules"]}
