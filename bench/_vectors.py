@@ -10,7 +10,13 @@ of one of two kinds:
   anisotropy (a few directions carry most of the variance, as text embeddings do) without its clusters.
   bench/pg_hnsw.py measures pgvector's recall@10 on them against as many real embeddings of the same model.
 
-Both draw from a numpy Generator, so a seed gives the same vectors on every backend.
+- `mixture`: drawn from a mixture fitted to real embeddings (`Mixture`: k-means clusters of MIXTURE_SAMPLE
+  real texts, each a Gaussian with its own mean and covariance), then normalised: the clusters as well.
+
+`real_embeddings` are the bundled model's embeddings of the evaluation data's texts (SciFact's sentences, the
+LoCoMo and REALTALK turns); bench/pg_hnsw.py compares HNSW's recall on them with the kinds above.
+
+All draw from a numpy Generator, so a seed gives the same vectors on every backend.
 """
 
 from __future__ import annotations
@@ -26,7 +32,9 @@ import numpy as np
 DIM = 384
 SCIFACT = Path("/work/shared/data/scifact")
 TEXT_SAMPLE = 4000
-KINDS = ("text", "random")
+KINDS = ("text", "mixture", "random")
+MIXTURE_CLUSTERS = 100
+MIXTURE_SAMPLE = 20_000  # the real texts (of real_embeddings' order) the mixture is fitted to
 
 
 def random_unit(rng: np.random.Generator, n: int, dim: int = DIM) -> np.ndarray:
@@ -46,6 +54,55 @@ def sentences(data: Path, n: int) -> list[str]:
                     if len(out) == n:
                         return out
     return out
+
+
+DATA = SCIFACT.parent
+
+
+def real_texts(data: Path = DATA) -> tuple[list[str], list[str]]:
+    """(texts, questions) of the evaluation data: every sentence of SciFact's abstracts (and each title) and
+    every turn of the LoCoMo and REALTALK conversations, as memories and chunks would hold them; SciFact's
+    claims and the conversations' questions, as recalls would ask."""
+    texts: list[str] = []
+    with open(data / "scifact" / "corpus.jsonl", encoding="utf-8") as f:
+        for line in f:
+            doc = json.loads(line)
+            texts += [s for s in [doc["title"], *re.split(r"(?<=[.!?])\s+", doc["text"])] if s.strip()]
+    with open(data / "scifact" / "queries.jsonl", encoding="utf-8") as f:
+        questions = [json.loads(line)["text"] for line in f]
+    chats = [c["conversation"] for c in json.loads((data / "locomo-dev.json").read_text(encoding="utf-8"))]
+    chats += [json.loads(p.read_text(encoding="utf-8")) for p in sorted((data / "realtalk-dev").glob("*.json"))]
+    for chat in chats:
+        for key, turns in chat.items():
+            if re.fullmatch(r"session_\d+", key):
+                texts += [t.get("text") or t.get("clean_text") or "" for t in turns]
+    texts = [t for t in texts if t.strip()]
+    for sample in json.loads((data / "locomo-dev.json").read_text(encoding="utf-8")):
+        questions += [q["question"] for q in sample["qa"]]
+    for p in sorted((data / "realtalk-dev").glob("*.json")):
+        questions += [q["question"] for q in json.loads(p.read_text(encoding="utf-8"))["qa"]]
+    return texts, questions
+
+
+def real_embeddings(limit: int | None = None, data: Path = DATA) -> tuple[np.ndarray, np.ndarray]:
+    """(texts, questions) of `real_texts` embedded by the bundled model: the texts in a fixed shuffled order (so
+    that the first `limit` are a sample of all of them), kept in the temporary folder (all ~57,000 take 10-20
+    minutes on a quiet core, hours on a busy one)."""
+    texts, questions = real_texts(data)
+    texts = [texts[i] for i in np.random.default_rng(0).permutation(len(texts))[:limit]]
+    cache = Path(tempfile.gettempdir()) / f"pllm-real-{len(texts)}-{len(questions)}.npz"
+    if cache.exists():
+        kept = np.load(cache)
+        return kept["texts"], kept["questions"]
+    from engine.embeddings import Embedder
+
+    emb = Embedder()
+    t0 = time.perf_counter()
+    vecs = np.concatenate([emb.encode(texts[i:i + 2000]) for i in range(0, len(texts), 2000)]).astype(np.float32)
+    asked = emb.encode(questions).astype(np.float32)
+    np.savez(cache, texts=vecs, questions=asked)
+    print(f"embedded {len(texts):,} texts and {len(questions):,} questions ({time.perf_counter() - t0:.0f}s)", flush=True)
+    return vecs, asked
 
 
 class TextLike:
@@ -84,10 +141,52 @@ class TextLike:
         return out
 
 
+class Mixture:
+    """Unit vectors drawn from a mixture fitted to real text embeddings (`real_embeddings`): k-means clusters,
+    each a Gaussian with its cluster's weight, mean and own covariance (Ledoit-Wolf shrunk: a few hundred
+    points a cluster in 384 dimensions), then normalised (see the module doc). Fitted once and kept in the
+    temporary folder."""
+
+    def __init__(self, clusters: int = MIXTURE_CLUSTERS, sample: int = MIXTURE_SAMPLE, data: Path = DATA) -> None:
+        cache = Path(tempfile.gettempdir()) / f"pllm-mixture-{clusters}-{sample}.npz"
+        if cache.exists():
+            kept = np.load(cache)
+            weights, means, bases = kept["weights"], kept["means"], kept["bases"]
+        else:
+            from sklearn.cluster import KMeans
+            from sklearn.covariance import LedoitWolf
+
+            real = real_embeddings(sample, data)[0].astype(np.float64)
+            labels = KMeans(clusters, n_init=1, random_state=0).fit_predict(real)
+            weights = np.bincount(labels, minlength=clusters) / len(real)
+            means = np.stack([real[labels == c].mean(0) for c in range(clusters)])
+            bases = []
+            for c in range(clusters):
+                w, u = np.linalg.eigh(LedoitWolf().fit(real[labels == c]).covariance_)
+                bases.append((u * np.sqrt(np.clip(w, 0, None))).T)
+            bases = np.stack(bases)
+            np.savez(cache, weights=weights, means=means, bases=bases)
+        self.weights = weights / weights.sum()
+        self.means = means.astype(np.float32)
+        self.bases = bases.astype(np.float32)  # z @ bases[c] ~ N(0, cluster c's covariance)
+        self.dim = self.means.shape[1]
+
+    def __call__(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        which = rng.choice(len(self.weights), size=n, p=self.weights)
+        out = np.empty((n, self.dim), dtype=np.float32)
+        for c in np.unique(which):
+            at = np.flatnonzero(which == c)
+            out[at] = self.means[c] + rng.standard_normal((len(at), self.dim), dtype=np.float32) @ self.bases[c]
+        out /= np.linalg.norm(out, axis=1, keepdims=True)
+        return out
+
+
 def generator(kind: str):
     """A function (rng, n) -> n unit vectors of this kind."""
     if kind == "random":
         return random_unit
     if kind == "text":
         return TextLike()
+    if kind == "mixture":
+        return Mixture()
     raise ValueError(kind)

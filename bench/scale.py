@@ -658,16 +658,13 @@ def pg_measure(eng, fill, ops: int, queries: int, rng: random.Random,
         exact.append({(int(code[i]), int(ids[i])) for i in top})
     res["numpy top-10"] = np_t
 
-    def vector_search(scan: bool = False) -> tuple[list[float], float, float]:
-        """(times, recall@10 of the random probes, of the probes near a stored vector); `scan`: with PostgreSQL's
-        index scans off, so that it computes every distance (exact)."""
+    def vector_search() -> tuple[list[float], float, float]:
+        """(times, recall@10 of the random probes, of the probes near a stored vector)."""
         times, found = [], []
         for q, want in zip(probes, exact, strict=True):
             q = q.astype(np.float32)
             t0 = time.perf_counter()
             with eng.store.read() as con:
-                if scan:
-                    con.execute("SET LOCAL enable_indexscan = off")
                 hm = eng.space.index["memories"].search(con, q, 10, Filter(activity=True))
                 hc = eng.space.index["chunks"].search(con, q, 10, Filter(activity=True))
             times.append(time.perf_counter() - t0)
@@ -676,28 +673,34 @@ def pg_measure(eng, fill, ops: int, queries: int, rng: random.Random,
         half = queries // 2
         return times, float(np.mean(found[:half])), float(np.mean(found[half:]))
 
+    from engine.store.postgres import vectors as pgv
+
+    with eng.store.read() as con:
+        rows = {t: eng.space.index[t].rows(con) for t in ("memories", "chunks")}
+    res["ef_search"] = {t: "exact" if n <= pgv.EXACT_ROWS else pgv.ef_search(n, max(pgv.MIN_CANDIDATES, pgv.CANDIDATES * 10))
+                        for t, n in rows.items()}
     res["vector search"], rand, near = vector_search()
     res["recall@10"], res["recall@10 (random, near)"] = (rand + near) / 2, (rand, near)
     if sweep:  # the same probes with other search settings (engine/store/postgres/vectors.py)
-        from engine.store.postgres import vectors as pgv
-
-        kept = pgv.CANDIDATES, pgv.EF_SEARCH
+        kept = pgv.CANDIDATES, pgv.ef_search, pgv.EXACT_ROWS
         res["sweep"] = []
         try:
             for cand, ef in sweep:
-                pgv.CANDIDATES, pgv.EF_SEARCH = cand, ef
+                if cand == "exact":  # every distance computed (the path of a user with few vectors)
+                    if len(mat) > 200_000:  # 15-25 s a question at a million
+                        continue
+                    pgv.EXACT_ROWS = len(mat)
+                else:
+                    pgv.CANDIDATES, pgv.ef_search = cand, (lambda rows, n, ef=ef: ef)
                 times, rand, near = vector_search()
+                pgv.CANDIDATES, pgv.ef_search, pgv.EXACT_ROWS = kept
                 res["sweep"].append((cand, ef, percentile(times, 0.5), (rand + near) / 2, rand, near))
-                print(f"    candidates {cand}x k, ef_search {ef}: vector search p50 {percentile(times, 0.5) * 1000:.1f} ms, "
-                      f"recall@10 {(rand + near) / 2:.3f} (random probes {rand:.3f}, near a stored vector {near:.3f})",
-                      flush=True)
+                label = "exact (every distance)" if cand == "exact" else f"candidates {cand}x k, ef_search {ef}"
+                print(f"    {label}: vector search p50 {percentile(times, 0.5) * 1000:.1f} ms, "
+                      f"recall@10 {(rand + near) / 2:.3f} (random probes {rand:.3f}, near a stored vector {near:.3f}); "
+                      f"{load_average()}", flush=True)
         finally:
-            pgv.CANDIDATES, pgv.EF_SEARCH = kept
-        if len(mat) <= 100_000:  # 15-25 s a question at a million
-            times, rand, near = vector_search(scan=True)
-            res["sweep"].append(("exact scan", None, percentile(times, 0.5), (rand + near) / 2, rand, near))
-            print(f"    without the index (every distance computed): vector search p50 "
-                  f"{percentile(times, 0.5) * 1000:.1f} ms, recall@10 {(rand + near) / 2:.3f}", flush=True)
+            pgv.CANDIDATES, pgv.ef_search, pgv.EXACT_ROWS = kept
 
     qs = [sentence(rng).replace(".", "?") for _ in range(queries)]
     eng.recall(qs[0])  # warm
@@ -729,7 +732,8 @@ def pg_measure(eng, fill, ops: int, queries: int, rng: random.Random,
     return res
 
 
-SWEEP = [(4, 40), (4, 200), (10, 400)]  # (candidates x k, hnsw.ef_search)
+# (candidates x k, hnsw.ef_search), or ("exact", None): every distance computed
+SWEEP = [(4, 100), (4, 400), (10, 400), (10, 1000), (40, 1000), ("exact", None)]
 
 
 def run_postgres(a) -> dict[int, dict]:
@@ -766,7 +770,9 @@ def run_postgres(a) -> dict[int, dict]:
                 r.update({"fill s": took, "fill rows s": fill.last["rows s"], "index s": fill.last["index s"],
                           "bytes": sizes(url)})
                 results[n] = r
-                print(f"  recall p50 {percentile(r['recall'], 0.5) * 1000:.1f} ms, recall@10 {r['recall@10']:.3f}, "
+                print(f"  recall p50 {percentile(r['recall'], 0.5) * 1000:.1f} ms, recall@10 {r['recall@10']:.3f} "
+                      f"(vector search p50 {percentile(r['vector search'], 0.5) * 1000:.1f} ms; hnsw.ef_search of the "
+                      f"memories / chunks {r['ef_search']['memories']} / {r['ef_search']['chunks']}), "
                       f"remember p50 {percentile(r['remember (vector)'], 0.5) * 1000:.1f} ms, forget p50 "
                       f"{percentile(r['forget'], 0.5) * 1000:.1f} ms (an old memory "
                       f"{percentile(r['forget (an old memory)'], 0.5) * 1000:.1f}), HNSW indexes "

@@ -2,12 +2,18 @@
 (cosine) indexes on the vectors cast to half precision, made for the server's embedding space by `server init`
 (migrations.ensure_space, hnsw_index).
 
-A search asks the HNSW index for a wide set of candidates under the filter (`CANDIDATES` times k, at least
-`MIN_CANDIDATES`; pgvector 0.8's iterative scan keeps looking while the filter drops rows), ordered by the
-half-precision distance the index holds (`_ORDER`), then rescores them exactly from the stored vectors: the cosine is computed from the stored vectors in numpy, and a memory with windows gets the best of
-its own and its windows' cosines, as on SQLite. So the top k equals exact search whenever the true top k are
-among the candidates (bench/scale.py --backend postgres measures recall@10 against exact). Without an index
-(an empty table) PostgreSQL scans, which is exact.
+A user with few vectors in a table (at most `EXACT_ROWS`, counted by the tallies: `VectorIndex.rows`) is
+searched exactly there: ordered by the single-precision distance, an expression no index is built on, so
+PostgreSQL computes the distance of each of the user's rows under the filter (their rows only, through the
+primary key's user_id), instead of walking a graph that every user's vectors share. A user with more asks the
+HNSW index for a wide set of candidates under the filter (`CANDIDATES` times k, at least `MIN_CANDIDATES`;
+pgvector 0.8's iterative scan keeps looking while the filter drops rows), ordered by the half-precision
+distance the index holds (`_ORDER`), with the index's own list (hnsw.ef_search, `ef_search`) grown with the
+user's vectors: a walk of one length finds less of the true nearest as the graph grows. Either way the
+candidates are rescored exactly from the stored vectors: the cosine is computed in numpy, and a memory with
+windows gets the best of its own and its windows' cosines, as on SQLite. So the top k equals exact search
+whenever the true top k are among the candidates (bench/scale.py --backend postgres measures recall@10
+against exact; bench/pg_hnsw.py how it depends on the vectors, the size and the settings).
 
 There is no in-process mirror on a server: many processes and users share the database, and PostgreSQL keeps
 what is read often in its buffer cache. The epoch and log of the SQLite backend, which let other processes'
@@ -18,6 +24,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import time
 from typing import Any
 
 import numpy as np
@@ -29,8 +37,21 @@ log = logging.getLogger(__name__)
 
 CANDIDATES = 4  # candidates asked of the HNSW index, times k
 MIN_CANDIDATES = 40
-EF_SEARCH = 100  # hnsw.ef_search: the index's own candidate list (pgvector's default is 40)
+EF_SEARCH = 100  # hnsw.ef_search: the index's own candidate list (pgvector's default is 40), at least
+EF_MAX = 1000  # pgvector's largest hnsw.ef_search
+EXACT_ROWS = 20_000  # a user with at most this many vectors in a table is searched exactly there
+ROWS_TTL = 30.0  # seconds a user's count of vectors is kept (VectorIndex.rows)
+EF_PER_DOUBLING = 160  # hnsw.ef_search added for each doubling of the user's vectors past EXACT_ROWS
 _TABLES = {"memories": ("memory_vectors", "memory_id"), "chunks": ("chunk_vectors", "chunk_id")}
+
+
+def ef_search(rows: int, n: int) -> int:
+    """hnsw.ef_search for n candidates among `rows` of the user's vectors: a graph walk of a given length
+    misses more of the nearest as the graph grows, so the walk's list grows with the user's vectors, from
+    EF_SEARCH at EXACT_ROWS by EF_PER_DOUBLING a doubling (pgvector's EF_MAX at a million), and is never
+    shorter than the candidates asked."""
+    doublings = max(0.0, math.log2(max(rows, 1) / EXACT_ROWS))
+    return min(EF_MAX, max(n, EF_SEARCH + math.ceil(EF_PER_DOUBLING * doublings)))
 
 
 def _literal(v: np.ndarray) -> str:
@@ -48,6 +69,11 @@ _BINARY = "vector_send(embedding)"
 # the order of a search: the distance in half precision, the expression the HNSW index is built on
 # (migrations.hnsw_index); another expression would not use the index and compute every distance
 _ORDER = "(v.embedding::halfvec({dim})) <=> (%s::halfvec({dim}))"
+
+
+# the order of an exact search: the distance in single precision, which no index is built on, so PostgreSQL
+# computes it for each of the user's rows under the filter
+_EXACT = "v.embedding <=> %s::vector"
 
 
 def _unpack(data: bytes) -> np.ndarray:
@@ -185,14 +211,30 @@ class VectorIndex:
         self.dim = dim
         self.store = store
         self.siblings: list[VectorIndex] = []
+        self._rows: tuple[int, float] | None = None  # (the user's vectors in the table, when read)
+
+    def rows(self, con: Any) -> int:
+        """The user's vectors in this table, about (the embedded memories or chunks the tallies count; a memory's
+        windows go with it): read at most every ROWS_TTL seconds, as it only chooses how to search."""
+        now = time.monotonic()
+        if self._rows is None or now - self._rows[1] > ROWS_TTL:
+            prefix = "c:" if self.table == "chunks" else "m:"
+            row = con.execute("SELECT coalesce(sum(n), 0) FROM tallies WHERE starts_with(name, %s) "
+                              "AND right(name, 2) = ':0'", (prefix,)).fetchone()
+            self._rows = (int(row[0]) if row else 0, now)
+        return self._rows[0]
 
     def _candidates(self, con: Any, q: np.ndarray, n: int, f: Filter, *, windows: bool) -> list[int]:
         name, key = _TABLES[self.table]
         join, args = _filter_sql(self.table, f)
         literal = _literal(q)
-        order = _ORDER.format(dim=int(self.dim))
-        con.execute("SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', "
-                    "'relaxed_order', true)", (str(max(EF_SEARCH, n)),))
+        rows = self.rows(con)
+        if rows <= EXACT_ROWS:  # every distance, in single precision: an expression no index is built on
+            order = _EXACT
+        else:
+            order = _ORDER.format(dim=int(self.dim))
+            con.execute("SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', "
+                        "'relaxed_order', true)", (str(ef_search(rows, n)),))
         ids = [int(r[0]) for r in con.execute(
             f"SELECT v.{key} FROM {name} v {join.format(key=key)} ORDER BY {order} LIMIT %s",
             (*args, literal, n)).fetchall()]
