@@ -170,7 +170,7 @@ class Retriever:
             plans[t] = plan = retrieval.plan(con, self._FTS[t], query, cache, f.projects,
                                              store_types.LEXICAL_BUDGET if bounded else None, drop if t == "m" else ())
             if plan.terms:
-                found.update({(t, i): s for i, s in search(con, plan.terms, n, f)})
+                found.update({(t, i): s for i, s in search(con, plan.terms, n, f, plan)})
         return found, plans
 
     def _lexical_ratios(self, con: Connection, found: dict[tuple[str, int], float],

@@ -144,7 +144,7 @@ def plan(con: Any, fts: str, query: str, cache: DocFreqs, projects: set | frozen
                 spent += dfs[t]
     searched = [t for t in kept if t not in costly]
     return LexicalPlan(searched, sum(ranking.bm25_idf(n, dfs[t]) for t in kept), [t for t in ts if t not in kept],
-                       [t for t in kept if t in costly], {t: dfs[t] for t in kept})
+                       [t for t in kept if t in costly], {t: dfs[t] for t in kept}, n)
 
 
 def bm25(idf: float, tf: int, length: float, mean: float) -> float:

@@ -151,6 +151,7 @@ class LexicalPlan:
     pruned: list[str]
     costly: list[str] = field(default_factory=list)
     dfs: dict[str, int] = field(default_factory=dict)
+    rows: int = 0  # rows of the table the document frequencies were counted among (the N of the IDF)
 
 
 class MemoryRow(NamedTuple):

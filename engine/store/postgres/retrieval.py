@@ -159,13 +159,17 @@ def _stems(con: Any, ts: list[str]) -> dict[str, list[str]]:
 
 def _terms_of(alias: str) -> str:
     """What BM25 needs of a row, computed by PostgreSQL from its tsvector: its length in tokens (its count of
-    positions), and the searched lexemes it holds (%s: their array) with their occurrences, as two arrays.
-    (Reading every row's whole tsvector as text and parsing it here took over half of a recall's time in the
-    server's process.)"""
-    return (f"(SELECT coalesce(sum(coalesce(array_length(u.positions, 1), 0)), 0) FROM unnest({alias}.tsv) u), "
-            f"ARRAY(SELECT u.lexeme FROM unnest({alias}.tsv) u WHERE u.lexeme = ANY(%s::text[]) ORDER BY 1), "
-            f"ARRAY(SELECT coalesce(array_length(u.positions, 1), 0) FROM unnest({alias}.tsv) u "
-            f"WHERE u.lexeme = ANY(%s::text[]) ORDER BY u.lexeme)")
+    positions), and the searched lexemes it holds (%s twice: their array) with their occurrences, as two arrays
+    in the same order (NULL: none), in one pass over the tsvector: a join giving `TERM_COLUMNS`. (Reading every
+    row's whole tsvector as text and parsing it here took over half of a recall's time in the server's
+    process; three passes, one for each, cost PostgreSQL half as much again as one.)"""
+    return ("CROSS JOIN LATERAL (SELECT coalesce(sum(coalesce(array_length(u.positions, 1), 0)), 0) AS length, "
+            "array_agg(u.lexeme) FILTER (WHERE u.lexeme = ANY(%s::text[])) AS lexemes, "
+            "array_agg(coalesce(array_length(u.positions, 1), 0)) FILTER (WHERE u.lexeme = ANY(%s::text[])) "
+            f"AS occurrences FROM unnest({alias}.tsv) u) w")
+
+
+TERM_COLUMNS = "w.length, w.lexemes, w.occurrences"
 
 
 def _lexemes(stems: dict[str, list[str]]) -> list[str]:
@@ -235,16 +239,17 @@ def _bm25(con: Any, fts: str, ts: list[str], stems: dict[str, list[str]], rows: 
 
 
 def _lexical(con: Any, fts: str, ts: list[str], limit: int, join: str, where: list[str], args: list[Any],
-             alias: str, cache: DocFreqs | None = None) -> list[tuple[int, float]]:
+             alias: str, plan: LexicalPlan | None = None) -> list[tuple[int, float]]:
     """[(row id, bm25)] best first of the rows matching any of the terms and passing the filter: the best
     LEXICAL_FIRST (at least 4 × limit) by each term's `ts_rank` (normalised by length) weighted by the
     term's IDF, scored by BM25. `ts_rank` over the whole OR-query weighs a common word like a rare one, and
-    its best 200 missed rows BM25 ranks among its best 50."""
+    its best 200 missed rows BM25 ranks among its best 50. The terms' counts are the `plan`'s when it has
+    them (recall's plan counted them, or took them from its cache, a moment before), else counted here."""
     if not ts or limit <= 0:
         return []
-    if cache is not None:
-        n, who, _ = _sizes(con, fts)
-        dfs = {t: cache.get(con, fts, t, n) for t in ts}
+    who: tuple[str, str] | None = None
+    if plan is not None and plan.rows and all(t in plan.dfs for t in ts):
+        n, dfs = plan.rows, plan.dfs
     else:
         n, who, dfs = _sizes(con, fts, ts)
     q, qargs = _query(ts)
@@ -253,21 +258,27 @@ def _lexical(con: Any, fts: str, ts: list[str], limit: int, join: str, where: li
     one = f"plainto_tsquery('{TEXT_SEARCH}', %s)"
     order = " + ".join(f"%s * ts_rank({alias}.tsv, {one}, 1)" for _ in ts)
     order_args = [a for t in ts for a in (ranking.bm25_idf(n, dfs[t]), t)]
-    rows = con.execute(  # the best rows first, then what BM25 needs of those only
-        f"SELECT s.id, {_terms_of('s')} FROM (SELECT {alias}.id, {alias}.tsv FROM {_TABLE[fts]} {alias} {join} "
+    found = con.execute(  # the best rows first, then what BM25 needs of those only (and who they are of)
+        f"SELECT s.id, {TERM_COLUMNS}, current_database(), current_setting('app.user_id', true) "
+        f"FROM (SELECT {alias}.id, {alias}.tsv FROM {_TABLE[fts]} {alias} {join} "
         f"WHERE {_holding(alias, fts, q)}" + "".join(" AND " + w for w in where)
-        + f" ORDER BY {order} DESC, {alias}.id LIMIT %s) s",
-        [lexemes, lexemes, *qargs, *args, *order_args, max(LEXICAL_FIRST, 4 * limit)]).fetchall()
-    scored = _bm25(con, fts, ts, stems, rows, dfs, n, who)
+        + f" ORDER BY {order} DESC, {alias}.id LIMIT %s) s {_terms_of('s')}",
+        [*qargs, *args, *order_args, max(LEXICAL_FIRST, 4 * limit), lexemes, lexemes]).fetchall()
+    if not found:
+        return []
+    who = who or (str(found[0][4]), str(found[0][5]))
+    scored = _bm25(con, fts, ts, stems, [r[:4] for r in found], dfs, n, who)
     return sorted(scored.items(), key=lambda x: (-x[1], x[0]))[:limit]
 
 
-def lexical_memories(con: Any, query: str | list[str], limit: int, f: Filter) -> list[tuple[int, float]]:
-    """[(memory row id, bm25)] best first (`query`: the question, or the terms to search)."""
+def lexical_memories(con: Any, query: str | list[str], limit: int, f: Filter,
+                     plan: LexicalPlan | None = None) -> list[tuple[int, float]]:
+    """[(memory row id, bm25)] best first (`query`: the question, or the terms to search; `plan`: the
+    recall's, whose counts of the terms BM25 takes)."""
     ts = terms(query) if isinstance(query, str) else list(query)
     where, args = _filter_sql(f, "m", time_col="coalesce(m.event_at, m.created_at)", kind_col="m.kind",
                               archived_col="m.archived", source_col="m.source")
-    return _lexical(con, "memories_fts", ts, limit, "", where, args, "m")
+    return _lexical(con, "memories_fts", ts, limit, "", where, args, "m", plan)
 
 
 def count_memories(con: Any, query: str | list[str], f: Filter) -> int:
@@ -283,15 +294,16 @@ def count_memories(con: Any, query: str | list[str], f: Filter) -> int:
                            [*qargs, *args]).fetchone()[0])
 
 
-def lexical_chunks(con: Any, query: str | list[str], limit: int, f: Filter) -> list[tuple[int, float]]:
-    """[(chunk row id, bm25)] best first (`query`: the question, or the terms to search)."""
+def lexical_chunks(con: Any, query: str | list[str], limit: int, f: Filter,
+                   plan: LexicalPlan | None = None) -> list[tuple[int, float]]:
+    """[(chunk row id, bm25)] best first (as lexical_memories)."""
     ts = terms(query) if isinstance(query, str) else list(query)
     if f.kinds is not None and "chunk" not in f.kinds:
         return []
     g = Filter(projects=f.projects, since=f.since, until=f.until, include_archived=True)
     where, args = _filter_sql(g, "d", time_col="d.created_at", kind_col=None, archived_col=None)
     join = "JOIN documents d ON d.user_id = c.user_id AND d.id = c.document_id AND d.status = 'ready'"
-    return _lexical(con, "chunks_fts", ts, limit, join, where, args, "c")
+    return _lexical(con, "chunks_fts", ts, limit, join, where, args, "c", plan)
 
 
 def term_scores(con: Any, fts: str, terms: list[str], ids: list[int], dfs: dict[str, int]) -> dict[int, float]:
@@ -301,7 +313,7 @@ def term_scores(con: Any, fts: str, terms: list[str], ids: list[int], dfs: dict[
         return {}
     stems = _stems(con, terms)
     lexemes = _lexemes(stems)
-    rows = con.execute(f"SELECT t.id, {_terms_of('t')} FROM {_TABLE[fts]} t WHERE t.id = ANY(%s)",
+    rows = con.execute(f"SELECT t.id, {TERM_COLUMNS} FROM {_TABLE[fts]} t {_terms_of('t')} WHERE t.id = ANY(%s)",
                        (lexemes, lexemes, sorted(set(ids)))).fetchall()
     return _bm25(con, fts, terms, stems, rows, dfs, *_sizes(con, fts)[:2])
 

@@ -97,8 +97,10 @@ def _lexical(con: Connection, fts: str, expr: str, limit: int, kind: str, f: Fil
     return [(r[0], -r[1]) for r in con.execute(everything, [expr, *args, limit]).fetchall()]
 
 
-def lexical_memories(con: Connection, query: str | list[str], limit: int, f: Filter) -> list[tuple[int, float]]:
-    """[(memory row id, bm25)] best first (`query`: the question, or the terms to search)."""
+def lexical_memories(con: Connection, query: str | list[str], limit: int, f: Filter,
+                     plan: LexicalPlan | None = None) -> list[tuple[int, float]]:
+    """[(memory row id, bm25)] best first (`query`: the question, or the terms to search). FTS5's bm25() counts
+    for itself: a `plan`'s counts are not needed."""
     expr = match_expression(query)
     if expr is None or limit <= 0:
         return []
@@ -127,8 +129,9 @@ def count_memories(con: Connection, query: str | list[str], f: Filter) -> int:
         + "".join(" AND " + w for w in where), [expr, *args]).fetchone()[0])
 
 
-def lexical_chunks(con: Connection, query: str | list[str], limit: int, f: Filter) -> list[tuple[int, float]]:
-    """[(chunk row id, bm25)] best first (`query`: the question, or the terms to search)."""
+def lexical_chunks(con: Connection, query: str | list[str], limit: int, f: Filter,
+                   plan: LexicalPlan | None = None) -> list[tuple[int, float]]:
+    """[(chunk row id, bm25)] best first (`query`: the question, or the terms to search); as lexical_memories."""
     expr = match_expression(query)
     if expr is None or limit <= 0:
         return []
