@@ -33,26 +33,57 @@ BATCH_TOKENS = 4096
 
 _controller_lock = threading.Lock()
 _controller: Any = None
+_one_thread = False  # numpy's BLAS is known to run on one thread
 
 
-def blas():
-    """The process's threadpoolctl controller for numpy's BLAS; on first use, BLAS is set to one thread.
-    Called when any embedding model loads (engine/embeddings.py): besides this runtime's products, the
-    vector mirror's exact rescoring and its near-duplicate keys are numpy's too, whatever runtime embeds."""
+def blas() -> None:
+    """numpy's BLAS on one thread, from the first call on. Called when any embedding model loads
+    (engine/embeddings.py): besides this runtime's products, the vector mirror's exact rescoring and its
+    near-duplicate keys are numpy's too, whatever runtime embeds."""
+    global _one_thread
+    if _one_thread:
+        return
+    with _controller_lock:
+        if _one_thread:
+            return
+        # A query or a capture is a few small matrix products: a BLAS thread per core gains nothing there and,
+        # on a busy machine, the threads fight whatever else runs (one sentence took up to 1.4 s under load,
+        # against ~20 ms on one thread). Set in code, not through environment variables, so every entry point
+        # gets it; where numpy's bundled OpenBLAS already runs one thread (the CLI starts it so), nothing is
+        # set: threadpoolctl finds BLAS by looking at every library the process has loaded (~20 ms).
+        if _bundled_openblas_threads() != 1:
+            _blas_controller().limit(limits=1, user_api="blas")
+        _one_thread = True
+
+
+def _blas_controller() -> Any:
+    """The process's threadpoolctl controller, made on first use (called with _controller_lock held, or after
+    blas())."""
     global _controller
     if _controller is None:
-        with _controller_lock:
-            if _controller is None:
-                from threadpoolctl import ThreadpoolController
+        from threadpoolctl import ThreadpoolController
 
-                ctl = ThreadpoolController()
-                # A query or a capture is a few small matrix products: a BLAS thread per core gains nothing
-                # there and, on a busy machine, the threads fight whatever else runs (one sentence took up
-                # to 1.4 s under load, against ~20 ms on one thread). Set in code, not through environment
-                # variables, so every entry point gets it.
-                ctl.limit(limits=1, user_api="blas")
-                _controller = ctl
+        _controller = ThreadpoolController()
     return _controller
+
+
+def _bundled_openblas_threads() -> int | None:
+    """The threads of the OpenBLAS a numpy wheel bundles (numpy.libs/, .dylibs/), asked of the library numpy
+    has loaded; None where there is none (another BLAS, another build: threadpoolctl then looks)."""
+    import ctypes
+    import glob
+
+    where = os.path.dirname(np.__file__)
+    for path in glob.glob(f"{where}.libs/*scipy_openblas*") + glob.glob(os.path.join(where, ".dylibs", "*scipy_openblas*")):
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for name in ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads"):
+            get = getattr(lib, name, None)
+            if get is not None:
+                return int(get())
+    return None
 
 
 def batch_threads() -> int:
@@ -64,8 +95,12 @@ def batch_threads() -> int:
 
 def threads(n: int) -> AbstractContextManager[Any]:
     """Run numpy's BLAS on `n` threads inside the block (one outside it)."""
-    ctl = blas()
-    return nullcontext() if n <= 1 else ctl.limit(limits=n, user_api="blas")
+    blas()
+    if n <= 1:
+        return nullcontext()
+    with _controller_lock:
+        ctl = _blas_controller()
+    return ctl.limit(limits=n, user_api="blas")  # type: ignore[no-any-return]
 
 
 # erf for the exact GELU without scipy: Abramowitz & Stegun 7.1.26 (absolute error < 1.5e-7, below float32's

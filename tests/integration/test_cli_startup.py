@@ -89,6 +89,8 @@ def test_recall_in_process_imports_only_what_a_recall_needs():
     assert not {"fastapi", "starlette", "uvicorn", "PySide6", "rich"} & {m.split(".")[0] for m in r["modules"]}
     # the query was encoded by the numpy runtime over the memory-mapped weights: ONNX Runtime is not loaded
     assert "engine.minilm" in r["modules"] and not {"onnxruntime", "engine.onnx_minilm"} & set(r["modules"])
+    # numpy's BLAS started on one thread (the CLI's OPENBLAS_NUM_THREADS): threadpoolctl is not asked to find it
+    assert "threadpoolctl" not in r["modules"]
 
 
 
