@@ -645,9 +645,11 @@ class Bridge(QObject):
         return cancel
 
     def copy_to_local(self, name: str, done: Done, failed: Failed,
-                      progress: Callable[[int, int], None] | None = None) -> threading.Event:
+                      progress: Callable[[int, int], None] | None = None, *,
+                      passphrase: str | None = None) -> threading.Event:
         """Copy this server profile's memories into the local profile called `name` (made when new), on the
-        jobs thread; `done(Copied)` (its `cancelled` set when stopped by the event returned)."""
+        jobs thread; `done(Copied)` (its `cancelled` set when stopped by the event returned). Without a
+        keychain, `passphrase` protects a profile made now, or opens the one there."""
         from engine import copy_to_local
 
         from .profile import named_profile, profile_home
@@ -665,7 +667,7 @@ class Bridge(QObject):
             if read_server_profile(home) is not None:
                 raise UserError(f"The profile {name} lives on a server too: copy into a profile kept on this "
                                 "computer.")
-            with Engine.open(home, actor="desktop", interactive=False) as local:
+            with Engine.open(home, actor="desktop", interactive=False, passphrase=passphrase) as local:
                 return copy_to_local(e, local, progress=report, cancel=cancel)
 
         self._run(self._jobs, run, done, failed)

@@ -299,6 +299,18 @@ class MoveDialog(QDialog):
         self.fingerprint = QLineEdit()
         self.fingerprint.setPlaceholderText("only for a self-signed certificate: AB:CD:…")
         self.name = QLineEdit("this-computer")
+        # no keychain on this computer: a passphrase protects the copy, as at a local profile's first run
+        self.needs_passphrase = not to_server and not bridge.keychain_available()
+        self.passphrase = QLineEdit()
+        self.passphrase.setEchoMode(QLineEdit.EchoMode.Password)
+        self.passphrase.setPlaceholderText("at least 8 characters")
+        self.again = QLineEdit()
+        self.again.setEchoMode(QLineEdit.EchoMode.Password)
+        self.passphrase_note = muted("No keychain is available on this computer, so a passphrase protects the "
+                                     "copy's key. You type it each time that profile is opened; for a profile "
+                                     "copied into before, type its passphrase.")
+        self.passphrase_note.setWordWrap(True)
+        self.passphrase_hint = length_hint(bridge, self.passphrase)
         if to_server:
             intro = ("Your memories, documents, conversations and the graph are sent into your account, each with its "
                      "own id: sending again, or after a stop, adds nothing twice.")
@@ -309,6 +321,11 @@ class MoveDialog(QDialog):
             intro = ("Everything in your account is copied into a profile kept on this computer, encrypted; open it "
                      "with `personal-llm-desktop --profile NAME`. Copying again adds nothing twice.")
             self.form.addRow("Profile", self.name)
+            if self.needs_passphrase:
+                self.form.addRow("", self.passphrase_note)
+                self.form.addRow("Passphrase", self.passphrase)
+                self.form.addRow("", self.passphrase_hint)
+                self.form.addRow("Again", self.again)
         self.progress = QProgressBar()
         self.progress.hide()
         self.result = Banner()
@@ -352,6 +369,15 @@ class MoveDialog(QDialog):
         if not self.to_server and not self.name.text().strip():
             self.result.set("Name the profile to copy into.", "error")
             return
+        passphrase = None
+        if self.needs_passphrase:
+            passphrase = self.passphrase.text()
+            if problem := self.bridge.passphrase_problem(passphrase):
+                self.result.set(problem, "error")
+                return
+            if self.again.text() != passphrase:
+                self.result.set("The two passphrases differ; type the same one twice.", "error")
+                return
         self.start.setEnabled(False)
         self._copied = 0
         self.stop.show()
@@ -365,7 +391,7 @@ class MoveDialog(QDialog):
                                                      self._failed, self._progressed)
         else:
             self.cancel = self.bridge.copy_to_local(self.name.text().strip(), self._done, self._failed,
-                                                    self._progressed)
+                                                    self._progressed, passphrase=passphrase)
 
     def stop_copy(self) -> None:
         if self.cancel is not None:

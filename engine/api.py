@@ -50,10 +50,10 @@ from .ask import AskResult
 from .errors import DiskFull, EngineError, NotFound, StoreLocked, StoreUnavailable, UserError
 from .graph import ExtractionReport, GraphView
 from .imports import ImportReport
-from .ingest import Document, IngestResult
+from .ingest import Document, IngestResult, Passage
 from .limits import MAX_HITS, MAX_PROJECT_CHARS, MAX_QUERY_CHARS
 from .memory_rules import MAX_TEXT_CHARS
-from .models import ForgetResult, HealthReport, Hit, Memory, MemoryPage, RememberResult, Stats
+from .models import AuditRun, ForgetResult, HealthReport, Hit, Memory, MemoryPage, RememberResult, Stats
 from .pathpolicy import PathPolicy, PathRefused
 from .watch import WatchStatus
 
@@ -225,6 +225,11 @@ class Entity(BaseModel):
     facts: int = Field(description="How many facts name it")
 
 
+class ResolveRequest(BaseModel):
+    keep: str = Field(min_length=1, max_length=100, description="The id of the memory to keep (the other is "
+                                                                "archived), or `both`")
+
+
 class ErrorBody(BaseModel):
     detail: str | list[dict[str, Any]]
 
@@ -257,6 +262,21 @@ class TransferBatch(BaseModel):
     records: list[dict[str, Any]] = Field(min_length=1, description="Records of the export format, each with its "
                                                                     "`type`; a memory or passage may carry its "
                                                                     "`vector` (float32 little-endian, base64)")
+
+
+MAX_KNOWN = 5000  # keys in one POST /transfer/known
+
+
+class KnownRequest(BaseModel):
+    keys: dict[str, list[Annotated[str, Field(max_length=200)]]] = Field(
+        description="By type of record (memory, document, chunk, conversation: uids; node: the entity's "
+                    "normalised name), the keys to look up")
+
+
+class KnownAnswer(BaseModel):
+    known: dict[str, list[str]] = Field(description="The keys asked about that this account holds, by type")
+    turns: dict[str, list[str]] = Field(description="For each conversation held, the keys of its turns "
+                                                    "(records.turn_key: role, millisecond and content)")
 
 
 class TransferPage(BaseModel):
@@ -928,6 +948,8 @@ def _add_docs(app: FastAPI) -> None:
 
 
 def _add_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
+    from .consolidation import ConflictPair, Resolution
+
     _agent_routes(app, eng, call)
     _export_routes(app, eng, call)
 
@@ -1104,6 +1126,35 @@ def _add_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
     async def health() -> HealthReport:
         return await call(eng.health)
 
+    @app.get("/activity", response_model=list[AuditRun], tags=["memory"],
+             summary="The log of what changed in your memory, newest first, in runs of one kind of write (ids and "
+                     "counts, never text)")
+    async def activity(limit: Annotated[int, Query(ge=1, le=1000)] = 200) -> list[AuditRun]:
+        return await call(eng.audit_runs, limit=limit)
+
+    @app.get("/conflicts", response_model=list[ConflictPair], tags=["memory"],
+             summary="Pairs of facts found to disagree, for you to resolve")
+    async def conflicts() -> list[ConflictPair]:
+        return await call(eng.conflicts)
+
+    @app.post("/conflicts/{id}/resolve", response_model=Resolution, tags=["memory"],
+              summary="Resolve a flagged memory's conflict: keep one (the other is archived) or both",
+              responses={404: {"model": ErrorBody, "description": "No such memory"}})
+    async def resolve(id: str, body: ResolveRequest) -> Resolution:
+        return await call(eng.resolve, id, body.keep, pool="write")
+
+    @app.get("/documents/{id}/passages", response_model=list[Passage], tags=["documents"],
+             summary="A document's passages in reading order, each with where it is (page, heading)",
+             responses={404: {"model": ErrorBody, "description": "No such document"}})
+    async def passages(id: str, limit: Annotated[int, Query(ge=1, le=5000)] = 2000) -> list[Passage]:
+        return await call(eng.document_passages, id, limit=limit)
+
+    @app.get("/passage/{id}", response_model=Passage, tags=["documents"],
+             summary="One passage (chk_…) with its document",
+             responses={404: {"model": ErrorBody, "description": "No such passage"}})
+    async def passage(id: str) -> Passage:
+        return await call(eng.get_passage, id)
+
     @app.get("/changes", response_model=ChangesAnswer, tags=["memory"],
              summary="What was written after a token, by any program or device (omit `since`: the current token)")
     async def changes(since: Annotated[int | None, Query(ge=0)] = None) -> ChangesAnswer:
@@ -1142,6 +1193,15 @@ def _transfer_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
             raise HTTPException(409, str(e)) from e
         except RecordsRefused as e:
             raise HTTPException(422, str(e)) from e
+
+    @app.post("/transfer/known", response_model=KnownAnswer, tags=["transfer"],
+              summary="Which of these records the account holds already (a push sends only the rest)")
+    async def transfer_known(body: KnownRequest) -> KnownAnswer:
+        asked = sum(len(v) for v in body.keys.values())
+        if asked > MAX_KNOWN:
+            raise HTTPException(413, f"Ask about at most {MAX_KNOWN} records at once ({asked} were sent).")
+        known, turns = await call(eng.transfer.known, body.keys)
+        return KnownAnswer(known=known, turns=turns)
 
     @app.get("/transfer/records", response_model=TransferPage, tags=["transfer"],
              summary="The records of this memory a page at a time (a pull), in dependency order")

@@ -3,6 +3,7 @@ compatibility), and the conversions of times, projects and metadata they go thro
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from typing import Any, Literal
@@ -165,6 +166,17 @@ RECORDS: dict[str, type[Record]] = {
     "fact_check": FactCheckRecord, "node": NodeRecord,
     "edge": EdgeRecord, "audit": AuditRecord,
 }
+
+
+# what a push asks the server it holds already, by type: the column a record's key is in
+KNOWN_KEYS = {"memory": "uid", "document": "uid", "chunk": "uid", "conversation": "uid", "node": "norm_name"}
+
+
+def turn_key(role: str, content: str, at: float) -> str:
+    """A conversation's turn as a push compares it with the turns the server holds: the same words, said by the
+    same side, in the same millisecond (a time read back a hair apart only makes a turn go again, and the
+    server's merge skips it)."""
+    return hashlib.sha256(f"{role}\x00{int(at * 1000)}\x00{content}".encode()).hexdigest()[:32]
 
 
 def to_iso(ts: float | None) -> str | None:

@@ -911,6 +911,38 @@ class RemoteEngine:
         return [Document.model_validate(d) for d in self._read("Listing documents", "GET", "/documents",
                                                                 params=params)]
 
+    def document_passages(self, uid: str, limit: int = 2000) -> list[Any]:
+        from .ingest import Passage
+
+        return [Passage.model_validate(p) for p in self._read("A document's passages", "GET",
+                                                               f"/documents/{uid}/passages", params={"limit": limit})]
+
+    def get_passage(self, uid: str) -> Any:
+        from .ingest import Passage
+
+        return Passage.model_validate(self._read("A passage", "GET", f"/passage/{uid}"))
+
+    # ---- the activity log and conflicts ------------------------------------------------------------------
+    def audit_runs(self, *, limit: int = 200) -> list[Any]:
+        """The account's log of changes, in runs (ids and counts, never text), newest first."""
+        from .models import AuditRun
+
+        return [AuditRun.model_validate(r) for r in self._read("The activity log", "GET", "/activity",
+                                                                params={"limit": limit})]
+
+    def conflicts(self) -> list[Any]:
+        from .consolidation import ConflictPair
+
+        return [ConflictPair.model_validate(p) for p in self._read("Conflicts", "GET", "/conflicts")]
+
+    def resolve(self, uid: str, keep: str) -> Any:
+        """Keep one of two facts that disagree (the other is archived) or both: on the server, now (it is not
+        kept in the outbox: which facts disagree is the server's to say)."""
+        from .consolidation import Resolution
+
+        return Resolution.model_validate(self._read("Resolving a conflict", "POST", f"/conflicts/{uid}/resolve",
+                                                    json={"keep": keep}))
+
     # ---- the graph ---------------------------------------------------------------------------------------
     def neighbours(self, entity: str, hops: int = 1) -> Any:
         from .graph import GraphView
@@ -1022,6 +1054,8 @@ class Moved:
     vectors: int = 0
     added_by_type: dict[str, int] = field(default_factory=dict)
     skipped_by_type: dict[str, int] = field(default_factory=dict)
+    sent: int = 0  # of `records`, those that travelled (a push leaves out what the server said it holds)
+    sent_bytes: int = 0  # the requests' bodies that carried them
 
     def count(self, report: Any) -> None:
         for mine, theirs in ((self.added_by_type, report.added), (self.skipped_by_type, report.skipped)):
@@ -1032,7 +1066,8 @@ class Moved:
 
     def as_dict(self) -> dict[str, Any]:
         return {"memories": self.memories, "added": self.added, "archived": self.archived, "records": self.records,
-                "vectors": self.vectors, "added_by_type": self.added_by_type, "skipped_by_type": self.skipped_by_type}
+                "vectors": self.vectors, "added_by_type": self.added_by_type, "skipped_by_type": self.skipped_by_type,
+                "sent": self.sent, "sent_bytes": self.sent_bytes}
 
 
 @dataclass(frozen=True)
@@ -1076,24 +1111,74 @@ def push_store(eng: Any, client: ServerClient, progress: Callable[[int, int], No
         raise UserError(f"The server's vectors are made by {_model(info.space)}, this store's by {_model(mine)}: "
                         "they cannot travel, and nothing was sent. Push to a server that uses the same embedding "
                         "model (its settings, then `personal-llm server init`).")
+    from .transfer import MergeReport
+
     total = sum(eng.transfer.outgoing_counts().values())
     moved = Moved()
     batch_size = max(1, min(batch or TRANSFER_BATCH, info.max_records))
-    for records in eng.transfer.outgoing(max_records=batch_size, vectors=mine is not None):
-        status, answer = client.request("POST", "/transfer/records", json={"space": mine, "records": records},
-                                        timeout=READ_TIMEOUT)
-        if status != 200 or not isinstance(answer, dict):
-            raise UserError(f"The server did not take the records (HTTP {status}).")
-        from .transfer import MergeReport
 
-        moved.count(MergeReport.model_validate(answer))
+    def seen(records: list[dict[str, Any]]) -> None:
         memories = [r for r in records if r["type"] == "memory"]
         moved.memories += len(memories)
         moved.archived += sum(1 for r in memories if r.get("archived"))
         moved.records += len(records)
+
+    def unknown(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The records of a batch the server does not hold yet; those it holds are counted as there already
+        and reported as progress when none is left to send."""
+        going = _not_held(client, records)
+        going_ids = {id(r) for r in going}
+        held = [r for r in records if id(r) not in going_ids]
+        for r in held:
+            moved.skipped_by_type[r["type"]] = moved.skipped_by_type.get(r["type"], 0) + 1
+        seen(held)
+        if progress and held and not going:
+            progress(moved.records, total)
+        return going
+
+    for records in eng.transfer.outgoing(max_records=batch_size, vectors=mine is not None, keep=unknown):
+        body = json.dumps({"space": mine, "records": records}, ensure_ascii=False).encode("utf-8")
+        status, answer = client.request("POST", "/transfer/records", content=body,
+                                        headers={"Content-Type": "application/json"}, timeout=READ_TIMEOUT)
+        if status != 200 or not isinstance(answer, dict):
+            raise UserError(f"The server did not take the records (HTTP {status}).")
+        moved.count(MergeReport.model_validate(answer))
+        moved.sent += len(records)
+        moved.sent_bytes += len(body)
+        seen(records)
         if progress:
             progress(moved.records, total)
     return moved
+
+
+def _not_held(client: ServerClient, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Of these outgoing records, those the server's account does not hold (`POST /transfer/known`): a memory,
+    document, passage, conversation or entity it has by its key, and a conversation's turns it has, stay
+    here. Derived facts, fact checks and graph facts always go (the server skips those it has). All of them
+    with a server too old to be asked."""
+    from .records import KNOWN_KEYS, turn_key
+
+    keys: dict[str, list[str]] = {}
+    for r in records:
+        if r["type"] in KNOWN_KEYS:
+            keys.setdefault(r["type"], []).append(str(r[KNOWN_KEYS[r["type"]]]))
+        elif r["type"] == "message":
+            keys.setdefault("conversation", []).append(str(r["conversation"]))
+    if not keys:
+        return records
+    status, body = client.request("POST", "/transfer/known", json={"keys": keys}, timeout=READ_TIMEOUT)
+    if status == 404 or not isinstance(body, dict):
+        return records
+    known = {kind: set(found) for kind, found in (body.get("known") or {}).items()}
+    turns = {uid: set(said) for uid, said in (body.get("turns") or {}).items()}
+
+    def held(r: dict[str, Any]) -> bool:
+        if r["type"] == "message":
+            at = parse_time(r.get("created_at"))
+            return at is not None and turn_key(r["role"], r["content"], at) in turns.get(r["conversation"], ())
+        return r["type"] in KNOWN_KEYS and str(r[KNOWN_KEYS[r["type"]]]) in known.get(r["type"], ())
+
+    return [r for r in records if not held(r)]
 
 
 def pull_into(remote: RemoteEngine, eng: Any, progress: Callable[[int, int], None] | None = None) -> Moved:

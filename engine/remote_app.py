@@ -12,8 +12,9 @@ opens a profile with `engine.open_profile` and never knows which of the two it h
   marked waiting (`meta["waiting"]`: True, or the server's reason when it refused it); an edit or a forget
   waiting is shown done. When the server cannot be reached, a listing read before is shown again (with what
   waits) instead of nothing; coming back, everything is read again.
-- What has no door on the server (the activity log, conflicts, agents, tidying up, watched folders, keys
-  and backups) is named by `unavailable()`, with the reason the app shows on that page.
+- The activity log, conflicts and a document's passages are the account's, read from the server (as the
+  token's user). What has no door there (agents, tidying up, watched folders, keys and backups) is named by
+  `unavailable()`, with the reason the app shows on that page.
 """
 
 from __future__ import annotations
@@ -95,10 +96,6 @@ class RemoteApp(RemoteEngine):
         """What this profile does not offer, each with the reason a page shows in its place."""
         where = f"This profile keeps its memory on your server ({self.server.url})"
         return {
-            "activity": f"{where}; its log of changes is kept there, for its operator (`personal-llm audit` on "
-                        "the server). What waits to be sent from this computer is in Settings → Where your memory is.",
-            "conflicts": f"{where}. Facts that disagree are found and resolved on a profile kept on this computer; "
-                         "here, edit or archive either memory in Memories.",
             "agents": "Agents run on a profile kept on this computer: their tools read its files.",
             "folders": "Watched folders feed a profile kept on this computer. Add files on the Documents page: "
                        "they are uploaded to your server.",
@@ -356,24 +353,16 @@ class RemoteApp(RemoteEngine):
             self._memories = stats.memories
         return stats
 
-    def conflicts(self) -> list[Any]:
-        return []  # resolved on a local profile (unavailable()["conflicts"])
+    def resolve(self, uid: str, keep: str) -> Any:
+        result = super().resolve(uid, keep)
+        self._emit(Changes("resolve", {*result.kept, *result.archived}))
+        return result
 
     def ingest(self, paths: Any, *, project: str | None = None, progress: Any = None, cancel: Any = None,
                **_: Any) -> list[Any]:
         results = super().ingest(paths, project=project)
         self._emit(Changes("ingest", set(), {"*"}))
         return results
-
-    def document_passages(self, uid: str) -> list[Any]:
-        raise UserError("The passages of a document kept on your server are not shown in the app yet; Ask and "
-                        "search find them, and an answer cites them.")
-
-    def get_passage(self, uid: str) -> Any:
-        return self.document_passages(uid)
-
-    def audit_runs(self, *, limit: int = 200) -> list[Any]:
-        return []  # the server's activity log is its operator's (`personal-llm audit` there)
 
     # ---- the knowledge graph, read from the server ---------------------------------------------------------
     def graph_entities(self, limit: int = 30) -> list[tuple[str, str | None, int]]:

@@ -50,7 +50,7 @@ from .context import Changes, Context
 from .embeddings import Windows
 from .errors import UserError
 from .partials import PART_MARK, clean_partials, name_unnamed, note_in_progress, open_part
-from .records import RECORDS, HeaderRecord, PlainMemory, to_iso, to_ts
+from .records import KNOWN_KEYS, RECORDS, HeaderRecord, PlainMemory, to_iso, to_ts, turn_key
 from .store import memories as memory_rows
 from .store import space as space_rows
 from .store import transfer as rows
@@ -360,12 +360,20 @@ class Transfer:
         """How many records of each type `outgoing` yields."""
         return rows.count_outgoing(self.ctx.store.con)
 
-    def outgoing(self, *, max_records: int = 500, max_bytes: int = 4 * 2**20,
-                 vectors: bool = True) -> Iterator[list[dict[str, Any]]]:
+    def outgoing(self, *, max_records: int = 500, max_bytes: int = 4 * 2**20, vectors: bool = True,
+                 keep: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
+                 ) -> Iterator[list[dict[str, Any]]]:
         """Everything a push sends, as batches of wire records (engine/records.py's, as JSON, with a memory's
         or passage's current vector in `vector` and a memory's windows in `windows`: float32, little-endian,
         base64), from one snapshot of the store. A document travels with its passages and a conversation with
-        its turns in one batch (unless they alone exceed `max_records`)."""
+        its turns in one batch (unless they alone exceed `max_records`). `keep` chooses the records of each
+        batch that go (a push asks the server which it has already), before their vectors are read; a batch
+        left empty is not yielded."""
+        def ready(con: Any, batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            if keep is not None:
+                batch = keep(batch)
+            return self._with_vectors(con, batch) if vectors and batch else batch
+
         with self.ctx.store.read() as con:
             batch: list[dict[str, Any]] = []
             size = 0
@@ -374,15 +382,33 @@ class Transfer:
                 weight = sum(len(str(d.get("text") or d.get("content") or "")) + 300 for d in items)
                 weight += sum(VECTOR_WEIGHT for d in items if d["type"] in ("memory", "chunk"))
                 if batch and (len(batch) + len(items) > max_records or size + weight > max_bytes):
-                    yield self._with_vectors(con, batch) if vectors else batch
+                    if going := ready(con, batch):
+                        yield going
                     batch, size = [], 0
                 while len(items) > max_records:  # a document of more passages than a batch holds
-                    yield self._with_vectors(con, items[:max_records]) if vectors else items[:max_records]
+                    if going := ready(con, items[:max_records]):
+                        yield going
                     items = items[max_records:]
                 batch += items
                 size += weight
-            if batch:
-                yield self._with_vectors(con, batch) if vectors else batch
+            if batch and (going := ready(con, batch)):
+                yield going
+
+    def known(self, keys: dict[str, list[str]]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+        """Which of these records this store holds already, by type (KNOWN_KEYS: uids, an entity's normalised
+        name), and for each conversation it holds the keys of its turns (records.turn_key): what a push need
+        not send. Read in one snapshot."""
+        found: dict[str, list[str]] = {}
+        with self.ctx.store.read() as con:
+            for kind, wanted in keys.items():
+                if kind not in KNOWN_KEYS:
+                    raise UserError(f"{kind[:40]!r} is not a type of record a push asks about (one of "
+                                    f"{', '.join(KNOWN_KEYS)}).")
+                if wanted:
+                    found[kind] = sorted(rows.known(con, kind, list(dict.fromkeys(wanted))))
+            turns = {uid: sorted({turn_key(role, content, at) for role, content, at in said})
+                     for uid, said in rows.turns_of(con, found.get("conversation", [])).items()}
+        return found, turns
 
     def _with_vectors(self, con: Any, batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for table, kind in (("memories", "memory"), ("chunks", "chunk")):

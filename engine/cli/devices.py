@@ -188,7 +188,8 @@ def push(p: argparse.ArgumentParser) -> Handler:
             print_json({"url": checked.url, **moved.as_dict()})
         else:
             console().print(f"Pushed to {escape(checked.url)}: {_moved(moved)}; {moved.vectors:,} vectors stored as "
-                            "they are. What was there already is not stored twice.")
+                            f"they are. {moved.sent:,} of {moved.records:,} records were sent: what the server held "
+                            "already stayed here, and nothing is stored twice.")
         return 0
 
     return run

@@ -165,6 +165,7 @@ def test_a_whole_store_moves_into_the_account_and_back(served, pg_url: str, prof
     took = time.monotonic() - started
     print(f"push of the rest: {done['records']} records in {took:.1f} s")
     assert done["memories"] == TOTAL and done["added"] == TOTAL - cut["memories"]
+    assert done["sent"] <= done["records"] - cut["memories"]  # what the server held already was not sent
     assert done["added_by_type"].get("edge") == 2
     counts = pg_counts(pg_url)
     assert counts == {"memories": TOTAL, "documents": 20, "chunks": len(local["chunks"]), "conversations": 1,
@@ -174,9 +175,24 @@ def test_a_whole_store_moves_into_the_account_and_back(served, pg_url: str, prof
     audit = pg_rows(pg_url, "SELECT count(*), sum((detail->'added'->>'memory')::int) FROM audit WHERE action = 'push'")
     assert audit[0][1] == TOTAL  # every batch that landed is audited, with what it added
 
-    # pushed again: nothing doubles
+    # pushed again: nothing doubles, and almost nothing travels (the server says what it holds): only the graph's
+    # facts and the facts' derivations, which have no id of their own
     again = cli_json("push", server.url, "--token", token)
     assert again["added_by_type"] == {} and again["skipped_by_type"]["memory"] == TOTAL
+    assert again["records"] == done["records"]
+    assert again["sent"] == sum(again["skipped_by_type"].get(k, 0) for k in ("edge", "derivation", "fact_check"))
+    assert again["sent"] <= 10 and again["sent_bytes"] < 10_000 < done["sent_bytes"] // 50, again
+    assert pg_counts(pg_url) == counts
+
+    # a turn added to the conversation here since: pushed again, only those turns (and the graph's facts) go
+    from engine import Engine
+
+    with Engine.open(profile_home, actor="sdk") as eng:
+        eng.ask("Where is the lighthouse keeper's logbook kept?", conversation_id=made["conversation"])
+    more = cli_json("push", server.url, "--token", token)
+    assert more["added_by_type"] == {"message": 2} and more["sent"] == again["sent"] + 2, more
+    counts["messages"] += 2
+    local["turns"] = local_view(profile_home)["turns"]
     assert pg_counts(pg_url) == counts
 
     # the vectors travelled as they were: the server's equal the local store's
@@ -273,3 +289,15 @@ def test_the_bulk_route_refuses_bad_batches_clearly_and_keeps_users_apart(pg_url
         assert theirs["added"] == {"memory": 1}  # the same id in Bob's account is Bob's own memory
         assert a.get("/transfer").json()["counts"]["memory"] == 1
         assert a.get("/transfer/records", params={"after": "nonsense"}).status_code == 400
+
+        # what an account holds already, asked by a push before it sends: the user's own rows only
+        asked = {"keys": {"memory": [kept["uid"], "mem_unknown"], "node": ["nobody"], "conversation": ["cnv_none"]}}
+        assert a.post("/transfer/known", json=asked).json() == {"known": {"memory": [kept["uid"]], "node": [],
+                                                                         "conversation": []}, "turns": {}}
+        bob_known = b.post("/transfer/known", json={"keys": {"memory": [kept["uid"]]}}).json()
+        assert bob_known["known"] == {"memory": [kept["uid"]]}  # his own copy (stored above)
+        assert b.post("/transfer/known", json={"keys": {"memory": ["mem_x"]}}).json()["known"] == {"memory": []}
+        wrong = a.post("/transfer/known", json={"keys": {"audit": ["x"]}})
+        assert wrong.status_code in (400, 422) and "not a type of record a push asks about" in wrong.json()["detail"]
+        lots = a.post("/transfer/known", json={"keys": {"memory": [f"mem_{i}" for i in range(5001)]}})
+        assert lots.status_code == 413 and "at most 5000" in lots.json()["detail"]

@@ -24,6 +24,7 @@ from psycopg import Connection
 from ...errors import UserError
 from ...memory_rules import check_text, content_hash
 from ...records import (
+    KNOWN_KEYS,
     ROW_TO_RECORD,
     TIME_EPS,
     AuditRecord,
@@ -205,6 +206,26 @@ def outgoing(con: Connection) -> Iterator[list[Record]]:
 
 
 Vectors = dict[str, tuple[np.ndarray, list[tuple[int, int, np.ndarray]]]]
+
+
+def known(con: Connection, kind: str, keys: list[str]) -> set[str]:
+    """Which of these keys (KNOWN_KEYS: a memory's, document's, passage's or conversation's uid, an entity's
+    normalised name) the transaction's user holds."""
+    table = {"memory": "memories", "document": "documents", "chunk": "chunks", "conversation": "conversations",
+             "node": "nodes"}[kind]
+    column = KNOWN_KEYS[kind]
+    return {str(r[0]) for r in con.execute(f"SELECT {column} FROM {table} WHERE {column} = ANY(%s)",
+                                           (list(keys),)).fetchall()}
+
+
+def turns_of(con: Connection, uids: list[str]) -> dict[str, list[tuple[str, str, float]]]:
+    """The turns (role, content, time) of these conversations of the user, by uid."""
+    out: dict[str, list[tuple[str, str, float]]] = {}
+    for uid, role, content, at in con.execute(
+            "SELECT c.uid, m.role, m.content, m.created_at FROM messages m JOIN conversations c ON c.user_id = m.user_id "
+            "AND c.id = m.conversation_id WHERE c.uid = ANY(%s)", (list(uids),)).fetchall():
+        out.setdefault(str(uid), []).append((str(role), str(content), float(at)))
+    return out
 
 
 def _unpack(data: bytes) -> np.ndarray:

@@ -12,6 +12,7 @@ import numpy as np
 from ...errors import UserError
 from ...memory_rules import check_text, content_hash, new_uid
 from ...records import (
+    KNOWN_KEYS,
     ROW_TO_RECORD,
     TIME_EPS,
     AuditRecord,
@@ -360,6 +361,32 @@ def vectors_of(con: Connection, table: str, uids: list[str]) -> Vectors:
                     "ORDER BY w.memory_id, w.id", padded(rids)).fetchall():
                 windows.setdefault(int(rid), []).append((int(start), int(end), np.frombuffer(blob, dtype=np.float32)))
     return {ids[rid]: (vec, windows.get(rid, [])) for rid, vec in found.items()}
+
+
+def known(con: Connection, kind: str, keys: list[str]) -> set[str]:
+    """Which of these keys (KNOWN_KEYS: a memory's, document's, passage's or conversation's uid, an entity's
+    normalised name) this store holds."""
+    table = {"memory": "memories", "document": "documents", "chunk": "chunks", "conversation": "conversations",
+             "node": "nodes"}[kind]
+    column = KNOWN_KEYS[kind]
+    found: set[str] = set()
+    for p in range(0, len(keys), 500):
+        part = keys[p : p + 500]
+        found.update(str(r[0]) for r in con.execute(
+            f"SELECT {column} FROM {table} WHERE {column} IN ({marks(part)})", padded(part)).fetchall())
+    return found
+
+
+def turns_of(con: Connection, uids: list[str]) -> dict[str, list[tuple[str, str, float]]]:
+    """The turns (role, content, time) of these conversations, by uid."""
+    out: dict[str, list[tuple[str, str, float]]] = {}
+    for p in range(0, len(uids), 500):
+        part = uids[p : p + 500]
+        for uid, role, content, at in con.execute(
+                "SELECT c.uid, m.role, m.content, m.created_at FROM messages m JOIN conversations c ON c.id = m.conversation_id "
+                f"WHERE c.uid IN ({marks(part)})", padded(part)).fetchall():
+            out.setdefault(str(uid), []).append((str(role), str(content), float(at)))
+    return out
 
 
 def records_page(con: Connection, after: str | None, limit: int) -> tuple[list[Record], str | None]:

@@ -1,52 +1,14 @@
 """Every page of the desktop app on a profile that lives on a server, against a real server process on a real
-PostgreSQL: what the server offers works as on this computer; what it does not (the activity log, conflicts,
-agents, watched folders) says so on the page, never in an error box. Captures made while the server is away are
-listed with the memories, marked waiting to send, and the list reads itself again when the server is back.
-Settings copies the memory to a server and back to this computer, with progress, in the background."""
+PostgreSQL: what the server offers works as on this computer (the activity log, conflicts and a document's
+passages are the account's); what it does not (agents, watched folders) says so on the page, never in an error
+box. Captures made while the server is away are listed with the memories, marked waiting to send, and the list
+reads itself again when the server is back. Settings copies the memory to a server and back to this computer,
+with progress, in the background."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import httpx
-import pytest
 from PySide6.QtCore import Qt
-
-from tests import pg_server as pg
-from tests.gui.test_server_profile import capture, texts_on_server
-from tests.postgres.serving import Server
-
-pg_server, pg_template, pg_db, pg_url, pg_empty_url = pg.pg_server, pg.pg_template, pg.pg_db, pg.pg_url, pg.pg_empty_url
-
-
-@pytest.fixture
-def server(pg_url: str, tmp_path: Path) -> Iterator[tuple[Server, str]]:
-    from engine import users
-
-    token = users.add(pg_url, "alice")
-    s = Server(pg_url, tmp_path / "server-home").start()
-    try:
-        yield s, token
-    finally:
-        s.stop()
-
-
-def connected_app(qtbot, home: Path, url: str, token: str, embedder, monkeypatch) -> tuple[object, list[str]]:
-    """The app on a profile connected to `url` (as `personal-llm connect` leaves it); the error boxes it showed."""
-    from desktop.app import DesktopApp
-    from desktop.main_window import MainWindow
-    from engine import check_server, connect_profile
-
-    home.mkdir(parents=True, exist_ok=True)
-    connect_profile(home, check_server(url, token), token)
-    errors: list[str] = []
-    monkeypatch.setattr(MainWindow, "show_error", lambda self, message: errors.append(message))
-    app = DesktopApp(home, embedder=embedder, use_tray=False, use_hotkey=False, undo_seconds=0.4)
-    qtbot.addWidget(app.window)
-    qtbot.addWidget(app.capture)
-    qtbot.waitUntil(lambda: app.bridge.info is not None, timeout=30_000)
-    return app, errors
 
 
 def when_column(browser, uid: str) -> str:
@@ -54,12 +16,11 @@ def when_column(browser, uid: str) -> str:
     return model.data(model.index(model.row_of(uid), 3))
 
 
-def test_every_page_on_a_server_profile(qtbot, qasync_loop, profile_home, lexical_embedder, server, pg_url,
-                                        monkeypatch):
+def test_every_page_on_a_server_profile(qtbot, profile_home, server, connected_app, capture, texts_on_server):
     srv, token = server
     with httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {token}"}) as other:
         other.post("/memory/remember", json={"text": "The boiler was serviced by Marta in March"}).raise_for_status()
-    app, errors = connected_app(qtbot, profile_home, srv.url, token, lexical_embedder, monkeypatch)
+    app, errors = connected_app(profile_home, srv.url, token)
     w = app.window
     try:
         w.build_pages()
@@ -67,13 +28,6 @@ def test_every_page_on_a_server_profile(qtbot, qasync_loop, profile_home, lexica
         [boiler] = w.memories.visible_ids()
 
         # what the server does not offer says so on its page, with the reason
-        w.show_page("activity")
-        assert w.activity.stack.currentWidget() is w.activity.empty
-        assert w.activity.empty.title.text() == "The activity log is kept on the server."
-        assert srv.url in w.activity.empty.hint.text() and not w.activity.refresh_button.isVisible()
-        w.show_page("conflicts")
-        assert w.conflicts.stack.currentWidget() is w.conflicts.empty
-        assert "server" in w.conflicts.empty.title.text()
         w.show_page("ask")
         assert not w.ask.agent_toggle.isEnabled()
         assert "computer" in w.ask.agent_toggle.toolTip()
@@ -97,7 +51,7 @@ def test_every_page_on_a_server_profile(qtbot, qasync_loop, profile_home, lexica
         # the server goes away: a capture is listed at once, marked waiting to send; the list read again
         # (a filter changed and back) still shows what it showed, and the capture
         srv.stop()
-        capture(qtbot, app, "The plumber's number is 555 0199")
+        capture(app, "The plumber's number is 555 0199")
         browser = w.memories
         qtbot.waitUntil(lambda: len(browser.visible_ids()) == 2, timeout=10_000)
         [waiting] = [uid for uid in browser.visible_ids() if when_column(browser, uid) == "Waiting to send"]
@@ -116,19 +70,81 @@ def test_every_page_on_a_server_profile(qtbot, qasync_loop, profile_home, lexica
         qtbot.waitUntil(lambda: len(browser.visible_ids()) == 2
                         and all(when_column(browser, u) != "Waiting to send" for u in browser.visible_ids()),
                         timeout=10_000)
-        assert texts_on_server(pg_url) == ["The boiler was serviced by Marta in March",
+        assert texts_on_server() == ["The boiler was serviced by Marta in March",
                                            "The plumber's number is 555 0199"]
         assert errors == []
     finally:
         app.quit()
 
 
+def test_activity_conflicts_and_a_documents_passages_read_the_server(qtbot, profile_home, server, connected_app):
+    """The activity log, the conflicts and a document's passages are the account's, read from the server as
+    on this computer: a run of writes listed (never their text), a conflict kept one way, a document read
+    inside the app with the passage asked for highlighted."""
+    from engine.memory_rules import new_uid
+
+    srv, token = server
+    older, newer = new_uid("mem"), new_uid("mem")
+    said = {"type": "memory", "kind": "fact", "importance": 0.5, "created_at": "2026-01-02T03:04:05+00:00",
+            "updated_at": "2026-01-02T03:04:05+00:00"}
+    later = {"created_at": "2026-02-02T03:04:05+00:00", "updated_at": "2026-02-02T03:04:05+00:00"}
+    manual = "\n\n".join(["# Boiler manual", *(f"## {part}\n\n" + " ".join(
+        f"{part}, step {n}: check the valve marked {n} and write down what the gauge reads." for n in range(40))
+        for part in ("Radiators", "Pressure")), "## Service\n\nCall Marta at 555 0142 for the yearly service."])
+    with httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {token}"}, timeout=60) as other:
+        other.post("/memory/remember", json={"text": "The spare key is under the blue pot"}).raise_for_status()
+        other.post("/transfer/records", json={"records": [  # two facts found to disagree (as a push brings them)
+            {**said, "uid": older, "text": "Alice lives in Lisbon.", "conflict_with": newer},
+            {**said, **later, "uid": newer, "text": "Alice lives in Porto.", "conflict_with": older}]}).raise_for_status()
+        [doc] = other.post("/ingest/upload", files={"file": ("boiler.md", manual.encode())}).json()
+        passages = other.get(f"/documents/{doc['document_id']}/passages").json()
+    assert len(passages) > 1
+    service = next(p for p in passages if "yearly service" in p["text"])
+    app, errors = connected_app(profile_home, srv.url, token)
+    w = app.window
+    w.build_pages()
+
+    # the activity log: the account's writes, in sentences, without their text; a memory's row opens it
+    w.show_page("activity")
+    view = w.activity
+    assert not view.elsewhere and view.refresh_button.isVisible()
+
+    def rows() -> list[list[str]]:
+        return [[view.tree.topLevelItem(i).text(c) for c in range(3)] for i in range(view.tree.topLevelItemCount())]
+
+    qtbot.waitUntil(lambda: any(r[1] == "The HTTP API remembered a fact" for r in rows()), timeout=10_000)
+    assert any(r[1].startswith("The HTTP API added a document") for r in rows()), rows()
+    assert not any("blue pot" in cell or "Lisbon" in cell for r in rows() for cell in r)
+
+    # the conflict, kept one way: the other is archived on the server
+    w.show_page("conflicts")
+    page = w.conflicts
+    qtbot.waitUntil(lambda: len(page.cards) == 1, timeout=10_000)
+    card = page.cards[0]
+    assert card.older.uid == older and card.newer.uid == newer
+    qtbot.mouseClick(card.newer.keep, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: page.stack.currentWidget() is page.empty, timeout=10_000)
+    with httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {token}"}) as other:
+        assert other.get(f"/memory/{older}").json()["archived"] and not other.get(f"/memory/{newer}").json()["archived"]
+        assert other.get("/conflicts").json() == []
+
+    # a document read inside the app, the passage asked for highlighted
+    w.show_page("documents")
+    docs = w.documents
+    qtbot.waitUntil(lambda: docs.list.topLevelItemCount() == 1, timeout=10_000)
+    docs.view_document(doc["document_id"], service["id"])
+    viewer = docs.viewer
+    qtbot.waitUntil(lambda: viewer is not None and "Radiators, step 3" in viewer.text.toPlainText(), timeout=10_000)
+    assert viewer.highlighted() == service["text"]
+    assert errors == []
+
+
 def test_a_revoked_token_says_so_keeps_the_capture_and_a_new_token_sends_it(
-        qtbot, qasync_loop, profile_home, lexical_embedder, server, pg_url, monkeypatch):
+        qtbot, profile_home, server, pg_url, connected_app, capture, texts_on_server):
     from engine import users
 
     srv, token = server
-    app, errors = connected_app(qtbot, profile_home, srv.url, token, lexical_embedder, monkeypatch)
+    app, errors = connected_app(profile_home, srv.url, token)
     w = app.window
     try:
         w.build_pages()
@@ -136,7 +152,7 @@ def test_a_revoked_token_says_so_keeps_the_capture_and_a_new_token_sends_it(
         qtbot.waitUntil(lambda: status.server.text() == "● Server", timeout=10_000)
         users.remove(pg_url, "alice", forget=False)  # revoked: the server refuses it within its 10 s
         qtbot.waitUntil(lambda: status.server.text().startswith("● Token refused"), timeout=30_000)
-        capture(qtbot, app, "The spare key is under the blue pot")  # kept, not failed
+        capture(app, "The spare key is under the blue pot")  # kept, not failed
         qtbot.waitUntil(lambda: status.server.text() == "● Token refused · 1 waiting to send", timeout=10_000)
         assert "refused this profile's token" in status.server.toolTip()
         assert "Use a new token" in status.currentMessage()
@@ -144,7 +160,7 @@ def test_a_revoked_token_says_so_keeps_the_capture_and_a_new_token_sends_it(
         box = w.settings.sections.server
         qtbot.waitUntil(lambda: box.renew.isVisible(), timeout=10_000)
         assert box.health.text().startswith("● Token refused.") and "1 waiting to send" in box.health.text()
-        assert texts_on_server(pg_url) == []
+        assert texts_on_server() == []
 
         # a wrong token is refused with the reason, and the capture still waits
         box.renew_token("pllm_not-a-token")
@@ -154,7 +170,7 @@ def test_a_revoked_token_says_so_keeps_the_capture_and_a_new_token_sends_it(
         box.renew_token(new)
         qtbot.waitUntil(lambda: status.server.text() == "● Server", timeout=20_000)
         assert not box.renew.isVisible()
-        qtbot.waitUntil(lambda: texts_on_server(pg_url) == ["The spare key is under the blue pot"], timeout=10_000)
+        qtbot.waitUntil(lambda: texts_on_server() == ["The spare key is under the blue pot"], timeout=10_000)
         assert new not in "".join(p.read_text(errors="replace") for p in profile_home.rglob("*.json"))
         assert errors == []
     finally:
@@ -162,7 +178,7 @@ def test_a_revoked_token_says_so_keeps_the_capture_and_a_new_token_sends_it(
 
 
 def test_without_a_keychain_a_passphrase_protects_the_servers_token(
-        qtbot, qasync_loop, profile_home, lexical_embedder, server, pg_url, monkeypatch):
+        qtbot, qasync_loop, profile_home, lexical_embedder, server, monkeypatch, capture, texts_on_server):
     import keyring.core
     from PySide6.QtWidgets import QInputDialog
 
@@ -190,9 +206,9 @@ def test_without_a_keychain_a_passphrase_protects_the_servers_token(
         dialog.again.setText("correct horse battery")
         qtbot.mouseClick(dialog.go, Qt.MouseButton.LeftButton)
         qtbot.waitUntil(lambda: app.bridge.info is not None, timeout=30_000)
-        capture(qtbot, app, "The gate code is 1984")
+        capture(app, "The gate code is 1984")
         srv.stop()
-        capture(qtbot, app, "The alarm code is 2468")  # into the outbox, encrypted with the sealed key
+        capture(app, "The alarm code is 2468")  # into the outbox, encrypted with the sealed key
         qtbot.waitUntil(lambda: app.window.status.server.text() == "● Offline · 1 waiting to send", timeout=10_000)
     finally:
         app.quit()
@@ -219,15 +235,51 @@ def test_without_a_keychain_a_passphrase_protects_the_servers_token(
         qtbot.waitUntil(lambda: app.bridge.info is not None, timeout=30_000)
         assert len(prompts) == 2 and "Enter it" in prompts[0] and "does not open" in prompts[1]
         qtbot.waitUntil(lambda: app.window.status.server.text() == "● Server", timeout=20_000)
-        qtbot.waitUntil(lambda: texts_on_server(pg_url) == ["The gate code is 1984", "The alarm code is 2468"],
+        qtbot.waitUntil(lambda: texts_on_server() == ["The gate code is 1984", "The alarm code is 2468"],
                         timeout=10_000)
+
+        # copied to this computer: a passphrase protects the copy, by the first run's rules
+        app.window.show_page("settings")
+        dialog = app.window.settings.sections.server.open_move()
+        assert dialog.passphrase.isVisible() and dialog.again.isVisible()
+        assert "No keychain" in dialog.passphrase_note.text()
+        dialog.name.setText("laptop")
+        dialog.run()
+        assert dialog.result.text == "An empty passphrase cannot protect the store." and not dialog.running
+        dialog.passphrase.setText("short")
+        dialog.run()
+        assert "at least 8 characters" in dialog.result.text and not dialog.running
+        dialog.passphrase.setText("blue pot under the stairs")
+        dialog.again.setText("blue pot under the stair")
+        dialog.run()
+        assert dialog.result.text == "The two passphrases differ; type the same one twice." and not dialog.running
+        dialog.again.setText("blue pot under the stairs")
+        dialog.run()
+        qtbot.waitUntil(lambda: not dialog.running, timeout=120_000)
+        assert "2 of them memories: 2 memories new in the profile laptop" in dialog.result.text, dialog.result.text
+        dialog.reject()
+        # a copy into it again needs its passphrase: another one is refused, saying so, and nothing is copied
+        again = app.window.settings.sections.server.open_move()
+        again.name.setText("laptop")
+        again.passphrase.setText("correct horse battery")
+        again.again.setText("correct horse battery")
+        again.run()
+        qtbot.waitUntil(lambda: not again.running, timeout=60_000)
+        assert again.result.property("tone") == "error" and "passphrase" in again.result.text.lower(), again.result.text
     finally:
         app.quit()
         keyring.core._keyring_backend = None
+    from engine import Engine
+
+    copy_home = profile_home / "profiles" / "laptop"
+    assert not any(b"2468" in p.read_bytes() for p in copy_home.rglob("*") if p.is_file())
+    with Engine.open(copy_home, passphrase="blue pot under the stairs", interactive=False) as eng:
+        assert sorted(m.text for m in eng.list_memories()) == ["The alarm code is 2468", "The gate code is 1984"]
 
 
 def test_settings_copies_a_local_memory_to_the_server_and_back_with_progress_and_a_stop(
-        qtbot, qasync_loop, profile_home, tmp_path, lexical_embedder, server, pg_url, monkeypatch):
+        qtbot, qasync_loop, profile_home, tmp_path, lexical_embedder, server, monkeypatch, connected_app,
+        texts_on_server):
     from engine import Remembered
     from tests.gui.conftest import engine_of, make_desktop
 
@@ -255,19 +307,19 @@ def test_settings_copies_a_local_memory_to_the_server_and_back_with_progress_and
         assert dialog.running and not dialog.start.isEnabled()
         qtbot.waitUntil(lambda: not dialog.running, timeout=120_000)
         assert seen[0][0] == 500 and dialog.result.text.startswith("Stopped: ")
-        sent = len(texts_on_server(pg_url))  # the batch on its way when Stop was pressed is stored whole
+        sent = len(texts_on_server())  # the batch on its way when Stop was pressed is stored whole
         assert sent in (500, 1000) and f"{sent:,} items were copied" in dialog.result.text
         monkeypatch.setattr(dialog, "_progressed", dialog.bridge_progress)
         dialog.run()  # again: the rest, nothing twice
         qtbot.waitUntil(lambda: not dialog.running, timeout=120_000)
         assert f"1,200 of them memories: {1200 - sent:,} memories new on the server" in dialog.result.text
-        assert len(texts_on_server(pg_url)) == 1200 and dialog.progress.value() == dialog.progress.maximum()
+        assert len(texts_on_server()) == 1200 and dialog.progress.value() == dialog.progress.maximum()
     finally:
         app.quit()
 
     # and back: a server profile copies its account into a profile kept on this computer
     device = tmp_path / "device"
-    back, errors = connected_app(qtbot, device, srv.url, token, lexical_embedder, monkeypatch)
+    back, errors = connected_app(device, srv.url, token)
     try:
         back.window.build_pages()
         back.window.show_page("settings")

@@ -6,45 +6,9 @@ needs the server; the server back: the capture arrives, once. A real server proc
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
-import psycopg
-import pytest
 from PySide6.QtCore import Qt
-
-from tests import pg_server as pg
-from tests.postgres.serving import Server
-
-# the PostgreSQL fixtures (tests/pg_server.py), for this module
-pg_server, pg_template, pg_db, pg_url, pg_empty_url = pg.pg_server, pg.pg_template, pg.pg_db, pg.pg_url, pg.pg_empty_url
-
-@pytest.fixture
-def server(pg_url: str, tmp_path: Path) -> Iterator[tuple[Server, str]]:
-    from engine import users
-
-    token = users.add(pg_url, "alice")
-    s = Server(pg_url, tmp_path / "server-home").start()
-    try:
-        yield s, token
-    finally:
-        s.stop()
-
-
-def texts_on_server(pg_url: str) -> list[str]:
-    """The user's memories on the server, in the order they were stored (not the app's own events)."""
-    with psycopg.connect(pg_url) as con:
-        return [r[0] for r in con.execute(
-            "SELECT text FROM personal_llm.memories WHERE source <> 'activity' ORDER BY id")]
-
-
-def capture(qtbot, app, text: str, saved: str = "Saved ✓") -> None:
-    box = app.capture
-    box.open_box()
-    qtbot.keyClicks(box.input, text)
-    qtbot.keyClick(box.input, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: box.status.text() == saved, timeout=15_000)
 
 
 def connect_at_first_run(qtbot, app, url: str, token: str) -> None:
@@ -59,7 +23,7 @@ def connect_at_first_run(qtbot, app, url: str, token: str) -> None:
 
 
 def test_a_server_profile_from_first_run_to_offline_and_back(qtbot, qasync_loop, profile_home, lexical_embedder,
-                                                             server, pg_url, monkeypatch, tmp_path):
+                                                             server, monkeypatch, tmp_path, capture, texts_on_server):
     from desktop.app import DesktopApp
     from desktop.main_window import MainWindow
 
@@ -93,11 +57,11 @@ def test_a_server_profile_from_first_run_to_offline_and_back(qtbot, qasync_loop,
         assert errors == []
 
         # remember, and see it
-        capture(qtbot, app, "The boiler's service code is 4471")
+        capture(app, "The boiler's service code is 4471")
         browser = app.window.memories
         qtbot.waitUntil(lambda: len(browser.visible_ids()) == 1, timeout=10_000)
         [boiler] = browser.visible_ids()
-        assert texts_on_server(pg_url) == ["The boiler's service code is 4471"]
+        assert texts_on_server() == ["The boiler's service code is 4471"]
 
         # another device writes: it shows up by itself within a few seconds
         with httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {token}"}) as other:
@@ -123,7 +87,7 @@ def test_a_server_profile_from_first_run_to_offline_and_back(qtbot, qasync_loop,
 
         # the server stops: a capture and an edit wait, and the app says so; recall says it needs the server
         srv.stop()
-        capture(qtbot, app, "The plumber's number is 555 0199")
+        capture(app, "The plumber's number is 555 0199")
         qtbot.waitUntil(lambda: status.server.text() == "● Offline · 1 waiting to send", timeout=10_000)
         assert "1 waiting to send" in box.health.text() and "Cannot be reached" in box.health.text()
         edited: list[object] = []
@@ -139,12 +103,12 @@ def test_a_server_profile_from_first_run_to_offline_and_back(qtbot, qasync_loop,
         # the server is back: the capture and the edit arrive, once, in order, and the app shows them
         srv.start()
         qtbot.waitUntil(lambda: status.server.text() == "● Server", timeout=20_000)
-        assert texts_on_server(pg_url) == ["The boiler's service code is 4472",
+        assert texts_on_server() == ["The boiler's service code is 4472",
                                            "Swimming lessons are on Tuesdays at six",
                                            "The plumber's number is 555 0199"]
         qtbot.waitUntil(lambda: len(browser.visible_ids()) == 3, timeout=10_000)
         qtbot.wait(3 * app.bridge.SERVER_POLL_MS)  # more polls: nothing is sent again
-        assert len(texts_on_server(pg_url)) == 3
+        assert len(texts_on_server()) == 3
         assert errors == []
     finally:
         app.quit()
