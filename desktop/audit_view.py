@@ -37,7 +37,7 @@ ACTIONS = {
     "export": "exported the memory", "import": "imported memories", "backup": "made an encrypted backup",
     "restore": "restored memories", "compact": "compacted the store", "key_rotated": "changed the encryption key",
     "passphrase_changed": "changed the passphrase", "recovery_key_created": "made a recovery key",
-    "key_notice": "noted something about the key", "push": "took in a copy of another computer's memory",
+    "key_notice": "noted something about the key", "push": "took in copied memories",
     "pull": "copied the memory from a server",
 }
 # the same actions, done many times in one run (a batch): {n} is the count
@@ -48,7 +48,7 @@ MANY = {
     "backup": "made {n} encrypted backups", "resolve_conflict": "resolved {n} conflicts",
     "resolve": "resolved {n} conflicts", "conflict_flagged": "found {n} pairs of memories that disagree",
     "extract_triples": "read {n} for the knowledge graph", "import": "imported memories {n} times",
-    "push": "took in {n} batches copied from another computer", "pull": "copied {n} batches from a server",
+    "push": "took in {n} batches of copied memories", "pull": "copied {n} batches from a server",
 }
 COUNT_WORDS = {"chunks": "passage", "memories": "memory", "edges": "link", "answers": "answer",
                "archived": "archived", "merged": "merged", "files": "file", "triples": "link",

@@ -4,9 +4,9 @@ tray host), for docs/screenshots/:
     python scripts/server_screenshots.py      # an 800x600 screen, and 1440x900 at QT_SCALE_FACTOR=2
 
 A real PostgreSQL (tests/pg_server.py) and a real `personal-llm serve --database` process. Each run shows the first
-run's two choices, Settings on the server profile (address and whether the server answers), a capture made while
-the server is stopped ("waiting to send"), and the Activity page, which a server profile does not have. The
-whole screen is saved, so each picture also shows whether the window and its dialogs fit.
+run's two choices, Settings on the server profile (address and whether the server answers), the account's Activity,
+Conflicts and a document's passages read from the server, and a capture made while the server is stopped ("waiting
+to send"). The whole screen is saved, so each picture also shows whether the window and its dialogs fit.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ def main() -> int:
         pg_url = pg.url("shots")
         with Database(pg_url) as db:
             db.init(bundled_space())
-        token = users.add(pg_url, "alice")
         for tag, screen, scale in RUNS:
+            token = users.add(pg_url, f"alice-{tag}")  # an account of each run's own
             with tempfile.TemporaryDirectory() as tmp, XServer(*screen) as x:
                 x.start_window_manager()
                 x.start_tray_host(reserve=True)
@@ -105,6 +105,20 @@ def child(home: Path, pg_url: str, token: str, out: Path, tag: str) -> int:
         box = window.settings.sections.server
         wait(20, lambda: box.health.text().startswith("● Connected") and "memories" in box.health.text())
         shot("settings-server")
+        seed(server.url, token)
+        window.show_page("activity")
+        wait(20, lambda: window.activity.tree.topLevelItemCount() > 0)
+        shot("activity-server")
+        window.show_page("conflicts")
+        wait(20, lambda: len(window.conflicts.cards) == 1)
+        shot("conflicts-server")
+        window.show_page("documents")
+        docs = window.documents
+        wait(30, lambda: docs.list.topLevelItemCount() == 1)
+        docs.view_document(docs.list.topLevelItem(0).data(0, 256))
+        wait(20, lambda: docs.viewer is not None and "Radiators" in docs.viewer.text.toPlainText())
+        shot("document-server")
+        docs.viewer.close()
         server.stop()
         app.capture.open_box()
         app.capture.input.setText("The plumber's number is 555 0199")
@@ -113,18 +127,36 @@ def child(home: Path, pg_url: str, token: str, out: Path, tag: str) -> int:
         app.capture.hide()
         window.show_page("memories")
         try:
-            wait(10, lambda: len(window.memories.visible_ids()) == 3)
+            wait(10, lambda: len(window.memories.visible_ids()) == 5)
         except TimeoutError:
             print("listed:", [window.memories.model.get(u).text for u in window.memories.visible_ids()],
                   window.status.count.text(), file=sys.stderr)
             raise
         shot("waiting-to-send")
-        window.show_page("activity")
-        shot("activity-server")
     finally:
         app.quit()
         server.stop()
     return 0
+
+
+def seed(url: str, token: str) -> None:
+    """What another device of the account wrote: two facts that disagree (as a push brings them) and a manual."""
+    import httpx
+
+    from engine.memory_rules import new_uid
+
+    older, newer = new_uid("mem"), new_uid("mem")
+    said = {"type": "memory", "kind": "fact", "importance": 0.5, "created_at": "2026-01-02T03:04:05+00:00",
+            "updated_at": "2026-01-02T03:04:05+00:00"}
+    manual = "\n\n".join(["# Boiler manual", *(f"## {part}\n\n" + " ".join(
+        f"{part}, step {n}: check the valve marked {n} and write down what the gauge reads." for n in range(30))
+        for part in ("Radiators", "Pressure"))])
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60) as other:
+        other.post("/transfer/records", json={"records": [
+            {**said, "uid": older, "text": "The boiler is serviced every March.", "conflict_with": newer},
+            {**said, "uid": newer, "text": "The boiler is serviced every October.",
+             "created_at": "2026-02-02T03:04:05+00:00", "conflict_with": older}]}).raise_for_status()
+        other.post("/ingest/upload", files={"file": ("boiler-manual.md", manual.encode())}).raise_for_status()
 
 
 if __name__ == "__main__":
