@@ -107,7 +107,11 @@ def snapshots(where: Path) -> list[Snapshot]:
 def backup_now(eng: OpenStore, where: Path | None = None,
                progress: Callable[[int, int], None] | None = None) -> Snapshot:
     where = where or folder(eng.home)
-    private_dir(where)
+    try:
+        private_dir(where)
+    except OSError as e:  # a file where the folder should be, a place that cannot be written
+        raise UserError(f"Snapshots cannot go to {where}: {e.strerror or e}. Choose another backup folder "
+                        "(`personal-llm config set backup.folder PATH`); nothing was written.") from None
     stamp = datetime.now().strftime("%Y%m%dT%H%M%S%f")
     final = where / f"{PREFIX}{stamp}{SUFFIX}"
     tmp = where / f".{final.name}.partial"

@@ -8,6 +8,7 @@ set`); recall matches words for rows still waiting. `--later` only saves the cho
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,6 +29,19 @@ def _switch(key: str, value: str) -> bool:
     if v not in _TRUE + _FALSE:
         raise UserError(f"'{value}' is not a valid value for {key}: use true or false.")
     return v in _TRUE
+
+
+def _server_address(url: str) -> bool:
+    """Whether `url` (llm.host as the router reads it) names an http(s) server: a host name of letters,
+    digits, dots, dashes (or an IPv6 address) and a port in range."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 -- raises ValueError when out of range or not a number
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and re.fullmatch(r"[\w.:%-]+", parts.hostname or "") is not None
 
 
 def _value(settings: Settings, key: str) -> object:
@@ -68,6 +82,8 @@ def config(p: argparse.ArgumentParser) -> Handler:
             value: str | None = a.value.strip() or None
             if field == "folder" and value is not None:
                 value = str(Path(value).expanduser().resolve())
+                if Path(value).exists() and not Path(value).is_dir():
+                    raise UserError(f"{value} is a file, not a folder; snapshots need a folder. Nothing was changed.")
             try:
                 settings.backup = BackupSettings.model_validate({**settings.backup.model_dump(), field: value})
             except ValidationError as e:
@@ -98,10 +114,13 @@ def config(p: argparse.ArgumentParser) -> Handler:
             value = None if field == "host" and not a.value.strip() else a.value.strip()
             data = {**settings.llm.model_dump(), field: value}
             try:
-                LLMConfig.model_validate(data)  # what the router will accept
+                llm = LLMConfig.model_validate(data)  # what the router will accept
             except ValidationError as e:
                 reason = e.errors()[0]["msg"]
                 raise UserError(f"'{a.value}' is not a valid value for {a.key}: {reason}.") from None
+            if field == "host" and value is not None and not _server_address(llm.base_url):
+                raise UserError(f"'{a.value}' is not a server address: give host:port or a URL such as "
+                                "http://127.0.0.1:11434. Nothing was changed.")
             settings.llm = LLMSettings.model_validate(data)
             session.save_settings(settings)
         keys = [a.key] if a.key else list(CONFIG_KEYS)

@@ -1,0 +1,40 @@
+"""Settings a user can mistype: `config set` refuses them with one line and changes nothing, and a backup
+folder that cannot be used is a plain error, not a crash."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.integration.test_cli import run
+
+
+def test_a_host_that_is_no_server_address_is_refused(profile_home: Path):
+    for bad in ("not a url", "ftp://models.lan", "gpu-box:99999", "host:abc"):
+        p = run("config", "set", "llm.host", bad)
+        assert p.returncode == 1, (bad, p.stdout, p.stderr)
+        assert p.stderr.startswith("error: ") and "not a server address" in p.stderr and "Traceback" not in p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1
+    assert json.loads(run("config", "get", "llm.host", "--json").stdout) == {"llm.host": None}
+    for good in ("gpu-box.local", "10.0.0.2:8080", "https://models.example.org/v1", "[::1]:11434"):
+        p = run("config", "set", "llm.host", good, "--json")
+        assert p.returncode == 0, (good, p.stderr)
+        assert json.loads(p.stdout) == {"llm.host": good}
+
+
+def test_a_file_is_not_a_backup_folder(profile_home: Path, tmp_path: Path):
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("not a folder")
+    p = run("config", "set", "backup.folder", str(a_file))
+    assert p.returncode == 1 and "is a file, not a folder" in p.stderr, p.stderr
+    assert json.loads(run("config", "get", "backup.folder", "--json").stdout) == {"backup.folder": None}
+
+
+def test_backup_now_into_a_file_says_so(profile_home: Path, tmp_path: Path):
+    assert run("remember", "The spare key is under the blue pot.").returncode == 0
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("not a folder")
+    p = run("backup", "now", "--json", env={"PERSONAL_LLM_BACKUP_DIR": str(a_file)})
+    assert p.returncode == 1, p.stderr
+    assert p.stderr.startswith(f"error: Snapshots cannot go to {a_file}") and "internal error" not in p.stderr
+    assert a_file.read_text() == "not a folder"
