@@ -221,18 +221,26 @@ def _bm25(con: Any, fts: str, ts: list[str], stems: dict[str, list[str]], rows: 
     """{row id: BM25 of the terms} for rows given as (id, length, lexemes, their occurrences) (`_terms_of`), as
     FTS5's bm25() scores (`n`, `who`: `_sizes`)."""
     mean = _mean_length(con, fts, n, who) or 1.0
-    weighted = [(ranking.bm25_idf(n, dfs.get(t, 0)), stems[t]) for t in ts]
+    idfs = [ranking.bm25_idf(n, dfs.get(t, 0)) for t in ts]
+    owners: dict[str, list[int]] = {}  # lexeme -> the terms (their places in ts) it is a stem of
+    for j, t in enumerate(ts):
+        for s in stems[t]:
+            owners.setdefault(s, []).append(j)
     out: dict[int, float] = {}
     for rid, length, lexemes, occurrences in rows:
         if not lexemes:
             continue
-        counts = dict(zip(lexemes, occurrences, strict=True))
+        tfs: dict[int, int] = {}  # a term's count: its most frequent stem's (only the row's own lexemes are read)
+        for s, c in zip(lexemes, occurrences, strict=True):
+            for j in owners.get(s, ()):
+                if c > tfs.get(j, 0):
+                    tfs[j] = c
+        if not tfs:
+            continue
         size = int(length) or mean
         score = 0.0
-        for idf, group in weighted:
-            tf = max([counts.get(s, 0) for s in group], default=0)
-            if tf:
-                score += lexical.bm25(idf, tf, size, mean)
+        for j in sorted(tfs):  # the terms' order, as FTS5 adds them up
+            score += lexical.bm25(idfs[j], tfs[j], size, mean)
         if score > 0:
             out[int(rid)] = score
     return out
