@@ -202,12 +202,14 @@ def test_schema_version_4_rebuilds_the_hnsw_indexes_in_half_precision(pg_url: st
     assert len(indexes) == 3 and all("halfvec(384)) halfvec_cosine_ops" in i for i in indexes), indexes
 
 
-def test_a_vector_search_walks_the_hnsw_index(pg_url: str):
-    """The engine's search orders by the expression the index is built on, so the HNSW index can give its
-    order (another expression could only be sorted after computing every row's distance)."""
+def test_a_vector_search_walks_the_hnsw_index(pg_url: str, monkeypatch):
+    """The search of a user with more vectors than are searched exactly orders by the expression the index is
+    built on, so the HNSW index can give its order (another expression could only be sorted after computing
+    every row's distance)."""
     from engine.store.postgres import vectors
     from engine.store.types import Filter
 
+    monkeypatch.setattr(vectors, "EXACT_ROWS", 1000)  # alice's 2,000 vectors are past it
     users.add(pg_url, "alice")
     plans: list[str] = []
 
@@ -233,6 +235,7 @@ def test_a_vector_search_walks_the_hnsw_index(pg_url: str):
             vecs = rng.standard_normal((len(ids), 384)).astype(np.float32)
             vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
             vectors.put(con, "memories", ids, vecs)
+            con.execute("UPDATE memories SET embedded_hash = content_hash")  # counted as embedded
             # a table this small is cheaper to sort than to search by its index: price sorting out, so that
             # the plan shows whether the index can serve the search's order at all
             con.execute("SET LOCAL enable_sort = off")
