@@ -139,6 +139,8 @@ def write_export_file(path: Path | str, home: Path, produce: Callable[[Callable[
         raise UserError(f"{path} is a folder; give a file name for the export.")
     if not path.parent.is_dir():
         raise UserError(f"The folder {path.parent} does not exist.")
+    if path.exists() and not path.is_file():  # a device, a pipe: the export would replace it, not fill it
+        raise UserError(f"{path} is not a regular file; give a file name for the export.")
     clean_partials(path.parent)
     tmp = path.with_name(f".{path.name}.{PART_MARK}-{os.getpid()}-{secrets.token_hex(4)}.part")
     note = note_in_progress(home, tmp)
@@ -154,9 +156,12 @@ def write_export_file(path: Path | str, home: Path, produce: Callable[[Callable[
             if not named:  # give the unnamed file its partial name, then its own, now that it is whole
                 name_unnamed(raw.fileno(), tmp)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(e, OSError):  # the export's folder, not the store: read-only, full, a special file system
+            raise UserError(f"The export cannot be written to {path.parent}: {e.strerror or type(e).__name__}. "
+                            "Nothing was written.") from None
         raise
     finally:
         if note is not None:

@@ -38,3 +38,25 @@ def test_backup_now_into_a_file_says_so(profile_home: Path, tmp_path: Path):
     assert p.returncode == 1, p.stderr
     assert p.stderr.startswith(f"error: Snapshots cannot go to {a_file}") and "internal error" not in p.stderr
     assert a_file.read_text() == "not a folder"
+
+
+def test_export_onto_a_device_refuses_and_leaves_it_alone(profile_home: Path, tmp_path: Path):
+    """`export /dev/null` must neither replace the device (root may rename over it) nor report success."""
+    import os
+    import stat
+
+    assert run("remember", "The boiler was serviced in March.").returncode == 0
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    p = run("export", str(fifo), "--json")
+    assert p.returncode == 1 and "is not a regular file" in p.stderr, p.stderr
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_export_into_a_folder_that_cannot_be_written_names_the_folder(profile_home: Path, tmp_path: Path):
+    assert run("remember", "The boiler was serviced in March.").returncode == 0
+    where = "/proc/personal-llm-export.jsonl"  # no file can be made there, not even by root
+    p = run("export", where, "--json")
+    assert p.returncode == 1, p.stderr
+    assert p.stderr.startswith("error: The export cannot be written to /proc:"), p.stderr
+    assert "internal error" not in p.stderr and "memory store" not in p.stderr
