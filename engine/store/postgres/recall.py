@@ -6,6 +6,7 @@ from typing import Any
 
 from ..types import TURN_CHARS, MemoryRow
 from .memories import COLS
+from .values import bigints
 
 
 def graph_has_edges(con: Any) -> bool:
@@ -20,14 +21,14 @@ def anything_unembedded(con: Any) -> bool:
 def memory_rows(con: Any, ids: list[int]) -> list[MemoryRow]:
     """Memory rows by row id."""
     return [MemoryRow._make(r) for r in
-            con.execute(f"SELECT {COLS} FROM memories WHERE id = ANY(%s)", (list(map(int, ids)),)).fetchall()]
+            con.execute(f"SELECT {COLS} FROM memories WHERE id = ANY(%s::bigint[])", (bigints(ids),)).fetchall()]
 
 
 def turn_texts(con: Any, ids: list[int]) -> list[tuple[int, str]]:
     """(row id, its text's first TURN_CHARS characters) of the episodic memories among these rows."""
     return [(int(r[0]), str(r[1])) for r in con.execute(
-        "SELECT id, substr(text, 1, %s) FROM memories WHERE kind = 'episodic' AND id = ANY(%s)",
-        (TURN_CHARS, list(map(int, ids)))).fetchall()]
+        "SELECT id, substr(text, 1, %s) FROM memories WHERE kind = 'episodic' AND id = ANY(%s::bigint[])",
+        (TURN_CHARS, bigints(ids))).fetchall()]
 
 
 def asking(con: Any, ids: list[int]) -> list[int]:
@@ -42,8 +43,8 @@ def chunk_rows(con: Any, ids: list[int]) -> list[tuple]:
     """(id, uid, text, project, created_at, document uid, title, path, locator) of chunks by row id."""
     return con.execute(
         "SELECT c.id, c.uid, c.text, d.project, d.created_at, d.uid, d.title, d.path, c.locator FROM chunks c "
-        "JOIN documents d ON d.user_id = c.user_id AND d.id = c.document_id WHERE c.id = ANY(%s)",
-        (list(map(int, ids)),)).fetchall()
+        "JOIN documents d ON d.user_id = c.user_id AND d.id = c.document_id WHERE c.id = ANY(%s::bigint[])",
+        (bigints(ids),)).fetchall()
 
 
 def windowed(con: Any, uids: list[str]) -> dict[str, int]:

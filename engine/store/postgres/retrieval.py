@@ -21,6 +21,7 @@ from ... import ranking
 from ...terms import terms
 from .. import lexical
 from ..types import ACTIVITY_SOURCE, Filter, LexicalPlan
+from .values import bigints
 
 TEXT_SEARCH = "english"
 _TABLE = {"memories_fts": "memories", "chunks_fts": "chunks"}
@@ -321,8 +322,8 @@ def term_scores(con: Any, fts: str, terms: list[str], ids: list[int], dfs: dict[
         return {}
     stems = _stems(con, terms)
     lexemes = _lexemes(stems)
-    rows = con.execute(f"SELECT t.id, {TERM_COLUMNS} FROM {_TABLE[fts]} t {_terms_of('t')} WHERE t.id = ANY(%s)",
-                       (lexemes, lexemes, sorted(set(ids)))).fetchall()
+    rows = con.execute(f"SELECT t.id, {TERM_COLUMNS} FROM {_TABLE[fts]} t {_terms_of('t')} WHERE t.id = ANY(%s::bigint[])",
+                       (lexemes, lexemes, bigints(sorted(set(ids))))).fetchall()
     return _bm25(con, fts, terms, stems, rows, dfs, *_sizes(con, fts)[:2])
 
 
@@ -335,15 +336,15 @@ def passing(con: Any, keys: list[tuple[str, int]], f: Filter) -> list[tuple[str,
         where, args = _filter_sql(f, "m", time_col="coalesce(m.event_at, m.created_at)", kind_col="m.kind",
                                   archived_col="m.archived", source_col="m.source")
         ok.update(("m", int(r[0])) for r in con.execute(
-            "SELECT m.id FROM memories m WHERE m.id = ANY(%s)" + "".join(" AND " + w for w in where),
-            [mids, *args]).fetchall())
+            "SELECT m.id FROM memories m WHERE m.id = ANY(%s::bigint[])" + "".join(" AND " + w for w in where),
+            [bigints(mids), *args]).fetchall())
     if cids:
         g = Filter(projects=f.projects, since=f.since, until=f.until, include_archived=True)
         where, args = _filter_sql(g, "d", time_col="d.created_at", kind_col=None, archived_col=None)
         ok.update(("c", int(r[0])) for r in con.execute(
             "SELECT c.id FROM chunks c JOIN documents d ON d.user_id = c.user_id AND d.id = c.document_id "
-            "AND d.status = 'ready' WHERE c.id = ANY(%s)" + "".join(" AND " + w for w in where),
-            [cids, *args]).fetchall())
+            "AND d.status = 'ready' WHERE c.id = ANY(%s::bigint[])" + "".join(" AND " + w for w in where),
+            [bigints(cids), *args]).fetchall())
     return [key for key in keys if key in ok]
 
 
@@ -387,8 +388,8 @@ def neighbours(con: Any, ids: list[int], f: Filter, reach: int = 2) -> dict[int,
                               archived_col="m.archived", source_col="m.source")
     info = {int(r[0]): r[1:] for r in con.execute(
         "SELECT m.id, m.project, coalesce(m.event_at, m.created_at), m.conversation_id FROM memories m "
-        "WHERE m.kind = 'episodic' AND m.id = ANY(%s)" + "".join(" AND " + w for w in where),
-        [lexical.near_ids(ids, reach), *args]).fetchall()}
+        "WHERE m.kind = 'episodic' AND m.id = ANY(%s::bigint[])" + "".join(" AND " + w for w in where),
+        [bigints(lexical.near_ids(ids, reach)), *args]).fetchall()}
     return lexical.near_turns(ids, info, reach)
 
 
@@ -407,6 +408,6 @@ def addressed_names(con: Any, query: str, f: Filter, cache: DocFreqs | None = No
 
     def heads(ids: list[int]) -> list[tuple[int, str | None, str]]:
         return con.execute("SELECT id, project, substr(text, 1, 64) FROM memories WHERE kind = 'episodic' "
-                           "AND id = ANY(%s)", (ids,)).fetchall()
+                           "AND id = ANY(%s::bigint[])", (bigints(ids),)).fetchall()
 
     return lexical.addressed_names(con, query, f, cache, naming, heads)

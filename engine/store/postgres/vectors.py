@@ -32,6 +32,7 @@ import numpy as np
 
 from ...embeddings import Windows
 from ..types import Filter, Stopped  # noqa: F401  (Stopped: what a SQLite mirror's load raises; never here)
+from .values import bigints
 
 log = logging.getLogger(__name__)
 
@@ -142,8 +143,8 @@ def delete(con: Any, table: str, ids: list[int]) -> None:
 def read_vectors(con: Any, table: str, ids: list[int]) -> dict[int, np.ndarray]:
     """The stored vectors of these rows: id -> vector (rows without one are left out)."""
     name, key = _TABLES[table]
-    rows = con.execute(f"SELECT {key}, {_BINARY} FROM {name} WHERE {key} = ANY(%s)",
-                       (list(map(int, ids)),)).fetchall()
+    rows = con.execute(f"SELECT {key}, {_BINARY} FROM {name} WHERE {key} = ANY(%s::bigint[])",
+                       (bigints(ids),)).fetchall()
     vecs = _unpack_all([data for _, data in rows])
     return {int(rid): vecs[i] for i, (rid, _) in enumerate(rows)}
 
@@ -266,9 +267,9 @@ class VectorIndex:
         vecs: dict[int, np.ndarray] = {}
         found: dict[int, list[np.ndarray]] = {}
         rows = con.execute(  # the vectors and their windows in one statement
-            f"SELECT false, memory_id, {_BINARY}, 0 AS id FROM memory_vectors WHERE memory_id = ANY(%s) "
-            f"UNION ALL SELECT true, memory_id, {_BINARY}, id FROM memory_windows WHERE memory_id = ANY(%s) "
-            "ORDER BY 1, 2, 4", (list(map(int, ids)),) * 2).fetchall()
+            f"SELECT false, memory_id, {_BINARY}, 0 AS id FROM memory_vectors WHERE memory_id = ANY(%s::bigint[]) "
+            f"UNION ALL SELECT true, memory_id, {_BINARY}, id FROM memory_windows WHERE memory_id = ANY(%s::bigint[]) "
+            "ORDER BY 1, 2, 4", (bigints(ids),) * 2).fetchall()
         unpacked = _unpack_all([r[2] for r in rows])
         for (window, rid, _, _), v in zip(rows, unpacked, strict=True):
             if window:
