@@ -34,6 +34,18 @@ STATUS_TEXT = {"added": "Added", "unchanged": "Unchanged", "replaced": "Updated"
                "cancelled": "Cancelled", "waiting": "Waiting", "reading": "Reading…", "done": "Done"}
 
 
+def _folder_summary(results: list[Any], stopped: bool) -> str:
+    """A folder's row once its files are read: "3 added, 1 failed" (and "then cancelled")."""
+    counts: dict[str, int] = {}
+    for r in results:
+        status = str(getattr(r, "status", "done"))
+        counts[status] = counts.get(status, 0) + 1
+    order = list(STATUS_TEXT)
+    text = ", ".join(f"{n} {STATUS_TEXT.get(s, s).lower()}"
+                     for s, n in sorted(counts.items(), key=lambda c: order.index(c[0]) if c[0] in order else 99))
+    return f"{text}, then cancelled" if stopped else text
+
+
 LOCAL_HINT = "Text, Markdown, PDF, Word, HTML and more · they stay on this computer, encrypted"
 SERVER_HINT = "Text, Markdown, PDF, Word, HTML and more · each file is uploaded to your server"
 
@@ -109,6 +121,7 @@ class DocumentsView(QWidget):
         super().__init__(parent)
         self.bridge = bridge
         self.running = False
+        self._cancelling = False  # Cancel was pressed during the current run
         self._queue: list[tuple[list[str], str | None]] = []
         self._rows: dict[str, QTreeWidgetItem] = {}
         self._docs: dict[str, Any] = {}
@@ -230,6 +243,7 @@ class DocumentsView(QWidget):
             self.status_posted.emit("Queued; it starts when the current files are done.")
             return True
         self.running = True
+        self._cancelling = False
         self.banner.set("")
         self.job.clear()
         self._rows = {}
@@ -245,6 +259,7 @@ class DocumentsView(QWidget):
         return True
 
     def cancel_ingest(self) -> None:
+        self._cancelling = True
         self.cancel.setEnabled(False)
         self.progress_label.setText("Cancelling…")
         self.bridge.cancel_ingest()
@@ -319,7 +334,12 @@ class DocumentsView(QWidget):
             self._row(str(r.path), status, getattr(r, "chunks", None), getattr(r, "error", None))
         for path, item in self._rows.items():
             if item.text(1) in (STATUS_TEXT["waiting"], STATUS_TEXT["reading"]):
-                self._row(path, "cancelled" if not results or len(results) < len(self._rows) else "done")
+                # a folder has no result of its own: it is done when its files are, cancelled only by Cancel
+                inside = [r for r in results if Path(str(r.path)).is_relative_to(path)] if Path(path).is_dir() else []
+                if inside:
+                    item.setText(1, _folder_summary(inside, stopped=self._cancelling))
+                else:
+                    self._row(path, "cancelled" if self._cancelling else "done")
         summary = ", ".join(f"{n} {STATUS_TEXT.get(s, s).lower()}" for s, n in counts.items()) or "cancelled"
         self.progress_label.setText(f"Finished: {summary}.")
         if counts.get("failed"):

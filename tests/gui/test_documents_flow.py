@@ -116,3 +116,21 @@ def test_files_on_the_command_line_reach_the_running_app(qtbot, desktop, profile
                         timeout=20_000)
     finally:
         single.close()
+
+
+def test_a_folder_row_sums_up_its_files_and_is_not_called_cancelled(qtbot, desktop, tmp_path):
+    """A folder has no result of its own; after a run nobody cancelled, its row says what its files did."""
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "heron.txt").write_text("The herons nest by the old mill every spring.\n", encoding="utf-8")
+    (folder / "broken.pdf").write_bytes(b"this is not a pdf at all")
+    single = tmp_path / "kiln.md"
+    single.write_text("# Kiln\n\nThe kiln is fired to cone 6 on Saturdays.\n", encoding="utf-8")
+    results = ingest(qtbot, desktop, folder, single)
+    assert sorted(r.status for r in results) == ["added", "added", "failed"]
+    docs = desktop.window.documents
+    rows = {docs.job.topLevelItem(i).text(0): docs.job.topLevelItem(i).text(1)
+            for i in range(docs.job.topLevelItemCount())}
+    assert rows["notes"] == "1 added, 1 failed", rows
+    assert rows["kiln.md"] == "Added" and rows["heron.txt"] == "Added", rows
+    assert "Cancelled" not in rows.values()
