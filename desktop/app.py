@@ -27,7 +27,7 @@ from PySide6.QtCore import QEventLoop, QObject, QSocketNotifier, Qt, QTimer, Sig
 from PySide6.QtWidgets import QApplication, QDialog, QInputDialog, QLineEdit, QMessageBox
 
 from . import startup_report, theme
-from .bridge import Bridge, EngineInfo
+from .bridge import Bridge, EngineInfo, report_crashes
 
 if TYPE_CHECKING:
     from .bridge import HealthReport
@@ -431,6 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     if single.forward(forwarded):
         return 0
     single.listen()
+    report_crashes()
     theme.set_mode(saved_theme(home))
     Theme(app)
     from .icons import app_icon

@@ -149,6 +149,7 @@ class Bridge(QObject):
         self._in_flight = 0
         self._lock = threading.Lock()
         self._closing = False
+        self._model_watch: threading.Thread | None = None
         self._created = False
         self.paused = False
         self._token: int | None = None
@@ -292,7 +293,13 @@ class Bridge(QObject):
 
             info = replace(info, key_backend=backend, key_backend_secure=secure)
         self._relay.delivered.emit(self._set_info, info)
-        threading.Thread(target=self._watch_model, args=(eng,), name="bridge-model-watch", daemon=True).start()
+        watcher = threading.Thread(target=self._watch_model, args=(eng, future), name="bridge-model-watch",
+                                   daemon=True)
+        with self._lock:
+            if self._closing:  # quit while the store opened: close() closes it, nothing starts
+                return
+            self._model_watch = watcher
+            watcher.start()
 
     def _set_info(self, info: EngineInfo) -> None:
         self._info = info
@@ -358,40 +365,54 @@ class Bridge(QObject):
             self.outside_changed.emit(changes)
             self.changed.emit(changes)
 
-    def _watch_model(self, eng: Engine) -> None:
+    def _watch_model(self, eng: Engine, opened: Future[Engine]) -> None:
         """Start the engine's background work (model load + backfill, the folder watcher) and report the
-        model's state."""
+        model's state. `close` waits for this thread before it closes the engine: nothing starts, and no
+        signal is sent, once it has begun."""
+        if self._closing:
+            return
         if self._start_background:
             eng.start_watching()  # unless another program of this profile watches the folders
         if eng.embedding_status()[0] == "off":
-            self.model_state_changed.emit("off", "Embeddings are off; search matches words only.")
+            self._report_model("off", "Embeddings are off; search matches words only.")
             return
-        if self._start_background:
+        if self._start_background and not self._closing:
             eng.start_background()  # loads the model (if needed) and embeds rows waiting for a vector
         if eng.embedding_status()[0] == "loading":
-            self.model_state_changed.emit("loading", "Loading the embedding model…")
+            self._report_model("loading", "Loading the embedding model…")
             if not self._start_background:
                 return
-            eng.wait_for_embeddings()
-        if self._closing:
+            while not eng.wait_for_embeddings(0.2) and eng.embedding_status()[0] == "loading":
+                if self._closing or self._engine is not opened:  # quitting, or a snapshot restored
+                    return
+        if self._closing or self._engine is not opened:
             return
         if eng.embedding_status()[0] == "ready":
-            self.model_state_changed.emit("ready", "Semantic search is ready.")
+            self._report_model("ready", "Semantic search is ready.")
         else:
             detail = eng.embedding_failure() or "The embedding model could not be loaded."
-            self.model_state_changed.emit("failed", detail + " Search matches words only.")
+            self._report_model("failed", detail + " Search matches words only.")
+
+    def _report_model(self, state: str, detail: str) -> None:
+        if not self._closing:
+            self.model_state_changed.emit(state, detail)
 
     def close(self, timeout: float = 30.0) -> None:
         """Finish queued writes, stop background work and close the store. Blocks (used at quit)."""
-        if self._closing:
-            return
-        self._closing = True
+        with self._lock:
+            if self._closing:
+                return
+            self._closing = True
         self._poll_timer.stop()
         for cancel in (self._ingest_cancel, self._ask_cancel, self._consolidate_cancel, self._agent_cancel):
             if cancel is not None:
                 cancel.set()
         self._jobs.shutdown(wait=True, cancel_futures=True)
         self._readers.shutdown(wait=True, cancel_futures=True)
+        with self._lock:
+            watcher = self._model_watch
+        if watcher is not None:  # before the engine closes: it may be starting the background work
+            watcher.join(timeout)
         if self._engine is not None:
             def close_engine() -> None:
                 engine = self._engine
@@ -1031,6 +1052,14 @@ def project_problem(name: str) -> str | None:
     from engine import Engine
 
     return Engine.project_problem(name)
+
+
+def report_crashes() -> None:
+    """A crash of the app writes every thread's Python stack (code locations only) to desktop-crash.log in the
+    log folder, for a bug report."""
+    from engine import report_crashes as report
+
+    report("desktop")
 
 
 def run_self_test() -> int:

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from .context import Changes
     from .engine import Engine
     from .errors import Cancelled, EngineError, KeyMissing, NotFound, UserError, WrongKey
-    from .logs import setup_logging
+    from .logs import report_crashes, setup_logging
     from .memories import Remembered
     from .models import ForgetResult, HealthReport, Hit, Memory, MemoryPage, RememberResult, Stats
     from .parsers import SUPPORTED_EXTENSIONS
@@ -42,7 +42,7 @@ _WHERE = {
     "Engine": "engine",
     "Cancelled": "errors", "EngineError": "errors", "KeyMissing": "errors", "NotFound": "errors",
     "UserError": "errors", "WrongKey": "errors",
-    "setup_logging": "logs",
+    "report_crashes": "logs", "setup_logging": "logs",
     "Remembered": "memories",
     "ForgetResult": "models", "HealthReport": "models", "Hit": "models", "Memory": "models", "MemoryPage": "models",
     "RememberResult": "models", "Stats": "models",
@@ -93,7 +93,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "AgentInfo", "AgentRun", "AgentStep", "ConfirmRequest",
     "AskFailed", "AskResult", "Source", "Cancelled", "Changes", "Engine", "EngineError", "ForgetResult", "HealthReport",
-    "Hit", "KeyMissing", "Memory", "MemoryPage", "NotFound", "RememberResult", "Remembered", "Settings", "Stats", "UserError", "WrongKey", "__version__", "log_dir", "setup_logging",
+    "Hit", "KeyMissing", "Memory", "MemoryPage", "NotFound", "RememberResult", "Remembered", "Settings", "Stats", "UserError", "WrongKey", "__version__", "log_dir", "report_crashes", "setup_logging",
     "SUPPORTED_EXTENSIONS", "CertificateRefused", "Connection", "ServerUnreachable", "TokenRefused", "check_server",
     "connect_profile", "disconnect_profile", "open_profile", "read_server_profile", "copy_to_local",
     "push_to_server",

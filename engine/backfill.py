@@ -7,7 +7,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from . import heap
+from . import heap, native
 from .embeddings import EmbeddingUnavailable
 from .space import VectorSpace
 from .store import database_errors
@@ -40,14 +40,21 @@ class Backfill:
         def run() -> None:
             while True:
                 try:
-                    self.space.embedder.load()
+                    with native.stop_on(stop):  # a stop ends the load at its next step (engine/native.py)
+                        self.space.embedder.load()
+                    if stop.is_set():
+                        return
                     self.space.ensure()  # a new model's space is stamped now, so its rows show as waiting
                     break
+                except native.Halted:
+                    return
                 except EmbeddingUnavailable:
                     # a model served by another program (Ollama) may come up later: ask again now and then
                     if not self.space.embedder.retries or stop.wait(RETRY_SECONDS):
                         return
             self.space.warm()  # the vector mirrors, before the first recall needs them
+            if stop.is_set():
+                return
             if resume is not None:
                 try:
                     resume(stop)  # finish ingests a crash interrupted
@@ -91,10 +98,15 @@ class Backfill:
     def wake(self) -> None:
         self._wake.set()
 
+    STOP_SECONDS = 30.0  # a step of a model load, a batch being embedded: seconds, even on a loaded machine
+
     def stop(self) -> None:
+        """Stop the thread and wait for it: a model loading stops at its next step, an embedding pass after
+        its batch, so that the store never closes (nor the process exits) under it."""
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
-            # a model still loading cannot be interrupted; the thread is a daemon, so don't wait long
-            self._thread.join(timeout=2)
+            self._thread.join(timeout=self.STOP_SECONDS)
+            if self._thread.is_alive():
+                log.warning("the background embedding did not stop within %.0f s", self.STOP_SECONDS)
             self._thread = None

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from . import native
 from .errors import UserError
 from .locking import FILE_MODE, private_dir
 
@@ -209,6 +210,7 @@ class Embedder:
             t0 = time.perf_counter()
             from .minilm import blas
 
+            halted = False
             blas()  # numpy's BLAS on one thread: a recall at 1M took 42 ms against 52-59 on two, 59-64 against
             # 74-81 with the cores busy (docs/performance.md); batches set their own bounded pools
             try:
@@ -221,7 +223,11 @@ class Embedder:
                     self._concurrent = isinstance(self._fast, OnnxMiniLM)
                     self._model = self._fast
                 else:
-                    self._model = _sentence_transformer(path)
+                    with native.call():
+                        self._model = _sentence_transformer(path)
+            except native.Halted:  # its engine closes (native.stop_on): not a failure; a later load starts afresh
+                halted = True
+                raise
             except EmbeddingUnavailable as e:
                 self._error = e
                 raise
@@ -230,7 +236,8 @@ class Embedder:
                 log.exception("embedding model failed to load")
                 raise self._error from e
             finally:
-                self._loaded.set()
+                if not halted:
+                    self._loaded.set()
             self._few = None  # the model runs everything from now on
             self.load_seconds = time.perf_counter() - t0
             log.info("embedding model loaded in %.2fs (%s)", self.load_seconds, self.runtime)
@@ -269,7 +276,7 @@ class Embedder:
             return self._encode_in_turn(texts, batch_size, n_threads, one)
         import torch
 
-        with self._encode_lock:
+        with self._encode_lock, native.call():
             if torch.get_num_threads() != n_threads:
                 torch.set_num_threads(n_threads)
             vecs = model.encode(
@@ -336,7 +343,8 @@ class Embedder:
         tok = self._tokenizer_for_windows()
         if tok is None:
             return []
-        enc = tok.encode(text, add_special_tokens=False)
+        with native.call():
+            enc = tok.encode(text, add_special_tokens=False)
         offsets, words = enc.offsets, enc.word_ids
         n = len(offsets)
         if n <= WINDOW_TOKENS:
@@ -379,7 +387,8 @@ class Embedder:
             try:
                 from tokenizers import Tokenizer
 
-                tok = Tokenizer.from_file(str(self._path / "tokenizer.json"))  # type: ignore[operator]
+                with native.call():
+                    tok = Tokenizer.from_file(str(self._path / "tokenizer.json"))  # type: ignore[operator]
                 tok.no_truncation()
                 tok.no_padding()
                 self._window_tokenizer = tok

@@ -52,3 +52,23 @@ def setup_logging(name: str = "personal-llm", level: int = logging.INFO) -> None
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=UserWarning, module="torch")
+
+
+_crash_file: Any = None
+
+
+def report_crashes(name: str = "personal-llm") -> None:
+    """A crash of the process (a segfault, an abort) writes every thread's Python stack to `<name>-crash.log`
+    in the log folder (the owner's alone): file names, lines and functions, never data. Kept open for good."""
+    global _crash_file
+    import faulthandler
+
+    try:
+        d = log_dir()
+        private_dir(d)
+        fd = os.open(d / f"{name}-crash.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
+        private_file(d / f"{name}-crash.log")
+    except OSError:
+        return
+    _crash_file = os.fdopen(fd, "a", encoding="utf-8")
+    faulthandler.enable(_crash_file, all_threads=True)

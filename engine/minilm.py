@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from . import heap
+from . import heap, native
 
 # A batch is at most this many texts and this many tokens (padded rows x columns): beyond that the
 # activations stop fitting in the CPU's cache and a larger batch is no faster.
@@ -154,7 +154,8 @@ def read_model(model_dir: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     from safetensors.numpy import load_file
 
     cfg = json.loads((model_dir / "config.json").read_text())
-    w = {k: v.astype(np.float32, copy=False) for k, v in load_file(str(model_dir / "model.safetensors")).items()}
+    with native.call():
+        w = {k: v.astype(np.float32, copy=False) for k, v in load_file(str(model_dir / "model.safetensors")).items()}
     return cfg, w
 
 
@@ -164,7 +165,8 @@ def load_tokenizer(model_dir: Path) -> Any:
     from tokenizers import Tokenizer
 
     st_cfg = json.loads((model_dir / "sentence_bert_config.json").read_text())
-    tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    with native.call():
+        tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
     tok.enable_truncation(int(st_cfg.get("max_seq_length", 256)))
     tok.no_padding()
     return tok
@@ -319,10 +321,12 @@ class MiniLM:
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
         if not texts:
             return out
-        ids = [e.ids for e in self.tokenizer.encode_batch(texts)]
+        with native.call():
+            ids = [e.ids for e in self.tokenizer.encode_batch(texts)]
         with threads(n_threads):
             for idx in plan_batches([len(i) for i in ids], batch_size):
-                out[idx] = self._forward([ids[i] for i in idx])
+                with native.call():
+                    out[idx] = self._forward([ids[i] for i in idx])
         if self._mapping is not None and hasattr(mmap, "MADV_DONTNEED"):
             self._mapping.madvise(mmap.MADV_DONTNEED)  # the file's pages this call read leave the process
         if len(texts) > 8:

@@ -17,7 +17,6 @@ those two again instead of loading the numpy runtime. See docs/performance.md, "
 
 from __future__ import annotations
 
-import atexit
 import json
 import logging
 import mmap
@@ -25,15 +24,14 @@ import os
 import struct
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from . import heap
+from . import heap, native
 from .locking import private_dir
 from .minilm import BATCH_TEXTS, MiniLM, load_tokenizer, map_weights, pad_batch, plan_batches
 
@@ -208,42 +206,6 @@ def build_model(model_dir: Path) -> Model:
 
 
 # --- the runtime -----------------------------------------------------------------------------------------
-class _NativeCalls:
-    """ONNX Runtime calls under way, on any thread: the interpreter never finalizes under one. A daemon
-    thread (the model loading in the background, a batch being embedded) still inside ORT when Python exits
-    takes the GIL back after finalization; CPython then ends it with pthread_exit, whose unwinding through
-    ORT's C++ frames aborts the process ("terminate called without an active exception") or crashes it.
-    At exit (an atexit handler: daemon threads still run) the calls under way finish and no new one starts."""
-
-    WAIT_SECONDS = 60.0  # one call is one model check or one batch: seconds, even on a loaded machine
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._running = 0
-        self._exiting = False
-
-    @contextmanager
-    def call(self) -> Iterator[None]:
-        with self._cond:
-            while self._exiting:  # a daemon thread after exit: it waits here, in Python, until the process ends
-                self._cond.wait()
-            self._running += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._running -= 1
-                self._cond.notify_all()
-
-    def finish(self, timeout: float = WAIT_SECONDS) -> bool:
-        """No new call starts; the calls under way are waited for. True when none is left."""
-        with self._cond:
-            self._exiting = True
-            return self._cond.wait_for(lambda: self._running == 0, timeout)
-
-
-_native = _NativeCalls()
-atexit.register(_native.finish)
 
 
 def _session(model: Model, n_threads: int) -> Any:
@@ -261,7 +223,7 @@ def _session(model: Model, n_threads: int) -> Any:
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")  # no busy-waiting on a shared machine
     values = [ort.OrtValue.ortvalue_from_numpy(a) for a in model.external.values()]
     so.add_external_initializers(list(model.external), values)  # they must outlive the session
-    with _native.call():
+    with native.call():
         sess = ort.InferenceSession(model.graph, so, providers=["CPUExecutionProvider"])
     # ONNX Runtime keeps its own (prepacked) copy of the weights: the pages of the file read while it made it
     # need not stay resident (read-only and file-backed, they are read again if ever touched)
@@ -319,7 +281,7 @@ class OnnxMiniLM:
         ids, mask = pad_batch(ids_list)
         words = self._words[ids]  # reads the used rows of the memory-mapped table (a copy, [batch, tokens, hidden])
         session = self._session_for(n_threads)[0]
-        with _native.call():
+        with native.call():
             return session.run(None, {"words": words, "attention_mask": mask}, run_options)[0]
 
     def encode(self, texts: list[str], batch_size: int = BATCH_TEXTS, *, n_threads: int = 1) -> np.ndarray:
@@ -327,7 +289,8 @@ class OnnxMiniLM:
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
         if not texts:
             return out
-        ids = [e.ids for e in self.tokenizer.encode_batch(texts)]
+        with native.call():
+            ids = [e.ids for e in self.tokenizer.encode_batch(texts)]
         plan = plan_batches([len(i) for i in ids], batch_size)
         for j, idx in enumerate(plan):
             # After a call's last batch, ORT's arena hands back what the batch's activations took (~100 MB

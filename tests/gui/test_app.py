@@ -339,31 +339,84 @@ def test_ctrl_f_goes_to_the_memory_search_from_any_page(qtbot, desktop):
     qtbot.waitUntil(lambda: window.memories.search.hasFocus(), timeout=3000)
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="SIGTERM is a POSIX signal")
-def test_sigterm_quits_as_the_quit_menu_does(profile_home: Path):
-    """A logout or `kill` sends SIGTERM: the app quits through its own Quit (the edit under way saved, the
-    store closed) instead of dying where it stood."""
+def _run_app_until(profile_home: Path, line: str, number: int) -> tuple[int, str]:
+    """Start the app (hidden, no tray offscreen: its window), wait for `line` in its log, send it the signal
+    `number`; its exit code and what it printed."""
     import os
-    import signal
     import time
+
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    app = subprocess.Popen([sys.executable, "-m", "desktop.app", "--hidden"], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log = profile_home / "logs" / "desktop.log"
+    try:
+        deadline = time.monotonic() + 120
+        while not (log.exists() and line in log.read_text(errors="replace")):
+            assert app.poll() is None and time.monotonic() < deadline, f"the app did not log {line!r}"
+            time.sleep(0.1)
+        app.send_signal(number)
+        code = app.wait(90)  # the quit waits for the step of the model's load under way: seconds, more on a busy machine
+    finally:
+        if app.poll() is None:
+            app.kill()
+    crash = profile_home / "logs" / "desktop-crash.log"
+    return code, (app.stdout.read() if app.stdout else "") + (crash.read_text() if crash.exists() else "")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGTERM and SIGINT are POSIX signals")
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGINT"])
+def test_sigterm_quits_as_the_quit_menu_does(profile_home: Path, name: str):
+    """A logout or `kill` sends SIGTERM, Ctrl+C in a terminal SIGINT: the app quits through its own Quit (the
+    edit under way saved, the store closed) instead of dying where it stood — here in its first seconds, while
+    the embedding model loads in the background, whose thread once outlived the quit and crashed the exit
+    (SIGSEGV, or SIGABRT "FATAL: exception not rethrown", inside the Rust of safetensors)."""
+    import signal
 
     from engine import Engine
     from engine.embeddings import NoEmbedder
 
     with Engine.open(profile_home, embedder=NoEmbedder()) as eng:  # an existing store: no first-run dialog
         eng.remember("The fuse box is in the hall cupboard", embed="none")
-    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    app = subprocess.Popen([sys.executable, "-m", "desktop.app", "--hidden"], env=env,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    log = profile_home / "logs" / "desktop.log"
-    try:
-        deadline = time.monotonic() + 60
-        while not (log.exists() and "watching folders" in log.read_text(errors="replace")):
-            assert app.poll() is None and time.monotonic() < deadline, "the app did not open its store"
-            time.sleep(0.2)
-        app.send_signal(signal.SIGTERM)
-        assert app.wait(30) == 0, app.stdout.read() if app.stdout else ""
-    finally:
-        if app.poll() is None:
-            app.kill()
-    assert "quitting" in log.read_text(errors="replace")
+    code, output = _run_app_until(profile_home, "watching folders", getattr(signal, name))
+    assert code == 0, output
+    log = (profile_home / "logs" / "desktop.log").read_text(errors="replace")
+    assert "quitting" in log and "did not stop" not in log
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGTERM is a POSIX signal")
+def test_sigterm_while_the_backlog_is_embedded_keeps_every_memory(profile_home: Path):
+    """SIGTERM while the background embeds what waits for a vector: the batch under way ends, the store closes
+    after it, and every memory is still there, found by meaning once the next start has embedded the rest."""
+    import signal
+
+    from engine import Engine
+    from engine.embeddings import NoEmbedder
+
+    texts = [f"Note {i}: the spare key number {i} hangs in the shed by the door." for i in range(400)]
+    with Engine.open(profile_home, embedder=NoEmbedder()) as eng:
+        for text in texts:
+            eng.remember(text, embed="none")
+    code, output = _run_app_until(profile_home, "embedding model loaded", signal.SIGTERM)
+    assert code == 0, output
+    with Engine.open(profile_home) as eng:
+        assert eng.stats().memories == len(texts)
+        assert eng.con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        eng.embed_pending()
+        assert eng.embedding_status()[0] == "ready" and eng.space.pending() == 0
+
+
+def test_quit_while_the_model_loads_leaves_no_thread_behind(qtbot, qasync_loop, profile_home):
+    """The quit stops the model's load at its next step and waits for it and for the thread that reports it:
+    once quit() returns no background thread is left to run into the interpreter's (or Qt's) teardown."""
+    import threading
+
+    from engine.embeddings import Embedder
+
+    embedder = Embedder()  # a model not loaded yet, as at every start
+    app = make_desktop(qtbot, profile_home, embedder)
+    qtbot.waitUntil(lambda: any(t.name == "engine-background" for t in threading.enumerate()), timeout=20_000)
+    with qtbot.waitSignal(app.quitted, timeout=60_000):
+        app.quit()
+    left = {t.name for t in threading.enumerate()} & {"engine-background", "bridge-model-watch", "folder-watch"}
+    assert left == set()
+    assert not embedder.ready and embedder.failed is None  # stopped, not failed: the next start loads it

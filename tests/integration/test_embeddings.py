@@ -394,3 +394,19 @@ def test_on_a_serialised_runtime_a_question_goes_in_between_a_batch_and_vectors_
     assert sum(n for n in calls if n > 1) == 64 and max(calls) <= Embedder.TURN
     assert np.abs(out["batch"] - whole).max() < 1e-5
     assert np.abs(question - MiniLM.encode(e._fast, ["Where is my passport?"])[0]).max() < 1e-5
+
+
+def test_closing_the_engine_stops_the_model_loading_in_the_background(profile_home):
+    """Quit in the app's first seconds, while the model loads: the load stops at its next step and its thread
+    is waited for, so neither the store's close nor the process's exit comes under it (a thread left inside
+    the Rust of safetensors at exit crashed the app). A stopped load is no failure: the next one loads."""
+    from engine import Engine
+
+    embedder = Embedder()
+    eng = Engine.open(profile_home, embedder=embedder)
+    eng.start_background()
+    assert any(t.name == "engine-background" for t in threading.enumerate())
+    eng.close()
+    assert not any(t.name == "engine-background" for t in threading.enumerate())
+    assert not embedder.ready and embedder.failed is None
+    assert embedder.load() is not None and embedder.ready
