@@ -3,9 +3,11 @@ that grow to fit what they show."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QObject, QRect, QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QCoreApplication, QEvent, QObject, QRect, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QScreen
 from PySide6.QtWidgets import (
+    QAbstractScrollArea,
+    QAbstractSpinBox,
     QComboBox,
     QDialog,
     QFrame,
@@ -44,7 +46,8 @@ def muted(text: str) -> QLabel:
 
 def scroller(widget: QWidget | None = None, *, across: bool = True) -> QScrollArea:
     """A frameless scroll area that sizes its widget to itself (scrolling only what does not fit); without
-    `across`, never a horizontal scroll bar (the widget's text wraps instead)."""
+    `across`, never a horizontal scroll bar (the widget's text wraps instead). The wheel scrolls it even over
+    a choice box or a number field that was not clicked (see _WheelScrolls)."""
     scroll = QScrollArea()
     scroll.setWidgetResizable(True)
     scroll.setFrameShape(QFrame.Shape.NoFrame)
@@ -52,7 +55,41 @@ def scroller(widget: QWidget | None = None, *, across: bool = True) -> QScrollAr
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
     if widget is not None:
         scroll.setWidget(widget)
+    scroll.installEventFilter(_WheelScrolls(scroll))
     return scroll
+
+
+class _WheelScrolls(QObject):
+    """Qt hands a wheel turn to the choice box (or number field) under the pointer, which changes its value:
+    scrolling down a page of settings switched the search model to "None" as the box passed under the
+    pointer, and Save kept it. Inside a scroll area such a field takes the wheel only once it has the focus
+    (clicked or tabbed to); until then the turn scrolls the nearest scroll area around it that can scroll.
+    The fields are found when the scroll area is shown."""
+
+    def __init__(self, scroll: QScrollArea) -> None:
+        super().__init__(scroll)
+        self.scroll = scroll
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
+        if watched is self.scroll:
+            if event.type() == QEvent.Type.Show:
+                for field in self.scroll.findChildren(QComboBox) + self.scroll.findChildren(QAbstractSpinBox):
+                    if not field.property("wheelScrolls"):  # once, also when scroll areas are nested
+                        field.setProperty("wheelScrolls", True)
+                        field.setFocusPolicy(Qt.FocusPolicy.StrongFocus)  # the wheel alone does not focus it
+                        field.installEventFilter(self)
+            return False
+        if event.type() != QEvent.Type.Wheel or not isinstance(watched, QWidget):
+            return False
+        if watched.hasFocus() or (isinstance(watched, QComboBox) and watched.view().isVisible()):
+            return False  # chosen on purpose: the field takes the wheel
+        area = watched.parentWidget()
+        while area is not None and not (isinstance(area, QAbstractScrollArea)
+                                        and area.verticalScrollBar().isVisible()):
+            area = area.parentWidget()
+        if isinstance(area, QAbstractScrollArea):
+            QCoreApplication.sendEvent(area.verticalScrollBar(), event)
+        return True  # never a silent change of the value
 
 
 def button(text: str, *, primary: bool = False, danger: bool = False, shortcut: str | None = None) -> QPushButton:
