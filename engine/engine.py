@@ -380,6 +380,12 @@ class Engine:
         settings.json, keeping every other setting as it is in the file now — another program (the CLI, a
         server, the app) may have changed it meanwhile — and use the result from now on. Returns it."""
         changes = dict(changes)
+        if "llm.host" in changes:  # a typo is refused here, not met by every answer later
+            from .llm import host_problem
+
+            provider = changes.get("llm.provider", self.settings.llm.provider)
+            if problem := host_problem(changes["llm.host"], provider):
+                raise UserError(problem)
         if "embedding_model" in changes:  # a clear error for a folder that is no model, or a missing extra
             changes["embedding_model"] = resolve_model_choice(changes["embedding_model"])
         with self._settings_lock:

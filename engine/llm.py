@@ -21,6 +21,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -180,6 +181,24 @@ def _as_url(host: str, default_port: int) -> str:
     else:
         name, port = address, "" if sep else f":{default_port}"
     return f"{scheme}://{_BIND_ALL.get(name, name)}{port}{slash}{path}"
+
+
+def host_problem(host: str | None, provider: str = "ollama") -> str | None:
+    """Why `host` (llm.host: host, host:port or a URL) names no http(s) server, as a sentence; None if it
+    does (or is unset: the default). Checked before it is saved, so that a typo is refused there and then
+    instead of every answer saying "Ollama is not running at http://not a url:11434"."""
+    if host is None or not host.strip():
+        return None
+    url = LLMConfig(provider="openai" if provider == "openai" else "ollama", host=host).base_url
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 -- raises ValueError when out of range or not a number
+    except ValueError:
+        parts = None
+    if parts is not None and parts.scheme in ("http", "https") and re.fullmatch(r"[\w.:%-]+", parts.hostname or ""):
+        return None
+    return (f"'{host.strip()}' is not a server address: give host:port or a URL such as http://127.0.0.1:11434. "
+            "Nothing was changed.")
 
 
 # -- providers -------------------------------------------------------------------------------------

@@ -8,7 +8,6 @@ set`); recall matches words for rows still waiting. `--later` only saves the cho
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,19 +28,6 @@ def _switch(key: str, value: str) -> bool:
     if v not in _TRUE + _FALSE:
         raise UserError(f"'{value}' is not a valid value for {key}: use true or false.")
     return v in _TRUE
-
-
-def _server_address(url: str) -> bool:
-    """Whether `url` (llm.host as the router reads it) names an http(s) server: a host name of letters,
-    digits, dots, dashes (or an IPv6 address) and a port in range."""
-    from urllib.parse import urlsplit
-
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 -- raises ValueError when out of range or not a number
-    except ValueError:
-        return False
-    return parts.scheme in ("http", "https") and re.fullmatch(r"[\w.:%-]+", parts.hostname or "") is not None
 
 
 def _value(settings: Settings, key: str) -> object:
@@ -74,7 +60,7 @@ def config(p: argparse.ArgumentParser) -> Handler:
 
         from ..config import BackupSettings, LLMSettings
         from ..embeddings import resolve_model_choice
-        from ..llm import LLMConfig
+        from ..llm import LLMConfig, host_problem
 
         settings = session.load_settings()
         if a.action == "set" and a.key.startswith("backup."):
@@ -114,13 +100,12 @@ def config(p: argparse.ArgumentParser) -> Handler:
             value = None if field == "host" and not a.value.strip() else a.value.strip()
             data = {**settings.llm.model_dump(), field: value}
             try:
-                llm = LLMConfig.model_validate(data)  # what the router will accept
+                LLMConfig.model_validate(data)  # what the router will accept
             except ValidationError as e:
                 reason = e.errors()[0]["msg"]
                 raise UserError(f"'{a.value}' is not a valid value for {a.key}: {reason}.") from None
-            if field == "host" and value is not None and not _server_address(llm.base_url):
-                raise UserError(f"'{a.value}' is not a server address: give host:port or a URL such as "
-                                "http://127.0.0.1:11434. Nothing was changed.")
+            if field == "host" and (problem := host_problem(value, settings.llm.provider)):
+                raise UserError(problem)
             settings.llm = LLMSettings.model_validate(data)
             session.save_settings(settings)
         keys = [a.key] if a.key else list(CONFIG_KEYS)

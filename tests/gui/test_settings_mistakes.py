@@ -1,6 +1,7 @@
-"""Turning the mouse wheel to scroll down the Settings page must not change the choice boxes that pass under
-the pointer (the search model became "None — match words only" that way, and Save kept it); a box takes the
-wheel once it was clicked or tabbed to."""
+"""Mistakes the Settings page must not keep: turning the mouse wheel to scroll down the page must not change
+the choice boxes that pass under the pointer (the search model became "None — match words only" that way,
+and Save kept it; a box takes the wheel once it was clicked or tabbed to), and a language model server that
+is no address is refused when saved."""
 
 from __future__ import annotations
 
@@ -47,3 +48,23 @@ def _ancestors(widget):
     while w is not None:
         yield w
         w = w.parentWidget()
+
+
+def test_a_server_that_is_no_address_is_refused_on_save_and_not_kept(qtbot, desktop, profile_home):
+    import json
+
+    window = desktop.window
+    window.show_page("settings")
+    page = window.settings
+    qtbot.waitUntil(page.isEnabled)
+    page.host.setText("not a url")
+    page.save()
+    qtbot.waitUntil(lambda: "not a server address" in page.test_result.text, timeout=10_000)
+    assert page.feedback.text() != "Saved ✓"
+    saved = json.loads((profile_home / "settings.json").read_text()) if (profile_home / "settings.json").exists() else {}
+    assert saved.get("llm", {}).get("host") is None
+    assert desktop.bridge.info.settings.llm.host is None
+    page.host.setText("gpu-box.local:11434")  # a real address is saved
+    page.save()
+    qtbot.waitUntil(lambda: page.feedback.text() == "Saved ✓", timeout=10_000)
+    assert json.loads((profile_home / "settings.json").read_text())["llm"]["host"] == "gpu-box.local:11434"
