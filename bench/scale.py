@@ -4,7 +4,7 @@ same run.
 
     python bench/scale.py [--sizes 1000 10000 100000 1000000] [--ops 60] [--queries 30] [--dir DIR [--keep]]
                           [--reopens 3] [--fill-only] [--backend sqlite postgres] [--pg-index after|during]
-                          [--vectors text|random]
+                          [--vectors text|mixture|random] [--pg-sweep]
 
 With --keep, a profile already in DIR (from an earlier run with --dir DIR --keep) is grown from where it
 is instead of being made again, and kept afterwards: filling a million items takes a long while.
@@ -45,8 +45,11 @@ fsync and synchronous commits on), loaded through COPY in transactions of 100,00
 indexes (the product's, on halfvec) built after the fill, in a session with room for the graph and one
 parallel worker (bench/_pg.py; `--pg-index during`: kept and filled row by row, to compare); at each size,
 through that user's engine (Engine.for_user, the server's): recall end to end, the vector search and its
-recall@10 against exact numpy top-10, remember (with its vector), get, forget (a memory just made, and one of
-the fill's), and the sizes of the HNSW indexes. With both backends a table puts them side by side.
+recall@10 against exact numpy top-10 (with the hnsw.ef_search the engine chose, or "exact" for a user with few
+vectors: engine/store/postgres/vectors.py), remember (with its vector), get, forget (a memory just made, and
+one of the fill's), and the sizes of the HNSW indexes; `--pg-sweep` measures the vector search again with
+other fixed candidates and ef_search (SWEEP), and exactly (every distance; up to 200,000 items). With both
+backends a table puts them side by side.
 
 On a virtual machine the first use of memory the machine has not touched since it booted (or has handed
 back to its host) can cost far more than later uses (~2 ms per MB on the 2-core VM of docs/performance.md):
