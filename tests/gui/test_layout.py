@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -151,7 +152,11 @@ def test_the_status_bar_shows_every_part_whole_in_a_narrow_window(qtbot, desktop
     ran off its end ("Answers ready" and the search model's state were not shown at all): they take their
     short forms, and the counter goes (the Memories page shows it) when even those do not fit."""
     window, status = desktop.window, desktop.window.status
+    # the window keeps itself on the screen while a window manager may still be placing it (its first
+    # seconds): on a loaded machine those could still run, and shrink the 1200-wide window to the screen
+    qtbot.waitUntil(lambda: time.monotonic() > window._settling_until, timeout=10_000)
     window.resize(1200, 700)
+    qtbot.waitUntil(lambda: window.width() == 1200, timeout=2000)
     desktop.bridge.set_paused(True)
     qtbot.waitUntil(lambda: status.paused.isVisible() and bool(status.llm.text()), timeout=10_000)
     status.set_count("1,208 memories · 14 documents · 2 to resolve")  # as a used profile's reads

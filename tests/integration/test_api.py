@@ -521,8 +521,6 @@ def test_requests_generated_from_the_openapi_never_get_a_5xx(live: Live, tmp_pat
     spec = live.client.get("/openapi.json").json()
     seen: list[tuple[str, str, int]] = []
 
-    @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-    @given(st.one_of(_operations(spec, tmp_path)))
     def check(call: tuple[str, str, dict, dict, Any]) -> None:
         method, path, path_params, query, body = call
         url = path
@@ -543,7 +541,10 @@ def test_requests_generated_from_the_openapi_never_get_a_5xx(live: Live, tmp_pat
         assert r.headers["content-type"].startswith("application/json")
         r.json()
 
-    check()
+    # every operation gets its own draws (one draw from all of them left some never tried as routes grew)
+    for operation in _operations(spec, tmp_path):
+        settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck),
+                 database=None)(given(operation)(check))()
     assert {(m, p) for m, p, _ in seen} >= {(m.upper(), p) for p, item in spec["paths"].items() for m in item}
     assert any(200 <= s < 300 for _, _, s in seen)
 
