@@ -63,6 +63,7 @@ SEARCH_PAGE = 100  # search results at a time (the best first); more when scroll
 SEARCH_MAX = 1000
 TIME_FILTERS = (("Any time", None), ("Today", 1), ("Past 7 days", 7), ("Past 30 days", 30), ("Past year", 365))
 SHOW_FILTERS = (("Active", "active"), ("Archived", "archived"), ("Conflicts", "conflicts"), ("All", "all"))
+PROJECT_FILTER_MAX = 160  # px: the widest the project filter asks to be; the four filters fit a 640-wide window
 KIND_FILTERS = (("All kinds", None), ("Facts", "fact"), ("Events", "episodic"), ("How-tos", "procedural"))
 ALL_PROJECTS = "All projects"
 NO_PROJECT = "No project"
@@ -309,7 +310,6 @@ class MemoryBrowser(QWidget):
             combo.setMinimumWidth(combo.sizeHint().width())
         self.count = muted("")
         self.count.setWordWrap(False)
-        filters.addWidget(self.count)
         # under a search found (partly) by words alone: why (the model loading, memories waiting for vectors)
         self.words_only = muted("")
         self.words_only.setObjectName("WordsOnly")
@@ -402,7 +402,13 @@ class MemoryBrowser(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(20, 16, 20, 12)
         layout.setSpacing(10)
-        layout.addWidget(page_title("Memories"))
+        # the count sits beside the title, not at the end of the filters: with it there, the filters needed
+        # more than the page has in a window of the minimum size (640 wide) and were drawn over each other
+        title_row = QHBoxLayout()
+        title_row.addWidget(page_title("Memories"))
+        title_row.addStretch(1)
+        title_row.addWidget(self.count, 0, Qt.AlignmentFlag.AlignBottom)
+        layout.addLayout(title_row)
         layout.addWidget(self.banner)
         layout.addWidget(self.search)
         layout.addLayout(filters)
@@ -463,7 +469,8 @@ class MemoryBrowser(QWidget):
         index = self.project.findData(current)
         self.project.setCurrentIndex(max(index, 0))
         self.project.blockSignals(False)
-        self.project.setMinimumWidth(min(self.project.sizeHint().width(), 220))
+        # a long project name is cut short rather than pushing the filters over each other
+        self.project.setMinimumWidth(min(self.project.sizeHint().width(), PROJECT_FILTER_MAX))
         self.editor.set_projects(projects)
 
     def refresh(self, search_k: int | None = None) -> None:
