@@ -154,7 +154,9 @@ class FtsMerger:
         return True
 
     def stop(self) -> None:
+        """Stop merging and wait for the step under way: the store closes every connection after this, the
+        merge's own included, and a connection closed under a running statement can crash the process."""
         self._stop.set()
         t = self._thread
         if t is not None and t is not threading.current_thread():
-            t.join(timeout=2)
+            t.join(timeout=30)
