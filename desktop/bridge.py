@@ -302,6 +302,8 @@ class Bridge(QObject):
             watcher.start()
 
     def _set_info(self, info: EngineInfo) -> None:
+        if self._closing:  # the app quit while the store opened: nothing starts after the quit
+            return
         self._info = info
         self.connection = info.connection
         self.opened.emit(info)

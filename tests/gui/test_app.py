@@ -420,3 +420,21 @@ def test_quit_while_the_model_loads_leaves_no_thread_behind(qtbot, qasync_loop, 
     left = {t.name for t in threading.enumerate()} & {"engine-background", "bridge-model-watch", "folder-watch"}
     assert left == set()
     assert not embedder.ready and embedder.failed is None  # stopped, not failed: the next start loads it
+
+
+def test_quit_while_the_store_opens_starts_nothing_after(qtbot, qasync_loop, profile_home, lexical_embedder):
+    """Quit while the writer thread opens the store: the store is closed once open, and nothing of an opened
+    app starts after the quit (no `opened`, so no timers, hotkey listener or first-run dialogs)."""
+    from desktop.app import DesktopApp
+
+    app = DesktopApp(profile_home, embedder=lexical_embedder, use_tray=False, use_hotkey=False, ask_where=False)
+    qtbot.addWidget(app.window)
+    qtbot.addWidget(app.capture)
+    opened: list[object] = []
+    app.bridge.opened.connect(opened.append)
+    qtbot.waitUntil(lambda: app.bridge._engine is not None and app.bridge._engine.running(), timeout=20_000)
+    with qtbot.waitSignal(app.quitted, timeout=60_000):
+        app.quit()
+    qtbot.wait(300)  # what the writer thread sent before the close arrives now
+    assert opened == [] and app.bridge.info is None
+    assert not app._health_timer.isActive() and not app._tidy_timer.isActive()
