@@ -198,7 +198,8 @@ def candidates(profile: Profile, passphrase: str | None, interactive: bool) -> l
         if nk is not None:
             out.append(("next", nk))
     if not out:
-        raise WrongKey(f"This passphrase does not open the store at {profile.key_account}; nothing was changed.")
+        raise WrongKey("This passphrase does not open this memory store; nothing was changed. Forgotten it? "
+                       "`personal-llm unlock --recovery-key …` opens the store and sets a new one.")
     return out
 
 

@@ -60,3 +60,14 @@ def test_export_into_a_folder_that_cannot_be_written_names_the_folder(profile_ho
     assert p.returncode == 1, p.stderr
     assert p.stderr.startswith("error: The export cannot be written to /proc:"), p.stderr
     assert "internal error" not in p.stderr and "memory store" not in p.stderr
+
+
+def test_a_wrong_passphrase_is_one_plain_line_that_points_to_the_recovery_key(profile_home: Path):
+    no_keychain = {"PYTHON_KEYRING_BACKEND": "keyring.backends.fail.Keyring"}
+    assert run("remember", "The gate code is 2468.", env={**no_keychain, "PERSONAL_LLM_PASSPHRASE":
+                                                           "tulip garage seventeen"}).returncode == 0
+    p = run("stats", "--json", env={**no_keychain, "PERSONAL_LLM_PASSPHRASE": "tulip garage eighteen"})
+    assert p.returncode == 1 and p.stdout == ""
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: This passphrase does not open this memory store")
+    assert "store-" not in p.stderr and "unlock --recovery-key" in p.stderr
