@@ -102,3 +102,12 @@ def counted(n: int, plural: str) -> str:
 
 def add_json(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
+
+
+def an_id(value: str) -> str:
+    """An id argument (mem_…, doc_…, chk_…, cnv_…): an empty one is refused by the parser, with the usage,
+    instead of being looked up ("No memory with id .")."""
+    value = value.strip()
+    if not value:
+        raise argparse.ArgumentTypeError("the id is empty; give one such as mem_… (`personal-llm list` shows them)")
+    return value

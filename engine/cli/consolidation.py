@@ -5,7 +5,19 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .base import Command, Handler, Session, add_json, console, counted, escape, print_json, short, visible
+from .base import (
+    Command,
+    Handler,
+    Session,
+    add_json,
+    an_id,
+    console,
+    counted,
+    escape,
+    print_json,
+    short,
+    visible,
+)
 
 
 def consolidate(p: argparse.ArgumentParser) -> Handler:
@@ -61,7 +73,7 @@ def conflicts(p: argparse.ArgumentParser) -> Handler:
 
 
 def resolve(p: argparse.ArgumentParser) -> Handler:
-    p.add_argument("id", help="either memory of the pair")
+    p.add_argument("id", type=an_id, help="either memory of the pair")
     p.add_argument("--keep", required=True, help="the id to keep, or 'both' (not a contradiction)")
     add_json(p)
 
@@ -78,7 +90,7 @@ def resolve(p: argparse.ArgumentParser) -> Handler:
 
 
 def restore(p: argparse.ArgumentParser) -> Handler:
-    p.add_argument("id")
+    p.add_argument("id", type=an_id)
     add_json(p)
 
     def run(a: argparse.Namespace, session: Session) -> int:

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from ..errors import UserError
-from .base import Command, Handler, Session, add_json, console, counted, escape, print_json, short
+from .base import Command, Handler, Session, add_json, an_id, console, counted, escape, print_json, short
 
 
 def remember(p: argparse.ArgumentParser) -> Handler:
@@ -36,7 +36,7 @@ def remember(p: argparse.ArgumentParser) -> Handler:
 
 
 def get(p: argparse.ArgumentParser) -> Handler:
-    p.add_argument("id", help="a memory (mem_…), a passage recall found (chk_…) or a document (doc_…)")
+    p.add_argument("id", type=an_id, help="a memory (mem_…), a passage recall found (chk_…) or a document (doc_…)")
     add_json(p)
 
     def run(a: argparse.Namespace, session: Session) -> int:
@@ -85,7 +85,7 @@ def _show_document_part(a: argparse.Namespace, session: Session) -> int:
 
 
 def update(p: argparse.ArgumentParser) -> Handler:
-    p.add_argument("id")
+    p.add_argument("id", type=an_id)
     p.add_argument("--text")
     p.add_argument("--kind", choices=["fact", "episodic", "procedural"])
     p.add_argument("--project")
@@ -152,7 +152,7 @@ def list_memories(p: argparse.ArgumentParser) -> Handler:
 
 
 def used(p: argparse.ArgumentParser) -> Handler:
-    p.add_argument("ids", nargs="+", metavar="ID", help="memory ids (mem_…)")
+    p.add_argument("ids", nargs="+", type=an_id, metavar="ID", help="memory ids (mem_…)")
     add_json(p)
 
     def run(a: argparse.Namespace, session: Session) -> int:
@@ -167,7 +167,7 @@ def used(p: argparse.ArgumentParser) -> Handler:
 
 
 def forget(p: argparse.ArgumentParser) -> Handler:
-    p.add_argument("id", help="a memory id (mem_…), a document id (doc_…) or a conversation id (cnv_…)")
+    p.add_argument("id", type=an_id, help="a memory id (mem_…), a document id (doc_…) or a conversation id (cnv_…)")
     add_json(p)
 
     def run(a: argparse.Namespace, session: Session) -> int:

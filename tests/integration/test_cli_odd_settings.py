@@ -71,3 +71,11 @@ def test_a_wrong_passphrase_is_one_plain_line_that_points_to_the_recovery_key(pr
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: This passphrase does not open this memory store")
     assert "store-" not in p.stderr and "unlock --recovery-key" in p.stderr
+
+
+def test_an_empty_id_is_refused_by_name_not_looked_up(profile_home: Path):
+    for args in (("get", ""), ("forget", " "), ("used", "mem_x", ""), ("update", "", "--text", "x"),
+                 ("restore", ""), ("resolve", "", "--keep", "both")):
+        p = run(*args)
+        assert p.returncode == 2, (args, p.stderr)
+        assert "the id is empty" in p.stderr and "No memory with id" not in p.stderr, (args, p.stderr)
