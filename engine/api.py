@@ -841,10 +841,15 @@ def _export_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
 
 
 def _agent_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
-    from .agent import ConfirmRequest, new_run_id
+    from .agent import AgentInfo, ConfirmRequest, new_run_id
     from .errors import Cancelled
 
     runs = _AgentRuns()
+
+    @app.get("/agents", response_model=list[AgentInfo], tags=["agents"],
+             summary="The agents a run may name (built in and the settings' own), with their tools")
+    async def agents() -> list[AgentInfo]:
+        return await call(eng.list_agents)
 
     @app.post("/agent/run", tags=["agents"], summary="Run an agent on a task, streaming its steps (NDJSON)",
               response_class=StreamingResponse,

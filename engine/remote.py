@@ -36,7 +36,7 @@ import secrets
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -59,6 +59,7 @@ CONNECT_TIMEOUT = 5.0
 READ_TIMEOUT = 120.0  # an answer from a language model, an upload being parsed
 IMPORT_TIMEOUT = 3600.0  # an import: checked, written and embedded before the server answers
 SEND_TIMEOUT = 60.0
+AGENT_TIMEOUT = 900.0  # the longest wait for an agent's next step (a model thinking, a question unanswered)
 BUSY_RETRIES = 3
 
 
@@ -308,6 +309,27 @@ class ServerClient:
                     raise NotFound(_said(body.get("detail") if isinstance(body, dict) else None) or "Not found.")
                 for piece in r.iter_bytes():
                     write(piece)
+        except httpx.ConnectError as e:
+            raise self._unreachable(e) from e
+        except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as e:
+            raise ServerUnreachable(f"The server at {self.url} did not answer ({_reason(e)}).") from e
+
+    def lines(self, method: str, path: str, *, timeout: float | None = None, **kw: Any) -> Generator[Any, None, None]:
+        """A streamed answer of JSON lines (NDJSON), each decoded as it arrives. Errors as `request`'s; a 404
+        is NotFound."""
+        import httpx
+
+        try:
+            with self._http.stream(method, path, timeout=httpx.Timeout(timeout or READ_TIMEOUT,
+                                                                       connect=CONNECT_TIMEOUT), **kw) as r:
+                self._check_pin(r)
+                if not 200 <= r.status_code < 300:
+                    r.read()
+                    status, body = self._answer(r)
+                    raise NotFound(_said(body.get("detail") if isinstance(body, dict) else None) or "Not found.")
+                for line in r.iter_lines():
+                    if line.strip():
+                        yield json.loads(line)
         except httpx.ConnectError as e:
             raise self._unreachable(e) from e
         except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as e:
@@ -942,6 +964,81 @@ class RemoteEngine:
 
         return Resolution.model_validate(self._read("Resolving a conflict", "POST", f"/conflicts/{uid}/resolve",
                                                     json={"keep": keep}))
+
+    # ---- agents: they run on the server, their questions are answered here ----------------------------------
+    def list_agents(self) -> list[Any]:
+        from .agent import AgentInfo
+
+        return [AgentInfo.model_validate(a) for a in self._read("Agents", "GET", "/agents")]
+
+    def agent_info(self, name: str | None = None) -> Any:
+        """One of the server's agents (its default, Research, without a name)."""
+        wanted = (name or "Research").strip().casefold()
+        agents = self.list_agents()
+        for info in agents:
+            if info.name.casefold() == wanted:
+                return info
+        raise NotFound(f"There is no agent called '{name}' on the server. The agents are: "
+                       f"{', '.join(a.name for a in agents)}.")
+
+    def agent_run(self, task: str, *, agent: str | None = None, project: str | None = None,
+                  on_step: Callable[[Any], None] | None = None, confirm: Callable[[Any], bool] | None = None,
+                  cancel: threading.Event | None = None, **_: Any) -> Any:
+        """An agent's run on the server (`POST /agent/run`): each step handed to `on_step` as it arrives, a
+        question about a tool answered by `confirm` here and sent back (without `confirm`: not allowed), and
+        `cancel` sent as a stop (Cancelled once the server has stopped it). Its tools read the account, never
+        a file of the server's disk."""
+        from .agent import AgentRun
+
+        run_id: list[str] = []
+        ended = threading.Event()
+
+        def stop_when_cancelled() -> None:
+            assert cancel is not None
+            while not ended.wait(0.1):
+                if cancel.is_set() and run_id:
+                    with contextlib.suppress(EngineError):
+                        self.client.request("POST", f"/agent/run/{run_id[0]}/stop", timeout=SEND_TIMEOUT)
+                    return
+
+        self._flush_first()
+        if cancel is not None:
+            threading.Thread(target=stop_when_cancelled, name="agent-stop", daemon=True).start()
+        try:
+            events = self.client.lines("POST", "/agent/run", json={"task": task, "agent": agent, "project": project},
+                                       timeout=AGENT_TIMEOUT)
+            with contextlib.closing(events):
+                for event in events:
+                    self._agent_event(event, run_id, on_step, confirm)
+                    if event["event"] == "done":
+                        return AgentRun.model_validate(event["result"])
+        except ServerUnreachable as e:
+            raise ServerUnreachable(f"An agent runs on the server, and {str(e)[0].lower()}{str(e)[1:]}") from e
+        finally:
+            ended.set()
+        raise ServerUnreachable("The server ended the agent's run before its answer; try again.")
+
+    def _agent_event(self, event: dict[str, Any], run_id: list[str], on_step: Callable[[Any], None] | None,
+                     confirm: Callable[[Any], bool] | None) -> None:
+        """One line of an agent's run as the server streams it (docs/api.md, Agents)."""
+        from .agent import AgentStep, ConfirmRequest
+        from .errors import Cancelled
+
+        kind = event.get("event")
+        fields = {k: v for k, v in event.items() if k != "event"}
+        if kind == "start":
+            run_id.append(str(event["run_id"]))
+        elif kind == "step" and on_step is not None:
+            on_step(AgentStep.model_validate(fields))
+        elif kind == "confirm":
+            request = ConfirmRequest.model_validate(fields)
+            approve = bool(confirm(request)) if confirm is not None else False
+            self.client.request("POST", f"/agent/run/{request.run_id}/confirm", timeout=SEND_TIMEOUT,
+                                json={"call_id": request.call_id, "approve": approve})
+        elif kind == "stopped":
+            raise Cancelled()
+        elif kind == "error":
+            raise UserError(str(event.get("detail") or "The agent failed on the server."))
 
     # ---- the graph ---------------------------------------------------------------------------------------
     def neighbours(self, entity: str, hops: int = 1) -> Any:

@@ -13,8 +13,8 @@ opens a profile with `engine.open_profile` and never knows which of the two it h
   waiting is shown done. When the server cannot be reached, a listing read before is shown again (with what
   waits) instead of nothing; coming back, everything is read again.
 - The activity log, conflicts and a document's passages are the account's, read from the server (as the
-  token's user). What has no door there (agents, tidying up, watched folders, keys and backups) is named by
-  `unavailable()`, with the reason the app shows on that page.
+  token's user); agents run there, their questions answered here. What has no door there (tidying up, watched
+  folders, keys and backups) is named by `unavailable()`, with the reason the app shows on that page.
 """
 
 from __future__ import annotations
@@ -96,7 +96,6 @@ class RemoteApp(RemoteEngine):
         """What this profile does not offer, each with the reason a page shows in its place."""
         where = f"This profile keeps its memory on your server ({self.server.url})"
         return {
-            "agents": "Agents run on a profile kept on this computer: their tools read its files.",
             "folders": "Watched folders feed a profile kept on this computer. Add files on the Documents page: "
                        "they are uploaded to your server.",
             "tidy": f"{where}: tidying up runs there.",
@@ -380,9 +379,6 @@ class RemoteApp(RemoteEngine):
 
         return GraphView.model_validate(self._read("The graph", "GET", f"/memory/{uid}/graph",
                                                    params={"hops": hops}))
-
-    def list_agents(self) -> list[Any]:
-        return []  # an agent runs where its tools are: a local profile, or the server's /agent/run
 
     def watch_status(self) -> Any:
         from .watch import WatchStatus

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import psycopg
 import pytest
 
@@ -301,3 +302,49 @@ def test_the_outbox_is_opened_once_per_process_and_shared_by_threads(served, pg_
         assert {r.id for r in waiting} <= {m[0] for m in server_memories(pg_url)}
     finally:
         app.close()
+
+
+def test_conflicts_a_passage_and_agents_from_a_server_profile_on_the_command_line(pg_url: str, tmp_path: Path,
+                                                                                  profile_home: Path):
+    """A server profile's CLI reads the account's conflicts and resolves one, shows a passage, lists the
+    server's agents and runs one there (its steps and answer printed here)."""
+    from engine.config import LLMSettings, Settings, save_settings
+    from engine.memory_rules import new_uid
+    from tests.ollama_server import OllamaTestServer, Reply
+
+    token = users.add(pg_url, "alice")
+    home = tmp_path / "server-home"
+    home.mkdir()
+    older, newer = new_uid("mem"), new_uid("mem")
+    said = {"type": "memory", "kind": "fact", "importance": 0.5, "created_at": "2026-01-02T03:04:05+00:00",
+            "updated_at": "2026-01-02T03:04:05+00:00"}
+    with OllamaTestServer(models=["llama3.2"]) as llm:
+        save_settings(Settings(llm=LLMSettings(host=llm.url, model="llama3.2")), home)
+        server = Server(pg_url, home).start()
+        try:
+            with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=60) as c:
+                c.post("/transfer/records", json={"records": [
+                    {**said, "uid": older, "text": "The boiler code is 4471.", "conflict_with": newer},
+                    {**said, "uid": newer, "text": "The boiler code is 4472.", "conflict_with": older}]}
+                       ).raise_for_status()
+                [doc] = c.post("/ingest/upload", files={"file": ("gate.md", b"The gate opens with code 1984.")}).json()
+                [passage] = c.get(f"/documents/{doc['document_id']}/passages").json()
+            cli("connect", server.url, "--token", token, "--profile", "desk")
+
+            [pair] = cli_json("--profile", "desk", "conflicts")
+            assert {pair["a"]["id"], pair["b"]["id"]} == {older, newer}
+            assert cli_json("--profile", "desk", "resolve", older, "--keep", newer) == {"kept": [newer],
+                                                                                        "archived": [older]}
+            assert cli_json("--profile", "desk", "conflicts") == []
+            shown = cli_json("--profile", "desk", "get", passage["id"])
+            assert shown["text"] == "The gate opens with code 1984." and shown["document_id"] == doc["document_id"]
+
+            assert {"Research", "Organiser"} <= {a["name"] for a in cli_json("--profile", "desk", "agent", "list")}
+            llm.script(Reply(tool_calls=[{"name": "search_memory", "arguments": {"query": "boiler code"}}]),
+                       Reply(text="The boiler code is 4472 [1]."))
+            ran = cli("--profile", "desk", "agent", "run", "What is the boiler code?")
+            assert "search_memory" in ran.stdout and "The boiler code is 4472 [1]." in ran.stdout, ran.stdout
+            missing = cli("--profile", "desk", "agent", "show", "Nobody", check=False)
+            assert missing.returncode == 1 and "no agent called 'Nobody' on the server" in missing.stderr
+        finally:
+            server.kill(signal.SIGTERM)

@@ -1,9 +1,9 @@
 """Every page of the desktop app on a profile that lives on a server, against a real server process on a real
 PostgreSQL: what the server offers works as on this computer (the activity log, conflicts and a document's
-passages are the account's); what it does not (agents, watched folders) says so on the page, never in an error
-box. Captures made while the server is away are listed with the memories, marked waiting to send, and the list
-reads itself again when the server is back. Settings copies the memory to a server and back to this computer,
-with progress, in the background."""
+passages are the account's, agents run there); what it does not (watched folders) says so on the page, never in
+an error box. Captures made while the server is away are listed with the memories, marked waiting to send, and
+the list reads itself again when the server is back. Settings copies the memory to a server and back to this
+computer, with progress, in the background."""
 
 from __future__ import annotations
 
@@ -28,9 +28,6 @@ def test_every_page_on_a_server_profile(qtbot, profile_home, server, connected_a
         [boiler] = w.memories.visible_ids()
 
         # what the server does not offer says so on its page, with the reason
-        w.show_page("ask")
-        assert not w.ask.agent_toggle.isEnabled()
-        assert "computer" in w.ask.agent_toggle.toolTip()
         w.show_page("settings")
         folders = w.settings.folders  # watched folders feed a profile on this computer: it says so
         assert folders.not_here.isVisible() and not folders.body.isVisible()
@@ -137,6 +134,74 @@ def test_activity_conflicts_and_a_documents_passages_read_the_server(qtbot, prof
     qtbot.waitUntil(lambda: viewer is not None and "Radiators, step 3" in viewer.text.toPlainText(), timeout=10_000)
     assert viewer.highlighted() == service["text"]
     assert errors == []
+
+
+def test_an_agent_runs_on_the_server_and_asks_here_before_a_sensitive_step(qtbot, profile_home, pg_url, tmp_path,
+                                                                          connected_app):
+    """Agents on a server profile: the server's agents are listed, a run's steps show as they happen, a
+    sensitive step asks in the app's dialog (not allowed: not run; allowed: run on the server), and Stop ends a
+    run while it asks."""
+    from engine import users
+    from engine.config import LLMSettings, Settings, save_settings
+    from tests.ollama_server import OllamaTestServer, Reply
+    from tests.postgres.serving import Server
+
+    def call(name: str, **arguments: str) -> Reply:
+        return Reply(tool_calls=[{"name": name, "arguments": arguments}])
+
+    token = users.add(pg_url, "alice")
+    home = tmp_path / "server-home"
+    home.mkdir()
+    with OllamaTestServer(models=["llama3.2"]) as llm:
+        save_settings(Settings(llm=LLMSettings(host=llm.url, model="llama3.2")), home)
+        srv = Server(pg_url, home).start()
+        try:
+            with httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {token}"}) as other:
+                kept, doomed = (other.post("/memory/remember", json={"text": t}).json()["id"]
+                                for t in ("Keep this note", "An old note to delete"))
+            app, errors = connected_app(profile_home, srv.url, token)
+            panel = app.window.ask
+            app.window.open_ask()
+            qtbot.waitUntil(lambda: panel.agent_toggle.isEnabled() and panel.agent_picker.findData("Organiser") >= 0,
+                            timeout=10_000)
+            panel.agent_toggle.setChecked(True)
+            panel.agent_picker.setCurrentIndex(panel.agent_picker.findData("Organiser"))
+
+            def run(task: str) -> object:
+                panel.question.clear()
+                qtbot.keyClicks(panel.question, task)
+                panel.ask_button.click()
+                qtbot.waitUntil(lambda: panel.dialog is not None and panel.dialog.isVisible(), timeout=30_000)
+                return panel.dialog
+
+            def on_server(uid: str) -> int:
+                with httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {token}"}) as other:
+                    return other.get(f"/memory/{uid}").status_code
+
+            llm.script(call("forget_memory", id=kept), Reply(text="I left it."))
+            dialog = run("Delete the note")
+            assert "Organiser" in dialog.title.text() and "forget_memory" in dialog.title.text()
+            assert dialog.arguments.toPlainText() == f'id: "{kept}"'
+            steps = [panel.steps.item(i).text() for i in range(panel.steps.count())]
+            assert any(s.startswith("→ forget_memory(") for s in steps), steps
+            with qtbot.waitSignal(app.bridge.agent_finished, timeout=30_000):
+                dialog.deny_button.click()
+            assert panel.answer.toPlainText() == "I left it." and on_server(kept) == 200
+
+            llm.script(call("forget_memory", id=doomed), Reply(text="Deleted the old note."))
+            dialog = run("Delete the old note")
+            with qtbot.waitSignal(app.bridge.agent_finished, timeout=30_000):
+                dialog.allow_button.click()
+            assert panel.answer.toPlainText() == "Deleted the old note." and on_server(doomed) == 404
+
+            llm.script(call("forget_memory", id=kept), Reply(text="Deleted."))
+            run("Delete the note after all")
+            with qtbot.waitSignal(app.bridge.agent_cancelled, timeout=30_000):
+                panel.stop_button.click()
+            assert on_server(kept) == 200
+            assert errors == []
+        finally:
+            srv.stop()
 
 
 def test_a_revoked_token_says_so_keeps_the_capture_and_a_new_token_sends_it(
