@@ -50,7 +50,9 @@ def unlock(p: argparse.ArgumentParser) -> Handler:
 
     def run(a: argparse.Namespace, session: Session) -> int:
         from ..engine import Engine
+        from ..recovery import parse_recovery_key
 
+        parse_recovery_key(a.recovery_key)  # a mistyped key is said before a new passphrase is asked for
         phrase = new_passphrase() if a.new_passphrase or not keychain_usable() else None
         msg = Engine.unlock_with_recovery(session.home, a.recovery_key, new_passphrase=phrase)
         if a.json:

@@ -79,3 +79,10 @@ def test_an_empty_id_is_refused_by_name_not_looked_up(profile_home: Path):
         p = run(*args)
         assert p.returncode == 2, (args, p.stderr)
         assert "the id is empty" in p.stderr and "No memory with id" not in p.stderr, (args, p.stderr)
+
+
+def test_a_mistyped_recovery_key_is_said_before_a_new_passphrase_is_asked_for(profile_home: Path):
+    assert run("remember", "The bike is in the shed.").returncode == 0
+    p = run("unlock", "--recovery-key", "AAAA-BBBB", env={"PYTHON_KEYRING_BACKEND": "keyring.backends.fail.Keyring"})
+    assert p.returncode == 1 and "That is not a recovery key" in p.stderr, p.stderr
+    assert "PERSONAL_LLM_NEW_PASSPHRASE" not in p.stderr
