@@ -52,7 +52,7 @@ from .graph import ExtractionReport, GraphView
 from .imports import ImportReport
 from .ingest import Document, IngestResult, Passage
 from .limits import MAX_HITS, MAX_PROJECT_CHARS, MAX_QUERY_CHARS
-from .memory_rules import MAX_TEXT_CHARS
+from .memory_rules import MAX_TEXT_CHARS, MAX_TIME, MIN_TIME
 from .models import AuditRun, ForgetResult, HealthReport, Hit, Memory, MemoryPage, RememberResult, Stats
 from .pathpolicy import PathPolicy, PathRefused
 from .watch import WatchStatus
@@ -92,9 +92,12 @@ T = TypeVar("T")
 def epoch(value: datetime) -> float:
     """Seconds since the epoch; ValueError for times the platform cannot represent (year 1, year 9999)."""
     try:
-        return value.timestamp()
+        ts = value.timestamp()
     except (OverflowError, OSError, ValueError) as e:
         raise ValueError("this time is out of the supported range") from e
+    if not MIN_TIME <= ts <= MAX_TIME:  # the store's range: refused here, as sent, not later as a number of seconds
+        raise ValueError("this time is out of the supported range (the years 1 to 9999)")
+    return ts
 
 
 def _storable(value: datetime | None) -> datetime | None:
