@@ -9,7 +9,8 @@ indexes built after), as bench/api_load.py --server fills them; then one user's 
 --database` makes it (Engine.for_user, the shared embedder) runs OPS recalls and OPS remembers of
 bench/recall_latency.py's sentences, one after the other. For each: the wall time, the CPU of the calling
 thread and of the whole server process (the model's thread included), the CPU of the database's backend for
-each statement (its /proc schedstat, read around the statement) and the statements run. Counted in CPU, not in
+each statement (its /proc schedstat, read around the statement), of all the database's processes (its
+parallel workers included) and the statements run. Counted in CPU, not in
 wall time, the figures hold on a busy machine, where a request's wall time is mostly waiting for a core; the
 HTTP layer (a few per cent of `serve`'s CPU under bench/api_load.py --server) is not in them.
 """
@@ -33,6 +34,22 @@ import psycopg  # noqa: E402
 from bench._common import fmt_table  # noqa: E402
 from bench.api_load import cpu_seconds  # noqa: E402
 from bench.recall_latency import sentence  # noqa: E402
+
+
+def server_cpu(postmaster: int) -> float:
+    """CPU seconds so far of a PostgreSQL server's processes: those running now (backends, parallel workers,
+    autovacuum...) and those that ended (a parallel worker lives for one statement), which the postmaster
+    has reaped (its children's time)."""
+    fields = Path(f"/proc/{postmaster}/stat").read_text().rsplit(")", 1)[1].split()
+    total = (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "stat").read_text().rsplit(")", 1)[1].split()[1] == str(postmaster):
+                    total += backend_cpu(int(entry.name))
+            except (OSError, IndexError):  # ended meanwhile
+                pass
+    return total
 
 
 def backend_cpu(pid: int) -> float:
@@ -121,7 +138,7 @@ def main() -> int:
                 for op in ("recall", "remember"):
                     stats.seen.clear()
                     wall = thread = 0.0
-                    process0 = cpu_seconds(os.getpid())
+                    process0, everything0 = cpu_seconds(os.getpid()), server_cpu(pg.process.pid)
                     stats.on = True
                     for _ in range(a.ops):
                         t0, c0 = time.perf_counter(), time.thread_time()
@@ -133,11 +150,12 @@ def main() -> int:
                         thread += time.thread_time() - c0
                     stats.on = False
                     process = cpu_seconds(os.getpid()) - process0
+                    everything = server_cpu(pg.process.pid) - everything0
                     database = sum(s[1] for s in stats.seen.values())
                     count = sum(s[0] for s in stats.seen.values())
                     ms = 1000 / a.ops
                     rows.append([op, f"{wall * ms:.0f}", f"{thread * ms:.1f}", f"{process * ms:.1f}",
-                                 f"{database * ms:.1f}", f"{count / a.ops:.1f}"])
+                                 f"{database * ms:.1f}", f"{everything * ms:.1f}", f"{count / a.ops:.1f}"])
                     print(f"\n{op}: the statements that cost the database most (a {op}'s share)")
                     top = sorted(stats.seen.items(), key=lambda kv: -kv[1][1])[: a.top]
                     print(fmt_table(["statement", "runs", "database CPU ms"],
@@ -150,8 +168,8 @@ def main() -> int:
         shutil.rmtree(home, ignore_errors=True)
     print(f"\none user of {a.users} with {a.items:,} items each, {a.ops} of each operation, one at a time "
           f"(load average {os.getloadavg()[0]:.1f})")
-    print(fmt_table(["operation", "wall ms", "its thread's CPU ms", "server process CPU ms", "database CPU ms",
-                     "statements"], rows))
+    print(fmt_table(["operation", "wall ms", "its thread's CPU ms", "server process CPU ms",
+                     "its backend's CPU ms", "all database processes' CPU ms", "statements"], rows))
     return 0
 
 
