@@ -51,6 +51,9 @@ __all__ = [
 
 
 TOO_LARGE = "{name} needs more memory to read than one document may use. Not read."
+# what native readers (ONNX Runtime, OpenCV, C++'s std::bad_alloc) say when an allocation fails
+OUT_OF_MEMORY = ("failed to allocate", "bad_alloc", "bad allocation", "out of memory", "insufficient memory",
+                 "cannot allocate memory")
 
 
 class DocumentError(UserError):
@@ -202,7 +205,7 @@ def parse_file(path: Path, *, max_bytes: int, ocr: OcrOptions | None = None) -> 
             log.info("a .pdf file exceeds a limit")
             raise DocumentError(limit) from None
         log.warning("parsing a %s file failed: %s", ext, type(e).__name__)  # the message may quote content
-        if "failed to allocate" in str(e).lower():  # ONNX Runtime (OCR) out of memory
+        if any(said in str(e).lower() for said in OUT_OF_MEMORY):  # a native library (OCR) out of memory
             raise DocumentError(TOO_LARGE.format(name=name)) from None
         raise DocumentError(f"{name} is damaged or not a valid {_KIND_NAMES.get(ext, ext)} file") from None
 
