@@ -364,11 +364,8 @@ def push_cached(cached: Path, url: str, token: str, runs: Path) -> None:
     if not (cached / "READY").exists():
         raise SystemExit(f"--fill-from: {cached} holds no finished run of this data (run it with --http "
                          f"--cache-dir {cached.parent} first)")
-    tmp = tempfile.mkdtemp(prefix="pllm-bench-")
+    tmp = copy_profile(cached)
     try:
-        for name in ("profile", "xdg-data"):
-            if (cached / name).exists():
-                shutil.copytree(cached / name, Path(tmp) / name)
         env = {**os.environ, "PERSONAL_LLM_HOME": str(Path(tmp) / "profile"),
                "XDG_DATA_HOME": str(Path(tmp) / "xdg-data"),
                "PYTHON_KEYRING_BACKEND": "keyrings.alt.file.PlaintextKeyring"}
@@ -384,13 +381,19 @@ def push_cached(cached: Path, url: str, token: str, runs: Path) -> None:
         shutil.copy(kept, runs / kept.name)
 
 
+def copy_profile(base: Path) -> str:
+    """A throwaway copy of the cached benchmark profile in `base` (its store and keychain file): the temp dir."""
+    tmp = tempfile.mkdtemp(prefix="pllm-bench-")
+    for name in ("profile", "xdg-data"):
+        if (base / name).exists():
+            shutil.copytree(base / name, Path(tmp) / name)
+    return tmp
+
+
 def copy_home(home: Path) -> tuple[Path, str]:
     """A throwaway copy of a cached benchmark profile (store and keychain file), made the current one, so a
     run through the API cannot change the cache. Returns (profile dir, temp dir to delete)."""
-    tmp = tempfile.mkdtemp(prefix="pllm-bench-")
-    for name in ("profile", "xdg-data"):
-        if (home.parent / name).exists():
-            shutil.copytree(home.parent / name, Path(tmp) / name)
+    tmp = copy_profile(home.parent)
     os.environ["PERSONAL_LLM_HOME"] = str(Path(tmp) / "profile")
     os.environ["XDG_DATA_HOME"] = str(Path(tmp) / "xdg-data")
     return Path(tmp) / "profile", tmp

@@ -101,3 +101,15 @@ def semantic_app(qtbot, qasync_loop, profile_home, shared_embedder) -> Iterator:
         yield app
     finally:
         app.quit()
+
+
+@pytest.fixture
+def themed(qapp):
+    """The app's look (Fusion, its palette and style sheet), as desktop.app's main applies it."""
+    from desktop import theme
+
+    palette, style = qapp.palette(), qapp.styleSheet()
+    theme.Theme(qapp)
+    yield
+    qapp.setStyleSheet(style)
+    qapp.setPalette(palette)

@@ -4,20 +4,7 @@ name, each filter box ends before the next begins and keeps the width it asked f
 
 from __future__ import annotations
 
-import pytest
-
 from .conftest import engine_of
-
-
-@pytest.fixture
-def themed(qapp):
-    from desktop import theme
-
-    palette, style = qapp.palette(), qapp.styleSheet()
-    theme.Theme(qapp)
-    yield
-    qapp.setStyleSheet(style)
-    qapp.setPalette(palette)
 
 
 def test_the_filters_do_not_overlap_in_a_narrow_window(qtbot, themed, desktop):

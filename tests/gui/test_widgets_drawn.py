@@ -5,22 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from PySide6.QtGui import QColor, QFontMetrics, QImage
 
 from .conftest import engine_of, wait_idle
-
-
-@pytest.fixture
-def themed(qapp):
-    """The app's look (Fusion, its palette and style sheet), as desktop.app's main applies it."""
-    from desktop import theme
-
-    palette, style = qapp.palette(), qapp.styleSheet()
-    theme.Theme(qapp)
-    yield
-    qapp.setStyleSheet(style)
-    qapp.setPalette(palette)
 
 
 def colors(image: QImage, rect=None) -> set[str]:

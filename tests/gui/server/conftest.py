@@ -55,11 +55,25 @@ def capture(qtbot) -> Callable[..., None]:
 
 
 @pytest.fixture
-def connected_app(qtbot, qasync_loop, lexical_embedder, monkeypatch) -> Iterator[Callable[..., tuple[Any, list[str]]]]:
+def new_app(qtbot, qasync_loop, lexical_embedder) -> Callable[[Path], Any]:
+    """`new_app(home)`: the desktop app on the profile at `home` (no tray, no hotkey), its windows watched by
+    qtbot. The test quits it."""
+    from desktop.app import DesktopApp
+
+    def make(home: Path) -> Any:
+        app = DesktopApp(home, embedder=lexical_embedder, use_tray=False, use_hotkey=False, undo_seconds=0.4)
+        qtbot.addWidget(app.window)
+        qtbot.addWidget(app.capture)
+        return app
+
+    return make
+
+
+@pytest.fixture
+def connected_app(qtbot, new_app, monkeypatch) -> Iterator[Callable[..., tuple[Any, list[str]]]]:
     """`connected_app(home, url, token)`: the app on a profile at `home` connected to `url` (as `personal-llm
     connect` leaves it), and the error boxes it showed (a page must say on itself what it cannot do, never in a
     box). Every app made is quit at the end."""
-    from desktop.app import DesktopApp
     from desktop.main_window import MainWindow
     from engine import check_server, connect_profile
 
@@ -70,10 +84,8 @@ def connected_app(qtbot, qasync_loop, lexical_embedder, monkeypatch) -> Iterator
     def make(home: Path, url: str, token: str) -> tuple[Any, list[str]]:
         home.mkdir(parents=True, exist_ok=True)
         connect_profile(home, check_server(url, token), token)
-        app = DesktopApp(home, embedder=lexical_embedder, use_tray=False, use_hotkey=False, undo_seconds=0.4)
+        app = new_app(home)
         apps.append(app)
-        qtbot.addWidget(app.window)
-        qtbot.addWidget(app.capture)
         qtbot.waitUntil(lambda: app.bridge.info is not None, timeout=30_000)
         return app, errors
 

@@ -243,20 +243,17 @@ def test_a_revoked_token_says_so_keeps_the_capture_and_a_new_token_sends_it(
 
 
 def test_without_a_keychain_a_passphrase_protects_the_servers_token(
-        qtbot, qasync_loop, profile_home, lexical_embedder, server, monkeypatch, capture, texts_on_server):
+        qtbot, profile_home, new_app, server, monkeypatch, capture, texts_on_server):
     import keyring.core
     from PySide6.QtWidgets import QInputDialog
 
-    from desktop.app import DesktopApp
     from engine import remote
 
     monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.fail.Keyring")
     monkeypatch.delenv("PERSONAL_LLM_PASSPHRASE", raising=False)
     keyring.core._keyring_backend = None
     srv, token = server
-    app = DesktopApp(profile_home, embedder=lexical_embedder, use_tray=False, use_hotkey=False, undo_seconds=0.4)
-    qtbot.addWidget(app.window)
-    qtbot.addWidget(app.capture)
+    app = new_app(profile_home)
     try:
         qtbot.waitUntil(lambda: app.where_dialog is not None and app.where_dialog.isVisible(), timeout=10_000)
         dialog = app.where_dialog
@@ -293,9 +290,7 @@ def test_without_a_keychain_a_passphrase_protects_the_servers_token(
 
     monkeypatch.setattr(QInputDialog, "getText", staticmethod(get_text))
     srv.start()
-    app = DesktopApp(profile_home, embedder=lexical_embedder, use_tray=False, use_hotkey=False, undo_seconds=0.4)
-    qtbot.addWidget(app.window)
-    qtbot.addWidget(app.capture)
+    app = new_app(profile_home)
     try:
         qtbot.waitUntil(lambda: app.bridge.info is not None, timeout=30_000)
         assert len(prompts) == 2 and "Enter it" in prompts[0] and "does not open" in prompts[1]

@@ -22,17 +22,14 @@ def connect_at_first_run(qtbot, app, url: str, token: str) -> None:
     qtbot.waitUntil(lambda: app.bridge.info is not None, timeout=30_000)
 
 
-def test_a_server_profile_from_first_run_to_offline_and_back(qtbot, qasync_loop, profile_home, lexical_embedder,
+def test_a_server_profile_from_first_run_to_offline_and_back(qtbot, profile_home, new_app,
                                                              server, monkeypatch, tmp_path, capture, texts_on_server):
-    from desktop.app import DesktopApp
     from desktop.main_window import MainWindow
 
     errors: list[str] = []  # a page that cannot work on a server profile must say so on itself, never in a box
     monkeypatch.setattr(MainWindow, "show_error", lambda self, message: errors.append(message))
     srv, token = server
-    app = DesktopApp(profile_home, embedder=lexical_embedder, use_tray=False, use_hotkey=False, undo_seconds=0.4)
-    qtbot.addWidget(app.window)
-    qtbot.addWidget(app.capture)
+    app = new_app(profile_home)
     try:
         # a wrong token is refused with the server's reason, and nothing is kept
         qtbot.waitUntil(lambda: app.where_dialog is not None and app.where_dialog.isVisible(), timeout=10_000)
@@ -114,12 +111,8 @@ def test_a_server_profile_from_first_run_to_offline_and_back(qtbot, qasync_loop,
         app.quit()
 
 
-def test_keep_it_on_this_computer_opens_a_local_store(qtbot, qasync_loop, profile_home, lexical_embedder):
-    from desktop.app import DesktopApp
-
-    app = DesktopApp(profile_home, embedder=lexical_embedder, use_tray=False, use_hotkey=False, undo_seconds=0.4)
-    qtbot.addWidget(app.window)
-    qtbot.addWidget(app.capture)
+def test_keep_it_on_this_computer_opens_a_local_store(qtbot, profile_home, new_app):
+    app = new_app(profile_home)
     try:
         qtbot.waitUntil(lambda: app.where_dialog is not None and app.where_dialog.isVisible(), timeout=10_000)
         assert app.bridge.info is None  # nothing is made before the choice
