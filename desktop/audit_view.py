@@ -196,21 +196,11 @@ class AuditView(QWidget):
                            "double-click a change to a memory or a document to open it.")
         layout.addWidget(self.intro)
         layout.addWidget(self.stack, 1)
-        self.elsewhere = False  # this profile's activity log is not here (unavailable: a profile on a server)
         bridge.opened.connect(self._opened)
         bridge.changed.connect(self._engine_changed)
 
-    def _opened(self, info: Any) -> None:
-        reason = info.unavailable.get("activity")
-        self.elsewhere = reason is not None
-        self.refresh_button.setVisible(not self.elsewhere)
-        self.intro.setVisible(not self.elsewhere)
-        if self.elsewhere:
-            self.empty.set_text("The activity log is kept on the server.", reason)
-            self.stack.setCurrentWidget(self.empty)
-        else:
-            self.empty.set_text("No activity yet.", "Every change to your memory is listed here.")
-            self._dirty = True
+    def _opened(self, _info: Any) -> None:
+        self._dirty = True  # another profile (or the same one again): read when looked at
 
     def showEvent(self, event) -> None:  # noqa: N802 - Qt override: refresh lazily, when looked at
         super().showEvent(event)
@@ -218,7 +208,7 @@ class AuditView(QWidget):
             self.refresh()
 
     def refresh(self) -> None:
-        if self.bridge.info is None or self.elsewhere:
+        if self.bridge.info is None:
             return
         self._dirty = False
         self.bridge.audit_runs(self._populate)

@@ -140,23 +140,11 @@ class ConflictsView(QWidget):
         self._timer.setSingleShot(True)
         self._timer.setInterval(300)
         self._timer.timeout.connect(self.refresh)
-        self.elsewhere = False  # conflicts are not found on this profile (unavailable: a profile on a server)
-        bridge.opened.connect(self._opened)
+        bridge.opened.connect(lambda _info: self.refresh())
         bridge.changed.connect(lambda changes: self._timer.start() if changes.memories else None)
 
-    def _opened(self, info: Any) -> None:
-        reason = info.unavailable.get("conflicts")
-        self.elsewhere = reason is not None
-        if self.elsewhere:
-            self._show([])
-            self.empty.set_text("Conflicts are not listed for a profile on a server.", reason)
-        else:
-            self.empty.set_text("No facts disagree.", NO_CONFLICTS)
-        self.refresh()
-
     def refresh(self) -> None:
-        if not self.elsewhere:
-            self.bridge.conflicts(self._show)
+        self.bridge.conflicts(self._show)
 
     def _show(self, pairs: list[Any]) -> None:
         for card in self.cards:
