@@ -86,6 +86,7 @@ def _show_document_part(a: argparse.Namespace, session: Session) -> int:
 
 def update(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("id", type=an_id)
+    p.add_argument("new_text", nargs="?", metavar="TEXT", help="the new text (or --text)")
     p.add_argument("--text")
     p.add_argument("--kind", choices=["fact", "episodic", "procedural"])
     p.add_argument("--project")
@@ -94,6 +95,10 @@ def update(p: argparse.ArgumentParser) -> Handler:
     add_json(p)
 
     def run(a: argparse.Namespace, session: Session) -> int:
+        if a.new_text is not None:
+            if a.text is not None:
+                raise UserError("Give the new text once: as TEXT or with --text, not both.")
+            a.text = a.new_text
         kw: dict[str, Any] = {"text": a.text, "kind": a.kind, "importance": a.importance}
         if a.project is not None:
             kw["project"] = a.project

@@ -102,6 +102,12 @@ def test_an_edit_is_embedded_before_the_command_ends(profile_home: Path):
     assert hits and hits[0]["id"] == made["id"] and "vector" in hits[0]["via"]
     p = run("update", made["id"])
     assert p.returncode != 0 and "Nothing to change" in p.stderr
+    # the new text as a plain argument, as `remember` takes it
+    assert run("update", made["id"], "My cardiologist is Dr. Okonkwo in Leeds.").returncode == 0
+    assert ok_json("get", made["id"])["text"] == "My cardiologist is Dr. Okonkwo in Leeds."
+    p = run("update", made["id"], "One text", "--text", "Another text")
+    assert p.returncode != 0 and "not both" in p.stderr and "Traceback" not in p.stderr
+    assert ok_json("get", made["id"])["text"] == "My cardiologist is Dr. Okonkwo in Leeds."
 
 
 def test_arguments_a_script_gets_wrong_are_refused_or_read(profile_home: Path, tmp_path: Path):
