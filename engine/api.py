@@ -1151,6 +1151,11 @@ def _add_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
     async def resolve(id: str, body: ResolveRequest) -> Resolution:
         return await call(eng.resolve, id, body.keep, pool="write")
 
+    @app.get("/documents/{id}", response_model=Document, tags=["documents"], summary="One document",
+             responses={404: {"model": ErrorBody, "description": "No such document"}})
+    async def get_document(id: str) -> Document:
+        return await call(eng.get_document, id)
+
     @app.get("/documents/{id}/passages", response_model=list[Passage], tags=["documents"],
              summary="A document's passages in reading order, each with where it is (page, heading)",
              responses={404: {"model": ErrorBody, "description": "No such document"}})

@@ -933,6 +933,11 @@ class RemoteEngine:
         return [Document.model_validate(d) for d in self._read("Listing documents", "GET", "/documents",
                                                                 params=params)]
 
+    def get_document(self, uid: str) -> Any:
+        from .ingest import Document
+
+        return Document.model_validate(self._read("Showing a document", "GET", f"/documents/{uid}"))
+
     def document_passages(self, uid: str, limit: int = 2000) -> list[Any]:
         from .ingest import Passage
 

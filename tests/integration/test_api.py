@@ -291,6 +291,20 @@ def test_ingest_text_and_a_path(live: Live, tmp_path: Path):
     assert all(h.get("document_id") != doc for h in hits)
 
 
+def test_a_document_is_read_by_its_id(live: Live):
+    """`GET /documents/{id}`: one document as the listing shows it (what `personal-llm get doc_…` prints, on a
+    server profile too); an unknown id is a 404."""
+    r = live.client.post("/ingest", json={"text": "Heat pump maintenance: clean the filter every three months.",
+                                          "title": "Heat pump notes", "project": "home"})
+    uid = r.json()[0]["document_id"]
+    r = live.client.get(f"/documents/{uid}")
+    assert r.status_code == 200, r.text
+    assert r.json() == next(d for d in live.client.get("/documents").json() if d["id"] == uid)
+    assert (r.json()["title"], r.json()["project"], r.json()["chunks"]) == ("Heat pump notes", "home", 1)
+    missing = live.client.get("/documents/doc_0000000000000000")
+    assert missing.status_code == 404 and "No document with id doc_0000000000000000" in missing.json()["detail"]
+
+
 # ---------------------------------------------------------------------------------------------------
 # errors
 # ---------------------------------------------------------------------------------------------------

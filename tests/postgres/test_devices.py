@@ -338,6 +338,12 @@ def test_conflicts_a_passage_and_agents_from_a_server_profile_on_the_command_lin
             assert cli_json("--profile", "desk", "conflicts") == []
             shown = cli_json("--profile", "desk", "get", passage["id"])
             assert shown["text"] == "The gate opens with code 1984." and shown["document_id"] == doc["document_id"]
+            shown = cli_json("--profile", "desk", "get", doc["document_id"])  # a document, as recall names it
+            assert (shown["id"], shown["title"], shown["chunks"]) == (doc["document_id"], "gate.md", 1)
+            printed = cli("--profile", "desk", "get", doc["document_id"]).stdout
+            assert doc["document_id"] in printed and "1 passage" in printed
+            missing = cli("--profile", "desk", "get", "doc_0000000000000000", check=False)
+            assert missing.returncode == 1 and "No document with id doc_0000000000000000" in missing.stderr
 
             assert {"Research", "Organiser"} <= {a["name"] for a in cli_json("--profile", "desk", "agent", "list")}
             llm.script(Reply(tool_calls=[{"name": "search_memory", "arguments": {"query": "boiler code"}}]),
