@@ -12,6 +12,7 @@ engine's vector search returns exactly the floor's top k.
 cores); `--vectors random` stores random unit vectors instead, which is fine for timing.
 
     python bench/recall_latency.py --http [--sizes 10000] [--queries 50] [--turns 200] [--baseline-tree DIR]
+                                   [--cache-dir DIR]
 
 `--http`: what a client of `personal-llm serve` gets. Each tree (this checkout, and with `--baseline-tree`
 another checkout of the engine, e.g. a worktree of an older commit) serves a throwaway profile of its own,
@@ -21,7 +22,9 @@ client's wall time, and the server's CPU time a recall, from /proc: on a busy ma
 mostly waiting for a core, while the CPU time moves little with the load) and a conversation stored turn
 by turn (POST /memory/remember, episodic turns with speaker labels, default settings: facts from
 conversations on, with no language model answering), turns per second. Ratios are this tree against the
-baseline.
+baseline. With `--cache-dir`, the store is filled once (through this tree's API) and kept in DIR/http-N;
+each tree then serves a throwaway copy of it, so a run takes minutes, not the fill's quarter of an hour
+(delete DIR/http-N after a change of the stored data, e.g. a new schema a baseline tree cannot open).
 """
 
 from __future__ import annotations
@@ -188,7 +191,8 @@ class Served:
 
         base.mkdir(parents=True, exist_ok=True)
         self.env = dict(os.environ, PYTHONPATH=str(tree), PERSONAL_LLM_HOME=str(base / "profile"),
-                        PYTHON_KEYRING_BACKEND="keyrings.alt.file.PlaintextKeyring", XDG_DATA_HOME=str(base / "xdg"))
+                        PYTHON_KEYRING_BACKEND="keyrings.alt.file.PlaintextKeyring",
+                        XDG_DATA_HOME=str(base / "xdg-data"))  # the layout of _common.copy_profile
         self.env.pop("PERSONAL_LLM_PASSPHRASE", None)
         self.env.pop("OLLAMA_HOST", None)
         cli = [sys.executable, "-c", "import sys; from engine.cli import main; sys.exit(main())"]
@@ -234,7 +238,27 @@ class Served:
 SPEAKERS = ("Alice", "Bob")
 
 
-def over_http(sizes: list[int], queries: int, turns: int, baseline: Path | None) -> int:
+def cached_fill(cache: Path, tree: Path, texts: list[tuple[str, str]]) -> Path:
+    """The folder of a store filled with `texts` through `tree`'s API, made once under `cache` and kept."""
+    import hashlib
+
+    key = hashlib.sha256("\n".join(f"{k} {t}" for t, k in texts).encode()).hexdigest()[:12]
+    base = cache.expanduser().resolve() / f"http-{len(texts)}-{key}"
+    if not (base / "READY").exists():
+        shutil.rmtree(base, ignore_errors=True)
+        srv = Served(tree, base)
+        try:
+            print(f"{len(texts):,} memories filled through the API of {tree} in {srv.fill(texts):.0f}s, kept in "
+                  f"{base}", flush=True)
+        finally:
+            srv.close()
+        (base / "READY").write_text(time.strftime("%Y-%m-%d %H:%M:%S"))
+    return base
+
+
+def over_http(sizes: list[int], queries: int, turns: int, baseline: Path | None, cache: Path | None = None) -> int:
+    from _common import copy_profile
+
     trees = {"this tree": Path(__file__).resolve().parents[1]}
     if baseline is not None:
         trees["baseline"] = baseline.resolve()
@@ -248,10 +272,17 @@ def over_http(sizes: list[int], queries: int, turns: int, baseline: Path | None)
             said = [f"{SPEAKERS[t % 2]}: {sentence(rng)}" for t in range(turns)]
             served = {}
             try:
+                filled = cached_fill(cache, trees["this tree"], texts) if cache is not None else None
                 for name, tree in trees.items():
-                    served[name] = srv = Served(tree, tmp / f"{name.replace(' ', '-')}-{n}")
-                    print(f"{name} ({tree}), {n:,} memories: filled through the API in {srv.fill(texts):.0f}s",
-                          flush=True)
+                    home = tmp / f"{name.replace(' ', '-')}-{n}"
+                    if filled is not None:
+                        shutil.move(copy_profile(filled), home)
+                    served[name] = srv = Served(tree, home)
+                    if filled is None:
+                        print(f"{name} ({tree}), {n:,} memories: filled through the API in {srv.fill(texts):.0f}s",
+                              flush=True)
+                    else:
+                        print(f"{name} ({tree}), {n:,} memories: a copy of {filled}", flush=True)
                     srv.timed("GET", "/memory/recall", params={"q": qs[0], "k": 10})  # the model and the mirror
                 recall: dict[str, list[float]] = {name: [] for name in served}
                 recall_cpu: dict[str, float] = dict.fromkeys(served, 0.0)
@@ -300,7 +331,8 @@ def main() -> int:
     ap.add_argument("--baseline-tree", type=Path, help="--http: also serve this checkout of the engine, in turn")
     a = ap.parse_args()
     if a.http:
-        return over_http(a.sizes if a.sizes != [10_000, 100_000] else [10_000], a.queries, a.turns, a.baseline_tree)
+        return over_http(a.sizes if a.sizes != [10_000, 100_000] else [10_000], a.queries, a.turns, a.baseline_tree,
+                         Path(a.cache_dir) if a.cache_dir else None)
     os.environ.setdefault("PYTHON_KEYRING_BACKEND", "keyrings.alt.file.PlaintextKeyring")
     if a.cache_dir:
         keys = Path(a.cache_dir).expanduser().resolve() / "latency-keys"
