@@ -17,7 +17,7 @@ class _Scored(Protocol):
 
 
 # Calibrated on the LoCoMo dev file (3 conversations, 497 questions) with
-#   .venv/bin/python bench/eval_locomo.py /work/shared/data/locomo-dev.json
+#   .venv/bin/python bench/eval_locomo.py DATA/locomo-dev.json
 # which prints the top-hit relevance distribution of answerable (categories 1-4) and unanswerable
 # (category 5) questions. The two are nearly the same there (medians 0.64 vs 0.61): LoCoMo's category 5
 # questions are adversarial paraphrases about the other speaker, whose words and meaning are in memory, so
