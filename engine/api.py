@@ -360,6 +360,23 @@ class HostGuard:
         await self.app(scope, receive, send)
 
 
+class NulGuard:
+    """A path holding NUL (sent as %00, or %2500) is a 404 before any route: no id or name holds NUL, and
+    PostgreSQL cannot even compare one (it was the database's error). Pure ASGI: Starlette's function
+    middleware ran every request through a task group and a memory stream (~0.7 ms of CPU a request)."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            path = scope.get("root_path", "") + scope["path"]
+            if "\x00" in path or "%00" in path:
+                await JSONResponse({"detail": "No such item"}, status_code=404)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 class _BodyTooLarge(Exception):
     pass
 
@@ -654,13 +671,7 @@ def create_app(engine: Any, token: str | None, allowed_origins: list[str] | None
     )
     _install_error_handlers(app)
 
-    @app.middleware("http")
-    async def no_nul(request: Request, call_next: Any) -> Any:
-        # no id or name holds NUL, and PostgreSQL cannot even compare one: a 404, not the database's error
-        if "\x00" in request.url.path or "%00" in request.url.path:
-            return JSONResponse({"detail": "No such item"}, status_code=404)
-        return await call_next(request)
-
+    app.add_middleware(NulGuard)  # type: ignore[arg-type]
     _add_routes(app, engine, call)
     _transfer_routes(app, engine, call)
     _add_docs(app)

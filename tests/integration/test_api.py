@@ -576,6 +576,17 @@ def test_a_wrong_path_or_method_says_which_endpoints_exist(live: Live):
     assert r.status_code == 404 and r.json()["detail"] == "There is no run nope going on."
 
 
+def test_a_path_holding_nul_is_a_404_before_any_route(live: Live):
+    """NUL, sent as %00 (or a literal %00 sent as %2500), wherever it is in the path, also after a ? or #
+    sent encoded: the route never sees it (PostgreSQL cannot compare a text holding NUL)."""
+    for path in ("/memory/%00", "/memory/a%3F%00b", "/memory/a%23b%00", "/documents/x%2500", "/nowhere%00"):
+        for method in ("GET", "DELETE"):
+            r = live.client.request(method, path)
+            assert r.status_code == 404 and r.json() == {"detail": "No such item"}, (method, path, r.text)
+    assert httpx.get(live.url + "/memory/%00").status_code == 401  # the token is checked first
+    assert live.client.get("/memory/recall", params={"q": "nothing stored"}).status_code == 200
+
+
 def test_the_servers_connections_send_without_waiting_for_acks():
     """Nagle's algorithm off on every accepted connection: with it on, a response's body waited for the
     client's delayed ACK of its headers, 40 ms on each request of a kept-alive connection."""
