@@ -47,6 +47,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import runtime
 from .ask import AskResult
+from .audit import DOOR, DOORS
 from .errors import DiskFull, EngineError, NotFound, StoreLocked, StoreUnavailable, UserError
 from .graph import ExtractionReport, GraphView
 from .imports import ImportReport
@@ -55,6 +56,7 @@ from .limits import MAX_HITS, MAX_PROJECT_CHARS, MAX_QUERY_CHARS
 from .memory_rules import MAX_TEXT_CHARS, MAX_TIME, MIN_TIME
 from .models import AuditRun, ForgetResult, HealthReport, Hit, Memory, MemoryPage, RememberResult, Stats
 from .pathpolicy import PathPolicy, PathRefused
+from .remote import DOOR_HEADER
 from .watch import WatchStatus
 
 log = logging.getLogger(__name__)
@@ -343,6 +345,16 @@ async def _drain(scope: Scope, receive: Receive, limit: int = DRAIN_MAX_BYTES) -
         await asyncio.wait_for(drop(), DRAIN_MAX_SECONDS)
 
 
+def _door(scope: Scope) -> str | None:
+    """The door a request to a server came through, for its user's activity log (engine/audit.py): MCP at
+    MCP_PATH; else the program the client names in DOOR_HEADER (the app, the CLI…: one of DOORS, anything
+    else is the HTTP API itself). Only a label: the token alone says whose the request is and what it may do."""
+    if scope["path"] == MCP_PATH:
+        return "mcp"
+    said = (_header(scope, DOOR_HEADER.lower().encode("latin-1")) or "").strip().lower()
+    return said if said in DOORS else None
+
+
 class HostGuard:
     """Refuse requests whose Host is not a loopback name (a DNS-rebinding page would send its own)."""
 
@@ -456,6 +468,7 @@ class ApiGuard:
             return
         if user is not None:
             CURRENT_ENGINE.set(user)  # the request's user, for the routes (UserEngine)
+            DOOR.set(_door(scope))  # and the program it came from, for their log
             scope[SCOPE_USER] = user  # and for MCP's messages, which carry their request (mcp.create_server)
         await self.app(scope, self._replay(body, receive), send)
 
@@ -594,6 +607,7 @@ def _bind_user(request: Any) -> bool:
     if user is None:
         return False
     CURRENT_ENGINE.set(user)
+    DOOR.set("mcp")
     return True
 
 
@@ -644,7 +658,9 @@ def create_app(engine: Any, token: str | None, allowed_origins: list[str] | None
         guard's 500)."""
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(pools[pool], functools.partial(fn, *args, **kwargs))
+            # in the request's context: its door (engine/audit.py) goes with it to the worker
+            return await loop.run_in_executor(pools[pool], contextvars.copy_context().run,
+                                              functools.partial(fn, *args, **kwargs))
         except EngineError:
             raise
         except Exception as e:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextvars import ContextVar
 from typing import Any
 
 from .errors import DiskFull, StoreReadOnly
@@ -12,6 +13,14 @@ from .store import Connection, Store
 from .store import audit as rows
 
 log = logging.getLogger(__name__)
+
+# The programs of a device that may name themselves to a server (engine/remote.py's DOOR_HEADER), so that its
+# user's log says who wrote as it would on that device: the app (its quick capture too), the command line, an
+# assistant over MCP, a program of the SDK. A label within the token's own user's log, never a right.
+DOORS = frozenset({"desktop", "cli", "mcp", "sdk"})
+# the door of the request being answered (a server's API sets it for the request): recorded instead of the
+# engine's own actor, unless an entry names its actor itself (consolidation, an agent's tool)
+DOOR: ContextVar[str | None] = ContextVar("personal_llm_door", default=None)
 
 
 class AuditLog:
@@ -37,7 +46,7 @@ class AuditLog:
             except (DiskFull, StoreReadOnly) as e:
                 log.warning("not in the audit log (%s): %s", type(e).__name__, action)
             return
-        rows.insert(con, time.time(), actor or self.actor, action, target, detail or {})
+        rows.insert(con, time.time(), actor or DOOR.get() or self.actor, action, target, detail or {})
 
     def entries(self, *, limit: int = 200, offset: int = 0) -> list[AuditEntry]:
         return rows.entries(self.store.con, limit, offset)

@@ -61,6 +61,9 @@ IMPORT_TIMEOUT = 3600.0  # an import: checked, written and embedded before the s
 SEND_TIMEOUT = 60.0
 AGENT_TIMEOUT = 900.0  # the longest wait for an agent's next step (a model thinking, a question unanswered)
 BUSY_RETRIES = 3
+# Which program of this device a request comes from (engine/audit.py DOORS): the server records it in the
+# user's activity log as that device would ("You", "The command line"…), never as a right.
+DOOR_HEADER = "X-Personal-LLM-Door"
 
 
 class ServerUnreachable(UserError):
@@ -258,12 +261,14 @@ class ServerClient:
     """Requests to one server with one token: errors as the engine's (ServerUnreachable, TokenRefused,
     NotFound, UserError with the server's own message)."""
 
-    def __init__(self, url: str, token: str, *, verify: ssl.SSLContext | bool = True, fingerprint: str | None = None):
+    def __init__(self, url: str, token: str, *, verify: ssl.SSLContext | bool = True, fingerprint: str | None = None,
+                 door: str | None = None):
         import httpx
 
         self.url = url
         self.fingerprint = fingerprint
-        self._http = httpx.Client(base_url=url, verify=verify, headers={"Authorization": f"Bearer {token}"},
+        headers = {"Authorization": f"Bearer {token}"} | ({DOOR_HEADER: door} if door else {})
+        self._http = httpx.Client(base_url=url, verify=verify, headers=headers,
                                   timeout=httpx.Timeout(READ_TIMEOUT, connect=CONNECT_TIMEOUT), trust_env=False)
 
     def close(self) -> None:
@@ -519,7 +524,8 @@ def disconnect_profile(profile: ServerProfile, *, drop_outbox: bool = False) -> 
     return waiting
 
 
-def client_for(profile: ServerProfile) -> ServerClient:
+def client_for(profile: ServerProfile, door: str | None = None) -> ServerClient:
+    """The client of the profile's server, its requests saying they come from `door` (DOOR_HEADER)."""
     verify: ssl.SSLContext | bool = True
     if profile.fingerprint:
         try:
@@ -528,7 +534,7 @@ def client_for(profile: ServerProfile) -> ServerClient:
             raise UserError(f"The pinned certificate of this profile ({profile.home / CERT_FILE}) is missing: "
                             "connect again with --fingerprint.") from e
         verify = pinned_context(der)
-    return ServerClient(profile.url, token_of(profile), verify=verify, fingerprint=profile.fingerprint)
+    return ServerClient(profile.url, token_of(profile), verify=verify, fingerprint=profile.fingerprint, door=door)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -641,17 +647,19 @@ def _iso(at: Any) -> str | None:
 
 
 def _request_of(item: Any) -> tuple[str, str, dict[str, Any]]:
+    """The request that delivers a write of the outbox, saying which program made it (its door)."""
     p = item.payload
+    kw: dict[str, Any] = {"headers": {DOOR_HEADER: item.door}} if item.door else {}
     if item.op == "remember":
         made = datetime.fromtimestamp(item.made_at, UTC).isoformat()
-        return "POST", "/memory/remember", {"json": {**p, "id": item.uid, "created_at": made}}
+        return "POST", "/memory/remember", {**kw, "json": {**p, "id": item.uid, "created_at": made}}
     if item.op == "update":
-        return "PATCH", f"/memory/{item.target}", {"json": p}
+        return "PATCH", f"/memory/{item.target}", {**kw, "json": p}
     if item.op == "forget":
-        return "DELETE", f"/memory/{item.target}", {}
+        return "DELETE", f"/memory/{item.target}", kw
     if item.op == "upload":
         form = {"project": p["project"]} if p.get("project") else {}
-        return "POST", "/ingest/upload", {"files": {"file": (p["filename"], item.data)}, "data": form}
+        return "POST", "/ingest/upload", {**kw, "files": {"file": (p["filename"], item.data)}, "data": form}
     raise AssertionError(item.op)
 
 
@@ -727,14 +735,16 @@ class RemoteEngine:
 
     profile = None  # no desktop profile: paths on this device are uploaded, never named to the server
 
-    def __init__(self, server: ServerProfile, *, passphrase: str | None = None, interactive: bool = False):
+    def __init__(self, server: ServerProfile, *, door: str = "cli", passphrase: str | None = None,
+                 interactive: bool = False):
         unlock_profile(server, passphrase, interactive=interactive)  # a profile protected by a passphrase
+        self.door = door  # the program this is (engine/audit.py DOORS): the server's log names it
         self.server = server
         self.home = server.home
         self.notices: list[str] = []
         self.recovery_key: str | None = None
         self.waiting: set[str] = set()
-        self.client = client_for(server)
+        self.client = client_for(server, door)
         self._sent = False
 
     # ---- plumbing ----------------------------------------------------------------------------------------
@@ -781,7 +791,7 @@ class RemoteEngine:
         """Keep the write in the outbox, then send the outbox: the server's (status, answer) to it, or None
         when it waits."""
         with Outbox(self.server) as box:
-            box.add(op, uid, target, payload, data)
+            box.add(op, uid, target, payload, data, door=self.door)
         try:
             self._sent = True
             self.send_outbox()

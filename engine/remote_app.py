@@ -73,7 +73,7 @@ class RemoteApp(RemoteEngine):
 
     def __init__(self, server: Any, *, actor: str = "desktop", passphrase: str | None = None,
                  interactive: bool = False):
-        super().__init__(server, passphrase=passphrase, interactive=interactive)
+        super().__init__(server, door=actor, passphrase=passphrase, interactive=interactive)
         self.actor = actor
         self.paused = False
         self.store_path = server.url
@@ -176,7 +176,7 @@ class RemoteApp(RemoteEngine):
 
         checked = check_server(self.server.url, token, fingerprint=self.server.fingerprint)
         profile = connect_profile(self.home, checked, token, passphrase=passphrase)
-        old, self.server, self.client = self.client, profile, client_for(profile)
+        old, self.server, self.client = self.client, profile, client_for(profile, self.door)
         old.close()
         self._reached(True)
         return self.connection()
@@ -474,7 +474,8 @@ def push_to_server(eng: Any, url: str, token: str, *, fingerprint: str | None = 
         raise UserError("This profile keeps its memory on a server already.")
     checked = check_server(url, token, fingerprint=fingerprint or None)
     client = ServerClient(checked.url, token, fingerprint=checked.fingerprint,
-                          verify=pinned_context(checked.certificate) if checked.certificate else True)
+                          verify=pinned_context(checked.certificate) if checked.certificate else True,
+                          door=getattr(eng, "actor", None))
     try:
         return push_store(eng, client, _reporting(progress, cancel))
     finally:
@@ -508,7 +509,7 @@ def copy_to_local(eng: Any, local: Any, *, progress: Callable[[int, int], None] 
         if progress is not None:
             progress(done, total)
 
-    with RemoteEngine(eng.server) as remote:
+    with RemoteEngine(eng.server, door=eng.door) as remote:
         try:
             moved = pull_into(remote, local, _reporting(counted, cancel))
         except Cancelled:

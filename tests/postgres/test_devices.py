@@ -354,3 +354,42 @@ def test_conflicts_a_passage_and_agents_from_a_server_profile_on_the_command_lin
             assert missing.returncode == 1 and "no agent called 'Nobody' on the server" in missing.stderr
         finally:
             server.kill(signal.SIGTERM)
+
+
+def audit_actors(pg_url: str, action: str = "remember") -> dict[str, str]:
+    """{target: actor} of the account's log entries of this action (read as the superuser)."""
+    with psycopg.connect(pg_url) as con:
+        return {r[0]: r[1] for r in con.execute(
+            "SELECT target, actor FROM personal_llm.audit WHERE action = %s ORDER BY id", (action,))}
+
+
+def test_the_servers_activity_log_names_the_program_each_write_came_from(served, pg_url: str, profile_home: Path):
+    """As on a local profile, the account's log says who wrote: the command line, the app; a write kept in
+    the outbox keeps the app's name however late and by whichever program it is delivered. The name is only a
+    label: one the server does not know is the HTTP API, as is a client that gives none."""
+    from engine import open_profile
+
+    server, token = served
+    cli("connect", server.url, "--token", token, "--profile", "laptop")
+    by_cli = cli_json("--profile", "laptop", "remember", "The bike lock code is 3141")["id"]
+    app = open_profile(profile_home / "profiles" / "laptop", actor="desktop")
+    try:
+        by_app = app.remember("The boiler was serviced in May").id
+        edited = "The boiler was serviced in June"
+        app.update(by_app, text=edited)
+        server.stop()
+        kept = app.remember("The plumber's number is 555 0199").id  # waits in the outbox
+        assert kept in app.waiting
+    finally:
+        app.close()
+    server.start()
+    cli("--profile", "laptop", "outbox", "--send")  # the command line delivers what the app wrote
+    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {token}"}) as c:
+        by_api = c.post("/memory/remember", json={"text": "The gate code is 1984"}).json()["id"]
+        claimed = c.post("/memory/remember", json={"text": "The shed key is on the hook"},
+                         headers={"X-Personal-LLM-Door": "consolidation"}).json()["id"]
+    assert audit_actors(pg_url) == {by_cli: "cli", by_app: "desktop", kept: "desktop", by_api: "api",
+                                    claimed: "api"}
+    assert audit_actors(pg_url, "update") == {by_app: "desktop"}
+    assert cli_json("--profile", "laptop", "forget", by_cli)  # the command line's forget, said so
+    assert audit_actors(pg_url, "forget") == {by_cli: "cli"}

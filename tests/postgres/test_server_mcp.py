@@ -9,6 +9,7 @@ from typing import Any
 import anyio
 import httpx
 import httpx2
+import psycopg
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
@@ -58,6 +59,9 @@ def test_mcp_over_http_acts_as_each_tokens_user(served: Served):
             assert (await _call(alice, "recall", query="allotment tap key"))["hits"] == []
 
     anyio.run(main)
+    with psycopg.connect(served.pg_url) as con:  # the log names MCP as the door, as on a desktop profile
+        assert sorted(con.execute("SELECT DISTINCT actor, action FROM personal_llm.audit WHERE action IN "
+                                  "('remember', 'forget')").fetchall()) == [("mcp", "forget"), ("mcp", "remember")]
 
 
 def test_mcp_needs_a_users_token(served: Served):

@@ -23,7 +23,7 @@ ANSWER_KEPT_SECONDS = 24 * 3600
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS waiting (seq INTEGER PRIMARY KEY AUTOINCREMENT, op TEXT NOT NULL, "
     "uid TEXT NOT NULL UNIQUE, target TEXT, payload TEXT NOT NULL, data BLOB, made_at REAL NOT NULL, "
-    "attempts INTEGER NOT NULL DEFAULT 0, refused TEXT)",
+    "attempts INTEGER NOT NULL DEFAULT 0, refused TEXT, door TEXT)",
     "CREATE TABLE IF NOT EXISTS answered (uid TEXT PRIMARY KEY, answer TEXT NOT NULL, status INTEGER NOT NULL, "
     "answered_at REAL NOT NULL)",
 )
@@ -33,7 +33,8 @@ SCHEMA = (
 class Waiting:
     """A write waiting for the server: `op` remember | update | forget | upload; `uid` the id this device
     gave the write (a memory's id for a remember); `target` the memory or document an edit or forget is
-    about; `payload` its fields; `data` a file's bytes."""
+    about; `payload` its fields; `data` a file's bytes; `door` the program that made it (the app, the command
+    line…), which the server's log names when the write arrives, however late and by whichever program."""
 
     seq: int
     op: str
@@ -44,14 +45,15 @@ class Waiting:
     made_at: float
     attempts: int
     refused: str | None
+    door: str | None = None
 
 
 def _waiting(row: tuple) -> Waiting:
     return Waiting(seq=row[0], op=row[1], uid=row[2], target=row[3], payload=json.loads(row[4]), data=row[5],
-                   made_at=row[6], attempts=row[7], refused=row[8])
+                   made_at=row[6], attempts=row[7], refused=row[8], door=row[9])
 
 
-_COLS = "seq, op, uid, target, payload, data, made_at, attempts, refused"
+_COLS = "seq, op, uid, target, payload, data, made_at, attempts, refused, door"
 
 
 class OutboxFile:
@@ -63,13 +65,16 @@ class OutboxFile:
         self.con.execute("PRAGMA synchronous = FULL")
         for statement in SCHEMA:
             self.con.execute(statement)
+        if "door" not in {r[1] for r in self.con.execute("PRAGMA table_info(waiting)")}:  # an outbox made before
+            self.con.execute("ALTER TABLE waiting ADD COLUMN door TEXT")
 
     def close(self) -> None:
         self.con.close()
 
-    def add(self, op: str, uid: str, target: str | None, payload: dict[str, Any], data: bytes | None = None) -> int:
-        cur = self.con.execute("INSERT INTO waiting(op, uid, target, payload, data, made_at) VALUES (?,?,?,?,?,?)",
-                               (op, uid, target, json.dumps(payload), data, time.time()))
+    def add(self, op: str, uid: str, target: str | None, payload: dict[str, Any], data: bytes | None = None,
+            door: str | None = None) -> int:
+        cur = self.con.execute("INSERT INTO waiting(op, uid, target, payload, data, made_at, door) "
+                               "VALUES (?,?,?,?,?,?,?)", (op, uid, target, json.dumps(payload), data, time.time(), door))
         return int(cur.lastrowid or 0)
 
     def waiting(self, *, with_data: bool = True) -> list[Waiting]:

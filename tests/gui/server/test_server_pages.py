@@ -74,10 +74,12 @@ def test_every_page_on_a_server_profile(qtbot, profile_home, server, connected_a
         app.quit()
 
 
-def test_activity_conflicts_and_a_documents_passages_read_the_server(qtbot, profile_home, server, connected_app):
+def test_activity_conflicts_and_a_documents_passages_read_the_server(qtbot, profile_home, server, connected_app,
+                                                                    capture):
     """The activity log, the conflicts and a document's passages are the account's, read from the server as
-    on this computer: a run of writes listed (never their text), a conflict kept one way, a document read
-    inside the app with the passage asked for highlighted."""
+    on this computer: a run of writes listed (never their text), each named by where it came from (the app's
+    own capture is "You", as on this computer), a conflict kept one way, a document read inside the app with
+    the passage asked for highlighted."""
     from engine.memory_rules import new_uid
 
     srv, token = server
@@ -110,6 +112,8 @@ def test_activity_conflicts_and_a_documents_passages_read_the_server(qtbot, prof
         return [[view.tree.topLevelItem(i).text(c) for c in range(3)] for i in range(view.tree.topLevelItemCount())]
 
     qtbot.waitUntil(lambda: any(r[1] == "The HTTP API remembered a fact" for r in rows()), timeout=10_000)
+    capture(app, "The bins go out on Tuesday")
+    qtbot.waitUntil(lambda: rows() and rows()[0][1] == "You remembered a fact", timeout=10_000)
     assert any(r[1].startswith("The HTTP API added a document") for r in rows()), rows()
     assert not any("blue pot" in cell or "Lisbon" in cell for r in rows() for cell in r)
 
