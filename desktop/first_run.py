@@ -295,14 +295,23 @@ class RecoveryKeyDialog(QDialog):
         super().reject()
 
 
+NO_KEYCHAIN_NOTE = ("No keychain is available on this computer, so a passphrase protects what Personal LLM keeps on "
+                    "it: your encrypted memory, or, with a server, your token and the captures waiting to be sent. "
+                    "You type it when Personal LLM starts.")
 FINGERPRINT_NOTE = ("No authority this computer trusts vouches for this server's certificate (a home server's own, "
                     "self-signed one). Its SHA-256 fingerprint is:")
+
+
+WHERE_WIDTH = 560
 
 
 class WhereDialog(QDialog):
     """The first run's choice, before anything is made: keep the memory on this computer, or connect to a
     server (its address and a token; the fingerprint of a self-signed certificate shown to be trusted).
-    `chosen` follows once the choice is made (for a server: once the server and the token were checked)."""
+    `chosen` follows once the choice is made (for a server: once the server and the token were checked).
+    Without a keychain a passphrase protects either choice, which the note under the question says: the
+    local store's is chosen next (the app asks for it as it creates the store), a server profile's here (it
+    seals the token and the key of the outbox, where captures wait while the server is away)."""
 
     chosen = Signal(str)  # local | server
 
@@ -342,12 +351,9 @@ class WhereDialog(QDialog):
         self.passphrase.setPlaceholderText("at least 8 characters")
         self.again = QLineEdit()
         self.again.setEchoMode(QLineEdit.EchoMode.Password)
-        self.passphrase_note = muted("No keychain is available on this computer, so a passphrase protects your "
-                                     "token (it is never written to a file as it is). You type it when Personal "
-                                     "LLM starts.")
-        self.passphrase_note.setWordWrap(True)
+        self.passphrase_note = muted(NO_KEYCHAIN_NOTE)  # under the question: it is about either choice
+        self.passphrase_note.setVisible(self.needs_passphrase)
         if self.needs_passphrase:
-            form.addRow("", self.passphrase_note)
             form.addRow("Passphrase", self.passphrase)
             form.addRow("Again", self.again)
         self.server_form = QWidget()
@@ -369,6 +375,8 @@ class WhereDialog(QDialog):
         bl.setContentsMargins(0, 0, 0, 0)
         bl.setSpacing(8)
         bl.addWidget(intro)
+        self.passphrase_note.setContentsMargins(0, 0, 0, 6)
+        bl.addWidget(self.passphrase_note)
         bl.addWidget(self.local)
         local_note.setContentsMargins(24, 0, 0, 6)
         bl.addWidget(local_note)
@@ -391,7 +399,14 @@ class WhereDialog(QDialog):
         area = usable_area(screen)
         room = QSize(area.width() - 24, area.height() - 48)
         self.setMaximumSize(room)
-        self.resize(QSize(520, 400).boundedTo(room))
+        # as tall as what it shows and a line of a problem, where the screen has room (else it scrolls)
+        width = min(WHERE_WIDTH, room.width())
+        margins = layout.contentsMargins()
+        inner = width - margins.left() - margins.right()
+        tall = (body.heightForWidth(inner) if body.hasHeightForWidth() else body.sizeHint().height()) \
+            + margins.top() + margins.bottom() + layout.spacing() + buttons.sizeHint().height() \
+            + 2 * self.fontMetrics().lineSpacing()
+        self.resize(QSize(width, max(tall, 400)).boundedTo(room))
 
     def _choice_changed(self, _on: bool = False) -> None:
         server = self.server.isChecked()

@@ -249,7 +249,8 @@ def test_a_revoked_token_says_so_keeps_the_capture_and_a_new_token_sends_it(
 def test_without_a_keychain_a_passphrase_protects_the_servers_token(
         qtbot, profile_home, new_app, server, monkeypatch, capture, texts_on_server):
     import keyring.core
-    from PySide6.QtWidgets import QInputDialog
+    from PySide6.QtCore import QPoint
+    from PySide6.QtWidgets import QInputDialog, QScrollArea
 
     from engine import remote
 
@@ -261,8 +262,18 @@ def test_without_a_keychain_a_passphrase_protects_the_servers_token(
     try:
         qtbot.waitUntil(lambda: app.where_dialog is not None and app.where_dialog.isVisible(), timeout=10_000)
         dialog = app.where_dialog
+        # no keychain: said once, under the question, for either choice (a local store's passphrase is asked
+        # for next; a server profile's seals its token and its outbox's key)
+        note = dialog.passphrase_note
+        assert note.isVisible() and not dialog.server_form.isAncestorOf(note)
+        assert note.mapTo(dialog, QPoint(0, note.height())).y() <= dialog.local.mapTo(dialog, QPoint(0, 0)).y()
+        assert "No keychain" in note.text() and "your encrypted memory" in note.text()
+        assert "your token and the captures waiting to be sent" in note.text()
+        # every field in view, in a dialog that an 800x600 screen holds (the screenshots show it there too)
+        assert dialog.findChild(QScrollArea).verticalScrollBar().maximum() == 0
+        assert dialog.width() <= 800 - 24 and dialog.height() <= 600 - 48
         dialog.server.setChecked(True)
-        assert dialog.passphrase.isVisible() and "No keychain" in dialog.passphrase_note.text()
+        assert dialog.passphrase.isVisible() and dialog.again.isVisible() and note.isVisible()
         qtbot.keyClicks(dialog.address, srv.url)
         qtbot.keyClicks(dialog.token, token)
         qtbot.keyClicks(dialog.passphrase, "short")

@@ -35,6 +35,7 @@ def test_a_server_profile_from_first_run_to_offline_and_back(qtbot, profile_home
         qtbot.waitUntil(lambda: app.where_dialog is not None and app.where_dialog.isVisible(), timeout=10_000)
         dialog = app.where_dialog
         assert dialog.local.isChecked() and dialog.go.text() == "Continue"  # this computer is the default
+        assert not dialog.passphrase_note.isVisible() and not dialog.passphrase.isVisible()  # a keychain: none
         dialog.server.setChecked(True)
         qtbot.keyClicks(dialog.address, srv.url)
         qtbot.keyClicks(dialog.token, "pllm_not-a-token")
