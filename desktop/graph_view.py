@@ -488,10 +488,10 @@ class GraphView(QWidget):
             self.starts.addItem(item)
         if not entities and self._start is None:
             info = self.bridge.info
-            on_server = info is not None and "tidy" in info.unavailable  # facts are taken where the memory is
+            on_server = info is not None and info.connection is not None  # facts are taken where the memory is
             self._show_empty("The knowledge graph is empty so far.",
                              "Facts are taken from your memories and documents by the language model "
-                             + ("of your server (`personal-llm extract` there)." if on_server else
+                             + ("of your server (Settings → Tidy up now)." if on_server else
                                 "(Settings → Tidy up now, or `personal-llm extract`)."))
         elif self._start is None:
             self._show_empty("Type an entity's name above (it is completed as you type)" if self._folded()

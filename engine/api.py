@@ -71,6 +71,7 @@ MAX_MEMORY_CHARS = MAX_TEXT_CHARS  # the engine's own limit, checked here as a 4
 WORKERS = 4  # reads at once
 WRITE_WORKERS = 2  # writes being prepared (embedded) at once; they commit one at a time
 LONG_WORKERS = 2  # ingests and answers at once
+TIDY_WORKERS = 2  # tidy-ups at once (POST /consolidate), beside the ingests: each may wait minutes on a model
 MCP_WORKERS = 4  # MCP tool calls (over HTTP at MCP_PATH) at once
 # A server of many users (serve --database): PostgreSQL runs the users' transactions side by side (the one
 # writer at a time above is a SQLite file's), so reads and writes each get this many at once; one user's
@@ -639,6 +640,7 @@ def create_app(engine: Any, token: str | None, allowed_origins: list[str] | None
              "write": ThreadPoolExecutor(max_workers=SERVER_WORKERS if many else WRITE_WORKERS,
                                          thread_name_prefix="api-write"),
              "long": ThreadPoolExecutor(max_workers=LONG_WORKERS, thread_name_prefix="api-long"),
+             "tidy": ThreadPoolExecutor(max_workers=TIDY_WORKERS, thread_name_prefix="api-tidy"),
              "mcp": ThreadPoolExecutor(max_workers=MCP_WORKERS, thread_name_prefix="api-mcp")}
     mcp_manager = _mcp_manager(engine, pools["mcp"], many_users=many)
 
@@ -983,7 +985,7 @@ def _add_docs(app: FastAPI) -> None:
 
 
 def _add_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
-    from .consolidation import ConflictPair, Resolution
+    from .consolidation import ConflictPair, ConsolidationReport, Resolution
 
     _agent_routes(app, eng, call)
     _export_routes(app, eng, call)
@@ -1166,6 +1168,28 @@ def _add_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
                      "counts, never text)")
     async def activity(limit: Annotated[int, Query(ge=1, le=1000)] = 200) -> list[AuditRun]:
         return await call(eng.audit_runs, limit=limit)
+
+    tidying: set[int] = set()  # the engines tidying up now: one run at a time for each (a user's, on a server)
+    tidying_lock = threading.Lock()
+
+    @app.post("/consolidate", response_model=ConsolidationReport, tags=["memory"],
+              summary="Tidy up now: decay and archive, roll events up into facts, extract the graph, and flag "
+                      "facts that contradict each other (GET /conflicts lists them); the steps that need the "
+                      "language model wait without one",
+              responses={409: {"model": ErrorBody, "description": "A tidy-up of this memory is running already"}})
+    async def consolidate() -> ConsolidationReport:
+        run = eng.consolidate  # the request's user's engine (looked up in the request's context)
+        key = id(getattr(run, "__self__", run))
+        with tidying_lock:
+            if key in tidying:
+                raise HTTPException(status_code=409, detail="Your memory is being tidied up already (from another "
+                                                            "device, or on a schedule); try again when it ends.")
+            tidying.add(key)
+        try:
+            return await call(run, pool="tidy")
+        finally:
+            with tidying_lock:
+                tidying.discard(key)
 
     @app.get("/conflicts", response_model=list[ConflictPair], tags=["memory"],
              summary="Pairs of facts found to disagree, for you to resolve")

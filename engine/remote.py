@@ -59,6 +59,7 @@ CONNECT_TIMEOUT = 5.0
 READ_TIMEOUT = 120.0  # an answer from a language model, an upload being parsed
 IMPORT_TIMEOUT = 3600.0  # an import: checked, written and embedded before the server answers
 SEND_TIMEOUT = 60.0
+TIDY_TIMEOUT = 3600.0  # a tidy-up: the server's language model judges pairs of facts before it answers
 AGENT_TIMEOUT = 900.0  # the longest wait for an agent's next step (a model thinking, a question unanswered)
 BUSY_RETRIES = 3
 # Which program of this device a request comes from (engine/audit.py DOORS): the server records it in the
@@ -971,6 +972,14 @@ class RemoteEngine:
         from .consolidation import ConflictPair
 
         return [ConflictPair.model_validate(p) for p in self._read("Conflicts", "GET", "/conflicts")]
+
+    def consolidate(self, **_: Any) -> Any:
+        """Tidy up the account now, on the server (`POST /consolidate`) with its language model: facts that
+        contradict each other are flagged there (`conflicts` lists them), as a local profile's tidy-up does."""
+        from .consolidation import ConsolidationReport
+
+        return ConsolidationReport.model_validate(self._read("Tidying up", "POST", "/consolidate",
+                                                             timeout=TIDY_TIMEOUT))
 
     def resolve(self, uid: str, keep: str) -> Any:
         """Keep one of two facts that disagree (the other is archived) or both: on the server, now (it is not

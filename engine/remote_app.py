@@ -13,8 +13,9 @@ opens a profile with `engine.open_profile` and never knows which of the two it h
   waiting is shown done. When the server cannot be reached, a listing read before is shown again (with what
   waits) instead of nothing; coming back, everything is read again.
 - The activity log, conflicts and a document's passages are the account's, read from the server (as the
-  token's user); agents run there, their questions answered here. What has no door there (tidying up, watched
-  folders, keys and backups) is named by `unavailable()`, with the reason the app shows on that page.
+  token's user); agents and tidying up (which flags the facts that contradict each other) run there, an
+  agent's questions answered here. What has no door there (watched folders, keys and backups) is named by
+  `unavailable()`, with the reason the app shows on that page.
 """
 
 from __future__ import annotations
@@ -98,7 +99,6 @@ class RemoteApp(RemoteEngine):
         return {
             "folders": "Watched folders feed a profile kept on this computer. Add files on the Documents page: "
                        "they are uploaded to your server.",
-            "tidy": f"{where}: tidying up runs there.",
             "push": f"{where} already.",
         }
 

@@ -393,3 +393,47 @@ def test_the_servers_activity_log_names_the_program_each_write_came_from(served,
     assert audit_actors(pg_url, "update") == {by_app: "desktop"}
     assert cli_json("--profile", "laptop", "forget", by_cli)  # the command line's forget, said so
     assert audit_actors(pg_url, "forget") == {by_cli: "cli"}
+
+
+def test_tidying_up_a_server_profile_finds_a_contradiction_there(pg_url: str, tmp_path: Path, profile_home: Path):
+    """`personal-llm consolidate` (and the app's Tidy up, the same method) on a server profile tidies the account
+    up on the server, with the server's language model: two facts that contradict each other are flagged and
+    listed by `conflicts`, as on a local profile."""
+    from engine import open_profile
+    from engine.config import LLMSettings, Settings, save_settings
+    from tests.ollama_server import OllamaTestServer, Reply
+
+    def model(request: dict) -> Reply:
+        title, prompt = request["format"]["title"], request["messages"][-1]["content"]
+        if title == "TripleExtraction":
+            return Reply(json={"triples": [{"subject": "the boiler", "relation": "has code", "object": code}
+                                           for code in ("4471", "4472") if f"code is {code}" in prompt]})
+        if title == "ContradictionVerdict":
+            return Reply(json={"contradicts": "4471" in prompt and "4472" in prompt})
+        return Reply(json={"facts": []})
+
+    token = users.add(pg_url, "alice")
+    home = tmp_path / "server-home"
+    home.mkdir()
+    with OllamaTestServer(models=["llama3.2"], reply_fn=model) as llm:
+        save_settings(Settings(llm=LLMSettings(host=llm.url, model="llama3.2")), home)
+        server = Server(pg_url, home).start()
+        try:
+            cli("connect", server.url, "--token", token, "--profile", "desk")
+            older = cli_json("--profile", "desk", "remember", "The boiler code is 4471.")["id"]
+            newer = cli_json("--profile", "desk", "remember", "The boiler code is 4472.")["id"]
+            assert cli_json("--profile", "desk", "conflicts") == []
+
+            report = cli_json("--profile", "desk", "consolidate")
+            assert report["conflicts"] == [[older, newer]]
+            [pair] = cli_json("--profile", "desk", "conflicts")
+            assert (pair["a"]["id"], pair["b"]["id"]) == (older, newer)
+            assert cli_json("--profile", "desk", "get", older)["conflict_with"] == newer
+            app = open_profile(profile_home / "profiles" / "desk", actor="desktop")  # the app's Tidy up now
+            try:
+                assert app.consolidate().conflicts == [] and len(app.conflicts()) == 1  # judged once
+                assert "tidy" not in app.unavailable()
+            finally:
+                app.close()
+        finally:
+            server.kill(signal.SIGTERM)

@@ -32,6 +32,9 @@ def test_every_page_on_a_server_profile(qtbot, profile_home, server, connected_a
         folders = w.settings.folders  # watched folders feed a profile on this computer: it says so
         assert folders.not_here.isVisible() and not folders.body.isVisible()
         assert "Documents" in folders.not_here.text()
+        w.settings.tidy_button.click()  # tidying up runs on the server (no language model there: some steps wait)
+        qtbot.waitUntil(lambda: w.settings.tidy_result.text().startswith("Done:"), timeout=30_000)
+        assert "wait for a language model" in w.settings.tidy_result.text()
         w.show_page("documents")
         assert "uploaded to your server" in w.documents.drop_zone.hint.text()
 
