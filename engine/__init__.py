@@ -18,9 +18,10 @@ if TYPE_CHECKING:
     from .context import Changes
     from .engine import Engine
     from .errors import Cancelled, EngineError, KeyMissing, NotFound, UserError, WrongKey
+    from .hits import Hit
     from .logs import report_crashes, setup_logging
     from .memories import Remembered
-    from .models import ForgetResult, HealthReport, Hit, Memory, MemoryPage, RememberResult, Stats
+    from .models import ForgetResult, HealthReport, Memory, MemoryPage, RememberResult, Stats
     from .parsers import SUPPORTED_EXTENSIONS
     from .remote import (
         CertificateRefused,
@@ -44,7 +45,7 @@ _WHERE = {
     "UserError": "errors", "WrongKey": "errors",
     "report_crashes": "logs", "setup_logging": "logs",
     "Remembered": "memories",
-    "ForgetResult": "models", "HealthReport": "models", "Hit": "models", "Memory": "models", "MemoryPage": "models",
+    "ForgetResult": "models", "HealthReport": "models", "Hit": "hits", "Memory": "models", "MemoryPage": "models",
     "RememberResult": "models", "Stats": "models",
     "SUPPORTED_EXTENSIONS": "parsers",
     "CertificateRefused": "remote", "ServerUnreachable": "remote", "TokenRefused": "remote", "check_server": "remote",

@@ -40,10 +40,10 @@ from pydantic import BaseModel, Field
 from .context import Context
 from .errors import Cancelled, DiskFull, StoreReadOnly, UserError
 from .graph import Graph
+from .hits import Hit
 from .language import LanguageModel
 from .llm import LLMError, LLMModelMissing, LLMUnavailable, Message
 from .memories import Memories
-from .models import Hit
 from .prompts import prompt, untrusted
 from .recall import Retriever
 from .relevance import answerable

@@ -5,12 +5,14 @@ from __future__ import annotations
 import logging
 import time
 from contextvars import ContextVar
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import DiskFull, StoreReadOnly
-from .models import AuditEntry, AuditRun
 from .store import Connection, Store
 from .store import audit as rows
+
+if TYPE_CHECKING:  # the boundary models (pydantic) load when one is made: a recall makes none
+    from .models import AuditEntry, AuditRun
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,8 @@ class AuditLog:
         """The newest `limit` runs of the log: consecutive rows with the same actor, action and kind, at most
         `gap` seconds apart, each counted whole (it reads back until the run ends) with its `keep` newest rows.
         `totals` sums each count of the rows' details; a flag's total is how many rows had it."""
+        from .models import AuditRun
+
         out: list[AuditRun] = []
         key: tuple[Any, ...] | None = None
         last_at = 0.0

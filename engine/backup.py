@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from .config import PROFILE_FILE, STORE_FILE
 from .errors import NotFound, UserError, WrongKey
 from .keyops import OpenStore
 from .keys import Profile, _keyring_set, own_keychain_id, read_profile, write_profile
 from .locking import InUse, precreate, private_dir, private_file, store_files
+from .paths import PROFILE_FILE, STORE_FILE
 from .store.sqlite import maintenance
 from .store.sqlite.db import connect
 

@@ -1,4 +1,5 @@
-"""The user's settings, beside the store in the profile (engine/paths.py: where the profile lives)."""
+"""The user's settings, beside the store in the profile (engine/paths.py: where the profile lives). A short command
+reads them without building these models where it can (engine/settings_file.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -126,48 +127,18 @@ def load_settings(home: Path | None = None) -> Settings:
     if not path.exists():
         return Settings()
     try:
-        return Settings.model_validate(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, ValidationError) as e:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
         raise UserError(f"The settings file {path} is not valid ({type(e).__name__}); fix or delete it.") from e
+    return settings_of(data, path)
 
 
-def settings_stamp(home: Path | None = None) -> tuple[int, int, int] | None:
-    """Changes whenever settings.json is written (each save replaces the file); None when there is none."""
+def settings_of(data: Any, path: Path) -> Settings:
+    """The settings `data` (settings.json at `path`, parsed) holds."""
     try:
-        st = ((home or home_dir()) / SETTINGS_FILE).stat()
-    except OSError:
-        return None
-    return st.st_ino, st.st_mtime_ns, st.st_size
-
-
-_Section = TypeVar("_Section", bound=BaseModel)
-
-
-class SavedSection:
-    """One section of settings.json (`llm`, `agents`) as another program saves it while this one runs (the
-    CLI's `config set`, the app, an edit by hand): `changed(current)` looks at the file (one stat) and gives
-    the section saved there when the file changed since the last look and that section differs from
-    `current`, else None. A half-written or broken file is skipped; it is read again at its next change."""
-
-    def __init__(self, home: Path, name: str, *, seen: bool = True):
-        self.home = home
-        self.name = name
-        self._stamp = settings_stamp(home) if seen else None  # not `seen`: the first look reads the file
-
-    def seen(self) -> None:
-        """The file as it is now is in use (this process saved it)."""
-        self._stamp = settings_stamp(self.home)
-
-    def changed(self, current: _Section) -> _Section | None:
-        stamp = settings_stamp(self.home)
-        if stamp == self._stamp:
-            return None
-        self._stamp = stamp
-        try:
-            saved = getattr(load_settings(self.home), self.name)
-        except UserError:  # half written or broken: keep what works
-            return None
-        return None if saved == current else cast(_Section, saved)
+        return Settings.model_validate(data)
+    except ValidationError as e:
+        raise UserError(f"The settings file {path} is not valid ({type(e).__name__}); fix or delete it.") from e
 
 
 def save_settings(settings: Settings, home: Path | None = None) -> None:

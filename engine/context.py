@@ -8,12 +8,16 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .audit import AuditLog
-from .config import Settings
 from .keys import Profile
+from .settings_file import SettingsPreview
 from .space import Mutation, VectorSpace
 from .store import Connection, Store
+
+if TYPE_CHECKING:
+    from .config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -54,13 +58,24 @@ class Context:
     """The shared core a part is built on. `settings` is replaced when the user saves new ones."""
 
     store: Store
-    settings: Settings
+    _settings: Settings | SettingsPreview  # a short command's: read, built on first use (engine/settings_file.py)
     profile: Profile | None  # a desktop profile's keys; None for a user of a server
     home: Path
     actor: str
     space: VectorSpace
     audit: AuditLog
     changes: ChangeFeed
+
+    @property
+    def settings(self) -> Settings:
+        settings = self._settings
+        if isinstance(settings, SettingsPreview):
+            settings = self._settings = settings.full()
+        return settings
+
+    @settings.setter
+    def settings(self, value: Settings) -> None:
+        self._settings = value
 
     @property
     def con(self) -> Connection:

@@ -38,16 +38,6 @@ from . import backup, erasure, heap, keyops, partials
 from .audit import AuditLog
 from .backfill import Backfill
 from .cipher import is_encrypted
-from .config import (
-    STORE_FILE,
-    LLMSettings,
-    Settings,
-    home_dir,
-    load_settings,
-    settings_changes,
-    settings_stamp,
-    update_settings,
-)
 from .context import ChangeFeed, Changes, Context
 from .embedders import make_embedder
 from .embeddings import Embedder, resolve_model_choice
@@ -55,26 +45,15 @@ from .errors import DiskFull, EngineError, UserError
 from .extraction import FactExtraction
 from .feed import OutsideWrites, StoreChanges
 from .fts_merge import FtsMerger
-from .graph import ExtractionReport, Graph, GraphView
+from .graph import Graph
 from .keys import Profile, keychain_token, keychain_usable, passphrase_problem, read_profile
 from .language import LanguageModel
-from .llm import Health, LLMRouter
 from .locking import InUse
 from .memories import Memories, Remembered
 from .memory_rules import check_project
-from .models import (
-    AuditEntry,
-    AuditRun,
-    ForgetResult,
-    HealthReport,
-    Hit,
-    Memory,
-    MemoryPage,
-    RememberResult,
-    Stats,
-    StoreDiagnostics,
-)
+from .paths import STORE_FILE, home_dir
 from .recall import Retriever
+from .settings_file import SettingsPreview, read_settings, settings_stamp
 from .space import Mutation, VectorSpace
 from .store import Connection, Store, state, stats, tallies
 from .store.sqlite import db
@@ -88,10 +67,25 @@ if TYPE_CHECKING:  # engine/agent is imported when an agent is first used: a CLI
 
     # the parts a recall or a remember never uses are made (and their modules imported) on first use
     from .ask import Answers, AskResult
+    from .config import LLMSettings, Settings
     from .consolidation import ConflictPair, Consolidation, ConsolidationReport, Resolution
+    from .graph_models import ExtractionReport, GraphView
+    from .hits import Hit
     from .imports import ImportReport, Imports
     from .ingest import Allow, Document, Documents, IngestProgress, IngestResult, Passage
     from .keyops import OpenStore
+    from .llm import Health, LLMRouter
+    from .models import (
+        AuditEntry,
+        AuditRun,
+        ForgetResult,
+        HealthReport,
+        Memory,
+        MemoryPage,
+        RememberResult,
+        Stats,
+        StoreDiagnostics,
+    )
     from .store.postgres.database import Database
     from .transfer import ExportResult, ImportResult, Progress, Transfer
     from .watch import ScanReport, Watch, WatchedFolder, WatchRemoved, WatchStatus
@@ -108,10 +102,10 @@ def _check_readable(store: Store) -> None:
 class Engine:
     """An open memory store. Use `Engine.open()`; close it (or use `with`) when done."""
 
-    def __init__(self, store: Store, profile: Profile | None, settings: Settings, home: Path, *, actor: str = "sdk",
-                 embedder: Embedder | None = None, one_shot: bool = False):
+    def __init__(self, store: Store, profile: Profile | None, settings: Settings | SettingsPreview, home: Path, *,
+                 actor: str = "sdk", embedder: Embedder | None = None, one_shot: bool = False):
         if embedder is None:
-            embedder = make_embedder(settings.embedding_model, settings.llm)
+            embedder = make_embedder(settings.embedding_model, lambda: settings.llm)
             embedder.one_shot = one_shot  # a few texts without loading the model's runtime (engine/embeddings.py)
         self.store = store
         self.profile = profile
@@ -237,8 +231,18 @@ class Engine:
                 erasure.prepare(store)
             backup.drop_aside(home, expired_only=True)  # a restore's replaced store is kept for a week only
             partials.clean_after_crash(home)  # what an export killed midway left (engine/partials.py)
-            settings = settings or load_settings(home)
-            eng = cls(store, profile, settings, home, actor=actor, embedder=embedder, one_shot=one_shot)
+            # a one-shot command reads settings.json without building the settings' models where it can: they
+            # are built if a part asks for the settings (engine/settings_file.py)
+            chosen: Settings | SettingsPreview
+            if settings is not None:
+                chosen = settings
+            elif one_shot:
+                chosen = read_settings(home)
+            else:
+                from .config import load_settings
+
+                chosen = load_settings(home)
+            eng = cls(store, profile, chosen, home, actor=actor, embedder=embedder, one_shot=one_shot)
             eng._in_use, eng._data_key = opened.in_use, opened.data_key
             eng.recovery_key, eng.notices = opened.recovery_key, list(opened.notices)
             if store.read_only is not None:
@@ -373,6 +377,8 @@ class Engine:
 
     def apply_settings(self, settings: Settings) -> Settings:
         """Save what `settings` changed of the settings in use, and use them from now on (update_settings)."""
+        from .config import settings_changes
+
         return self.update_settings(settings_changes(self.ctx.settings, settings))
 
     def update_settings(self, changes: Mapping[str, Any]) -> Settings:
@@ -389,6 +395,8 @@ class Engine:
         if "embedding_model" in changes:  # a clear error for a folder that is no model, or a missing extra
             changes["embedding_model"] = resolve_model_choice(changes["embedding_model"])
         with self._settings_lock:
+            from .config import update_settings
+
             saved = update_settings(changes, self.home)
             self._settings_stamp = settings_stamp(self.home)
             self._use_settings(saved)
@@ -403,6 +411,8 @@ class Engine:
             stamp = settings_stamp(self.home)
             if stamp == self._settings_stamp:
                 return None
+            from .config import load_settings
+
             try:
                 saved = load_settings(self.home)
             except UserError:  # half-edited by hand: keep what works; the next change is read again
@@ -699,6 +709,8 @@ class Engine:
         """What works and what is missing (embedding model, language model), for people; `refresh` asks the
         language model's server again instead of the cached answer."""
         embedding, detail = self.space.status()
+        from .models import HealthReport
+
         h = self.language.status(refresh=refresh)
         return HealthReport(embedding=embedding, embedding_detail=detail, llm_ok=h.ok, llm_detail=h.detail,
                             llm_models=tuple(h.models))
@@ -891,6 +903,8 @@ class Engine:
                          actor: str = "sdk") -> tuple[backup.Snapshot, Path | None, bool]:
         """Put a snapshot in place of the profile's store (kept aside) or into an empty profile. Returns
         (the snapshot, where the replaced store was kept or None, whether this computer opens it)."""
+        from .config import load_settings
+
         home = Path(home).expanduser().resolve() if home else home_dir()
         where = backup.folder(home, load_settings(home).backup.folder)
         if (home / STORE_FILE).exists():

@@ -26,12 +26,12 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .config import LLMSettings
 from .context import Changes, Context
 from .language import LanguageModel
 from .store import tallies
 
 if TYPE_CHECKING:
+    from .config import LLMSettings
     from .consolidation import Consolidation
 
 log = logging.getLogger(__name__)

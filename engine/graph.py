@@ -16,21 +16,32 @@ import threading
 import time
 import unicodedata
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
-
-from pydantic import BaseModel, Field
+from typing import TYPE_CHECKING, Any, cast
 
 from .admission import admit, clean
 from .context import Context
 from .errors import NotFound, UserError
 from .language import LanguageModel
-from .llm import LLMBadOutput, LLMError, LLMModelMissing, LLMUnavailable, Message
 from .prompts import prompt, untrusted
 from .store import Connection
 from .store import graph as rows
 
 if TYPE_CHECKING:
     import networkx as nx
+
+    from .graph_models import ExtractedTriple, ExtractionReport, GraphView
+
+# the graph's boundary models (pydantic) and the language model's client load when first used: a recall, which
+# follows the graph's links, uses neither
+_MODELS = ("ExtractedTriple", "TripleExtraction", "ExtractionReport", "GraphNode", "GraphEdge", "GraphView")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MODELS:
+        from . import graph_models
+
+        return getattr(graph_models, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 log = logging.getLogger(__name__)
 
@@ -53,57 +64,6 @@ def norm_name(name: str) -> str:
 def _norm_type(value: str | None) -> str | None:
     text = norm_name(value or "")
     return text if text and len(text) <= 30 and " " not in text else None
-
-
-# -- data ---------------------------------------------------------------------------------------------
-
-
-class ExtractedTriple(BaseModel):
-    """One fact proposed by the model (structured output)."""
-
-    subject: str
-    relation: str
-    object: str
-    subject_type: str | None = None
-    object_type: str | None = None
-
-
-class TripleExtraction(BaseModel):
-    triples: list[ExtractedTriple] = Field(default_factory=list)
-
-
-class ExtractionReport(BaseModel):
-    processed: int = Field(default=0, description="Memories and chunks read by the model")
-    edges: int = Field(default=0, description="Edges added")
-    nodes: int = Field(default=0, description="Entities added")
-    rejected: dict[str, int] = Field(default_factory=dict, description="Refused candidates by reason")
-    failed: int = Field(default=0, description="Items whose answer never fit the schema (skipped)")
-    remaining: int = Field(default=0, description="Items still waiting for extraction")
-    waiting: bool = Field(default=False, description="No language model answered; the rest waits")
-    cancelled: bool = False
-    note: str | None = None
-
-
-class GraphNode(BaseModel):
-    id: int
-    name: str
-    type: str | None = None
-    hops: int = Field(description="Distance from the entity asked about")
-
-
-class GraphEdge(BaseModel):
-    src: int
-    rel: str
-    dst: int
-    text: str = Field(description='The fact for people, e.g. "Alice —works at→ Acme"')
-    sources: list[str] = Field(description="Ids of the memories (mem_…) and chunks (chk_…) it came from")
-
-
-class GraphView(BaseModel):
-    entity: str
-    hops: int
-    nodes: list[GraphNode]
-    edges: list[GraphEdge]
 
 
 def fact_text(src: str, rel: str, dst: str) -> str:
@@ -130,6 +90,9 @@ class Graph:
         Without a language model nothing changes and the report says the work waits. An item whose answer
         never fits the schema is marked read (so it cannot block the queue) and counted as failed.
         """
+        from .graph_models import ExtractionReport, TripleExtraction
+        from .llm import LLMBadOutput, LLMError, LLMModelMissing, LLMUnavailable, Message
+
         con = self.ctx.con
         report = ExtractionReport(remaining=self.pending_extraction(con))
         if report.remaining == 0 or (limit is not None and limit <= 0):
@@ -326,6 +289,8 @@ class Graph:
             seeds = list(dict.fromkeys([*(rows.nodes_of_source(con, source) if source else []),
                                         *self._nodes_in(con, text)]))
             if not seeds:
+                from .graph_models import GraphView
+
                 return GraphView(entity="", hops=hops, nodes=[], edges=[])
             g = self._neighbourhood(con, seeds, hops)
         return self._view(g, seeds, hops)
@@ -336,6 +301,8 @@ class Graph:
 
     @staticmethod
     def _view(g: nx.DiGraph, seeds: list[int], hops: int) -> GraphView:
+        from .graph_models import GraphEdge, GraphNode, GraphView
+
         nodes = sorted(g.nodes(data=True), key=lambda n: (n[1]["hops"], n[1]["name"].casefold()))
         edges = []
         for src, dst, data in sorted(g.edges(data=True), key=lambda e: e[2]["order"]):

@@ -19,7 +19,6 @@ from typing import Any, Protocol
 
 from . import recovery
 from .audit import AuditLog
-from .config import STORE_FILE
 from .errors import KeyMissing, UserError, WrongKey
 from .keys import (
     Profile,
@@ -34,6 +33,7 @@ from .keys import (
     write_profile,
 )
 from .locking import InUse, creation_lock
+from .paths import STORE_FILE
 from .store.sqlite import maintenance
 from .store.sqlite.db import Store, connect
 from .unlock import settle_rotation, store_exists

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import TYPE_CHECKING
 
-from .config import LLMSettings, SavedSection
 from .context import Context
-from .llm import Health, LLMConfig, LLMRouter
+from .settings_file import SavedSection
+
+if TYPE_CHECKING:  # the client (and pydantic, its models') loads when first used: a recall never uses it
+    from .config import LLMSettings
+    from .llm import Health, LLMRouter
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +50,8 @@ class LanguageModel:
         with self._lock:
             self._follow_saved_settings()
             if self._router is None:
+                from .llm import LLMConfig, LLMRouter
+
                 self._router = LLMRouter(LLMConfig.model_validate(self.ctx.settings.llm.model_dump()))
             return self._router
 
@@ -70,5 +76,7 @@ class LanguageModel:
     @staticmethod
     def check(settings: LLMSettings) -> Health:
         """Check a configuration (saved or not) with a fresh router, asking the server now."""
+        from .llm import LLMConfig, LLMRouter
+
         with LLMRouter(LLMConfig.model_validate(settings.model_dump())) as router:
             return router.health(refresh=True)

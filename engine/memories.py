@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,12 +34,14 @@ from .memory_rules import (
     parse_time,
     says_the_same,
 )
-from .models import ForgetResult, Memory, MemoryPage, RememberResult
 from .space import Touched
 from .store import Connection, state, tallies, vectors
 from .store import conversations as conversation_rows
 from .store import memories as rows
 from .store.types import ACTIVITY_SOURCE, Filter, MemoryRow, to_memory
+
+if TYPE_CHECKING:  # the boundary models (pydantic) load when one is made: a recall makes none
+    from .models import ForgetResult, Memory, MemoryPage, RememberResult
 
 log = logging.getLogger(__name__)
 
@@ -204,6 +206,8 @@ class Memories:
                     results.append((uid, False))
                     if p.uid is not None:
                         state.put(con, CLIENT_WRITE_KEY + p.uid, uid)
+                from .models import RememberResult
+
                 out = [RememberResult(id=uid, merged=merged, memory=to_memory(rows.by_uid(con, uid)))
                        for uid, merged in results]
             return results, out
@@ -393,6 +397,8 @@ class Memories:
             removed = self.delete_memories(con, [row[0]], touched)
             self.ctx.audit.record("forget", uid, removed, con=con)
         self.ctx.changes.emit(Changes("forget", memories=set(removed.pop("_uids", [uid])), graph=True))
+        from .models import ForgetResult
+
         return ForgetResult(id=uid, type="memory", removed=removed)
 
     def forget_conversation(self, uid: str) -> ForgetResult:
@@ -406,6 +412,8 @@ class Memories:
             gone: list[str] = removed.pop("_uids", [])
             self.ctx.audit.record("forget_conversation", uid, removed, con=con)
         self.ctx.changes.emit(Changes("forget", memories=set(gone), graph=True))
+        from .models import ForgetResult
+
         return ForgetResult(id=uid, type="conversation", removed=removed)
 
     def delete_memories(self, con: Connection, ids: list[int], touched: Touched) -> dict[str, Any]:
@@ -466,6 +474,8 @@ class Memories:
         found = found[:limit]
         last = found[-1] if found and more else None
         nxt = f"{last.event_at if last.event_at is not None else last.created_at!r}:{last.id}" if last else None
+        from .models import MemoryPage
+
         return MemoryPage(memories=[to_memory(r) for r in found], total=total, next=nxt)
 
     def projects(self) -> list[str]:

@@ -12,8 +12,8 @@ import unicodedata
 from datetime import UTC, datetime
 
 from .errors import UserError
+from .hits import KINDS
 from .limits import MAX_PROJECT_CHARS
-from .models import KINDS
 from .terms import STOPWORDS, WORD
 
 # Importance at birth: an explicit statement outranks a document, which outranks incidental chat.

@@ -2,29 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Any, Literal, overload
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-Kind = Literal["fact", "episodic", "procedural"]
-KINDS: tuple[str, ...] = ("fact", "episodic", "procedural")
+from .hits import KINDS as KINDS
+from .hits import Kind as Kind
+from .hits import iso as iso
+
 Actor = Literal["cli", "desktop", "api", "mcp", "engine", "consolidation", "sdk"]
-
-
-@overload
-def iso(ts: float, timespec: str = ...) -> str: ...
-@overload
-def iso(ts: None, timespec: str = ...) -> None: ...
-def iso(ts: float | None, timespec: str = "seconds") -> str | None:
-    """A stored time as ISO 8601 in UTC; None for none, or for a time no date can show (one stored before
-    times were checked)."""
-    if ts is None:
-        return None
-    try:
-        return datetime.fromtimestamp(ts, UTC).isoformat(timespec=timespec)
-    except (ValueError, OverflowError, OSError):
-        return None
 
 
 class Memory(BaseModel):
@@ -53,6 +39,10 @@ class RememberResult(BaseModel):
 
 class Hit(BaseModel):
     """One recall result: a memory or a document chunk."""
+
+    # the JSON form of the engine's hit (engine/hits.py, plain data with the same fields): the HTTP API and
+    # MCP describe and check what they send with it, and read the engine's hits by their attributes
+    model_config = ConfigDict(from_attributes=True)
 
     id: str
     kind: str  # fact | episodic | procedural | chunk

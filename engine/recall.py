@@ -19,9 +19,9 @@ from .context import Context
 from .embeddings import EmbeddingUnavailable
 from .errors import DiskFull, StoreReadOnly, UserError
 from .graph import Graph
+from .hits import KINDS, Hit, iso
 from .memories import Memories
 from .memory_rules import IMPORTANCE_BY_SOURCE, parse_time
-from .models import KINDS, Hit, iso
 from .store import Connection, retrieval
 from .store import recall as rows
 from .store import types as store_types

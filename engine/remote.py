@@ -881,13 +881,13 @@ class RemoteEngine:
     def recall(self, query: str, *, k: int = 10, project: str | None = None, kind: str | None = None,
                since: Any = None, until: Any = None, include_archived: bool = False, include_unscoped: bool = False,
                **_: Any) -> list[Any]:
-        from .models import Hit
+        from .hits import Hit
 
         params = {k_: v for k_, v in (("q", query), ("k", k), ("project", project), ("kind", kind),
                                       ("since", _iso(since)), ("until", _iso(until)),
                                       ("archived", include_archived or None), ("unscoped", include_unscoped or None))
                   if v is not None}
-        return [Hit.model_validate(h) for h in self._read("Recall", "GET", "/memory/recall", params=params)]
+        return [Hit.of(h) for h in self._read("Recall", "GET", "/memory/recall", params=params)]  # as the engine's
 
     def ask(self, question: str, *, project: str | None = None, verify: bool = False,
             conversation_id: str | None = None, on_token: Callable[[str], None] | None = None, **_: Any) -> Any:

@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .config import Settings, load_settings, settings_changes, settings_stamp, update_settings
+from .config import Settings, load_settings, settings_changes, update_settings
 from .context import Changes
 from .errors import Cancelled, EngineError, NotFound, UserError
 from .feed import StoreChanges
@@ -43,6 +43,7 @@ from .remote import (
     ServerUnreachable,
     TokenRefused,
 )
+from .settings_file import settings_stamp
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from . import recovery
-from .config import PROFILE_FILE, STORE_FILE
 from .errors import DiskFull, EngineError, KeyMissing, NotFound, StoreReadOnly, WrongKey
 from .keys import (
     SERVICE,
@@ -40,6 +39,7 @@ from .keys import (
     write_profile,
 )
 from .locking import InUse, creation_lock, precreate, private_dir, secure_profile
+from .paths import PROFILE_FILE, STORE_FILE
 from .store.sqlite import maintenance
 from .store.sqlite.db import Store, read_only_folder
 from .store.sqlite.migrations import migrate

@@ -29,7 +29,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from ..ask import Source, cited
-from ..config import AgentSettings, MemoryScope, Permission, SavedSection
+from ..config import AgentSettings, MemoryScope, Permission
 from ..context import Context
 from ..errors import Cancelled, NotFound, UserError
 from ..graph import Graph
@@ -39,6 +39,7 @@ from ..llm import LLMUnavailable, Message, ToolCall
 from ..memories import Memories
 from ..prompts import prompt, untrusted
 from ..recall import Retriever
+from ..settings_file import SavedSection
 from . import mcp_tools
 from .dispatcher import Confirm, ConfirmRequest, Dispatcher, Observation
 from .tools import BUILTIN_TOOLS, Citations, Tool, ToolEnv

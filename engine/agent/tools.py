@@ -23,10 +23,10 @@ from ..ask import Source
 from ..config import MemoryScope, Permission, Settings
 from ..errors import UserError
 from ..graph import Graph
+from ..hits import Hit
 from ..ingest import Documents
 from ..llm import ToolSpec
 from ..memories import Memories
-from ..models import Hit
 from ..pathpolicy import PathPolicy
 from ..recall import Retriever
 

@@ -48,7 +48,7 @@ class Command:
 
 def dump(obj: Any) -> str:
     def conv(o: Any) -> Any:
-        if hasattr(o, "model_dump"):  # a pydantic model (pydantic stays unimported until one is printed)
+        if hasattr(o, "model_dump"):  # a pydantic model, or a hit (engine/hits.py: plain data, as the API sends it)
             return o.model_dump(mode="json")
         if isinstance(o, list | tuple):
             return [conv(x) for x in o]

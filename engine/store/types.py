@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-from ..models import KINDS, Kind, Memory, Stats, iso
+from ..hits import KINDS, Kind, iso
+
+if TYPE_CHECKING:  # the boundary models (pydantic) load when one is made: a recall makes none
+    from ..models import Memory, Stats
 
 ACTIVITY_SOURCE = "activity"  # the app's own events ("Ingested X"), stored as episodic memories of this source
 
@@ -78,6 +81,8 @@ class Tallies:
               embedding_ready: bool, notes: list[str]) -> Stats:
         """The store in numbers: these counts, the conflicting pairs, and the embedding space (model,
         dimension; None before the first vector: the configured `model` is shown)."""
+        from ..models import Stats
+
         by_kind = {k: 0 for k in KINDS}
         memories = activity = archived = 0
         for t in self.memories:
@@ -178,6 +183,8 @@ class MemoryRow(NamedTuple):
 
 def to_memory(row: MemoryRow) -> Memory:
     """The memory a row holds, as every door shows it."""
+    from ..models import Memory
+
     return Memory(
         id=row.uid, kind=row.kind, text=row.text, project=row.project, importance=round(row.importance, 4),
         created_at=iso(row.created_at), updated_at=iso(row.updated_at), at=iso(row.event_at),

@@ -91,6 +91,31 @@ def test_recall_in_process_imports_only_what_a_recall_needs():
     assert "engine.minilm" in r["modules"] and not {"onnxruntime", "engine.onnx_minilm"} & set(r["modules"])
     # numpy's BLAS started on one thread (the CLI's OPENBLAS_NUM_THREADS): threadpoolctl is not asked to find it
     assert "threadpoolctl" not in r["modules"]
+    # nor pydantic (~0.15 s of a cold process): the settings are read as written, the hits are plain data
+    assert not {"pydantic", "pydantic_core"} & {m.split(".")[0] for m in r["modules"]}
+    assert not {"engine.config", "engine.models", "engine.llm", "engine.graph_models"} & set(r["modules"])
+
+
+def test_recall_in_process_reads_the_settings_without_their_models_and_builds_them_when_needed(profile_home):
+    """Settings the app saved are read as written: a recall follows them (here: words only, no model)
+    without pydantic; settings the models must check (an agent of the user's) are read by them, and a
+    broken file is the error it always was."""
+    from engine.config import Settings, save_settings
+
+    assert modules("remember", "My sister Alice lives in Lisbon.")["code"] == 0
+    save_settings(Settings(embedding_model="none"), profile_home)
+    r = modules("recall", "Where does my sister live?", "--json")
+    assert r["code"] == 0 and json.loads(r["out"])[0]["via"] == ["fts"]  # words only, as the settings say
+    assert not {"pydantic", "engine.config", "engine.minilm"} & set(r["modules"])
+    settings = json.loads((profile_home / "settings.json").read_text())
+    settings["agents"]["agents"] = [{"name": "Gardener", "tools": ["today"]}]
+    (profile_home / "settings.json").write_text(json.dumps(settings))
+    r = modules("recall", "Where does my sister live?", "--json")
+    assert r["code"] == 0 and json.loads(r["out"])[0]["via"] == ["fts"] and "pydantic" in r["modules"]
+    (profile_home / "settings.json").write_text('{"theme": "purple"}')
+    p = subprocess.run([sys.executable, "-m", "engine.cli", "recall", "sister"], capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 1 and "settings.json is not valid (ValidationError); fix or delete it" in p.stderr
 
 
 

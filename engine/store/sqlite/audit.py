@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ...models import AuditEntry, iso
+from ...hits import iso
 from .db import Connection
+
+if TYPE_CHECKING:  # the boundary model (pydantic) loads when the log is read, not for each row written
+    from ...models import AuditEntry
 
 
 def insert(con: Connection, at: float, actor: str, action: str, target: str | None, detail: dict[str, Any]) -> None:
@@ -19,6 +22,8 @@ def entries(con: Connection, limit: int, offset: int) -> list[AuditEntry]:
     rows = con.execute(
         "SELECT id, at, actor, action, target, detail FROM audit ORDER BY id DESC LIMIT ? OFFSET ?", (limit, offset),
     ).fetchall()
+    from ...models import AuditEntry
+
     return [AuditEntry(id=r[0], at=iso(r[1]), actor=r[2], action=r[3], target=r[4], detail=json.loads(r[5]))
             for r in rows]
 
@@ -26,6 +31,8 @@ def entries(con: Connection, limit: int, offset: int) -> list[AuditEntry]:
 def newest_first(con: Connection) -> Iterator[tuple[float, AuditEntry]]:
     """Every audit row with its time in seconds, newest first, read as the caller goes (it stops when it has
     enough)."""
+    from ...models import AuditEntry
+
     for r in con.execute("SELECT id, at, actor, action, target, detail FROM audit ORDER BY id DESC"):
         yield float(r[1]), AuditEntry(id=r[0], at=iso(r[1]), actor=r[2], action=r[3], target=r[4],
                                       detail=json.loads(r[5]))

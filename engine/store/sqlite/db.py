@@ -33,7 +33,6 @@ from ...errors import (
     StoreUnavailable,
     WrongKey,
 )
-from ...models import StoreDiagnostics
 from ..seam import register
 from . import mirror_layout
 
@@ -41,6 +40,8 @@ log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from sqlite3 import Connection  # sqlcipher3 keeps sqlite3's API and ships no type information
+
+    from ...models import StoreDiagnostics
 else:
     Connection = sqlcipher3.Connection
 DatabaseError = sqlcipher3.DatabaseError
@@ -628,6 +629,8 @@ def diagnose(con: Connection, *, expected_schema: int) -> StoreDiagnostics:
     """How this store is built: schema version, SQLCipher, sqlite-vec (for the self-test)."""
     cipher = con.execute("PRAGMA cipher_version").fetchone()
     length = con.execute("SELECT vec_length(vec_f32(?))", (json.dumps([0.5, 0.25, 0.125]),)).fetchone()[0]
+    from ...models import StoreDiagnostics  # pydantic: not for a short command
+
     return StoreDiagnostics(
         schema_version=con.execute("PRAGMA user_version").fetchone()[0], expected_schema_version=expected_schema,
         cipher_version=cipher[0] if cipher and cipher[0] else None,
