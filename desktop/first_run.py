@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QFontDatabase, QGuiApplication
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -392,21 +392,35 @@ class WhereDialog(QDialog):
         buttons.addWidget(self.go)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(20, 16, 20, 16)
-        layout.addWidget(scroller(body, across=False), 1)
+        self.scroll = scroller(body, across=False)
+        layout.addWidget(self.scroll, 1)
         layout.addLayout(buttons)
+        self._body, self._buttons = body, buttons
         self._choice_changed()
         screen = (parent.screen() if parent is not None else None) or QGuiApplication.primaryScreen()
         area = usable_area(screen)
-        room = QSize(area.width() - 24, area.height() - 48)
-        self.setMaximumSize(room)
-        # as tall as what it shows and a line of a problem, where the screen has room (else it scrolls)
-        width = min(WHERE_WIDTH, room.width())
+        self._room = QSize(area.width() - 24, area.height() - 48)
+        self.setMaximumSize(self._room)
+        self.resize(QSize(min(WHERE_WIDTH, self._room.width()), 400).boundedTo(self._room))
+        self._fit()
+
+    def _fit(self) -> None:
+        """As tall as what it shows (a problem, a fingerprint included), where the screen has room; else it
+        scrolls, and a problem just said is scrolled into view."""
+        layout = self.layout()
         margins = layout.contentsMargins()
-        inner = width - margins.left() - margins.right()
+        inner = self.width() - margins.left() - margins.right()
+        body = self._body
         tall = (body.heightForWidth(inner) if body.hasHeightForWidth() else body.sizeHint().height()) \
-            + margins.top() + margins.bottom() + layout.spacing() + buttons.sizeHint().height() \
-            + 2 * self.fontMetrics().lineSpacing()
-        self.resize(QSize(width, max(tall, 400)).boundedTo(room))
+            + margins.top() + margins.bottom() + layout.spacing() + self._buttons.sizeHint().height()
+        if tall > self.height():
+            self.resize(QSize(self.width(), tall).boundedTo(self._room))
+        if self.problem.isVisibleTo(self):  # once laid out with it
+            QTimer.singleShot(0, lambda: self.scroll.ensureWidgetVisible(self.problem))
+
+    def _say(self, text: str, tone: str = "error") -> None:
+        self.problem.set(text, tone)
+        self._fit()
 
     def _choice_changed(self, _on: bool = False) -> None:
         server = self.server.isChecked()
@@ -430,21 +444,21 @@ class WhereDialog(QDialog):
             return
         url, token = self.address.text().strip(), self.token.text().strip()
         if not url or not token:
-            self.problem.set("Give the server's address and your token.", "error")
+            self._say("Give the server's address and your token.")
             return
         if self._fingerprint is not None and not self.trust.isChecked():
-            self.problem.set("Compare the fingerprint with your server's, then tick the box to trust it.", "error")
+            self._say("Compare the fingerprint with your server's, then tick the box to trust it.")
             return
         passphrase = None
         if self.needs_passphrase:
             passphrase = self.passphrase.text()
             if problem := self.bridge.passphrase_problem(passphrase):
-                self.problem.set(problem, "error")
+                self._say(problem)
                 return
             if self.again.text() != passphrase:
-                self.problem.set("The two passphrases differ; type the same one twice.", "error")
+                self._say("The two passphrases differ; type the same one twice.")
                 return
-        self.problem.set("Checking the server and the token…", "info")
+        self._say("Checking the server and the token…", "info")
         self.go.setEnabled(False)
         self.bridge.connect_server(url, token, self._fingerprint, self._connected, self._refused,
                                    passphrase=passphrase)
@@ -458,6 +472,6 @@ class WhereDialog(QDialog):
         self.go.setEnabled(True)
         if fingerprint is not None and fingerprint != self._fingerprint:
             self._show_fingerprint(fingerprint)
-            self.problem.set("Check the certificate's fingerprint below before connecting.", "info")
+            self._say("Check the certificate's fingerprint below before connecting.", "info")
             return
-        self.problem.set(message, "error")
+        self._say(message)

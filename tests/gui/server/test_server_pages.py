@@ -282,6 +282,8 @@ def test_without_a_keychain_a_passphrase_protects_the_servers_token(
         qtbot.keyClicks(dialog.passphrase, "short")
         qtbot.mouseClick(dialog.go, Qt.MouseButton.LeftButton)
         assert "at least 8 characters" in dialog.problem.label.text()
+        qtbot.waitUntil(lambda: not dialog.problem.visibleRegion().isEmpty())  # said where it is seen: the dialog
+        assert dialog.findChild(QScrollArea).verticalScrollBar().maximum() == 0  # grew to hold it
         dialog.passphrase.setText("correct horse battery")
         dialog.again.setText("correct horse battery")
         qtbot.mouseClick(dialog.go, Qt.MouseButton.LeftButton)
