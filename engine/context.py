@@ -5,6 +5,7 @@ audit log and the change feed. The facade builds one `Context` per open store an
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
     from .config import Settings
 
 log = logging.getLogger(__name__)
+
+_BUILDING = threading.Lock()
 
 
 @dataclass
@@ -70,7 +73,10 @@ class Context:
     def settings(self) -> Settings:
         settings = self._settings
         if isinstance(settings, SettingsPreview):
-            settings = self._settings = settings.full()
+            with _BUILDING:  # one build: a change a part makes to the settings is never made to a copy
+                settings = self._settings
+                if isinstance(settings, SettingsPreview):
+                    settings = self._settings = settings.full()
         return settings
 
     @settings.setter
