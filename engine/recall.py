@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import Future
 
 import numpy as np
 
@@ -85,10 +86,18 @@ class Retriever:
         with self.ctx.store.read():
             addressed = retrieval.addressed_names(con, query, f, self._doc_freqs) if kind != "chunk" else {}
         # a name one speaker calls the other: the question is about that speaker's turns, not the ones saying it
-        qvec = self._query_vector(with_speaker(query, addressed))
+        asked = with_speaker(query, addressed)
+        soon = self._query_vector_soon(con, asked)  # made on another core while the words are looked up
+        qvec = self._query_vector(asked) if soon is None else None
         with self.ctx.store.read():
+            bounded = (soon is not None or qvec is not None) and not self._backlog(con)
             found, plans = self._lexical(con, query, n, f, memories=kind != "chunk", chunks=include_chunks,
-                                         bounded=qvec is not None and not self._backlog(con), drop=set(addressed))
+                                         bounded=bounded, drop=set(addressed))
+            if soon is not None:
+                qvec = self._vector_made(soon)
+                if qvec is None and bounded:  # the model failed meanwhile: by words alone, every kept term
+                    found, plans = self._lexical(con, query, n, f, memories=kind != "chunk",
+                                                 chunks=include_chunks, bounded=False, drop=set(addressed))
             cos: dict[tuple[str, int], float] = {}
             dense: set[tuple[str, int]] = set()
             if qvec is not None:
@@ -251,6 +260,24 @@ class Retriever:
                 except (DiskFull, StoreReadOnly) as e:  # a recall still answers from what is embedded
                     log.info("rows waiting for vectors not embedded now: %s", type(e).__name__)
             return qvec
+        except EmbeddingUnavailable:
+            return None
+
+    def _query_vector_soon(self, con: Connection, query: str) -> Future[np.ndarray] | None:
+        """The question's vector being made on a helper thread (`Embedder.encode_one_soon`), or None: make it
+        with `_query_vector`. Only when that would do nothing but encode it: the model loaded, and no row
+        waiting for a vector that this recall would embed first."""
+        embedder = self.space.embedder
+        if not embedder.ready or self.words_only_now() or not self.space.ensure():
+            return None
+        if self.ctx.store.read_only is None and rows.anything_unembedded(con) and self._catch_up():
+            return None
+        return embedder.encode_one_soon(query)
+
+    @staticmethod
+    def _vector_made(soon: Future[np.ndarray]) -> np.ndarray | None:
+        try:
+            return soon.result()
         except EmbeddingUnavailable:
             return None
 

@@ -269,6 +269,29 @@ def test_onnx_calls_run_concurrently_and_give_the_same_vectors():
         assert np.abs(results[k] - np.stack(alone[k::4])).max() < 1e-6
 
 
+def test_a_question_is_encoded_beside_its_caller_while_a_helper_is_free():
+    """encode_one_soon: the same vector, made on a helper thread; None (the caller encodes it itself) when every
+    helper is busy, so a search never waits in a queue behind others, and on a runtime of one call at a time."""
+    from engine import embeddings
+
+    e = make("onnxruntime")
+    text = "Where did I put the passport?"
+    soon = e.encode_one_soon(text)
+    assert soon is not None and np.array_equal(soon.result(timeout=60), e.encode_one(text))
+    release = threading.Event()
+    busy = []
+    while (held := embeddings._helpers.submit(release.wait)) is not None:
+        busy.append(held)
+        assert len(busy) <= os.cpu_count()
+    assert busy and e.encode_one_soon(text) is None
+    release.set()
+    for held in busy:
+        held.result(timeout=60)
+    soon = e.encode_one_soon(text)
+    assert soon is not None and np.array_equal(soon.result(timeout=60), e.encode_one(text))
+    assert make("numpy").encode_one_soon(text) is None
+
+
 def test_weights_are_hashed_once_and_a_changed_file_is_refused(tmp_path, monkeypatch):
     """The weights' sha256 is checked at the first load and remembered by the file's size, time and inode:
     a later load skips hashing; a file that changed (bytes or time) is hashed again, and refused."""

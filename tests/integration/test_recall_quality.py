@@ -32,6 +32,32 @@ def test_the_right_fact_comes_first(eng):
         assert relevance.answerable(hits), question
 
 
+def test_a_recall_looks_its_words_up_while_its_question_is_encoded_beside_it(eng, monkeypatch):
+    """The question's vector is made on another thread (another core) while the recall's own thread searches
+    the words; the hits are those of a recall that encodes the question itself first."""
+    import threading
+
+    for text in FACTS:
+        eng.remember(text, embed="sync")
+    encoders = []
+    encode_one = eng.embedder.encode_one
+
+    def recorded(text):
+        encoders.append(threading.current_thread())
+        return encode_one(text)
+
+    monkeypatch.setattr(eng.embedder, "encode_one", recorded)
+    question = "Which antibiotic am I allergic to?"
+    beside = eng.recall(question, k=5, record_access=False)
+    assert encoders and threading.current_thread() not in encoders
+    assert beside[0].text == FACTS[1]
+    monkeypatch.setattr(eng.embedder, "encode_one_soon", lambda text: None)
+    itself = eng.recall(question, k=5, record_access=False)
+    assert encoders[-1] is threading.current_thread()
+    assert [(h.id, h.similarity, h.cosine, h.via) for h in beside] == [(h.id, h.similarity, h.cosine, h.via)
+                                                                       for h in itself]
+
+
 def test_nothing_relevant_is_refused(eng):
     for text in FACTS:
         eng.remember(text, embed="sync")
