@@ -350,8 +350,12 @@ def _guarded(name: str, fn: Callable[[], BaseModel]) -> CallToolResult:
 
 
 def _audit(eng: Any, action: str, target: str | None, detail: dict[str, Any]) -> None:
-    """Record a tool call that is not itself a write (ids and counts only)."""
-    eng.audit.record(action, target, detail)
+    """Record a tool call that is not itself a write (ids and counts only): in this profile's log; a profile
+    on a server has none of its own (its server logs the writes, naming MCP)."""
+    from .remote import RemoteEngine
+
+    if not isinstance(eng, RemoteEngine):
+        eng.audit.record(action, target, detail)
 
 
 def _dump(obj: Any) -> dict[str, Any]:
@@ -470,12 +474,13 @@ def create_server(eng: Any, pool: ThreadPoolExecutor | None = None, *,
 
 
 def run(home: str | None = None) -> None:
-    """Composition root of `personal-llm mcp`: open the profile and serve MCP on stdio until EOF."""
-    from .engine import Engine
+    """Composition root of `personal-llm mcp`: open the profile (its store, or for a profile on a server, the
+    server's client: engine.open_profile) and serve MCP on stdio until EOF."""
+    from . import open_profile
     from .logs import setup_logging
 
     setup_logging("mcp")  # a file under the log dir; stdout is the protocol
-    with Engine.open(home, actor="mcp") as eng, ThreadPoolExecutor(2, thread_name_prefix="mcp-engine") as pool:
+    with open_profile(home, actor="mcp") as eng, ThreadPoolExecutor(2, thread_name_prefix="mcp-engine") as pool:
         eng.start_background()
         server = create_server(eng, pool)
         log.info("MCP server ready on stdio")

@@ -437,3 +437,34 @@ def test_tidying_up_a_server_profile_finds_a_contradiction_there(pg_url: str, tm
                 app.close()
         finally:
             server.kill(signal.SIGTERM)
+
+
+def test_mcp_on_a_server_profile_uses_the_server(served, pg_url: str, profile_home: Path):
+    """`personal-llm mcp` on a profile that lives on a server remembers and recalls there (it made a store of
+    its own in the profile's folder, which nothing else read), and the server's log names MCP as the door."""
+    import anyio
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    server, token = served
+    cli("connect", server.url, "--token", token, "--profile", "desk")
+    desk = profile_home / "profiles" / "desk"
+    env = {k: v for k, v in os.environ.items() if k != "OLLAMA_HOST"}
+    params = StdioServerParameters(command=sys.executable, args=["-m", "engine.cli", "--profile", "desk", "mcp"],
+                                   env=env, cwd=str(Path(__file__).resolve().parents[2]))
+
+    async def scenario() -> dict:
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            kept = await session.call_tool("remember", {"text": "The allotment key is under the third stone."})
+            assert not kept.is_error, kept.content
+            found = await session.call_tool("recall", {"query": "allotment key", "k": 3})
+            assert not found.is_error, found.content
+            return {"kept": kept.structured_content, "found": found.structured_content}
+
+    out = anyio.run(scenario)
+    uid = out["kept"]["id"]
+    assert [m[:2] for m in server_memories(pg_url)] == [(uid, "The allotment key is under the third stone.")]
+    assert [h["id"] for h in out["found"]["hits"]] == [uid]
+    assert audit_actors(pg_url) == {uid: "mcp"}
+    assert not (desk / "memory.db").exists()
