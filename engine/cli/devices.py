@@ -110,7 +110,7 @@ def outbox(p: argparse.ArgumentParser) -> Handler:
                 if not box.drop(a.drop):
                     raise UserError(f"No write {a.drop} waits in the outbox.")
         if a.send:
-            client = client_for(server)
+            client = client_for(server, "cli")
             try:
                 sent = send_waiting(server, client)
             finally:
@@ -178,7 +178,7 @@ def push(p: argparse.ArgumentParser) -> Handler:
                             "(personal-llm --profile NAME push …).")
         checked = check_server(a.url, a.token, fingerprint=a.fingerprint)
         client = ServerClient(checked.url, a.token, fingerprint=checked.fingerprint,
-                              verify=pinned_context(checked.certificate) if checked.certificate else True)
+                              verify=pinned_context(checked.certificate) if checked.certificate else True, door="cli")
         try:
             with session.open_engine() as eng:
                 moved = push_store(eng, client, None if a.json else _progress("pushed"), batch=a.batch)

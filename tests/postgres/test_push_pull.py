@@ -174,6 +174,7 @@ def test_a_whole_store_moves_into_the_account_and_back(served, pg_url: str, prof
     assert pg_rows(pg_url, "SELECT count(*) FROM memories WHERE embedded_hash IS DISTINCT FROM content_hash")[0][0] == 0
     audit = pg_rows(pg_url, "SELECT count(*), sum((detail->'added'->>'memory')::int) FROM audit WHERE action = 'push'")
     assert audit[0][1] == TOTAL  # every batch that landed is audited, with what it added
+    assert pg_rows(pg_url, "SELECT DISTINCT actor FROM audit WHERE action = 'push'") == [("cli",)]  # by whom
 
     # pushed again: nothing doubles, and almost nothing travels (the server says what it holds): only the graph's
     # facts and the facts' derivations, which have no id of their own
