@@ -44,7 +44,6 @@ from pathlib import Path
 import numpy as np
 
 DIM = 384
-SCIFACT = Path("/work/shared/data/scifact")
 TEXT_SAMPLE = 4000
 KINDS = ("text", "mixture", "random")
 MIXTURE_CLUSTERS = 25
@@ -70,10 +69,22 @@ def sentences(data: Path, n: int) -> list[str]:
     return out
 
 
-DATA = SCIFACT.parent
+def add_data_argument(ap) -> None:
+    """`--data DIR`, the evaluation data the stand-ins are fitted to (argparse)."""
+    ap.add_argument("--data", type=Path, metavar="DIR",
+                    help="the evaluation data (scifact/, locomo-dev.json, realtalk-dev/; docs/retrieval.md says where "
+                         "each comes from): text-like and mixture vectors are fitted to its texts' embeddings the "
+                         "first time, then kept in the temporary folder")
 
 
-def real_texts(data: Path = DATA) -> tuple[list[str], list[str]]:
+def need(data: Path | None, what: str) -> Path:
+    if data is None:
+        raise SystemExit(f"{what} need the evaluation data the first time: --data DIR (scifact/, locomo-dev.json, "
+                         "realtalk-dev/), or --vectors random")
+    return data
+
+
+def real_texts(data: Path) -> tuple[list[str], list[str]]:
     """(texts, questions) of the evaluation data: every sentence of SciFact's abstracts (and each title) and
     every turn of the LoCoMo and REALTALK conversations, as memories and chunks would hold them; SciFact's
     claims and the conversations' questions, as recalls would ask."""
@@ -98,11 +109,11 @@ def real_texts(data: Path = DATA) -> tuple[list[str], list[str]]:
     return texts, questions
 
 
-def real_embeddings(limit: int | None = None, data: Path = DATA) -> tuple[np.ndarray, np.ndarray]:
+def real_embeddings(limit: int | None = None, data: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(texts, questions) of `real_texts` embedded by the bundled model: the texts in a fixed shuffled order (so
     that the first `limit` are a sample of all of them), kept in the temporary folder (all ~57,000 take 10-20
     minutes on a quiet core, hours on a busy one)."""
-    texts, questions = real_texts(data)
+    texts, questions = real_texts(need(data, "real embeddings"))
     texts = [texts[i] for i in np.random.default_rng(0).permutation(len(texts))[:limit]]
     cache = Path(tempfile.gettempdir()) / f"pllm-real-{len(texts)}-{len(questions)}.npz"
     if cache.exists():
@@ -124,7 +135,7 @@ class TextLike:
     come from the bundled model's embeddings of `sample` sentences, computed once and kept in the temporary
     folder (a few minutes on a busy machine)."""
 
-    def __init__(self, data: Path = SCIFACT, sample: int = TEXT_SAMPLE) -> None:
+    def __init__(self, data: Path | None = None, sample: int = TEXT_SAMPLE) -> None:
         cache = Path(tempfile.gettempdir()) / f"pllm-textlike-{sample}.npz"
         if cache.exists():
             kept = np.load(cache)
@@ -132,10 +143,11 @@ class TextLike:
         else:
             from engine.embeddings import Embedder
 
-            if not (data / "corpus.jsonl").exists():
-                raise SystemExit(f"text-like vectors need SciFact's corpus.jsonl in {data} (or --vectors random)")
+            scifact = need(data, "text-like vectors") / "scifact"
+            if not (scifact / "corpus.jsonl").exists():
+                raise SystemExit(f"text-like vectors need SciFact's corpus.jsonl in {scifact} (or --vectors random)")
             t0 = time.perf_counter()
-            real = Embedder().encode(sentences(data, sample)).astype(np.float64)
+            real = Embedder().encode(sentences(scifact, sample)).astype(np.float64)
             mean, cov = real.mean(0), np.cov(real, rowvar=False)
             np.savez(cache, mean=mean, cov=cov)
             print(f"text-like vectors: statistics of {len(real):,} embedded sentences ({time.perf_counter() - t0:.0f}s)",
@@ -161,7 +173,7 @@ class Mixture:
     points a cluster in 384 dimensions), then normalised (see the module doc). Fitted once and kept in the
     temporary folder."""
 
-    def __init__(self, clusters: int = MIXTURE_CLUSTERS, sample: int = MIXTURE_SAMPLE, data: Path = DATA) -> None:
+    def __init__(self, clusters: int = MIXTURE_CLUSTERS, sample: int = MIXTURE_SAMPLE, data: Path | None = None) -> None:
         cache = Path(tempfile.gettempdir()) / f"pllm-mixture-{clusters}-{sample}.npz"
         if cache.exists():
             kept = np.load(cache)
@@ -170,7 +182,7 @@ class Mixture:
             from sklearn.cluster import KMeans
             from sklearn.covariance import LedoitWolf
 
-            real = real_embeddings(sample, data)[0].astype(np.float64)
+            real = real_embeddings(sample, need(data, "mixture vectors"))[0].astype(np.float64)
             labels = KMeans(clusters, n_init=1, random_state=0).fit_predict(real)
             weights = np.bincount(labels, minlength=clusters) / len(real)
             means = np.stack([real[labels == c].mean(0) for c in range(clusters)])
@@ -195,12 +207,12 @@ class Mixture:
         return out
 
 
-def generator(kind: str):
-    """A function (rng, n) -> n unit vectors of this kind."""
+def generator(kind: str, data: Path | None = None):
+    """A function (rng, n) -> n unit vectors of this kind (fitted to the evaluation data in `data` the first time)."""
     if kind == "random":
         return random_unit
     if kind == "text":
-        return TextLike()
+        return TextLike(data)
     if kind == "mixture":
-        return Mixture()
+        return Mixture(data=data)
     raise ValueError(kind)

@@ -50,6 +50,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._common import HttpClient, cleanup, fmt_table, prepare_home  # noqa: E402
+from bench._vectors import add_data_argument  # noqa: E402
 from bench.recall_latency import percentile, sentence  # noqa: E402
 
 
@@ -160,7 +161,7 @@ def server_load(a) -> int:
     from engine.store.postgres.database import Database
     from tests.postgres.crash import start_server as serve
 
-    vectors = generator(a.vectors)
+    vectors = generator(a.vectors, a.data)
     pg = start_server()
     home = Path(tempfile.mkdtemp(prefix="pllm-api-load-"))
     proc = None
@@ -320,6 +321,7 @@ def main() -> int:
     ap.add_argument("--import-batch", type=int, default=200, help="--server: memories per POST /memory/batch")
     ap.add_argument("--vectors", choices=("text", "random"), default="text",
                     help="--server: the fill's vectors (bench/_vectors.py)")
+    add_data_argument(ap)
     a = ap.parse_args()
     if a.server:
         a.items = 5_000 if a.items is None else a.items

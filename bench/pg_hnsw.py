@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._common import fmt_table  # noqa: E402
 from bench._pg import _HEADER, _TRAILER, BUILD, admin, binary_vectors, start_server  # noqa: E402
-from bench._vectors import generator, real_embeddings  # noqa: E402
+from bench._vectors import add_data_argument, generator, real_embeddings  # noqa: E402
 from bench.recall_latency import percentile  # noqa: E402
 from tests.pg_server import new_database  # noqa: E402
 
@@ -117,6 +117,7 @@ def main() -> int:
     ap.add_argument("--users", type=int, default=1,
                     help="deal the rows out among this many users; search the first user's (see measure)")
     ap.add_argument("--real", type=int, metavar="N", help="only the first N real texts (of a fixed shuffled order)")
+    add_data_argument(ap)
     ap.add_argument("--index", nargs="+", choices=tuple(INDEXES), default=["halfvec"],
                     help="the indexes compared: on the vectors cast to halfvec (the product's), or on the vectors")
     ap.add_argument("--settings", nargs="+", default=list(SETTINGS), metavar="C:EF",
@@ -137,7 +138,7 @@ def main() -> int:
         for kind in a.sets:
             for n in a.sizes:
                 if kind == "real":
-                    texts, questions = real_embeddings(a.real)
+                    texts, questions = real_embeddings(a.real, a.data)
                     order = np.random.default_rng(1).permutation(len(texts))
                     held, rest = texts[order[:a.queries]], texts[order[a.queries:]]
                     if n > len(rest):
@@ -146,7 +147,7 @@ def main() -> int:
                     vecs, asked = rest[:n], {"held-out texts": held, "questions": questions}
                 else:
                     rng = np.random.default_rng(1)
-                    make = generator(kind)
+                    make = generator(kind, a.data)
                     vecs, asked = make(rng, n), {"fresh draws": make(rng, a.queries)}
                 rows += measure(url, f"{kind}_{n}", vecs, asked, a.index, settings, builds, a.users)
     finally:

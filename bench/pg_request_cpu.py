@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import psycopg  # noqa: E402
 
 from bench._common import fmt_table  # noqa: E402
+from bench._vectors import add_data_argument  # noqa: E402
 from bench.api_load import cpu_seconds  # noqa: E402
 from bench.recall_latency import sentence  # noqa: E402
 
@@ -88,6 +89,7 @@ def main() -> int:
     ap.add_argument("--items", type=int, default=5000, help="memories and chunks of each user (half each)")
     ap.add_argument("--ops", type=int, default=40, help="recalls, then remembers, timed")
     ap.add_argument("--top", type=int, default=8, help="statements shown for each operation")
+    add_data_argument(ap)
     a = ap.parse_args()
     if not Path("/proc/self/schedstat").exists():
         raise SystemExit("This benchmark reads /proc/PID/schedstat (Linux).")
@@ -111,7 +113,7 @@ def main() -> int:
         with Database(url) as db:
             ids = {u.name: u.id for u in db.users()}
         t0 = time.perf_counter()
-        vectors = generator("text")
+        vectors = generator("text", a.data)
         with admin(url) as con:
             for index in HNSW.values():
                 con.execute(f"DROP INDEX {index}")

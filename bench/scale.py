@@ -75,7 +75,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._common import fmt_table  # noqa: E402
-from bench._vectors import KINDS, generator  # noqa: E402
+from bench._vectors import KINDS, add_data_argument, generator  # noqa: E402
 from bench.recall_latency import percentile, sentence  # noqa: E402
 
 DIM = 384
@@ -480,8 +480,9 @@ def main() -> int:
     ap.add_argument("--vectors", choices=KINDS, default="text",
                     help="the fill's vectors: text-like (the model's statistics), a mixture fitted to real embeddings, or "
                          "uniformly random (bench/_vectors.py)")
+    add_data_argument(ap)
     a = ap.parse_args()
-    a.make_vectors = generator(a.vectors)
+    a.make_vectors = generator(a.vectors, a.data)
     if a.keep and not a.dir:
         ap.error("--keep needs --dir")
     if "postgres" in a.backend and (a.keep or a.fill_only):
