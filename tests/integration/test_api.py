@@ -39,6 +39,7 @@ class Live:
     token: str
     client: httpx.Client
     eng: Engine
+    app: Any = None
 
     @property
     def port(self) -> int:
@@ -60,7 +61,7 @@ def live(eng: Engine) -> Iterator[Live]:
         time.sleep(0.02)
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60) as client:
-        yield Live(url, token, client, eng)
+        yield Live(url, token, client, eng, app)
     server.should_exit = True
     thread.join(timeout=20)
     sock.close()
@@ -574,6 +575,48 @@ def test_a_wrong_path_or_method_says_which_endpoints_exist(live: Live):
     # a 404 raised by an endpoint keeps its own message
     r = live.client.post("/agent/run/nope/stop")
     assert r.status_code == 404 and r.json()["detail"] == "There is no run nope going on."
+
+
+def test_recall_is_answered_as_its_fastapi_route_answers(live: Live):
+    """GET /memory/recall has a route of its own in front of FastAPI's (no per-request dependency solving):
+    every answer, error and status is the one FastAPI's route gives, and that route still makes the schema."""
+    from engine.limits import MAX_QUERY_CHARS
+
+    remember(live, "Alice moved to Lisbon in May; she works at the aquarium.", project="p")
+    remember(live, "Bob: did you see the aquarium?", kind="episodic")
+    asked: list[Any] = [
+        {"q": "Lisbon"}, {"q": "aquarium", "k": "1", "kind": "episodic"}, {"q": "Lisbon", "project": "p"},
+        {"q": "Lisbon", "project": "p", "unscoped": "true", "archived": "1", "used": "false"},
+        {"q": "aquarium", "since": "2020-01-01T00:00:00", "until": "2999-01-01T00:00:00+02:00"},
+        [("q", "nothing"), ("q", "Lisbon"), ("k", "2")], {"q": "Lisbon", "other": "ignored"},
+        {}, {"q": ""}, {"q": "x" * (MAX_QUERY_CHARS + 1)}, {"q": "x", "k": "0"}, {"q": "x", "k": "many"},
+        {"q": "x", "k": ""}, {"q": "x", "kind": "poem"}, {"q": "x", "since": "yesterday"},
+        {"q": "x", "until": "0001-01-01T00:00:00"}, {"q": "x", "used": "maybe"}, {"q": "x", "project": "p" * 10_000},
+        {"k": "x", "kind": "poem", "used": "2"},
+    ]
+
+    def answers() -> list[tuple[int, Any]]:
+        out = []
+        for params in asked:
+            r = live.client.get("/memory/recall", params=params)
+            body = r.json()
+            if r.status_code == 200:  # the time since it was stored moves on between the two rounds
+                body = [{k: v for k, v in hit.items() if k not in ("recency", "score")} for hit in body]
+            out.append((r.status_code, r.headers["content-type"], body))
+        for method in ("HEAD", "PUT", "POST"):
+            r = live.client.request(method, "/memory/recall", params={"q": "x"})
+            out.append((r.status_code, r.headers.get("allow"), r.text))
+        return out
+
+    routes = live.app.router.routes
+    direct = [r for r in routes if getattr(r, "name", None) == "recall_directly"]
+    assert len(direct) == 1
+    schema = live.client.get("/openapi.json").json()
+    mine = answers()
+    assert [a[0] for a in mine[:7]] == [200] * 7 and mine[0][2] and all(a[0] == 422 for a in mine[7:-3])
+    routes.remove(direct[0])  # FastAPI's own route answers from now on
+    assert answers() == mine
+    assert live.client.get("/openapi.json").json() == schema and "/memory/recall" in schema["paths"]
 
 
 def test_a_path_holding_nul_is_a_404_before_any_route(live: Live):
