@@ -45,6 +45,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -52,6 +53,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._common import HttpClient, cleanup, fmt_table, prepare_home  # noqa: E402
 from bench._vectors import add_data_argument  # noqa: E402
 from bench.recall_latency import percentile, sentence  # noqa: E402
+
+OPEN_LOOP_THREADS = 128  # --rate: requests in flight at most (more would wait in the client, not the server)
 
 
 def fill(home: Path, items: int) -> None:
@@ -150,6 +153,20 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU time so far of a process and its living children (a database server and its backends: the pool's
+    connections live as long as the run)."""
+    total = cpu_seconds(pid)
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if int(fields[1]) == pid:
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def server_load(a) -> int:
     """--server (see the module doc)."""
     import httpx
@@ -189,8 +206,77 @@ def server_load(a) -> int:
         acked: dict[str, set[str]] = {n: set() for n in tokens}
         lock = threading.Lock()
 
+        def request(name: str, op: str, rng: random.Random, lat: dict, errors: list[str], t0: float,
+                    via: dict[str, httpx.Client]) -> None:
+            """One remember or recall of user NAME; its latency from T0 (when it was sent, or due)."""
+            try:
+                if op == "remember":
+                    r = via[name].post("/memory/remember", json={"text": f"{sentence(rng)} ({name} {rng.random():.9f})"})
+                else:
+                    r = via[name].get("/memory/recall", params={"q": sentence(rng).replace(".", "?"), "k": 10})
+            except Exception as e:  # a transport error is an error of the run, counted
+                with lock:
+                    errors.append(f"{op}: {type(e).__name__}")
+                return
+            dt = time.monotonic() - t0
+            with lock:
+                if r.status_code != 200:
+                    errors.append(f"{op}: {r.status_code}")
+                    return
+                lat[op].append(dt)
+                if op == "remember":
+                    acked[name].add(r.json()["id"])
+
+        def importer(stop: float, lat: dict, errors: list[str]) -> None:
+            rng = random.Random(99 + len(acked["importer"]))
+            while time.monotonic() < stop:
+                items = [{"text": f"Imported {sentence(rng)} ({rng.random():.9f})", "kind": "episodic",
+                          "project": "import"} for _ in range(a.import_batch)]
+                t0 = time.monotonic()
+                try:
+                    r = clients["importer"].post("/memory/batch", json={"items": items})
+                except Exception as e:
+                    with lock:
+                        errors.append(f"import: {type(e).__name__}")
+                    continue
+                dt = time.monotonic() - t0
+                with lock:
+                    if r.status_code != 200:
+                        errors.append(f"import: {r.status_code}")
+                        continue
+                    lat["import (batch)"].append(dt)
+                    acked["importer"].update(x["id"] for x in r.json())
+
+        def lock_waits(stop: float, seen: dict) -> None:
+            """Every 0.25 s: how many of the database's backends wait for a lock (a heavyweight one: a row, a
+            transaction, a table), as pg_stat_activity shows them."""
+            with psycopg.connect(url, autocommit=True) as con:
+                while time.monotonic() < stop:
+                    events = [r[0] for r in con.execute(
+                        "SELECT wait_event FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                        "AND datname = current_database()")]
+                    seen["samples"] += 1
+                    seen["waiting"] += bool(events)
+                    seen["most"] = max(seen["most"], len(events))
+                    seen["on"].update(events)
+                    time.sleep(0.25)
+
+        def run(threads: list[threading.Thread], lat: dict, errors: list[str], stop: float) -> dict:
+            seen = {"samples": 0, "waiting": 0, "most": 0, "on": set()}
+            threads = [*threads, threading.Thread(target=lock_waits, args=(stop, seen))]
+            cpu0, db0, load0 = cpu_seconds(proc.pid), tree_cpu_seconds(pg.process.pid), os.getloadavg()
+            t0 = time.perf_counter()
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            return {"lat": lat, "errors": errors, "wall": time.perf_counter() - t0, "load": (load0, os.getloadavg()),
+                    "server cpu": cpu_seconds(proc.pid) - cpu0, "db cpu": tree_cpu_seconds(pg.process.pid) - db0,
+                    "lock waits": seen}
+
         def phase(who: list[str], clients_each: int, importer_on: bool) -> dict:
-            """CLIENTS_EACH client threads for each user of WHO, and the importer if IMPORTER_ON, for SECONDS."""
+            """CLIENTS_EACH client threads for each user of WHO, each sending its next request when the last one
+            is answered, and the importer if IMPORTER_ON, for SECONDS."""
             lat: dict[str, list[float]] = {"remember": [], "recall": [], "import (batch)": []}
             errors: list[str] = []
             stop = time.monotonic() + a.seconds
@@ -198,63 +284,47 @@ def server_load(a) -> int:
             def client(name: str, seed: int) -> None:
                 rng = random.Random(seed)
                 while time.monotonic() < stop:
-                    op = rng.choice(("remember", "recall"))
-                    t0 = time.perf_counter()
-                    try:
-                        if op == "remember":
-                            r = clients[name].post("/memory/remember", json={
-                                "text": f"{sentence(rng)} ({name} {rng.random():.9f})"})
-                        else:
-                            r = clients[name].get("/memory/recall",
-                                                  params={"q": sentence(rng).replace(".", "?"), "k": 10})
-                    except Exception as e:  # a transport error is an error of the run, counted
-                        with lock:
-                            errors.append(f"{op}: {type(e).__name__}")
-                        continue
-                    dt = time.perf_counter() - t0
-                    with lock:
-                        if r.status_code != 200:
-                            errors.append(f"{op}: {r.status_code}")
-                            continue
-                        lat[op].append(dt)
-                        if op == "remember":
-                            acked[name].add(r.json()["id"])
-
-            def importer() -> None:
-                rng = random.Random(99)
-                while time.monotonic() < stop:
-                    items = [{"text": f"Imported {sentence(rng)} ({rng.random():.9f})", "kind": "episodic",
-                              "project": "import"} for _ in range(a.import_batch)]
-                    t0 = time.perf_counter()
-                    try:
-                        r = clients["importer"].post("/memory/batch", json={"items": items})
-                    except Exception as e:
-                        with lock:
-                            errors.append(f"import: {type(e).__name__}")
-                        continue
-                    dt = time.perf_counter() - t0
-                    with lock:
-                        if r.status_code != 200:
-                            errors.append(f"import: {r.status_code}")
-                            continue
-                        lat["import (batch)"].append(dt)
-                        acked["importer"].update(x["id"] for x in r.json())
+                    request(name, rng.choice(("remember", "recall")), rng, lat, errors, time.monotonic(), clients)
 
             threads = [threading.Thread(target=client, args=(n, i * 100 + j + 7 * len(who)))
                        for i, n in enumerate(who) for j in range(clients_each)]
             if importer_on:
-                threads.append(threading.Thread(target=importer))
-            cpu0, load0 = cpu_seconds(proc.pid), os.getloadavg()
-            t0 = time.perf_counter()
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            return {"lat": lat, "errors": errors, "wall": time.perf_counter() - t0, "load": (load0, os.getloadavg()),
-                    "server cpu": cpu_seconds(proc.pid) - cpu0}
+                threads.append(threading.Thread(target=importer, args=(stop, lat, errors)))
+            return run(threads, lat, errors, stop)
 
-        phases = {f"{a.users} users x {a.clients} clients + importer": phase(names, a.clients, True),
-                  "one client alone (baseline)": phase(names[:1], 1, False)}
+        def open_phase(rate: float) -> dict:
+            """RATE requests a second over all users (a user and remember or recall at random, at random times:
+            Poisson arrivals), each sent when due whatever the others' answers (an open loop), and the importer
+            beside them, for SECONDS. A latency counts from when its request was due: a server that falls behind
+            shows it."""
+            lat: dict[str, list[float]] = {"remember": [], "recall": [], "import (batch)": []}
+            errors: list[str] = []
+            stop = time.monotonic() + a.seconds
+            pool = ThreadPoolExecutor(OPEN_LOOP_THREADS)
+
+            def arrivals() -> None:
+                rng = random.Random(int(rate * 1000))
+                due = time.monotonic()
+                while (due := due + rng.expovariate(rate)) < stop:
+                    time.sleep(max(0.0, due - time.monotonic()))
+                    pool.submit(request, rng.choice(names), rng.choice(("remember", "recall")),
+                                random.Random(rng.random()), lat, errors, due, open_clients)
+                pool.shutdown(wait=True)
+
+            return run([threading.Thread(target=arrivals), threading.Thread(target=importer, args=(stop, lat, errors))],
+                       lat, errors, stop)
+
+        phases = {f"{a.users} users x {a.clients} clients + importer": phase(names, a.clients, True)}
+        if a.rate:
+            open_clients = {n: httpx.Client(base_url=address, headers={"Authorization": f"Bearer {tokens[n]}"},
+                                            timeout=120, limits=httpx.Limits(max_connections=OPEN_LOOP_THREADS))
+                            for n in names}
+            for rate in a.rate:
+                phases[f"{rate:g} requests/s (open loop) + importer"] = open_phase(rate)
+            for c in open_clients.values():
+                c.close()
+        phases["one client + importer"] = phase(names[:1], 1, True)  # what the import alone costs a user
+        phases["one client alone (baseline)"] = phase(names[:1], 1, False)
         # nothing acknowledged is lost: each user's count, and every acknowledged id in the database
         counted = {n: clients[n].get("/stats").json()["memories"] for n in tokens}
         with psycopg.connect(url) as con:
@@ -276,18 +346,30 @@ def server_load(a) -> int:
                              f"{len(xs) / r['wall']:.1f}/s"])
         done = sum(len(xs) for op, xs in r["lat"].items() if op != "import (batch)")
         (l0, _, _), (l1, _, _) = r["load"]
+        imported = len(r["lat"]["import (batch)"]) * a.import_batch
+        waits = r["lock waits"]
         rows.append([label, "all requests", done, f"errors {len(r['errors'])}", "",
-                     f"{done / r['wall']:.1f}/s; server CPU {r['server cpu'] / r['wall']:.2f} cores; "
-                     f"load average {l0:.1f} -> {l1:.1f}"])
+                     f"{done / r['wall']:.1f}/s; importer {imported / r['wall']:.1f} memories/s; CPU: serve "
+                     f"{r['server cpu'] / r['wall']:.2f} cores, the database {r['db cpu'] / r['wall']:.2f}; load "
+                     f"average {l0:.1f} -> {l1:.1f}; a backend waiting for a lock in {waits['waiting']} of "
+                     f"{waits['samples']} looks (at most {waits['most']}"
+                     + (f": {', '.join(sorted(waits['on']))})" if waits["on"] else ")")])
     print()
-    print(f"`serve --database`: {a.users} users x {a.clients} clients (remember or recall at random) + one importer "
-          f"(POST /memory/batch of {a.import_batch}), {a.seconds:.0f} s; then one client alone, {a.seconds:.0f} s; "
-          f"each user filled with {a.items:,} items")
+    print(f"`serve --database`: {a.users} users x {a.clients} clients (remember or recall at random, each sending "
+          f"its next request when answered) + one importer (POST /memory/batch of {a.import_batch}), {a.seconds:.0f} s"
+          + (f"; then {', '.join(f'{r:g}' for r in a.rate)} requests/s over all users (open loop) + the importer, "
+             f"{a.seconds:.0f} s each" if a.rate else "")
+          + f"; then one client with the importer, and alone, {a.seconds:.0f} s each; each user filled with "
+          f"{a.items:,} items")
     print(fmt_table(["phase", "operation", "n", "p50 ms", "p99 ms", "rate"], rows))
-    main_phase = next(iter(phases.values()))
-    imported = len(main_phase["lat"]["import (batch)"]) * a.import_batch
+    if a.rate:
+        under = [rate for rate in a.rate if all(percentile(xs, 0.99) < 1.0 for op, xs in
+                 phases[f"{rate:g} requests/s (open loop) + importer"]["lat"].items() if xs and op != "import (batch)")]
+        print("open loop: the highest rate with every operation's p99 under 1 s: "
+              + (f"{max(under):g} requests/s" if under else f"none of {', '.join(f'{r:g}' for r in a.rate)}"))
+    imported = sum(len(r["lat"]["import (batch)"]) for r in phases.values()) * a.import_batch
     errors = [e for r in phases.values() for e in r["errors"]]
-    print(f"importer: {imported:,} memories, {imported / main_phase['wall']:.1f} memories/s; errors: {len(errors)}"
+    print(f"importer: {imported:,} memories in all; errors: {len(errors)}"
           + (f" ({', '.join(sorted(set(errors)))})" if errors else ""))
     lost = miscounted = 0
     for n in tokens:
@@ -319,6 +401,10 @@ def main() -> int:
     ap.add_argument("--users", type=int, default=8, help="--server: users, each with CLIENTS client threads")
     ap.add_argument("--clients", type=int, default=4, help="--server: client threads per user")
     ap.add_argument("--import-batch", type=int, default=200, help="--server: memories per POST /memory/batch")
+    ap.add_argument("--rate", type=float, nargs="+", default=[], metavar="R",
+                    help="--server: after the back-to-back clients, R requests a second over all users (an open loop: "
+                    "each sent when due, Poisson arrivals) with the importer, SECONDS each; prints the highest R at "
+                    "which every operation's p99 stays under 1 s")
     ap.add_argument("--vectors", choices=("text", "random"), default="text",
                     help="--server: the fill's vectors (bench/_vectors.py)")
     add_data_argument(ap)

@@ -2,7 +2,7 @@
 user's ingest.
 
     python bench/pg_shared_embedding.py [--users 4] [--recalls 50] [--memories 200] [--doc-kb 300]
-                                        [--gather 0.003] [--bulk-nice 0] [--unshared] [--skip-concurrent]
+                                        [--gather 0.003] [--bulk-nice 19] [--unshared] [--skip-concurrent]
 
 A PostgreSQL 18 + pgvector server (tests/pg_server.py, commits durable) with a database set up as `personal-llm
 server init` does and USERS users; the HTTP API of `personal-llm serve --database` (engine/server.py's Users
@@ -101,7 +101,8 @@ def main() -> int:
     ap.add_argument("--doc-kb", type=int, default=300, help="size of the uploaded document (kilobytes of text)")
     ap.add_argument("--gather", type=float, default=0.003, help="seconds the shared queue gathers a batch")
     ap.add_argument("--bulk-nice", type=int, default=BULK_NICE,
-                    help=f"CPU priority of the big encodes below the queries' (default {BULK_NICE}: the same)")
+                    help=f"Linux: the nice value of the bulk encodes' threads (default {BULK_NICE}, the lowest; 0: the "
+                    "server's own)")
     ap.add_argument("--unshared", action="store_true", help="a plain embedder: every encode its own model call")
     ap.add_argument("--skip-concurrent", action="store_true", help="only phase 3 (recall during an ingest)")
     a = ap.parse_args()
@@ -118,7 +119,7 @@ def main() -> int:
         clients = [httpx.Client(base_url=address, headers={"Authorization": f"Bearer {t}"}, timeout=600)
                    for t in tokens]
         print(f"{'plain' if a.unshared else 'shared'} embedder ({embedder.runtime}), {a.users} users, "
-              f"gather {a.gather * 1000:g} ms, big encodes at nice +{a.bulk_nice}", flush=True)
+              f"gather {a.gather * 1000:g} ms, bulk encodes at nice {a.bulk_nice}", flush=True)
 
         t0 = time.perf_counter()
         for c in clients:
