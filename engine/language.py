@@ -31,9 +31,7 @@ class LanguageModel:
         if saved is None:
             return
         self.ctx.settings = self.ctx.settings.model_copy(update={"llm": saved})
-        if self._router is not None:
-            self._router.close()
-            self._router = None
+        self._router = None  # its connections go when the calls still using it return (LLMRouter)
         log.info("language model settings changed on disk: reconnecting")
 
     def settings(self) -> LLMSettings:
@@ -56,12 +54,12 @@ class LanguageModel:
             return self._router
 
     def reset(self) -> None:
-        """Drop the router (after `settings.llm` changed, or on close); the next use builds a new one."""
+        """Drop the router (after `settings.llm` changed, or on close); the next use builds a new one. It is
+        not closed here: a health check, an answer or an extraction on another thread may still be using it,
+        and its connections go when they return (LLMRouter)."""
         with self._lock:
-            router, self._router = self._router, None
+            self._router = None
             self._saved.seen()  # saved by this engine: already in use
-        if router is not None:
-            router.close()
 
     def status(self, *, refresh: bool = False) -> Health:
         """Can the configured model answer? Cached; `detail` is written for people."""

@@ -17,6 +17,7 @@ import os
 import re
 import threading
 import time
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
@@ -629,6 +630,9 @@ class LLMRouter:
         backends: dict[str, type[_Backend]] = {"ollama": _OllamaBackend, "openai": _OpenAIBackend}
         backend_type = backends.get(self.config.provider)
         self._backend = backend_type(self.config) if backend_type else None
+        # The connections go when the last call holding this router returns (or at close()): a settings
+        # change drops the router while another thread may still be asking through it.
+        self._release = weakref.finalize(self, self._backend.close) if self._backend is not None else None
 
     def __enter__(self) -> LLMRouter:
         return self
@@ -637,9 +641,9 @@ class LLMRouter:
         self.close()
 
     def close(self) -> None:
-        """Release the HTTP connections."""
-        if self._backend is not None:
-            self._backend.close()
+        """Release the HTTP connections now (only when no call uses this router any more)."""
+        if self._release is not None:
+            self._release()
 
     # -- answers -----------------------------------------------------------------------------------
 

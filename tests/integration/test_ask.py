@@ -44,6 +44,22 @@ def llm_eng(eng: Engine, server: OllamaTestServer) -> Iterator[Engine]:
     eng.reset_llm()
 
 
+def test_a_settings_change_leaves_a_call_under_way_working(llm_eng: Engine, server: OllamaTestServer):
+    """The app checks the model on one thread (or streams an answer) while Settings saves another model on
+    another: the call that already holds the router goes on (it failed with 'the client has been closed', an
+    error dialog in the app), the next one uses the new settings, and the old connections go once unused."""
+    import gc
+
+    router = llm_eng.language.router  # what status() and ask hold between taking the router and asking
+    backend = router._backend
+    use_llm(llm_eng, host=server.url, model="llama3.2:latest")
+    assert router.health(refresh=True).ok
+    assert llm_eng.language.router is not router and llm_eng.health(refresh=True).llm_ok
+    del router
+    gc.collect()
+    assert backend._client._client.is_closed  # released, not leaked
+
+
 def remember(eng: Engine, *texts: str) -> list[str]:
     return [eng.remember(t, embed="sync").id for t in texts]
 
