@@ -161,6 +161,36 @@ def test_lexical_budget_bench_says_what_store_it_needs(tmp_path: Path):
     assert proc.returncode == 1 and "too few common words" in proc.stdout, proc.stderr[-3000:]
 
 
+_DISTINCT_VECTORS = """
+import os, sys
+from pathlib import Path
+base = Path(sys.argv[1])
+os.environ.update(PERSONAL_LLM_HOME=str(base / "profile"), XDG_DATA_HOME=str(base / "xdg-data"),
+                  PYTHON_KEYRING_BACKEND="keyrings.alt.file.PlaintextKeyring")
+from engine import Engine
+eng = Engine.open(base / "profile", actor="sdk")
+for table in ("memories", "chunks"):
+    print(table, *eng.store.con.execute(
+        f"SELECT count(*), count(DISTINCT embedding) FROM vec_{table}_f32").fetchone())
+eng.close()
+"""
+
+
+def test_scale_bench_grows_a_kept_store_with_new_vectors(tmp_path: Path):
+    """A kept store grown by a later run gets vectors of its own, not the first rows' again (equal vectors tie,
+    and a tie at the 10th place put the bench's recall@10 against exact below 1)."""
+    kept = tmp_path / "kept"
+    for size in ("600", "1200"):
+        proc = run_bench("scale.py", "--sizes", size, "--dir", str(kept), "--keep", "--fill-only", tmp=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    env = dict(os.environ, HOME=str(tmp_path / "home"))
+    proc = subprocess.run([sys.executable, "-c", _DISTINCT_VECTORS, str(kept)], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    counts = {line.split()[0]: line.split()[1:] for line in proc.stdout.splitlines()}
+    assert counts == {"memories": ["600", "600"], "chunks": ["600", "600"]}, counts
+
+
 def test_forget_windows_bench_times_both_triggers_and_checks_what_each_forget_took(tmp_path: Path):
     proc = run_bench("forget_windows.py", "--memories", "300", "--windows", "3", "--forgets", "6", tmp=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
