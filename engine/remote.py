@@ -277,9 +277,7 @@ class ServerClient:
 
     def request(self, method: str, path: str, *, timeout: float | None = None, **kw: Any) -> tuple[int, Any]:
         """(status, decoded JSON answer) for 2xx and 404; raises for every other answer."""
-        import httpx
-
-        try:
+        with self._reaching():
             if timeout:
                 kw["timeout"] = timeout
             r = self._http.request(method, path, **kw)
@@ -288,12 +286,32 @@ class ServerClient:
                     break
                 time.sleep(min(float(r.headers["retry-after"] or 1), 5.0))
                 r = self._http.request(method, path, **kw)
+        self._check_pin(r)
+        return self._answer(r)
+
+    @contextlib.contextmanager
+    def _reaching(self) -> Iterator[None]:
+        """A transport failure inside as the engine's error: ServerUnreachable (CertificateRefused)."""
+        import httpx
+
+        try:
+            yield
         except httpx.ConnectError as e:
             raise self._unreachable(e) from e
         except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as e:
             raise ServerUnreachable(f"The server at {self.url} did not answer ({_reason(e)}).") from e
-        self._check_pin(r)
-        return self._answer(r)
+
+    @contextlib.contextmanager
+    def _streamed(self, method: str, path: str, **kw: Any) -> Iterator[Any]:
+        """A 2xx answer whose body is read as it arrives; errors as `request`'s, any other answer NotFound.
+        Transport failures while the body is read are mapped too."""
+        with self._reaching(), self._http.stream(method, path, **kw) as r:
+            self._check_pin(r)
+            if not 200 <= r.status_code < 300:
+                r.read()
+                status, body = self._answer(r)
+                raise NotFound(_said(body.get("detail") if isinstance(body, dict) else None) or "Not found.")
+            yield r
 
     def _unreachable(self, e: Exception) -> EngineError:
         if "CERTIFICATE_VERIFY_FAILED" in str(e):
@@ -304,42 +322,20 @@ class ServerClient:
     def download(self, path: str, write: Callable[[bytes], Any]) -> None:
         """GET `path`, its body given to `write` piece by piece as it arrives (an export: never all in memory).
         Errors as `request`'s; a 404 is NotFound."""
-        import httpx
-
-        try:
-            with self._http.stream("GET", path) as r:
-                self._check_pin(r)
-                if not 200 <= r.status_code < 300:
-                    r.read()
-                    status, body = self._answer(r)
-                    raise NotFound(_said(body.get("detail") if isinstance(body, dict) else None) or "Not found.")
-                for piece in r.iter_bytes():
-                    write(piece)
-        except httpx.ConnectError as e:
-            raise self._unreachable(e) from e
-        except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as e:
-            raise ServerUnreachable(f"The server at {self.url} did not answer ({_reason(e)}).") from e
+        with self._streamed("GET", path) as r:
+            for piece in r.iter_bytes():
+                write(piece)
 
     def lines(self, method: str, path: str, *, timeout: float | None = None, **kw: Any) -> Generator[Any, None, None]:
         """A streamed answer of JSON lines (NDJSON), each decoded as it arrives. Errors as `request`'s; a 404
         is NotFound."""
         import httpx
 
-        try:
-            with self._http.stream(method, path, timeout=httpx.Timeout(timeout or READ_TIMEOUT,
-                                                                       connect=CONNECT_TIMEOUT), **kw) as r:
-                self._check_pin(r)
-                if not 200 <= r.status_code < 300:
-                    r.read()
-                    status, body = self._answer(r)
-                    raise NotFound(_said(body.get("detail") if isinstance(body, dict) else None) or "Not found.")
-                for line in r.iter_lines():
-                    if line.strip():
-                        yield json.loads(line)
-        except httpx.ConnectError as e:
-            raise self._unreachable(e) from e
-        except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as e:
-            raise ServerUnreachable(f"The server at {self.url} did not answer ({_reason(e)}).") from e
+        with self._streamed(method, path, timeout=httpx.Timeout(timeout or READ_TIMEOUT, connect=CONNECT_TIMEOUT),
+                            **kw) as r:
+            for line in r.iter_lines():
+                if line.strip():
+                    yield json.loads(line)
 
     def _answer(self, r: Any) -> tuple[int, Any]:
         try:
