@@ -45,7 +45,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -206,23 +208,34 @@ def server_load(a) -> int:
         acked: dict[str, set[str]] = {n: set() for n in tokens}
         lock = threading.Lock()
 
+        def answered(op: str, send: Callable[[], httpx.Response], errors: list[str]) -> httpx.Response | None:
+            """SEND's answer when it is a 200; else None, with the error counted (a transport error too: an
+            error of the run)."""
+            try:
+                r = send()
+            except Exception as e:
+                with lock:
+                    errors.append(f"{op}: {type(e).__name__}")
+                return None
+            if r.status_code != 200:
+                with lock:
+                    errors.append(f"{op}: {r.status_code}")
+                return None
+            return r
+
         def request(name: str, op: str, rng: random.Random, lat: dict, errors: list[str], t0: float,
                     via: dict[str, httpx.Client]) -> None:
             """One remember or recall of user NAME; its latency from T0 (when it was sent, or due)."""
-            try:
-                if op == "remember":
-                    r = via[name].post("/memory/remember", json={"text": f"{sentence(rng)} ({name} {rng.random():.9f})"})
-                else:
-                    r = via[name].get("/memory/recall", params={"q": sentence(rng).replace(".", "?"), "k": 10})
-            except Exception as e:  # a transport error is an error of the run, counted
-                with lock:
-                    errors.append(f"{op}: {type(e).__name__}")
+            if op == "remember":
+                text = f"{sentence(rng)} ({name} {rng.random():.9f})"
+                r = answered(op, lambda: via[name].post("/memory/remember", json={"text": text}), errors)
+            else:
+                q = sentence(rng).replace(".", "?")
+                r = answered(op, lambda: via[name].get("/memory/recall", params={"q": q, "k": 10}), errors)
+            if r is None:
                 return
             dt = time.monotonic() - t0
             with lock:
-                if r.status_code != 200:
-                    errors.append(f"{op}: {r.status_code}")
-                    return
                 lat[op].append(dt)
                 if op == "remember":
                     acked[name].add(r.json()["id"])
@@ -233,17 +246,11 @@ def server_load(a) -> int:
                 items = [{"text": f"Imported {sentence(rng)} ({rng.random():.9f})", "kind": "episodic",
                           "project": "import"} for _ in range(a.import_batch)]
                 t0 = time.monotonic()
-                try:
-                    r = clients["importer"].post("/memory/batch", json={"items": items})
-                except Exception as e:
-                    with lock:
-                        errors.append(f"import: {type(e).__name__}")
+                r = answered("import", partial(clients["importer"].post, "/memory/batch", json={"items": items}), errors)
+                if r is None:
                     continue
                 dt = time.monotonic() - t0
                 with lock:
-                    if r.status_code != 200:
-                        errors.append(f"import: {r.status_code}")
-                        continue
                     lat["import (batch)"].append(dt)
                     acked["importer"].update(x["id"] for x in r.json())
 
