@@ -194,6 +194,12 @@ class MainWindow(QMainWindow):
 
     SETTLE_SECONDS = 3.0
 
+    @property
+    def settling(self) -> bool:
+        """Still in its first seconds on screen, when a move made by the window manager puts it back on the
+        screen (a late one shrinks it to the screen's size too)."""
+        return time.monotonic() < self._settling_until or self._settle.isActive()
+
     def _placed_by_window_manager(self) -> None:
         if self._placed and time.monotonic() < self._settling_until:
             self._settle.start()

@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -153,8 +152,9 @@ def test_the_status_bar_shows_every_part_whole_in_a_narrow_window(qtbot, desktop
     short forms, and the counter goes (the Memories page shows it) when even those do not fit."""
     window, status = desktop.window, desktop.window.status
     # the window keeps itself on the screen while a window manager may still be placing it (its first
-    # seconds): on a loaded machine those could still run, and shrink the 1200-wide window to the screen
-    qtbot.waitUntil(lambda: time.monotonic() > window._settling_until, timeout=10_000)
+    # seconds): on a loaded machine those could still run, and shrink the 1200-wide window to the screen (a
+    # look due at their very end, too: that one once shrank it after the resize below)
+    qtbot.waitUntil(lambda: not window.settling, timeout=10_000)
     window.resize(1200, 700)
     qtbot.waitUntil(lambda: window.width() == 1200, timeout=2000)
     desktop.bridge.set_paused(True)
@@ -162,8 +162,13 @@ def test_the_status_bar_shows_every_part_whole_in_a_narrow_window(qtbot, desktop
     status.set_count("1,208 memories · 14 documents · 2 to resolve")  # as a used profile's reads
     # whole texts in a 1200-wide window, once the parts that come and go (work under way, the model's
     # state while it loads on a busy machine) have settled
-    qtbot.waitUntil(lambda: (status.fit(), status.paused.text())[1] == "Paused: nothing runs in the background",
-                    timeout=20_000)
+    def whole() -> None:
+        status.fit()
+        assert status.paused.text() == "Paused: nothing runs in the background", (
+            window.width(), [(status.full_text(w), w.sizeHint().width()) for w in (
+                status.paused, status.resume, status.server, status.work, status.count, status.llm, status.model)
+                if not w.isHidden()])
+    qtbot.waitUntil(whole, timeout=20_000)
     for width in (640, 900, 1200):
         window.resize(width, 500)
         qtbot.waitUntil(lambda w=width: window.width() == w, timeout=2000)
