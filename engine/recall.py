@@ -10,7 +10,9 @@ that matched. docs/retrieval.md explains and measures each step.
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import Future
 
 import numpy as np
@@ -36,6 +38,45 @@ log = logging.getLogger(__name__)
 DAY_WINDOW_SECONDS = 3 * 86_400
 
 
+class QuestionVectors:
+    """The vectors of the last questions asked, by their text: a question asked again (the app's list searched
+    again after every change, a client that repeats itself, an agent's same recall) is not encoded again, which
+    is half of a recall's CPU at 10k memories. Only while one embedder makes them: a new model starts afresh.
+    The vectors are read-only."""
+
+    MOST = 256
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._owner: object | None = None
+        self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+
+    def get(self, embedder: object, text: str) -> np.ndarray | None:
+        with self._lock:
+            vec = self._vectors.get(text) if embedder is self._owner else None
+            if vec is not None:
+                self._vectors.move_to_end(text)
+            return vec
+
+    def keep(self, embedder: object, text: str, made: Future[np.ndarray]) -> None:
+        """`put` the vector a helper thread made, once it has (a failure keeps nothing)."""
+        if not made.cancelled() and made.exception() is None:
+            self.put(embedder, text, made.result())
+
+    def put(self, embedder: object, text: str, vec: np.ndarray) -> np.ndarray:
+        vec = np.array(vec, dtype=np.float32)  # its own copy, which nobody changes
+        vec.setflags(write=False)
+        with self._lock:
+            if embedder is not self._owner:
+                self._owner = embedder
+                self._vectors.clear()
+            self._vectors[text] = vec
+            self._vectors.move_to_end(text)
+            while len(self._vectors) > self.MOST:
+                self._vectors.popitem(last=False)
+        return vec
+
+
 class Retriever:
     """Hybrid recall over memories and document chunks."""
 
@@ -45,6 +86,7 @@ class Retriever:
         self.memories = memories
         self.graph = graph
         self._doc_freqs = retrieval.doc_freqs(ctx.store)  # document frequencies, cached for this open store
+        self.asked = QuestionVectors()
 
     def recall(self, query: str, *, k: int = 10, project: str | None = None, kind: str | None = None,
                since: str | float | None = None, until: str | float | None = None,
@@ -252,7 +294,10 @@ class Retriever:
             # the question first: it loads the model if this process has not yet, so the rows waiting for a
             # vector (a memory stored before the model was loaded) are embedded now and found by meaning by
             # this recall, not only by the next one
-            qvec = self.space.embedder.encode_one(query)
+            embedder = self.space.embedder
+            qvec = self.asked.get(embedder, query)
+            if qvec is None:
+                qvec = self.asked.put(embedder, query, embedder.encode_one(query))
             if (self.ctx.store.read_only is None and rows.anything_unembedded(self.ctx.con)
                     and self._catch_up()):
                 try:
@@ -272,7 +317,15 @@ class Retriever:
             return None
         if self.ctx.store.read_only is None and rows.anything_unembedded(con) and self._catch_up():
             return None
-        return embedder.encode_one_soon(query)
+        done = self.asked.get(embedder, query)
+        if done is not None:
+            made: Future[np.ndarray] = Future()
+            made.set_result(done)
+            return made
+        soon = embedder.encode_one_soon(query)
+        if soon is not None:
+            soon.add_done_callback(lambda made: self.asked.keep(embedder, query, made))
+        return soon
 
     @staticmethod
     def _vector_made(soon: Future[np.ndarray]) -> np.ndarray | None:

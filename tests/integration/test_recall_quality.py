@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+import numpy as np
+import pytest
+
 from engine import ranking, relevance, store
+from engine.recall import QuestionVectors
 from tests import backends
 
 FACTS = [
@@ -32,6 +36,58 @@ def test_the_right_fact_comes_first(eng):
         assert relevance.answerable(hits), question
 
 
+def test_a_question_asked_again_is_not_encoded_again_and_finds_the_same(eng, monkeypatch):
+    """The app searches its list again after every change and clients repeat themselves: a question's vector
+    is kept (by its text, for this model), so asking again costs no encoding and gives the same hits, on the
+    helper thread's path and on the recall's own."""
+    for text in FACTS:
+        eng.remember(text, embed="sync")
+    encoded: list[str] = []
+    encode_one = eng.embedder.encode_one
+
+    def counted(text):
+        encoded.append(text)
+        return encode_one(text)
+
+    monkeypatch.setattr(eng.embedder, "encode_one", counted)
+    question = "Which antibiotic am I allergic to?"
+    first = eng.recall(question, k=5, record_access=False)
+    again = eng.recall(question, k=5, record_access=False)
+    assert encoded == [question]
+    assert first[0].text == FACTS[1]
+    assert [(h.id, h.similarity, h.cosine, h.score) for h in first] == [(h.id, h.similarity, h.cosine, h.score)
+                                                                        for h in again]
+    eng.recall("Where does my sister live?", k=5, record_access=False)
+    assert encoded == [question, "Where does my sister live?"]  # another question is encoded
+    monkeypatch.setattr(eng.embedder, "encode_one_soon", lambda text: None)  # the recall encodes by itself
+    eng.recall("What seat do I like on a plane?", k=5, record_access=False)
+    eng.recall("What seat do I like on a plane?", k=5, record_access=False)
+    assert encoded.count("What seat do I like on a plane?") == 1
+
+
+def test_kept_question_vectors_are_the_models_own_read_only_and_bounded():
+    asked = QuestionVectors()
+    model, other = object(), object()
+    v = np.arange(4, dtype=np.float32)
+    kept = asked.put(model, "q", v)
+    v[0] = 9.0  # the caller's array changing does not change what is kept
+    assert asked.get(model, "q")[0] == 0.0 and asked.get(other, "q") is None  # another model's: not these
+    with pytest.raises(ValueError):
+        kept[1] = 5.0
+    asked.put(other, "r", v)  # a new model starts afresh
+    assert asked.get(model, "q") is None and asked.get(other, "r") is not None
+    for i in range(QuestionVectors.MOST + 1):
+        asked.put(other, f"q{i}", v)
+    assert asked.get(other, "r") is None and asked.get(other, "q0") is None  # the least recently asked go
+    assert asked.get(other, f"q{QuestionVectors.MOST}") is not None
+    from concurrent.futures import Future
+
+    failed: Future = Future()
+    failed.set_exception(RuntimeError("the model went away"))
+    asked.keep(other, "lost", failed)
+    assert asked.get(other, "lost") is None
+
+
 def test_a_recall_looks_its_words_up_while_its_question_is_encoded_beside_it(eng, monkeypatch):
     """The question's vector is made on another thread (another core) while the recall's own thread searches
     the words; the hits are those of a recall that encodes the question itself first."""
@@ -52,6 +108,7 @@ def test_a_recall_looks_its_words_up_while_its_question_is_encoded_beside_it(eng
     assert encoders and threading.current_thread() not in encoders
     assert beside[0].text == FACTS[1]
     monkeypatch.setattr(eng.embedder, "encode_one_soon", lambda text: None)
+    eng.retrieval.asked = QuestionVectors()  # not the vector kept from the first recall: encoded again, here
     itself = eng.recall(question, k=5, record_access=False)
     assert encoders[-1] is threading.current_thread()
     assert [(h.id, h.similarity, h.cosine, h.via) for h in beside] == [(h.id, h.similarity, h.cosine, h.via)
