@@ -135,6 +135,12 @@ class Retriever:
             bounded = (soon is not None or qvec is not None) and not self._backlog(con)
             found, plans = self._lexical(con, query, n, f, memories=kind != "chunk", chunks=include_chunks,
                                          bounded=bounded, drop=set(addressed))
+            # what needs no vector is looked up while the question may still be being encoded beside: the
+            # graph's candidates, and the turns around the words' candidates (those of the rest come after)
+            graph = self._graph_candidates(con, query, f, project)
+            cue = timecues.cue(query)  # a time named in the question may lift a hit from further down
+            early = [i for t, i in found if t == "m"] if soon is not None else []
+            near = retrieval.neighbours(con, early, f) if early else {}
             if soon is not None:
                 qvec = self._vector_made(soon)
                 if qvec is None and bounded:  # the model failed meanwhile: by words alone, every kept term
@@ -149,14 +155,16 @@ class Retriever:
                 merged = sorted([(s, "m", i) for i, s in dm] + [(s, "c", i) for i, s in dc], key=lambda x: -x[0])
                 cos.update({(t, i): s for s, t, i in merged[:n]})
                 dense = set(cos)
-            graph = self._graph_candidates(con, query, f, project)
-            cue = timecues.cue(query)  # a time named in the question may lift a hit from further down
             then = self._of_the_day(con, cue, f, qvec, n) if kind != "chunk" else {}
             cos.update(then)
             keys = list(dict.fromkeys([*found, *dense, *graph, *then]))
             lex = self._lexical_ratios(con, found, plans, keys)
             # conversation context: turns next to a candidate join it (their own signals are looked up)
-            near = retrieval.neighbours(con, [i for t, i in keys if t == "m"], f)
+            mids = [i for t, i in keys if t == "m"]
+            if early and mids[: len(early)] == early:  # those of the words' candidates are known: the rest's
+                near.update(retrieval.neighbours(con, mids[len(early):], f))
+            else:
+                near = retrieval.neighbours(con, mids, f)
             nb: dict[tuple[str, int], dict[int, tuple[str, int]]] = {}
             for i, d in near.items():
                 for off, j in d.items():
