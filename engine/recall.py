@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import Future
 
 import numpy as np
@@ -141,6 +142,9 @@ class Retriever:
             cue = timecues.cue(query)  # a time named in the question may lift a hit from further down
             early = [i for t, i in found if t == "m"] if soon is not None else []
             near = retrieval.neighbours(con, early, f) if early else {}
+            # and their vectors (and those of the turns around them), for their cosines once it is made
+            ahead = list(dict.fromkeys([*found, *graph, *(("m", j) for d in near.values() for j in d.values())]))
+            cosines_ahead = self._cosines_later(con, ahead) if soon is not None and ahead else None
             if soon is not None:
                 qvec = self._vector_made(soon)
                 if qvec is None and bounded:  # the model failed meanwhile: by words alone, every kept term
@@ -173,7 +177,12 @@ class Retriever:
             keys.extend(key for key in nb if key not in lex and key not in cos and key not in graph)
             if qvec is not None:
                 missing = [key for key in keys if key not in cos]
-                cos.update(self._fill_cosine(con, missing, qvec))
+                if cosines_ahead is not None:
+                    known = cosines_ahead(qvec)
+                    cos.update((key, known[key]) for key in missing if key in known)
+                    looked_up = set(ahead)  # a row without a vector has none later either
+                    missing = [key for key in missing if key not in looked_up]
+                cos.update(self._cosines_later(con, missing)(qvec))
             # turns that ask: the turn after one answers it
             asks = {("m", i) for i in rows.asking(con, list({near[-1][1] for near in nb.values() if -1 in near}))}
             sims = ranking.hybrid_similarity(
@@ -444,14 +453,13 @@ class Retriever:
                 span = self.space.index["memories"].best_window(con, rids[h.id], qvec)
                 h.passage = focus(h.text[span[0] : span[1]], query) if span else None
 
-    def _fill_cosine(self, con: Connection, keys: list[tuple[str, int]], qvec: np.ndarray) -> dict[tuple[str, int], float]:
-        """Cosine to the query for candidates the vector search did not return (from the vector mirror)."""
-        out: dict[tuple[str, int], float] = {}
-        for t, table in (("m", "memories"), ("c", "chunks")):
-            ids = [i for tt, i in keys if tt == t]
-            if ids and table in self.space.index:
-                out.update({(t, i): v for i, v in self.space.index[table].cosines(con, ids, qvec).items()})
-        return out
+    def _cosines_later(self, con: Connection, keys: list[tuple[str, int]]
+                       ) -> Callable[[np.ndarray], dict[tuple[str, int], float]]:
+        """Cosines to the question for candidates the vector search did not return: their vectors are read now
+        (from the float copy), the cosines computed once the question's vector is known."""
+        later = [(t, self.space.index[table].cosines_later(con, ids)) for t, table in (("m", "memories"), ("c", "chunks"))
+                 if table in self.space.index and (ids := [i for tt, i in keys if tt == t])]
+        return lambda q: {(t, i): v for t, cosines in later for i, v in cosines(q).items()}
 
     def _describe_conflicts(self, con: Connection, hits: list[Hit]) -> None:
         for h in hits:

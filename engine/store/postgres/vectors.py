@@ -26,6 +26,7 @@ import json
 import logging
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -261,9 +262,13 @@ class VectorIndex:
     def cosines(self, con: Any, ids: list[int], q: np.ndarray) -> dict[int, float]:
         """Exact cosine to q for these rows (those without a vector are left out); a memory with windows gets
         the best of its own and its windows'."""
-        q = np.asarray(q, dtype=np.float32)
+        return self.cosines_later(con, ids)(q)
+
+    def cosines_later(self, con: Any, ids: list[int]) -> Callable[[np.ndarray], dict[int, float]]:
+        """`cosines` in two steps: the rows' vectors are read now, their cosines computed once q is known."""
         if self.table != "memories":
-            return {rid: float(v @ q) for rid, v in read_vectors(con, self.table, ids).items()}
+            plain = read_vectors(con, self.table, ids)
+            return lambda q: {rid: float(v @ np.asarray(q, dtype=np.float32)) for rid, v in plain.items()}
         vecs: dict[int, np.ndarray] = {}
         found: dict[int, list[np.ndarray]] = {}
         rows = con.execute(  # the vectors and their windows in one statement
@@ -277,7 +282,12 @@ class VectorIndex:
             else:
                 vecs[int(rid)] = v
         windows = {rid: np.stack(v) for rid, v in found.items()}
-        return {rid: _with_windows(float(v @ q), windows.get(rid), q) for rid, v in vecs.items()}
+
+        def to(q: np.ndarray) -> dict[int, float]:
+            q = np.asarray(q, dtype=np.float32)
+            return {rid: _with_windows(float(v @ q), windows.get(rid), q) for rid, v in vecs.items()}
+
+        return to
 
     def search(self, con: Any, q: np.ndarray, k: int, f: Filter, *, windows: bool = True) -> list[tuple[int, float]]:
         """[(row id, cosine)] best first: the top k of the HNSW candidates, rescored exactly."""

@@ -1549,10 +1549,18 @@ class VectorIndex:
     def cosines(self, con: Connection, ids: list[int], q: np.ndarray) -> dict[int, float]:
         """Exact cosine to q for these rows (those without a vector are left out), from the float copy; a
         memory with windows gets the best of its own and its windows'."""
-        q = np.asarray(q, dtype=np.float32)
+        return self.cosines_later(con, ids)(q)
+
+    def cosines_later(self, con: Connection, ids: list[int]) -> Callable[[np.ndarray], dict[int, float]]:
+        """`cosines` in two steps: the rows' vectors are read now, their cosines computed once q is known."""
         vecs = read_vectors(con, self.table, ids)
         windows = read_windows(con, list(vecs)) if vecs and self.table == "memories" else {}
-        return {rid: with_windows(float(v @ q), windows.get(rid), q) for rid, v in vecs.items()}
+
+        def to(q: np.ndarray) -> dict[int, float]:
+            q = np.asarray(q, dtype=np.float32)
+            return {rid: with_windows(float(v @ q), windows.get(rid), q) for rid, v in vecs.items()}
+
+        return to
 
     def best_window(self, con: Connection, rid: int, q: np.ndarray) -> tuple[int, int] | None:
         """(start, end) in memory rid's text of its window that matches q better than the whole text, if any."""
