@@ -144,10 +144,11 @@ def test_a_bulk_encode_queued_beside_a_big_one_waits_for_one_slice_of_it(embedde
         first.start()
         while e.slices_run == 0:
             time.sleep(0.001)
-        before = e.slices_run
+        before, rescued = e.slices_run, e.slices_rescued
         vecs = e.encode(small)
-        # the slice in hand (one per bulk thread), then this encode's own slices, then no other
-        assert e.slices_run - before <= 2 * len(e._bulk_threads) + 2
+        # the slice in hand (one per bulk thread), then this encode's own slices, then no other; but a slice
+        # that a caller ran itself, its bulk threads starved of CPU by a loaded machine, is not one of those turns
+        assert e.slices_run - before <= 2 * len(e._bulk_threads) + 2 + (e.slices_rescued - rescued)
         assert first.is_alive()
         first.join(300)
         assert np.allclose(vecs, embedder.encode(small), atol=1e-5)
