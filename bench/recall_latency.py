@@ -19,7 +19,8 @@ another checkout of the engine, e.g. a worktree of an older commit) serves a thr
 filled through POST /memory/batch with the same sentences (embedded by the model); then, interleaved
 between the trees so that load on the machine falls on both alike: GET /memory/recall (p50, p95, the
 client's wall time, and the server's CPU time a recall, from /proc: on a busy machine the wall time is
-mostly waiting for a core, while the CPU time moves little with the load) and a conversation stored turn
+mostly waiting for a core, while the CPU time moves little with the load; and the p50 of each question asked
+again at once, as the app's list searches again after a change or a client repeats itself) and a conversation stored turn
 by turn (POST /memory/remember, episodic turns with speaker labels, default settings: facts from
 conversations on, with no language model answering), turns per second. Ratios are this tree against the
 baseline. With `--cache-dir`, the store is filled once (through this tree's API) and kept in DIR/http-N;
@@ -196,8 +197,16 @@ class Served:
         self.env.pop("PERSONAL_LLM_PASSPHRASE", None)
         self.env.pop("OLLAMA_HOST", None)
         cli = [sys.executable, "-c", "import sys; from engine.cli import main; sys.exit(main())"]
-        token = subprocess.run([*cli, "token"], capture_output=True, text=True, env=self.env, timeout=600, check=True)
+        # run in the tree: `python -c` puts the working directory first on sys.path, before PYTHONPATH (from the
+        # checkout's root, a baseline tree's server ran this checkout's engine)
+        ran = subprocess.run([sys.executable, "-c", "import engine; print(engine.__file__)"], capture_output=True,
+                             text=True, env=self.env, timeout=600, check=True, cwd=tree).stdout.strip()
+        if not Path(ran).resolve().is_relative_to(Path(tree).resolve()):
+            raise SystemExit(f"the engine of {tree} is not the one that runs there ({ran})")
+        token = subprocess.run([*cli, "token"], capture_output=True, text=True, env=self.env, timeout=600, check=True,
+                               cwd=tree)
         self.proc = subprocess.Popen([*cli, "serve", "--port", "0", "--json"], env=self.env, stdin=subprocess.DEVNULL,
+                                     cwd=tree,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         announced = ""
         while not announced.rstrip().endswith("}"):  # {"url": ..., "docs": ...} over a few lines
@@ -285,6 +294,7 @@ def over_http(sizes: list[int], queries: int, turns: int, baseline: Path | None,
                         print(f"{name} ({tree}), {n:,} memories: a copy of {filled}", flush=True)
                     srv.timed("GET", "/memory/recall", params={"q": qs[0], "k": 10})  # the model and the mirror
                 recall: dict[str, list[float]] = {name: [] for name in served}
+                again: dict[str, list[float]] = {name: [] for name in served}  # the same question, at once
                 recall_cpu: dict[str, float] = dict.fromkeys(served, 0.0)
                 stored: dict[str, list[float]] = {name: [] for name in served}
                 for q in qs:
@@ -292,6 +302,7 @@ def over_http(sizes: list[int], queries: int, turns: int, baseline: Path | None,
                         before = srv.cpu()
                         recall[name].append(srv.timed("GET", "/memory/recall", params={"q": q, "k": 10}))
                         recall_cpu[name] += srv.cpu() - before
+                        again[name].append(srv.timed("GET", "/memory/recall", params={"q": q, "k": 10}))
                 for start in range(0, turns, 10):  # blocks of 10 turns, tree after tree
                     for name, srv in served.items():
                         for text in said[start:start + 10]:
@@ -302,20 +313,24 @@ def over_http(sizes: list[int], queries: int, turns: int, baseline: Path | None,
                     srv.close()
             for name in served:
                 rows.append((n, name, statistics.median(recall[name]) * 1000, percentile(recall[name], 0.95) * 1000,
-                             recall_cpu[name] / len(qs) * 1000, len(stored[name]) / sum(stored[name])))
+                             recall_cpu[name] / len(qs) * 1000, statistics.median(again[name]) * 1000,
+                             len(stored[name]) / sum(stored[name])))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"\nover HTTP, the client's wall time (load average {', '.join(f'{x:.1f}' for x in os.getloadavg())} "
           f"on {os.cpu_count()} CPUs):")
-    print(f"| {'memories':>8} | {'tree':<9} | recall p50 ms | p95 ms | server CPU ms a recall | turns/s one by one |")
-    print(f"| {'-' * 8} | {'-' * 9} | ------------- | ------ | ---------------------- | ------------------ |")
-    for n, name, p50, p95, cpu, rate in rows:
-        print(f"| {n:>8,} | {name:<9} | {p50:13.1f} | {p95:6.1f} | {cpu:22.1f} | {rate:18.1f} |")
+    print(f"| {'memories':>8} | {'tree':<9} | recall p50 ms | p95 ms | server CPU ms a recall | asked again p50 ms "
+          "| turns/s one by one |")
+    print(f"| {'-' * 8} | {'-' * 9} | ------------- | ------ | ---------------------- | ------------------ "
+          "| ------------------ |")
+    for n, name, p50, p95, cpu, p50_again, rate in rows:
+        print(f"| {n:>8,} | {name:<9} | {p50:13.1f} | {p95:6.1f} | {cpu:22.1f} | {p50_again:18.1f} | {rate:18.1f} |")
     if baseline is not None:
         for n in sizes:
             this, base = (next(r for r in rows if r[0] == n and r[1] == name) for name in ("this tree", "baseline"))
             print(f"{n:,} memories, this tree against the baseline: recall p50 {this[2] / base[2]:.2f}x, "
-                  f"server CPU a recall {this[4] / base[4]:.2f}x, turns stored per second {this[5] / base[5]:.2f}x")
+                  f"server CPU a recall {this[4] / base[4]:.2f}x, asked again {this[5] / base[5]:.2f}x, "
+                  f"turns stored per second {this[6] / base[6]:.2f}x")
     return 0
 
 
