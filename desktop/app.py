@@ -147,6 +147,11 @@ class DesktopApp(QObject):
         except Exception:
             log.exception("the edit under way could not be saved at quit")
         try:
+            if self.window.is_built:
+                self.window.settings.save_pending()  # changed on the Settings page and not saved yet
+        except Exception:
+            log.exception("the settings changed on their page could not be saved at quit")
+        try:
             self.window.memories.flush_deletes()
             if self.window.is_built:
                 self.window.graph.flush_deletes()

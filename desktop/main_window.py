@@ -43,6 +43,7 @@ from .widgets import scroller, usable_area
 
 PAGES = (("Memories", "memories"), ("Ask", "ask"), ("Documents", "documents"), ("Graph", "graph"),
          ("Conflicts", "conflicts"), ("Activity", "activity"), ("Settings", "settings"))
+PAGE_KEYS = tuple(key for _label, key in PAGES)
 
 
 class _WidthFirstLayout(QVBoxLayout):
@@ -82,6 +83,7 @@ class MainWindow(QMainWindow):
         self.pages = QStackedWidget()
         self.pages.addWidget(self.memories)
         self._built = False
+        self._shown_row = -1  # the page shown (the sidebar's row)
 
         self._conflicts = 0  # shown beside "Conflicts" in the sidebar
         self.sidebar = QListWidget()
@@ -297,6 +299,7 @@ class MainWindow(QMainWindow):
         for page in (self.graph, self.conflicts):
             page.memory_opened.connect(self._reveal_memory)
             page.status_posted.connect(self.status.post)
+        self.settings.status_posted.connect(self.status.post)
         self.conflicts.count_changed.connect(self._conflicts_counted)
         b.ingest_progressed.connect(
             lambda p: self.status.set_work(f"Adding documents… {p.files_done}/{p.files_total}"))
@@ -314,7 +317,7 @@ class MainWindow(QMainWindow):
         return self._built
 
     def show_page(self, name: str) -> None:
-        index = [key for _label, key in PAGES].index(name)
+        index = PAGE_KEYS.index(name)
         self.sidebar.setCurrentRow(index)
 
     def bring_to_front(self) -> None:
@@ -429,6 +432,9 @@ class MainWindow(QMainWindow):
             self.ask.focus_question()
 
     def _page_selected(self, row: int) -> None:
+        if self._built and self._shown_row == PAGE_KEYS.index("settings") != row:
+            self.settings.save_pending()  # left with changes not saved: they are kept, as a memory's edit is
+        self._shown_row = row
         if row > 0:
             self.build_pages()
         if 0 <= row < self.pages.count():

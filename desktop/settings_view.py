@@ -93,6 +93,7 @@ def shortcut_problem(text: str) -> str:
 class SettingsView(QWidget):
     hotkey_changed = Signal(str)
     saved = Signal(object)  # Settings
+    status_posted = Signal(str)  # what became of changes saved when the page was left
 
     def __init__(self, bridge: Bridge, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -354,9 +355,18 @@ class SettingsView(QWidget):
         self.test_result.set("Checking…", "info")
         self.bridge.test_connection(s.llm, self._tested)
 
-    def save(self) -> None:
+    def save_pending(self) -> bool:
+        """Save what was changed on this page and not saved yet, as the page is left or the app quits: a new
+        shortcut or model is kept, never thrown away (as an edited memory is). False when nothing was changed."""
+        if self._settings is None or not self.page_changes():
+            return False
+        self.save(leaving=True)
+        return True
+
+    def save(self, *, leaving: bool = False) -> None:
         """Save what the user changed on this page, and only that: every other setting stays as it is in
-        settings.json (changed meanwhile by another page, the CLI or an editor, it is kept)."""
+        settings.json (changed meanwhile by another page, the CLI or an editor, it is kept). `leaving`: the
+        page is no longer shown, so the status bar says what became of the changes too."""
         if self._settings is None:
             return
         changes = self.page_changes()
@@ -382,9 +392,16 @@ class SettingsView(QWidget):
             self.bridge.embedding_status(lambda status: self.set_model_state(*status))  # a new model's state
             if saved.hotkey != old_hotkey:
                 self.hotkey_changed.emit(saved.hotkey)
+            if leaving:
+                self.status_posted.emit("Your changes to the settings were saved.")
 
-        self.bridge.update_settings(changes, done, lambda message: (self.feedback.setText(""),
-                                                                    self.test_result.set(message, "error")))
+        def failed(message: str) -> None:
+            self.feedback.setText("")
+            self.test_result.set(message, "error")
+            if leaving:
+                self.status_posted.emit(f"Your changes to the settings were not saved: {message}")
+
+        self.bridge.update_settings(changes, done, failed)
 
     # ------------------------------------------------------------------------------------------------
     def _tested(self, health: Any) -> None:

@@ -1,7 +1,8 @@
 """Mistakes the Settings page must not keep: turning the mouse wheel to scroll down the page must not change
 the choice boxes that pass under the pointer (the search model became "None — match words only" that way,
 and Save kept it; a box takes the wheel once it was clicked or tabbed to), and a language model server that
-is no address is refused when saved."""
+is no address is refused when saved. Changes the user made and did not save are kept when the page is left or
+the app quits, as an edited memory is (a new shortcut was lost at the next start)."""
 
 from __future__ import annotations
 
@@ -68,3 +69,62 @@ def test_a_server_that_is_no_address_is_refused_on_save_and_not_kept(qtbot, desk
     page.save()
     qtbot.waitUntil(lambda: page.feedback.text() == "Saved ✓", timeout=10_000)
     assert json.loads((profile_home / "settings.json").read_text())["llm"]["host"] == "gpu-box.local:11434"
+
+
+def _record_shortcut(qtbot, page) -> None:
+    """Click the shortcut field and press Ctrl+Alt+M, as the user does."""
+    qtbot.mouseClick(page.hotkey, Qt.MouseButton.LeftButton)
+    qtbot.keyClick(page.hotkey, Qt.Key.Key_M, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.AltModifier)
+    assert page.hotkey.shortcut() == "Ctrl+Alt+M"
+
+
+def _saved(profile_home) -> dict:
+    import json
+
+    path = profile_home / "settings.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def test_settings_changed_and_not_saved_are_saved_when_the_page_is_left(qtbot, desktop, profile_home):
+    window = desktop.window
+    window.show()
+    window.show_page("settings")
+    page = window.settings
+    qtbot.waitUntil(page.isEnabled)
+    _record_shortcut(qtbot, page)
+    page.model.setCurrentText("qwen2.5:3b")
+    with qtbot.waitSignal(page.hotkey_changed, timeout=10_000) as moved:
+        qtbot.mouseClick(window.sidebar.viewport(), Qt.MouseButton.LeftButton,
+                         pos=window.sidebar.visualItemRect(window.sidebar.item(0)).center())
+    assert moved.args == ["Ctrl+Alt+M"]  # the global shortcut follows at once
+    assert window.pages.currentWidget() is window.memories
+    assert _saved(profile_home)["hotkey"] == "Ctrl+Alt+M"
+    assert _saved(profile_home)["llm"]["model"] == "qwen2.5:3b"
+    qtbot.waitUntil(lambda: "settings were saved" in window.status.currentMessage(), timeout=5_000)
+    window.show_page("settings")  # nothing changed since: leaving again writes nothing and says nothing
+    assert page.page_changes() == {}
+    window.show_page("ask")
+    assert not page.save_pending()
+
+
+def test_a_settings_change_that_cannot_be_saved_says_so_when_the_page_is_left(qtbot, desktop, profile_home):
+    window = desktop.window
+    window.show_page("settings")
+    page = window.settings
+    qtbot.waitUntil(page.isEnabled)
+    page.host.setText("not a url")
+    window.show_page("memories")
+    qtbot.waitUntil(lambda: "were not saved" in window.status.currentMessage(), timeout=10_000)
+    assert "not a server address" in window.status.currentMessage()
+    assert _saved(profile_home).get("llm", {}).get("host") is None
+    assert page.host.text() == "not a url"  # still there to correct
+
+
+def test_settings_changed_and_not_saved_are_saved_at_quit(qtbot, desktop, profile_home):
+    window = desktop.window
+    window.show_page("settings")
+    page = window.settings
+    qtbot.waitUntil(page.isEnabled)
+    _record_shortcut(qtbot, page)
+    desktop.quit()
+    assert _saved(profile_home)["hotkey"] == "Ctrl+Alt+M"
