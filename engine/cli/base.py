@@ -100,6 +100,17 @@ def counted(n: int, plural: str) -> str:
     return f"{n:,} {plural}"
 
 
+def no_such_project(project: str | None, projects: list[str]) -> str:
+    """What to add when a listing came back empty because --project names no project (a typo, another case:
+    "Work" is not "work"), else ''. Without it an empty list read as if everything had been lost."""
+    name = (project or "").strip()
+    if not name or name in projects:
+        return ""
+    if not projects:
+        return f" There is no project '{name}': nothing is in a project yet."
+    return f" There is no project '{name}'; the projects are: {', '.join(projects)}."
+
+
 def add_json(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UserError
-from .base import Command, Handler, Session, add_json, console, counted, escape, print_json
+from .base import Command, Handler, Session, add_json, console, counted, escape, no_such_project, print_json
 
 if TYPE_CHECKING:
     from ..ingest import IngestProgress, IngestResult
@@ -134,6 +134,7 @@ def documents(p: argparse.ArgumentParser) -> Handler:
     def run(a: argparse.Namespace, session: Session) -> int:
         with session.open_engine() as eng:
             docs = eng.list_documents(a.project, failed=a.failed)
+            projects = eng.projects() if not docs and a.project else []
         if a.json:
             print_json(docs)
             return 0
@@ -141,7 +142,9 @@ def documents(p: argparse.ArgumentParser) -> Handler:
 
         c = console()
         if not docs:
-            c.print("No document failed to be ingested." if a.failed else "No documents yet.")
+            none = ("No document failed to be ingested." if a.failed else
+                    "No documents match." if a.project else "No documents yet.")
+            c.print(escape(none + no_such_project(a.project, projects)), highlight=False)
             return 0
         t = Table(expand=True)
         for col in ("id", "title", "project", "chunks" if not a.failed else "why it failed", "path"):

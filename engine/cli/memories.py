@@ -7,7 +7,19 @@ import sys
 from typing import Any
 
 from ..errors import UserError
-from .base import Command, Handler, Session, add_json, an_id, console, counted, escape, print_json, short
+from .base import (
+    Command,
+    Handler,
+    Session,
+    add_json,
+    an_id,
+    console,
+    counted,
+    escape,
+    no_such_project,
+    print_json,
+    short,
+)
 
 
 def remember(p: argparse.ArgumentParser) -> Handler:
@@ -132,12 +144,16 @@ def list_memories(p: argparse.ArgumentParser) -> Handler:
         with session.open_engine() as eng:
             page = eng.memory_page(kind=a.kind, project=a.project, archived=a.archived,
                                    activity=a.activity, limit=a.limit, after=a.after)
+            projects = eng.projects() if not page.memories and a.project else []
         mems = page.memories
         if a.json:
             print_json(mems)
             return 0
         if not mems:
-            console().print("No memories yet." if not a.after else "No more memories.")
+            filtered = a.kind or a.project or a.archived or a.activity
+            console().print(escape("No more memories." if a.after else
+                                   "No memories match." + no_such_project(a.project, projects) if filtered else
+                                   "No memories yet."), highlight=False)
             return 0
         from rich.table import Table
 

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from . import remote
-from .base import Command, Handler, Session, add_json, console, escape, print_json, short
+from .base import Command, Handler, Session, add_json, console, escape, no_such_project, print_json, short
 
 
 class _InProcess(Exception):
@@ -55,6 +55,7 @@ def recall(p: argparse.ArgumentParser) -> Handler:
 
     def run(a: argparse.Namespace, session: Session) -> int:
         hits: list[Any] | None = _from_server(session, a)
+        projects: list[str] = []
         if hits is not None:
             if a.json:
                 print_json(hits)  # the server's JSON of each hit is the engine's: the same output
@@ -64,11 +65,13 @@ def recall(p: argparse.ArgumentParser) -> Handler:
             with session.open_engine() as eng:
                 hits = eng.recall(a.query, k=a.k, project=a.project, kind=a.kind, since=a.since, until=a.until,
                                   include_archived=a.archived, include_unscoped=a.unscoped)
+                projects = eng.projects() if not hits and a.project else []
             if a.json:
                 print_json(hits)
                 return 0
         if not hits:
-            console().print("Nothing in memory matches that.")
+            console().print(escape("Nothing in memory matches that." + no_such_project(a.project, projects)),
+                            highlight=False)
             return 0
         from rich.table import Table
 

@@ -56,6 +56,22 @@ def test_human_output_is_a_table_not_a_dump(profile_home: Path):
     assert "remember" in audit and "kind fact" in audit and "{" not in audit, audit
 
 
+def test_an_empty_listing_says_why_instead_of_that_nothing_is_stored(profile_home: Path):
+    """A --project with a typo or another case ("Work" for "work") listed nothing as "No memories yet.", as if
+    everything had been lost; it says there is no such project, and which there are."""
+    assert run("list").stdout.strip() == "No memories yet."
+    assert run("remember", "The quarterly report is due on Friday.", "--project", "work").returncode == 0
+    wrong = run("list", "--project", "Work", env={"COLUMNS": "200"})
+    assert wrong.returncode == 0
+    assert wrong.stdout.strip() == "No memories match. There is no project 'Work'; the projects are: work."
+    assert run("list", "--archived").stdout.strip() == "No memories match."  # a filter, not an empty store
+    docs = run("documents", "--project", "Work", env={"COLUMNS": "200"}).stdout.strip()
+    assert docs == "No documents match. There is no project 'Work'; the projects are: work."
+    missed = run("recall", "quarterly report", "--project", "[Work]", env={"COLUMNS": "200"}).stdout.strip()
+    assert missed == "Nothing in memory matches that. There is no project '[Work]'; the projects are: work."
+    assert "quarterly report" in run("list", "--project", "work").stdout
+
+
 def test_text_that_looks_like_markup_is_shown_literally(profile_home: Path):
     text = "Template note: close with [/bold] and colour with [red]x[/red]."
     mid = ok_json("remember", text, "--project", "[dev]")["id"]
