@@ -73,6 +73,7 @@ WRITE_WORKERS = 2  # writes being prepared (embedded) at once; they commit one a
 LONG_WORKERS = 2  # ingests and answers at once
 TIDY_WORKERS = 2  # tidy-ups at once (POST /consolidate), beside the ingests: each may wait minutes on a model
 MCP_WORKERS = 4  # MCP tool calls (over HTTP at MCP_PATH) at once
+_POST_ONLY_MEMORY_ROUTES = frozenset({"remember", "batch"})  # under /memory/, beside GET /memory/{id}
 # A server of many users (serve --database): PostgreSQL runs the users' transactions side by side (the one
 # writer at a time above is a SQLite file's), so reads and writes each get this many at once; one user's
 # import in flight then holds one of them, not half of every user's writes (bench/api_load.py --server).
@@ -1180,8 +1181,11 @@ def _add_routes(app: FastAPI, eng: Any, call: Callable[..., Any]) -> None:
                           limit=limit, after=after)
 
     @app.get("/memory/{id}", response_model=Memory, tags=["memory"], summary="One memory",
-             responses={404: {"model": ErrorBody, "description": "No such memory"}})
+             responses={404: {"model": ErrorBody, "description": "No such memory"},
+                        405: {"model": ErrorBody, "description": "/memory/remember and /memory/batch take POST"}})
     async def get_memory(id: str) -> Memory:
+        if id in _POST_ONLY_MEMORY_ROUTES:  # GET /memory/remember read "No memory with id remember."
+            raise HTTPException(status_code=405, headers={"Allow": "POST"})
         return await call(eng.get, id)
 
     @app.patch("/memory/{id}", response_model=Memory, tags=["memory"],

@@ -572,6 +572,10 @@ def test_a_wrong_path_or_method_says_which_endpoints_exist(live: Live):
     assert "GET" in r.headers["allow"]
     r = live.client.put("/memory/remember", json={"text": "x"})
     assert r.status_code == 405 and "(it takes POST)" in r.json()["detail"]
+    for path in ("/memory/remember", "/memory/batch"):  # not "No memory with id remember."
+        r = live.client.get(path)
+        assert r.status_code == 405 and f"{path} does not take GET (it takes POST)" in r.json()["detail"]
+        assert r.headers["allow"] == "POST"
     # a 404 raised by an endpoint keeps its own message
     r = live.client.post("/agent/run/nope/stop")
     assert r.status_code == 404 and r.json()["detail"] == "There is no run nope going on."
