@@ -96,8 +96,10 @@ def details(detail: dict[str, Any]) -> str:
         elif isinstance(value, int | float) and key not in ("id",):
             if value:
                 word = COUNT_WORDS.get(name)
-                parts.append(_plural(int(value), word) if word and float(value).is_integer()
-                             else f"{name} {value:g}")
+                whole = float(value).is_integer()
+                parts.append(formatting.size(int(value)) if name == "bytes" else  # a backup's size: "1.6 MB"
+                             _plural(int(value), word) if word and whole else
+                             f"{name} {int(value):,}" if whole else f"{name} {value:g}")  # never "1.57e+06"
         elif isinstance(value, str) and key in ("kind", "status", "reason", "format", "model", "how"):
             parts.append(formatting.kind_label(value) if key == "kind" else value.replace("_", " "))
     return " · ".join(dict.fromkeys(parts))

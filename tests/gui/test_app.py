@@ -279,6 +279,31 @@ def test_audit_view_lists_changes(qtbot, desktop):
                     and desktop.window.memories.editor.row.id == uid, timeout=5000)
 
 
+def test_the_activity_says_a_backups_size_in_words(qtbot, desktop):
+    """A backup's size was shown as "bytes 1.57286e+06"; it reads as a size, and no number is in e-notation."""
+    from desktop import formatting
+
+    from .conftest import engine_of
+
+    size = engine_of(desktop).backup_now().bytes
+    assert size >= 1000  # a real snapshot of a store: kilobytes at least
+    desktop.window.show_page("activity")
+    view = desktop.window.activity
+    qtbot.waitUntil(lambda: any(view.tree.topLevelItem(i).text(1) == "You made an encrypted backup"
+                                for i in range(view.tree.topLevelItemCount())), timeout=10_000)
+    item = next(view.tree.topLevelItem(i) for i in range(view.tree.topLevelItemCount())
+                if view.tree.topLevelItem(i).text(1) == "You made an encrypted backup")
+    assert item.text(2) == formatting.size(size) and item.text(2).endswith(("KB", "MB")), item.text(2)
+
+
+def test_activity_details_never_show_a_number_in_e_notation():
+    from desktop.audit_view import details
+
+    assert details({"bytes": 1572864}) == "1.6 MB"
+    assert details({"pages": 2_500_000}) == "pages 2,500,000"
+    assert details({"seconds": 1.5}) == "seconds 1.5"
+
+
 def test_tidy_up_runs_consolidation_and_reports(qtbot, desktop):
     desktop.window.show_page("settings")
     settings = desktop.window.settings
