@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 EXIT_USER_ERROR = 1
+EXIT_USAGE = 2  # as argparse exits for a command line it cannot read
 EXIT_BUG = 70
 
 COMMANDS: dict[str, Command] = {
@@ -162,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USER_ERROR
     setup_logging("cli")
+    if not words:  # `personal-llm` alone: what it can do, not "the following arguments are required: COMMAND"
+        build_parser(None).print_help(sys.stderr)
+        return EXIT_USAGE
     args = build_parser(words[0] if words and words[0] in COMMANDS else None).parse_args(words)
     s: Session | None = None
     try:

@@ -105,6 +105,9 @@ def test_errors_are_clear_with_nonzero_exit_and_no_traceback(profile_home: Path)
         assert p.stderr.startswith("error: ") and "Traceback" not in p.stderr, p.stderr
     p = run("remember", "x", "--kind", "dream")
     assert p.returncode == 2 and "invalid choice" in p.stderr
+    bare = run()  # the command alone lists the commands, not "the following arguments are required"
+    assert bare.returncode == 2 and "required" not in bare.stderr
+    assert "remember" in bare.stderr and "recall" in bare.stderr and "Traceback" not in bare.stderr
 
 
 def test_an_edit_is_embedded_before_the_command_ends(profile_home: Path):
