@@ -362,11 +362,11 @@ class DocumentsView(QWidget):
             path = str(getattr(d, "path", "") or "")
             item = QTreeWidgetItem([document_name(d), file_type(d), formatting.size(int(getattr(d, "size", 0) or 0)),
                                     formatting.when(getattr(d, "created_at", None)),
-                                    str(Path(path).parent) if path else "(pasted text)"])
+                                    str(Path(path).parent) if path else "(no file)"])
             item.setData(0, Qt.ItemDataRole.UserRole, uid)
             item.setToolTip(0, wrapped_tip(f"{path or document_name(d)} · {formatting.plural(d.chunks, 'passage')}"
                                            + (f" · project {d.project}" if getattr(d, "project", None) else "")))
-            item.setToolTip(4, path)
+            item.setToolTip(4, path or NO_FILE)
             if getattr(d, "error", None):  # could not be ingested: listed with why, nothing to read
                 item.setText(1, "Failed")
                 tip = wrapped_tip(f"{d.error}. Add the file again to retry, or delete the entry.")
@@ -465,10 +465,15 @@ def start_folder() -> str:
     return str(documents if documents.is_dir() else home)
 
 
+# a document without a path: text or a file's bytes sent to the app (the HTTP API's upload, MCP, an import), not
+# only pasted text (an uploaded PDF was listed as "(pasted text)")
+NO_FILE = "Sent to Personal LLM as text or as an uploaded file, not read from a file on this computer"
+
+
 def open_file(path: str) -> str | None:
     """Open a file with the system's application; None when that worked, else why not (in words)."""
     if not path:
-        return "This passage came from pasted text; there is no file to open."
+        return f"{NO_FILE}; there is no file to open."
     if not Path(path).exists():
         return f"The file is no longer at {path}."
     if not QDesktopServices.openUrl(QUrl.fromLocalFile(path)):

@@ -89,7 +89,7 @@ def _show_document_part(a: argparse.Namespace, session: Session) -> int:
         print_json(doc)
         return 0
     c.print(f"[bold]{doc.id}[/bold]  {escape(doc.title)}" + (f"  project {escape(doc.project)}" if doc.project else ""))
-    c.print(f"[dim]{escape(doc.path or '(pasted text)')} · {doc.chunks} passage{'s' if doc.chunks != 1 else ''} · "
+    c.print(f"[dim]{escape(doc.path or '(no file: sent as text or uploaded)')} · {doc.chunks} passage{'s' if doc.chunks != 1 else ''} · "
             f"added {doc.created_at}[/dim]")
     if doc.error:
         c.print(f"[yellow]could not be ingested:[/yellow] {escape(doc.error)}")

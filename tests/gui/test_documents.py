@@ -122,3 +122,17 @@ def test_cancel_stops_an_ingest(qtbot, desktop, tmp_path):
     added = [r for r in finished.args[0] if r.status == "added"]
     assert len(added) < 40
     assert "Finished" in docs.progress_label.text()
+
+
+def test_a_document_sent_without_a_file_is_not_called_pasted_text(qtbot, desktop):
+    """An upload through the HTTP API (a PDF, a note) has no path here: it was listed as "(pasted text)"."""
+    from desktop.documents_view import NO_FILE, open_file
+
+    engine_of(desktop).ingest_upload(b"The tenancy ends on 31 March.\n", "lease-notes.txt")
+    docs = desktop.window.documents
+    desktop.window.show_page("documents")
+    qtbot.waitUntil(lambda: docs.list.topLevelItemCount() == 1, timeout=10_000)
+    row = docs.list.topLevelItem(0)
+    assert row.text(0) == "lease-notes.txt"
+    assert row.text(4) == "(no file)" and row.toolTip(4) == NO_FILE
+    assert "pasted" not in open_file("")
