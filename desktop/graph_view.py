@@ -539,6 +539,7 @@ class GraphView(QWidget):
     def _show_empty(self, title: str, hint: str = "") -> None:
         self.empty.set_text(title, hint)
         self.middle.setCurrentWidget(self.empty)
+        self.sources_panel.hide()  # no fact to choose: no "Choose a fact…" and no splitter grip under the message
         self._facts = []
         self.facts.clear()
         self.canvas.draw([], [])
@@ -571,6 +572,7 @@ class GraphView(QWidget):
             item.setToolTip(0, f.text)
             self.facts.addTopLevelItem(item)
         self.middle.setCurrentIndex(0)
+        self.sources_panel.show()
         self.canvas.draw(nodes, facts)
         what = "the memory you chose" if self._start and self._start[0] == "memory" else view.entity
         self.summary = (f"{formatting.plural(len(facts), 'fact')} within {view.hops} "

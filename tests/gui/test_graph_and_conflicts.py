@@ -62,12 +62,14 @@ def test_the_graph_shows_an_entitys_relations_and_an_edge_leads_to_its_source_wh
     page.resize(1200, 700)
     qtbot.waitUntil(lambda: page.starts.count() == 4)  # the best-connected entities to start from
     assert page.starts.item(0).text().startswith("Acme") or page.starts.item(0).text().startswith("Alice")
+    assert page.sources_panel.isHidden()  # no fact shown yet: nothing to choose, no "Choose a fact…"
 
     page.search.setText("alice")
     qtbot.keyClick(page.search, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: page.facts.topLevelItemCount() == 2)
     facts = {page.facts.topLevelItem(i).text(0) for i in range(2)}
     assert facts == {"Alice —works at→ Acme", "Alice —plays chess with→ Bob"}
+    assert not page.sources_panel.isHidden()
     page.hops.setCurrentIndex(1)  # 2 hops reaches Berlin through Acme
     qtbot.waitUntil(lambda: page.facts.topLevelItemCount() == 3)
 
@@ -164,3 +166,17 @@ def test_the_graph_around_a_memory_and_a_passage_behind_a_fact_whose_document_ca
     assert page.facts.topLevelItemCount() == 0
     qtbot.waitUntil(lambda: eng.list_documents() == [], timeout=5000)
     qtbot.waitUntil(lambda: page.middle.currentWidget() is page.empty)  # Hooli is gone with its document
+
+
+def test_an_empty_graph_shows_its_message_alone(qtbot, desktop):
+    """With no facts yet the page said "Choose a fact to see the memories…" under the empty message, with the
+    grips of two splitters floating on an empty page."""
+    w = desktop.window
+    w.resize(800, 600)
+    w.show()
+    w.show_page("graph")
+    page = w.graph
+    qtbot.waitUntil(lambda: page.middle.currentWidget() is page.empty and page.isVisible())
+    assert "empty so far" in page.empty.title.text()
+    assert not page.sources_panel.isVisible() and not page.source_title.isVisible()
+    assert all(not page.inner.handle(i).isVisible() for i in range(1, page.inner.count()))
