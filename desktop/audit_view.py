@@ -38,7 +38,10 @@ ACTIONS = {
     "restore": "restored memories", "compact": "compacted the store", "key_rotated": "changed the encryption key",
     "passphrase_changed": "changed the passphrase", "recovery_key_created": "made a recovery key",
     "key_notice": "noted something about the key", "push": "took in copied memories",
-    "pull": "copied the memory from a server",
+    "pull": "copied the memory from a server", "watch_add": "started watching a folder",
+    "watch_remove": "stopped watching a folder", "forget_conversation": "forgot a conversation",
+    "import_conversation": "imported a conversation", "import_obsidian": "imported an Obsidian vault",
+    "agent_run": "ran an agent", "agent_tool": "used a tool for an agent",
 }
 # the same actions, done many times in one run (a batch): {n} is the count
 MANY = {
@@ -49,6 +52,10 @@ MANY = {
     "resolve": "resolved {n} conflicts", "conflict_flagged": "found {n} pairs of memories that disagree",
     "extract_triples": "read {n} for the knowledge graph", "import": "imported memories {n} times",
     "push": "took in {n} batches of copied memories", "pull": "copied {n} batches from a server",
+    "watch_add": "started watching {n} folders", "watch_remove": "stopped watching {n} folders",
+    "forget_conversation": "forgot {n} conversations", "import_conversation": "imported {n} conversations",
+    "import_obsidian": "imported Obsidian vaults {n} times", "agent_run": "ran agents ({n} starts and ends)",
+    "agent_tool": "used tools for agents {n} times",
 }
 COUNT_WORDS = {"chunks": "passage", "memories": "memory", "edges": "link", "answers": "answer",
                "archived": "archived", "merged": "merged", "files": "file", "triples": "link",

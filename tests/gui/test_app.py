@@ -304,6 +304,22 @@ def test_activity_details_never_show_a_number_in_e_notation():
     assert details({"seconds": 1.5}) == "seconds 1.5"
 
 
+def test_every_change_the_engine_records_reads_as_a_sentence():
+    """The Activity page said "The command line watch add": an action without a sentence of its own."""
+    import re
+    from pathlib import Path
+
+    from desktop.audit_view import ACTIONS, MANY
+
+    engine = Path(__file__).resolve().parents[2] / "engine"
+    recorded = {m for f in engine.rglob("*.py")
+                for m in re.findall(r"\brecord\(\s*\"([a-z_]+)\"", f.read_text(encoding="utf-8"))}
+    assert {"remember", "watch_add", "agent_run"} <= recorded  # the scan finds them
+    assert recorded <= ACTIONS.keys(), sorted(recorded - ACTIONS.keys())
+    for action in ("watch_add", "import_conversation"):  # and a run of them counts them
+        assert "{n}" in MANY[action]
+
+
 def test_tidy_up_runs_consolidation_and_reports(qtbot, desktop):
     desktop.window.show_page("settings")
     settings = desktop.window.settings
