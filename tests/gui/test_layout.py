@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import QByteArray, QRect
+from PySide6.QtWidgets import QApplication
+
+from desktop.theme import Theme
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -152,15 +155,17 @@ def test_the_status_bar_shows_every_part_whole_in_a_narrow_window(qtbot, desktop
     short forms, and the counter goes (the Memories page shows it) when even those do not fit."""
     window, status = desktop.window, desktop.window.status
     # the window keeps itself on the screen while a window manager may still be placing it (its first
-    # seconds): on a loaded machine those could still run, and shrink the 1200-wide window to the screen (a
-    # look due at their very end, too: that one once shrank it after the resize below)
+    # seconds): on a loaded machine those could still run, and shrink the wide window to the screen (a look
+    # due at their very end, too: that one once shrank it after the resize below)
     qtbot.waitUntil(lambda: not window.settling, timeout=10_000)
-    window.resize(1200, 700)
-    qtbot.waitUntil(lambda: window.width() == 1200, timeout=2000)
+    Theme(QApplication.instance())  # the app's style sheet (10 pt text, padded labels), as every start applies it
+    wide = 1400  # room for every whole text in the app's style (they need ~1,250 pixels)
+    window.resize(wide, 700)
+    qtbot.waitUntil(lambda: window.width() == wide, timeout=2000)
     desktop.bridge.set_paused(True)
     qtbot.waitUntil(lambda: status.paused.isVisible() and bool(status.llm.text()), timeout=10_000)
     status.set_count("1,208 memories · 14 documents · 2 to resolve")  # as a used profile's reads
-    # whole texts in a 1200-wide window, once the parts that come and go (work under way, the model's
+    # whole texts in a wide window, once the parts that come and go (work under way, the model's
     # state while it loads on a busy machine) have settled
     def whole() -> None:
         status.fit()
@@ -169,7 +174,7 @@ def test_the_status_bar_shows_every_part_whole_in_a_narrow_window(qtbot, desktop
                 status.paused, status.resume, status.server, status.work, status.count, status.llm, status.model)
                 if not w.isHidden()])
     qtbot.waitUntil(whole, timeout=20_000)
-    for width in (640, 900, 1200):
+    for width in (640, 900, wide):
         window.resize(width, 500)
         qtbot.waitUntil(lambda w=width: window.width() == w, timeout=2000)
         qtbot.wait(50)
