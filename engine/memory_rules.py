@@ -127,7 +127,9 @@ MAX_TIME = datetime(9999, 12, 30, tzinfo=UTC).timestamp()
 
 
 def check_text(text: str) -> str:
-    text = (text or "").strip()
+    """The text as stored: trimmed, without NUL characters (never content, and a server's PostgreSQL cannot
+    store one in text); refused when nothing is left or when it is too long."""
+    text = (text or "").replace("\x00", "").strip()
     if not text or not _visible(text):
         raise UserError("There is nothing to remember: the text is empty.")
     if len(text) > MAX_TEXT_CHARS:
