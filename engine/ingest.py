@@ -504,6 +504,8 @@ class Documents:
         project = check_project(project)
         size = len((text or "").encode("utf-8"))
         limit = int(self.ctx.settings.max_file_mb * _MB)
+        if not (text or "").strip():  # refused before anything is kept, as an empty file is
+            return IngestResult(path=None, status="failed", error=f"{title} is empty")
         if size > limit:
             return IngestResult(path=None, status="failed",
                                 error=f"{title} is too big ({_human_size(size)}); the limit is {_human_size(limit)}")
@@ -517,6 +519,8 @@ class Documents:
         name = _upload_name(filename)
         project = check_project(project)
         size, limit = len(data), int(self.ctx.settings.max_file_mb * _MB)
+        if size == 0:  # as a file named on disk: refused before anything is kept (`_file_problem`)
+            return IngestResult(path=None, status="failed", error=f"{name} is empty")
         if size > limit:
             return IngestResult(path=None, status="failed",
                                 error=f"{name} is too big ({_human_size(size)}); the limit is {_human_size(limit)}")

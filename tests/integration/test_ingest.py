@@ -406,6 +406,17 @@ def test_text_uploads_are_documents_keyed_by_title_and_content(eng: Engine):
     assert empty.status == "failed" and "empty" in (empty.error or "")
 
 
+def test_an_empty_file_is_refused_alike_through_every_door(eng: Engine, tmp_path: Path):
+    """Named, pasted or uploaded, an empty file fails saying so, and is not kept as a failed document (one
+    named on disk never was: a program may be about to write it; an upload was, and `documents --failed`
+    listed it)."""
+    path = tmp_path / "empty.txt"
+    path.write_bytes(b"")
+    results = [eng.ingest([path])[0], eng.ingest_upload(b"", "empty.txt"), eng.ingest_text("  ", "Nothing")]
+    assert [(r.status, "empty" in (r.error or "")) for r in results] == [("failed", True)] * 3
+    assert eng.list_documents(failed=True) == [] and eng.list_documents() == []
+
+
 def test_without_an_embedding_model_documents_are_ready_at_once_and_found_by_words(
         profile_home: Path, embedder, tmp_path: Path):
     path = tmp_path / "plain.txt"
