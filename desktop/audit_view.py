@@ -23,7 +23,8 @@ from .bridge import Bridge
 from .widgets import EmptyState, button, muted, page_title
 
 ACTORS = {"desktop": "You", "cli": "The command line", "api": "The HTTP API", "mcp": "An assistant (MCP)",
-          "engine": "Personal LLM", "system": "Personal LLM", "selftest": "The self-test"}
+          "engine": "Personal LLM", "system": "Personal LLM", "selftest": "The self-test",
+          "watch": "A watched folder"}
 ACTIONS = {
     "remember": "remembered {kind}", "update": "edited {kind}", "forget": "forgot {kind}",
     "forget_document": "deleted a document", "merge_duplicate": "merged a duplicate into {kind}",

@@ -57,6 +57,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from . import erasure
+from .audit import DOOR
 from .context import Changes, Context
 from .errors import NotFound, UserError
 from .ingest import SKIP_DIRS, Documents, display_path
@@ -71,6 +72,7 @@ from .store import watch as rows
 log = logging.getLogger(__name__)
 
 WATCH_LOCK = "watch.lock"
+WATCH_ACTOR = "watch"  # the activity log's name for what the watcher writes
 SKIP_FOLDERS = SKIP_DIRS | {".hg", ".svn", ".bzr", "_darcs", "CVS", ".tox", ".mypy_cache", ".pytest_cache",
                             ".idea", "$RECYCLE.BIN", "System Volume Information"}
 QUIET_MS = 300
@@ -291,18 +293,24 @@ class Watch:
             self._thread = None
 
     def run(self, stop: threading.Event, on_report: Callable[[ScanReport], None] | None = None) -> None:
-        """Watch until ``stop`` is set: scans, then events (see the module doc). Blocks."""
-        while not stop.is_set():
-            if not self._lock.try_acquire():
-                stop.wait(LOCK_RETRY_S)
-                continue
-            try:
-                self._watch(stop, on_report)
-            except Exception as e:  # the watcher must outlive a bad moment (a folder vanishing mid-call)
-                log.exception("folder watcher failed (%s); restarting", type(e).__name__)
-                stop.wait(LOCK_RETRY_S)
-            finally:
-                self._lock.release()
+        """Watch until ``stop`` is set: scans, then events (see the module doc). Blocks. What it writes is the
+        watched folders' doing in the activity log (actor "watch"), not the program's that runs it: a file
+        saved in a folder was "added by the HTTP API" under `serve`, and "by you" in the app."""
+        door = DOOR.set(WATCH_ACTOR)
+        try:
+            while not stop.is_set():
+                if not self._lock.try_acquire():
+                    stop.wait(LOCK_RETRY_S)
+                    continue
+                try:
+                    self._watch(stop, on_report)
+                except Exception as e:  # the watcher must outlive a bad moment (a folder vanishing mid-call)
+                    log.exception("folder watcher failed (%s); restarting", type(e).__name__)
+                    stop.wait(LOCK_RETRY_S)
+                finally:
+                    self._lock.release()
+        finally:
+            DOOR.reset(door)
 
     def scan(self, paths: Iterable[str | Path] | None = None,
              cancel: threading.Event | None = None) -> list[ScanReport]:

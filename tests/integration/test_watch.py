@@ -82,6 +82,8 @@ def test_the_store_follows_creates_edits_renames_moves_and_deletes(watching: Eng
     until(lambda: str(new) in docs_by_path(eng), "a new file is ingested")
     doc = docs_by_path(eng)[str(new)]
     assert eng.get_document(doc).project == "work"
+    # the activity log says the folder added it, not the program watching (the "sdk" engine here)
+    assert {e.actor for e in eng.audit_log(limit=10_000) if e.action == "ingest" and e.target == doc} == {"watch"}
 
     write(new, "The quartermaster now counts nine crates of saffron.")
     until(lambda: any("saffron" in t for t in found(eng, "crates of saffron")), "an edited file is re-read")
