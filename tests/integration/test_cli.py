@@ -88,7 +88,8 @@ def test_terminal_control_sequences_in_a_memory_are_shown_not_obeyed(profile_hom
     refused = run("remember", "Build fixed.", "--project", "ops\x1b[2J")  # a project name is a label: refused
     assert refused.returncode == 1 and "control characters" in refused.stderr and "\x1b" not in refused.stderr
     mid = json.loads(made.stdout)["id"]
-    assert ok_json("get", mid)["text"] == text  # stored as given; --json is for programs
+    # stored as given (--json is for programs), but for the NUL: never content, and a server cannot store it
+    assert ok_json("get", mid)["text"] == text.replace("\x00", "")
     for args in (("recall", "build failed again"), ("list",), ("get", mid)):
         p = run(*args, env={"COLUMNS": "400"})
         assert p.returncode == 0, p.stderr
