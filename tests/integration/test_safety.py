@@ -351,13 +351,16 @@ def test_rotation_killed_at_random_points_leaves_a_store_that_opens(profile_home
     # (the quickest of three, timed from "go" to "done"), so most land inside one, quiet machine or loaded
     took = []
     for _ in range(3):
-        p = subprocess.Popen([sys.executable, "-c", ROTATOR.format(op="rotate(eng)")], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # -X faulthandler: a rotation that crashed in native code says where (CI once saw it end without a word)
+        p = subprocess.Popen([sys.executable, "-X", "faulthandler", "-c", ROTATOR.format(op="rotate(eng)")],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert p.stdout.readline().strip() == "ready", p.stderr.read()
         t0 = time.perf_counter()
         p.stdin.write("go\n")
         p.stdin.flush()
-        assert p.stdout.readline().strip() == "done", p.stderr.read()
+        if p.stdout.readline().strip() != "done":
+            _, err = p.communicate(timeout=60)
+            raise AssertionError(f"the rotation ended without finishing (exit {p.returncode}): {err[-3000:]}")
         took.append(time.perf_counter() - t0)
         p.communicate()
         check()
