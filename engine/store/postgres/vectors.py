@@ -268,7 +268,12 @@ class VectorIndex:
         """`cosines` in two steps: the rows' vectors are read now, their cosines computed once q is known."""
         if self.table != "memories":
             plain = read_vectors(con, self.table, ids)
-            return lambda q: {rid: float(v @ np.asarray(q, dtype=np.float32)) for rid, v in plain.items()}
+
+            def plainly(q: np.ndarray) -> dict[int, float]:
+                q = np.asarray(q, dtype=np.float32)
+                return {rid: float(v @ q) for rid, v in plain.items()}
+
+            return plainly
         vecs: dict[int, np.ndarray] = {}
         found: dict[int, list[np.ndarray]] = {}
         rows = con.execute(  # the vectors and their windows in one statement
