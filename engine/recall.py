@@ -140,11 +140,16 @@ class Retriever:
             # graph's candidates, and the turns around the words' candidates (those of the rest come after)
             graph = self._graph_candidates(con, query, f, project)
             cue = timecues.cue(query)  # a time named in the question may lift a hit from further down
-            early = [i for t, i in found if t == "m"] if soon is not None else []
-            near = retrieval.neighbours(con, early, f) if early else {}
-            # and their vectors (and those of the turns around them), for their cosines once it is made
-            ahead = list(dict.fromkeys([*found, *graph, *(("m", j) for d in near.values() for j in d.values())]))
-            cosines_ahead = self._cosines_later(con, ahead) if soon is not None and ahead else None
+            early: list[int] = []
+            near: dict[int, dict[int, int]] = {}
+            ahead: list[tuple[str, int]] = []
+            cosines_ahead = None
+            if soon is not None:
+                early = [i for t, i in found if t == "m"]
+                near = retrieval.neighbours(con, early, f) if early else {}
+                # and their vectors (and those of the turns around them), for their cosines once it is made
+                ahead = list(dict.fromkeys([*found, *graph, *(("m", j) for d in near.values() for j in d.values())]))
+                cosines_ahead = self._cosines_later(con, ahead) if ahead else None
             if soon is not None:
                 qvec = self._vector_made(soon)
                 if qvec is None and bounded:  # the model failed meanwhile: by words alone, every kept term
